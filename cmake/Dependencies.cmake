@@ -1,0 +1,68 @@
+# Every third-party dependency in one place, each with a clear message when it is missing.
+# scripts/setup.sh installs all of them from the distribution's packages.
+set(_hint "run scripts/setup.sh, or apt-get install the package named")
+
+find_package(CUDAToolkit 12 QUIET)
+if(NOT CUDAToolkit_FOUND)
+  message(FATAL_ERROR "CUDA Toolkit not found (need nvcc, static cudart and NVRTC). Install CUDA 13 and put nvcc on PATH, or pass -DCUDAToolkit_ROOT=/usr/local/cuda.")
+endif()
+# Never link the driver (-lcuda): machines without a GPU have no libcuda.so.1. The driver API is
+# reached at run time through cudaGetDriverEntryPointByVersion of the static runtime.
+foreach(_t CUDA::cudart_static CUDA::nvrtc)
+  if(NOT TARGET ${_t})
+    message(FATAL_ERROR "CUDA Toolkit at ${CUDAToolkit_LIBRARY_DIR} lacks ${_t}")
+  endif()
+endforeach()
+
+find_package(Z3 REQUIRED)
+
+find_package(LLVM 16 CONFIG QUIET PATHS /usr/lib/llvm-16/lib/cmake/llvm NO_DEFAULT_PATH)
+if(NOT LLVM_FOUND)
+  find_package(LLVM 16 CONFIG QUIET)
+endif()
+if(NOT LLVM_FOUND)
+  message(FATAL_ERROR "LLVM 16 not found: ${_hint} llvm-16-dev")
+endif()
+# Link LLVM's one shared library, not its hundreds of static archives.
+find_library(TILERUN_LLVM_SHARED NAMES LLVM-16 LLVM PATHS ${LLVM_LIBRARY_DIR} NO_DEFAULT_PATH)
+if(NOT TILERUN_LLVM_SHARED)
+  message(FATAL_ERROR "LLVM 16 at ${LLVM_LIBRARY_DIR} has no shared libLLVM: ${_hint} llvm-16-dev")
+endif()
+add_library(tilerun_llvm INTERFACE)
+target_include_directories(tilerun_llvm SYSTEM INTERFACE ${LLVM_INCLUDE_DIRS})
+target_compile_definitions(tilerun_llvm INTERFACE ${LLVM_DEFINITIONS})
+target_link_libraries(tilerun_llvm INTERFACE ${TILERUN_LLVM_SHARED})
+
+find_package(yaml-cpp QUIET)
+if(NOT yaml-cpp_FOUND)
+  message(FATAL_ERROR "yaml-cpp not found: ${_hint} libyaml-cpp-dev")
+endif()
+# yaml-cpp 0.7 names its target 'yaml-cpp', 0.8 'yaml-cpp::yaml-cpp'.
+if(TARGET yaml-cpp::yaml-cpp)
+  set(TILERUN_YAML_TARGET yaml-cpp::yaml-cpp)
+else()
+  set(TILERUN_YAML_TARGET yaml-cpp)
+endif()
+
+find_package(Eigen3 3.3 QUIET NO_MODULE)
+if(NOT Eigen3_FOUND)
+  message(FATAL_ERROR "Eigen 3 not found: ${_hint} libeigen3-dev")
+endif()
+find_package(nlohmann_json 3 QUIET)
+if(NOT nlohmann_json_FOUND)
+  message(FATAL_ERROR "nlohmann-json not found: ${_hint} nlohmann-json3-dev")
+endif()
+find_package(Threads REQUIRED)
+
+if(TILERUN_BUILD_TESTS)
+  find_package(GTest QUIET)
+  if(NOT GTest_FOUND)
+    message(FATAL_ERROR "GoogleTest not found: ${_hint} libgtest-dev")
+  endif()
+endif()
+if(TILERUN_BUILD_BENCH)
+  find_package(benchmark QUIET)
+  if(NOT benchmark_FOUND)
+    message(FATAL_ERROR "Google Benchmark not found: ${_hint} libbenchmark-dev")
+  endif()
+endif()

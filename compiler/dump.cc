@@ -1,0 +1,32 @@
+#include "compiler/dump.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "compiler/cpu_backend.h"
+#include "compiler/ir_printer.h"
+#include "compiler/lower.h"
+#include "tilerun/error.h"
+
+namespace tilerun::compiler {
+namespace {
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw Error("cannot write '" + path.string() + "'", ErrorKind::Runtime);
+}
+}  // namespace
+
+void dump_kernel(const Kernel& kernel, const std::string& dir) {
+  std::filesystem::path base(dir);
+  std::error_code ec;
+  std::filesystem::create_directories(base, ec);
+  if (ec) throw Error("cannot create '" + dir + "': " + ec.message(), ErrorKind::Runtime);
+  SimtKernel simt = lower(kernel);
+  const std::string& name = kernel.sig.name;
+  write_file(base / (name + ".tile.txt"), print(kernel));
+  write_file(base / (name + ".simt.txt"), print(simt));
+  write_file(base / (name + ".ll"), emit_llvm_ir(simt));
+}
+
+}  // namespace tilerun::compiler

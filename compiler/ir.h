@@ -1,0 +1,369 @@
+// The compiler's IR nodes, shared by Tile IR (level 1) and SIMT IR (level 4), Halide-style:
+// plain immutable structs with a static make() that checks invariants, held by Expr / Stmt
+// handles. Which node kinds may appear at which level is the verifiers' business
+// (tile_verifier.h, simt_verifier.h), not the nodes'.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tilerun/dtype.h"
+
+namespace tilerun::compiler {
+
+// Types of values in registers. Memory holds tilerun::DType elements; Tile IR loads widen them
+// to compute_type() and stores narrow back, SIMT IR loads/stores move raw storage_type() bits.
+enum class Type : uint8_t { Bool, I8, I16, I32, I64, F32 };
+
+const char* type_name(Type t);
+bool is_int(Type t);  // I8..I64 (not Bool)
+bool is_float(Type t);
+int type_bits(Type t);
+// The register type a Tile IR load of `dtype` yields (f32 for bf16/f16, i32 for u8).
+Type compute_type(DType dtype);
+// The raw bits type a SIMT IR load of `dtype` moves (i16 for bf16/f16, i8 for u8).
+Type storage_type(DType dtype);
+// Whether the compiler can load/store this dtype yet (fp8/fp4/e8m0 come with their issue).
+bool dtype_supported(DType dtype);
+
+// ---------------------------------------------------------------------------------------------
+// Handles.
+
+// clang-format off
+enum class ExprKind : uint8_t {
+  IntImm, FloatImm, Var, Binary, Unary, Select, Cast, Bitcast, Call, Let, Load,
+};
+enum class StmtKind : uint8_t {
+  Seq, LetStmt, For, Parallel, Reduce, IfThenElse, Store, Assign, Copy, Barrier,
+};
+// clang-format on
+
+struct ExprNode {
+  ExprNode(ExprKind k, Type t) : kind(k), type(t) {}
+  virtual ~ExprNode() = default;
+  const ExprKind kind;
+  const Type type;
+};
+
+struct StmtNode {
+  explicit StmtNode(StmtKind k) : kind(k) {}
+  virtual ~StmtNode() = default;
+  const StmtKind kind;
+};
+
+class Expr {
+ public:
+  Expr() = default;
+  explicit Expr(std::shared_ptr<const ExprNode> n) : node_(std::move(n)) {}
+  bool defined() const { return node_ != nullptr; }
+  const ExprNode* get() const { return node_.get(); }
+  const ExprNode* operator->() const { return node_.get(); }
+  Type type() const { return node_->type; }
+  // The node as T, or nullptr when it is another kind.
+  template <class T>
+  const T* as() const {
+    return node_ && node_->kind == T::kKind ? static_cast<const T*>(node_.get()) : nullptr;
+  }
+  bool same_as(const Expr& o) const { return node_ == o.node_; }
+
+ private:
+  std::shared_ptr<const ExprNode> node_;
+};
+
+class Stmt {
+ public:
+  Stmt() = default;
+  explicit Stmt(std::shared_ptr<const StmtNode> n) : node_(std::move(n)) {}
+  bool defined() const { return node_ != nullptr; }
+  const StmtNode* get() const { return node_.get(); }
+  const StmtNode* operator->() const { return node_.get(); }
+  template <class T>
+  const T* as() const {
+    return node_ && node_->kind == T::kKind ? static_cast<const T*>(node_.get()) : nullptr;
+  }
+  bool same_as(const Stmt& o) const { return node_ == o.node_; }
+
+ private:
+  std::shared_ptr<const StmtNode> node_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Expressions.
+
+struct IntImm : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::IntImm;
+  int64_t value;  // already wrapped to the type's width; Bool is 0 or 1
+  IntImm(Type t, int64_t v) : ExprNode(kKind, t), value(v) {}
+  static Expr make(Type t, int64_t value);
+};
+
+struct FloatImm : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::FloatImm;
+  float value;  // f32 only: the IR has no wider float
+  explicit FloatImm(float v) : ExprNode(kKind, Type::F32), value(v) {}
+  static Expr make(float value);
+};
+
+// A name bound by a dim, scalar parameter, loop, let, reduce, mutable local, or one of the
+// reserved thread-geometry names (kBlockIdx*, kThreadIdx).
+struct Var : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Var;
+  std::string name;
+  Var(Type t, std::string n) : ExprNode(kKind, t), name(std::move(n)) {}
+  static Expr make(Type t, const std::string& name);
+};
+
+// Reserved names; the dot keeps them apart from user identifiers.
+inline constexpr const char* kBlockIdx[3] = {"blockIdx.x", "blockIdx.y", "blockIdx.z"};
+inline constexpr const char* kThreadIdx = "threadIdx.x";
+
+// Div is IEEE division on f32 and floor division (Python's //) on ints; Mod is int-only floor
+// modulo (the sign of the divisor). Min/Max on f32 are defined on NaN and signed zero by
+// strict_math.h. And/Or/Xor are bitwise on ints and logical on Bool. Shift amounts must lie in
+// [0, bits). Comparisons give Bool: ints compare signed (LtU unsigned, for bit tricks), floats
+// ordered (false on NaN, except Ne which is true).
+// clang-format off
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div, Mod, Min, Max,
+  And, Or, Xor, Shl, ShrL, ShrA,
+  Eq, Ne, Lt, Le, Gt, Ge, LtU,
+};
+// clang-format on
+const char* binary_op_name(BinaryOp op);
+bool is_comparison(BinaryOp op);
+
+struct Binary : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Binary;
+  BinaryOp op;
+  Expr a, b;
+  Binary(Type t, BinaryOp o, Expr x, Expr y)
+      : ExprNode(kKind, t), op(o), a(std::move(x)), b(std::move(y)) {}
+  static Expr make(BinaryOp op, Expr a, Expr b);
+};
+
+enum class UnaryOp : uint8_t { Neg, Not };  // Neg flips a float's sign bit; Not is bitwise/logical
+const char* unary_op_name(UnaryOp op);
+
+struct Unary : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Unary;
+  UnaryOp op;
+  Expr a;
+  Unary(Type t, UnaryOp o, Expr x) : ExprNode(kKind, t), op(o), a(std::move(x)) {}
+  static Expr make(UnaryOp op, Expr a);
+};
+
+struct Select : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Select;
+  Expr cond, true_value, false_value;
+  Select(Type t, Expr c, Expr tv, Expr fv)
+      : ExprNode(kKind, t),
+        cond(std::move(c)),
+        true_value(std::move(tv)),
+        false_value(std::move(fv)) {}
+  static Expr make(Expr cond, Expr true_value, Expr false_value);
+};
+
+// Numeric conversion: ints sign-extend/truncate, Bool zero-extends, int→f32 rounds to nearest
+// even, f32→int truncates toward zero saturating (NaN → 0; expanded by strict_math.h).
+struct Cast : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Cast;
+  Expr value;
+  Cast(Type t, Expr v) : ExprNode(kKind, t), value(std::move(v)) {}
+  static Expr make(Type t, Expr value);
+};
+
+// Reinterprets the bits between types of equal width (f32 ↔ i32).
+struct Bitcast : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Bitcast;
+  Expr value;
+  Bitcast(Type t, Expr v) : ExprNode(kKind, t), value(std::move(v)) {}
+  static Expr make(Type t, Expr value);
+};
+
+// Math on f32. Fma and Sqrt are IEEE operations every backend has; the rest are expanded into
+// +,−,×,÷,fma,sqrt and bit operations by expand_strict_math before code generation.
+enum class CallOp : uint8_t { Fma, Sqrt, Exp, Log, Tanh, Sigmoid, Rsqrt };
+const char* call_op_name(CallOp op);
+int call_op_arity(CallOp op);
+
+struct Call : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Call;
+  CallOp op;
+  std::vector<Expr> args;
+  Call(Type t, CallOp o, std::vector<Expr> a) : ExprNode(kKind, t), op(o), args(std::move(a)) {}
+  static Expr make(CallOp op, std::vector<Expr> args);
+};
+
+// `let name = value in body`: names a value once so expansions don't duplicate trees.
+struct Let : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Let;
+  std::string name;
+  Expr value, body;
+  Let(Type t, std::string n, Expr v, Expr b)
+      : ExprNode(kKind, t), name(std::move(n)), value(std::move(v)), body(std::move(b)) {}
+  static Expr make(const std::string& name, Expr value, Expr body);
+};
+
+// A read of buffer `buffer`. Tile IR: one index per dimension, type = compute type.
+// SIMT IR: one flat element index, type = storage type.
+struct Load : ExprNode {
+  static constexpr ExprKind kKind = ExprKind::Load;
+  std::string buffer;
+  std::vector<Expr> indices;
+  Load(Type t, std::string buf, std::vector<Expr> idx)
+      : ExprNode(kKind, t), buffer(std::move(buf)), indices(std::move(idx)) {}
+  static Expr make(Type t, const std::string& buffer, std::vector<Expr> indices);
+};
+
+// ---------------------------------------------------------------------------------------------
+// Statements.
+
+struct Seq : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::Seq;
+  std::vector<Stmt> stmts;
+  explicit Seq(std::vector<Stmt> s) : StmtNode(kKind), stmts(std::move(s)) {}
+  // Flattens nested Seqs; a single statement comes back as itself.
+  static Stmt make(std::vector<Stmt> stmts);
+};
+
+// Binds an immutable value for `body`.
+struct LetStmt : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::LetStmt;
+  std::string name;
+  Expr value;
+  Stmt body;
+  LetStmt(std::string n, Expr v, Stmt b)
+      : StmtNode(kKind), name(std::move(n)), value(std::move(v)), body(std::move(b)) {}
+  static Stmt make(const std::string& name, Expr value, Stmt body);
+};
+
+// A sequential loop `for var in [min, min + extent)` (i64). In Tile IR: `serial`. Every thread
+// runs every iteration; barriers may sit inside only when the trip count is block-uniform.
+struct For : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::For;
+  std::string var;
+  Expr min, extent;
+  Stmt body;
+  For(std::string v, Expr mn, Expr ext, Stmt b)
+      : StmtNode(kKind),
+        var(std::move(v)),
+        min(std::move(mn)),
+        extent(std::move(ext)),
+        body(std::move(b)) {}
+  static Stmt make(const std::string& var, Expr min, Expr extent, Stmt body);
+};
+
+// Tile IR only: an element-wise loop nest over [0, extents) distributed over the block's
+// threads, innermost var fastest. No barriers, reductions or nested Parallels inside.
+struct Parallel : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::Parallel;
+  std::vector<std::string> vars;
+  std::vector<Expr> extents;
+  Stmt body;
+  Parallel(std::vector<std::string> v, std::vector<Expr> e, Stmt b)
+      : StmtNode(kKind), vars(std::move(v)), extents(std::move(e)), body(std::move(b)) {}
+  static Stmt make(std::vector<std::string> vars, std::vector<Expr> extents, Stmt body);
+};
+
+enum class ReduceOp : uint8_t { Sum, Max, Min };
+const char* reduce_op_name(ReduceOp op);
+
+// Tile IR only: `name` = op over var in [0, extent) of value, a block-uniform result bound for
+// `body`. Fixed order: each thread folds its elements in iteration order, then a fixed tree
+// across threads in index order (see lower_reductions.h), whatever the grid.
+struct Reduce : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::Reduce;
+  std::string name;
+  ReduceOp op;
+  std::string var;
+  Expr extent, value;
+  Stmt body;
+  Reduce(std::string n, ReduceOp o, std::string v, Expr ext, Expr val, Stmt b)
+      : StmtNode(kKind),
+        name(std::move(n)),
+        op(o),
+        var(std::move(v)),
+        extent(std::move(ext)),
+        value(std::move(val)),
+        body(std::move(b)) {}
+  static Stmt make(const std::string& name, ReduceOp op, const std::string& var, Expr extent,
+                   Expr value, Stmt body);
+};
+
+struct IfThenElse : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::IfThenElse;
+  Expr cond;
+  Stmt then_case, else_case;  // else_case may be undefined
+  IfThenElse(Expr c, Stmt t, Stmt e)
+      : StmtNode(kKind), cond(std::move(c)), then_case(std::move(t)), else_case(std::move(e)) {}
+  static Stmt make(Expr cond, Stmt then_case, Stmt else_case = Stmt());
+};
+
+// A write to `buffer` (indices as in Load). Tile IR value: compute type; SIMT: storage type.
+struct Store : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::Store;
+  std::string buffer;
+  std::vector<Expr> indices;
+  Expr value;
+  Store(std::string buf, std::vector<Expr> idx, Expr v)
+      : StmtNode(kKind), buffer(std::move(buf)), indices(std::move(idx)), value(std::move(v)) {}
+  static Stmt make(const std::string& buffer, std::vector<Expr> indices, Expr value);
+};
+
+// SIMT IR only: writes a mutable per-thread scalar local (declared in SimtKernel::locals).
+struct Assign : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::Assign;
+  std::string name;
+  Expr value;
+  Assign(std::string n, Expr v) : StmtNode(kKind), name(std::move(n)), value(std::move(v)) {}
+  static Stmt make(const std::string& name, Expr value);
+};
+
+// A rectangular box of a buffer: element origin + i for i in [0, extents).
+struct Region {
+  std::string buffer;
+  std::vector<Expr> origin;
+  std::vector<int64_t> extents;
+};
+
+// Tile IR only: dst[box] = src[box], element by element in the compute type. Global elements
+// outside the tensor read as 0 and are not written — the guard that makes ragged tiles safe.
+struct Copy : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::Copy;
+  Region dst, src;
+  Copy(Region d, Region s) : StmtNode(kKind), dst(std::move(d)), src(std::move(s)) {}
+  static Stmt make(Region dst, Region src);
+};
+
+// Every thread of the block waits here until all arrive; shared-memory writes before it are
+// visible after it. Only in block-uniform control flow.
+struct Barrier : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::Barrier;
+  Barrier() : StmtNode(kKind) {}
+  static Stmt make();
+};
+
+// ---------------------------------------------------------------------------------------------
+// Small constructors used by the passes (no folding beyond the obvious constant cases).
+
+Expr make_const(Type t, int64_t value);
+Expr make_f32(float value);
+Expr make_bool(bool value);
+inline Expr make_i64(int64_t value) { return make_const(Type::I64, value); }
+inline Expr make_i32(int64_t value) { return make_const(Type::I32, value); }
+// Integer constant value, if `e` is one.
+bool const_int(const Expr& e, int64_t* value);
+
+// Arithmetic helpers that fold constants so generated index math stays readable.
+Expr add(Expr a, Expr b);
+Expr sub(Expr a, Expr b);
+Expr mul(Expr a, Expr b);
+Expr floordiv(Expr a, Expr b);
+Expr floormod(Expr a, Expr b);
+Expr ceildiv(Expr a, Expr b);
+Expr lt(Expr a, Expr b);
+Expr logical_and(Expr a, Expr b);
+
+}  // namespace tilerun::compiler

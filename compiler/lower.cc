@@ -1,0 +1,69 @@
+#include "compiler/lower.h"
+
+#include "compiler/expand_strict_math.h"
+#include "compiler/flatten_buffers.h"
+#include "compiler/ir_printer.h"
+#include "compiler/lower_copies.h"
+#include "compiler/lower_parallel.h"
+#include "compiler/lower_reductions.h"
+#include "compiler/lower_storage_types.h"
+#include "compiler/simt_verifier.h"
+#include "compiler/tile_verifier.h"
+
+namespace tilerun::compiler {
+
+SimtKernel lower(const Kernel& kernel, const LowerOptions& options) {
+  auto log = [&](const char* pass, const auto& ir) {
+    if (options.trace) options.trace->emplace_back(pass, print(ir));
+  };
+
+  // ---- Tile IR → Tile IR. The verifier runs after every step: it is cheap, and an author's
+  // mistake must surface as an Error naming the kernel, not as a crash three passes later.
+  verify_tile(kernel);
+  log("input", kernel);
+
+  Kernel tile = lower_copies(kernel);
+  verify_tile(tile);
+  log("lower_copies", tile);
+
+  // After lower_copies: a reduction's body may read tiles that copies filled, and reductions
+  // emit parallel loops of their own, which lower_parallel must see.
+  tile = lower_reductions(tile);
+  verify_tile(tile);
+  log("lower_reductions", tile);
+
+  // [next issue] Layout inference goes here: a pure function of the IR with a fixed visiting
+  // order, assigning every fragment a (thread, local index) → tile coordinate layout
+  // (CuTe-style Shape:Stride, honouring annotate_layout). It must run before lower_parallel,
+  // which today hard-codes the mapping "element e belongs to thread e % T, local e / T".
+
+  // [next issue] Z3 analysis goes here, on Tile IR with layouts known: every global/shared
+  // load/store index map becomes QF_NIA constraints over block/thread/element coordinates,
+  // loop variables and dims. Cheap interval check first, Z3 (fixed seed, rlimit, fresh
+  // context) only when undecided. Proves in-bounds (drop lower_copies' guards), uniqueness of
+  // stores (else a compile error with two colliding coordinates), and contiguity/alignment
+  // along the fastest axis (mark accesses for vectorisation). Verdicts annotate the IR.
+
+  // ---- Tile IR → SIMT IR.
+  SimtKernel simt = lower_parallel(tile);
+  verify_simt(simt, SimtForm::Lowered);
+  log("lower_parallel", simt);
+
+  simt = flatten_buffers(simt);
+  verify_simt(simt, SimtForm::Flat);
+  log("flatten_buffers", simt);
+
+  // After flattening: conversions wrap the single flat index's load/store.
+  simt = lower_storage_types(simt);
+  verify_simt(simt, SimtForm::StorageTyped);
+  log("lower_storage_types", simt);
+
+  // Last: lower_storage_types itself emits strict_math routines, and nothing after this point
+  // may introduce exp/log/min/max that a backend would have to implement its own way.
+  simt = expand_strict_math(simt);
+  verify_simt(simt, SimtForm::Complete);
+  log("expand_strict_math", simt);
+  return simt;
+}
+
+}  // namespace tilerun::compiler

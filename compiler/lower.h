@@ -1,0 +1,21 @@
+// The compiler's pipeline from Tile IR to SIMT IR: the one place that says which passes run in
+// which order (lower.cc).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/kernel.h"
+
+namespace tilerun::compiler {
+
+struct LowerOptions {
+  // When set, receives (pass name, IR text after the pass) for every step, in order.
+  std::vector<std::pair<std::string, std::string>>* trace = nullptr;
+};
+
+// Verifies `kernel` (tilerun::Error for an author's mistake) and lowers it to a complete,
+// verified SimtKernel. Deterministic: the same kernel always gives the same SIMT IR.
+SimtKernel lower(const Kernel& kernel, const LowerOptions& options = {});
+
+}  // namespace tilerun::compiler

@@ -1,0 +1,32 @@
+// CUDA C++ → cubin through NVRTC, behind a content-addressed on-disk cache. Needs no GPU: CI
+// compiles every kernel of the shipped configs this way.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tilerun::compiler {
+
+struct CubinResult {
+  std::string cubin;  // the binary image for cuModuleLoadData
+  bool from_cache = false;
+  double compile_ms = 0;  // NVRTC time (0 when from the cache)
+};
+
+// The options every kernel is compiled with: sm_90a, strict numerics (no FMA contraction,
+// IEEE division and square root, denormals kept).
+std::vector<std::string> strict_nvrtc_options();
+
+// "$TILERUN_CACHE_DIR", else "$HOME/.cache/tilerun", else "" (no cache).
+std::string default_cache_dir();
+// "MAJOR.MINOR" of the NVRTC library in use.
+std::string nvrtc_version();
+
+// Compiles `source` (self-contained, no #include) named `name` (for messages). With a non-empty
+// `cache_dir`, the cubin is looked up and stored under the SHA-256 of (source, options, NVRTC
+// version), written by atomic rename so that concurrent processes are safe. Throws
+// tilerun::Error (kind Runtime) with the kernel's name and NVRTC's log on failure.
+CubinResult compile_cubin(const std::string& name, const std::string& source,
+                          const std::vector<std::string>& options, const std::string& cache_dir);
+
+}  // namespace tilerun::compiler

@@ -1,0 +1,141 @@
+// The CPU executor: one arena in host memory, every node's arguments packed once, a step is a
+// loop over pre-bound launches of JIT-compiled kernels.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "compiler/check.h"
+#include "compiler/cpu_backend.h"
+#include "compiler/dump.h"
+#include "graph/executor.h"
+
+namespace tilerun::graph {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Compiles kernels on all cores; each result lands at its own index, so the outcome does not
+// depend on scheduling.
+std::vector<std::unique_ptr<compiler::CpuKernel>> compile_all(const KernelGraph& g,
+                                                              const SessionOptions& options) {
+  const size_t n = g.kernels.size();
+  std::vector<std::unique_ptr<compiler::CpuKernel>> out(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<size_t> next{0}, done{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) {
+      try {
+        out[i] = compiler::compile_cpu(*g.kernels[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+      size_t d = done.fetch_add(1) + 1;
+      if (options.progress) {
+        std::string line = "compiling kernels " + std::to_string(d) + "/" + std::to_string(n);
+        options.progress(line.c_str());
+      }
+    }
+  };
+  size_t threads = std::max<size_t>(1, std::min<size_t>(n, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return out;
+}
+
+class CpuExecutor final : public Executor {
+ public:
+  CpuExecutor(const KernelGraph& g, const Model& model, const SessionOptions& options,
+              CompileStats& stats)
+      : graph_(g), model_(model) {
+    auto start = Clock::now();
+    kernels_ = compile_all(g, options);
+    stats.compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    stats.kernels_distinct = static_cast<int>(kernels_.size());
+    stats.kernels_total = static_cast<int>(g.nodes.size());
+    if (!options.dump_dir.empty()) dump(options.dump_dir);
+    // 64-byte aligned storage for the whole arena; zeroed, which is also the value of every
+    // gradient that nothing writes.
+    arena_.reset(static_cast<uint8_t*>(
+        ::operator new[](static_cast<size_t>(std::max<int64_t>(g.plan.arena_bytes, 1)),
+                         std::align_val_t(kArenaAlignment))));
+    std::memset(arena_.get(), 0, static_cast<size_t>(std::max<int64_t>(g.plan.arena_bytes, 1)));
+    for (const KernelNode& node : g.nodes) {
+      compiler::KernelArgs args{.buffers = {}, .dims = node.dims, .scalars = node.scalars};
+      for (int t : node.buffers) args.buffers.push_back(arena_.get() + g.plan.offsets[t]);
+      args_.push_back(std::move(args));
+    }
+  }
+
+  std::string device_name() const override { return "cpu"; }
+
+  void write_tensor(int tensor, const void* data, int64_t bytes) override {
+    std::memcpy(arena_.get() + graph_.plan.offsets[tensor], data, static_cast<size_t>(bytes));
+  }
+  void read_tensor(int tensor, void* data, int64_t bytes) const override {
+    std::memcpy(data, arena_.get() + graph_.plan.offsets[tensor], static_cast<size_t>(bytes));
+  }
+
+  std::vector<LayerTiming> run(Direction direction) override {
+    std::vector<LayerTiming> timings;
+    size_t i = 0;
+    const size_t n = graph_.nodes.size();
+    while (i < n) {
+      if (graph_.nodes[i].direction != direction) {
+        ++i;
+        continue;
+      }
+      // One group = consecutive nodes of one layer.
+      const int layer = graph_.nodes[i].layer;
+      auto start = Clock::now();
+      int count = 0;
+      for (; i < n && graph_.nodes[i].direction == direction && graph_.nodes[i].layer == layer;
+           ++i, ++count)
+        kernels_[graph_.nodes[i].kernel]->launch(args_[i]);
+      double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+      timings.push_back({.layer = model_.layers[layer].name,
+                         .direction = direction_name(direction),
+                         .kernels = count,
+                         .host_us = us,
+                         .device_us = us});
+    }
+    return timings;
+  }
+
+ private:
+  void dump(const std::string& dir) const {
+    for (size_t k = 0; k < graph_.kernels.size(); ++k) {
+      char prefix[16];
+      std::snprintf(prefix, sizeof prefix, "%03zu_", k);
+      compiler::dump_kernel(
+          *graph_.kernels[k],
+          (std::filesystem::path(dir) / (prefix + graph_.kernels[k]->sig.name)).string());
+    }
+  }
+
+  struct ArenaDelete {
+    void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(kArenaAlignment)); }
+  };
+
+  const KernelGraph& graph_;
+  const Model& model_;
+  std::vector<std::unique_ptr<compiler::CpuKernel>> kernels_;
+  std::unique_ptr<uint8_t[], ArenaDelete> arena_;
+  std::vector<compiler::KernelArgs> args_;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_cpu_executor(const KernelGraph& graph, const Model& model,
+                                            const SessionOptions& options, CompileStats& stats) {
+  return std::make_unique<CpuExecutor>(graph, model, options, stats);
+}
+
+}  // namespace tilerun::graph

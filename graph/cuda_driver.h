@@ -1,0 +1,43 @@
+// The CUDA driver API, reached at run time. tilerun never links -lcuda: machines without a GPU
+// have no libcuda.so.1, and the binary must still start there and say "no CUDA device". Entry
+// points come from cudaGetDriverEntryPointByVersion of the static CUDA runtime.
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+
+namespace tilerun::graph {
+
+// One member per driver entry point we use, typed from cuda.h's own prototypes.
+#define TILERUN_CUDA_DRIVER_FUNCTIONS(X)                                                         \
+  X(cuInit)                                                                                      \
+  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)                  \
+      X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)                \
+          X(cuGetErrorString) X(cuGetErrorName) X(cuModuleLoadData) X(cuModuleUnload)            \
+              X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuLaunchKernelEx) \
+                  X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8)       \
+                      X(cuMemsetD8Async) X(cuStreamCreate) X(cuStreamDestroy)                    \
+                          X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy)              \
+                              X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)       \
+                                  X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphAddKernelNode)     \
+                                      X(cuGraphAddMemsetNode) X(cuGraphAddDependencies)          \
+                                          X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy)   \
+                                              X(cuGraphLaunch) X(cuGraphKernelNodeSetAttribute)  \
+                                                  X(cuCtxSynchronize)
+
+struct CudaDriver {
+#define TILERUN_DECLARE_MEMBER(name) decltype(&::name) name = nullptr;
+  TILERUN_CUDA_DRIVER_FUNCTIONS(TILERUN_DECLARE_MEMBER)
+#undef TILERUN_DECLARE_MEMBER
+};
+
+// The driver with cuInit done and at least one device, or nullptr; `why` says why not
+// ("no CUDA driver (libcuda.so.1 not found)", "no CUDA device", ...). Loaded once, thread-safe.
+const CudaDriver* cuda_driver(std::string* why = nullptr);
+
+// Throws tilerun::Error (kind Runtime) "CALL failed for WHAT: CUDA_ERROR_X (message)" unless
+// result is CUDA_SUCCESS.
+void cuda_check(CUresult result, const char* call, const std::string& what);
+
+}  // namespace tilerun::graph

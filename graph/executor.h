@@ -1,0 +1,30 @@
+// The executor interface every device implements (CPU here; CUDA standalone launches and CUDA
+// graph replay later), and the compiled program it runs.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/kernel_graph.h"
+#include "tilerun/session.h"
+
+namespace tilerun::graph {
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual std::string device_name() const = 0;
+  // Copies a tensor's bytes in or out of its planned place in the arena.
+  virtual void write_tensor(int tensor, const void* data, int64_t bytes) = 0;
+  virtual void read_tensor(int tensor, void* data, int64_t bytes) const = 0;
+  // Runs every node of one direction, in order; returns per-layer timings of that run.
+  virtual std::vector<LayerTiming> run(Direction direction) = 0;
+};
+
+// Compiles every distinct kernel of `graph` for the CPU backend (in parallel, results placed in
+// a fixed order), allocates the arena and packs each node's arguments once.
+std::unique_ptr<Executor> make_cpu_executor(const KernelGraph& graph, const Model& model,
+                                            const SessionOptions& options, CompileStats& stats);
+
+}  // namespace tilerun::graph

@@ -1,0 +1,53 @@
+// The step as ops over tensors, forward and backward: what graph/autodiff builds from a Model
+// and graph/expand turns into kernels. Ids are indices into the vectors, assigned in order of
+// creation, so everything derived from an OpGraph is deterministic.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/op_registry.h"
+#include "tilerun/model.h"
+
+namespace tilerun::graph {
+
+enum class Direction { Forward, Backward };
+const char* direction_name(Direction d);
+
+enum class TensorKind {
+  Input,       // bound from outside each step
+  Weight,      // bound from outside, persistent
+  Activation,  // produced by a forward op
+  Gradient,    // produced by a backward op
+};
+
+struct GraphTensor {
+  std::string name;
+  kernels::TensorType type;
+  TensorKind kind = TensorKind::Activation;
+  int producer = -1;  // the op that writes it; -1 for inputs, weights and zero gradients
+};
+
+struct GraphOp {
+  std::string type;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  Attrs attrs;
+  int layer = 0;  // index into Model::layers
+  Direction direction = Direction::Forward;
+  SourceLoc loc;  // the forward op's YAML location (backward ops inherit it)
+};
+
+struct OpGraph {
+  std::vector<GraphTensor> tensors;
+  std::vector<GraphOp> ops;  // in execution order: forward ops, then backward ops
+  std::vector<int> outputs;  // the model's outputs
+  std::map<int, int> grad;   // tensor id -> the id of its gradient (inputs and weights after
+                             // autodiff; intermediates too while it runs)
+
+  int find(const std::string& name) const;  // -1 when there is none
+  int add_tensor(GraphTensor t);
+};
+
+}  // namespace tilerun::graph

@@ -1,0 +1,99 @@
+// A model as written in YAML, parsed and checked: named dims, tensors, layers of ops.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "tilerun/dtype.h"
+#include "tilerun/error.h"
+#include "tilerun/tensor.h"
+
+namespace tilerun {
+
+// An op attribute as written in YAML.
+using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>,
+                               std::vector<double>, std::vector<std::string>>;
+using Attrs = std::map<std::string, AttrValue>;
+
+enum class TensorRole { Input, Weight, Activation };
+
+// How a weight (or an input, when none is supplied) gets its values. The generator is
+// counter-based (seed, tensor name, element index) and uses only integer arithmetic and
+// correctly rounded float operations, so it gives the same bits on every machine.
+struct Initializer {
+  enum class Kind { Zeros, Ones, Constant, Uniform, Normal };
+  Kind kind = Kind::Normal;
+  double a = 0.0;  // Constant: the value; Uniform: low; Normal: mean
+  double b = 1.0;  // Uniform: high; Normal: standard deviation
+};
+
+struct TensorDecl {
+  std::string name;  // unique; tensors of a repeated layer carry "layer.i." prefixes
+  TensorRole role = TensorRole::Activation;
+  DType dtype = DType::F32;
+  std::vector<std::string> dims;  // as written (dim names or literal sizes)
+  std::vector<int64_t> shape;     // resolved
+  Initializer init;               // weights and inputs
+  int layer = -1;                 // index into Model::layers, -1 for model-level tensors
+  SourceLoc loc;
+
+  int64_t numel() const;
+  int64_t nbytes() const { return dtype_bytes(dtype, numel()); }
+};
+
+struct OpDecl {
+  std::string type;                  // a registered op, e.g. "matmul"
+  std::vector<std::string> inputs;   // tensor names, resolved to TensorDecl::name
+  std::vector<std::string> outputs;  // tensor names produced here (each produced once)
+  Attrs attrs;                       // validated against the op's schema, defaults filled in
+  SourceLoc loc;
+};
+
+struct LayerDecl {
+  std::string name;         // "block.0", "block.1", ... for a repeated layer
+  std::vector<OpDecl> ops;  // in execution order
+  SourceLoc loc;
+};
+
+struct LossDecl {
+  std::string kind = "half_sum_squares";  // 0.5 * sum(out^2) over every output
+};
+
+struct Model {
+  std::string name;
+  std::string file;
+  std::vector<std::pair<std::string, int64_t>> dims;  // in declaration order
+  DType dtype = DType::F32;                           // default dtype
+  std::vector<TensorDecl> tensors;                    // inputs, weights, activations
+  std::vector<LayerDecl> layers;
+  std::vector<std::string> outputs;
+  LossDecl loss;
+
+  // nullptr when there is no such tensor.
+  const TensorDecl* find_tensor(const std::string& name) const;
+  int64_t parameter_count() const;
+  int64_t parameter_bytes() const;
+};
+
+// Parses and checks a model file. Every mistake throws tilerun::Error with the location
+// "file:line:col" and what was expected there.
+Model load_model(const std::string& path);
+// The same from text; `file_name` is used in error locations.
+Model parse_model(const std::string& yaml_text, const std::string& file_name);
+
+// A human-readable summary: layers, ops per layer, tensors, parameter count and bytes.
+std::string model_summary(const Model& model);
+
+// Values for every weight and input of the model from the documented seeded initialiser.
+TensorMap initialize_tensors(const Model& model, uint64_t seed);
+// The same for one tensor (any role): its shape, dtype and values from `decl.init`.
+HostTensor initialize_tensor(const TensorDecl& decl, uint64_t seed);
+// Weights (and inputs) by name from a .safetensors file, checked against the model's dtypes and
+// shapes; tensors the file lacks come from the initialiser with `seed`.
+TensorMap load_tensors(const Model& model, const std::string& safetensors_path, uint64_t seed);
+
+}  // namespace tilerun

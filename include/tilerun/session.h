@@ -1,0 +1,91 @@
+// A Session runs a model's training step (forward, backward) on a device: it compiles every
+// kernel once, plans one arena, binds inputs and weights, and replays the step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tilerun/model.h"
+#include "tilerun/tensor.h"
+
+namespace tilerun {
+
+enum class Device { Auto, Cpu, Cuda };
+// How a CUDA step is issued; ignored on the CPU.
+enum class LaunchMode { Graph, Launch };
+
+struct SessionOptions {
+  Device device = Device::Auto;  // Auto: the GPU when there is one, else the CPU backend
+  LaunchMode mode = LaunchMode::Graph;
+  uint64_t seed = 0;     // for tensors not bound explicitly (the documented initialiser)
+  std::string dump_dir;  // non-empty: write each kernel's IR and code there
+  // Called with one line of compile progress at a time (e.g. "compiling 12/31 kernels").
+  void (*progress)(const char* line) = nullptr;
+};
+
+// Time spent on one layer in one direction during the last step.
+struct LayerTiming {
+  std::string layer;      // e.g. "block.0"
+  std::string direction;  // "forward" | "backward"
+  int kernels = 0;
+  double host_us = 0;    // issuing it (on the CPU: the layer's wall time)
+  double device_us = 0;  // executing it (on the CPU: the layer's wall time)
+};
+
+struct CompileStats {
+  int kernels_distinct = 0;  // compiled kernels
+  int kernels_total = 0;     // kernel nodes of a whole step
+  double compile_ms = 0;
+};
+
+// The last step compared with the double-precision reference composed over the same graph.
+struct CheckResult {
+  bool ok = true;
+  int tensors_checked = 0;
+  std::string worst_tensor;  // e.g. "block.1.y" or "grad(block.0.w1)"
+  double worst_error = 0;    // relative L2 error of the worst tensor
+  double tolerance = 0;      // its dtype's tolerance
+};
+
+class Session {
+ public:
+  // Compiles the model for the device. Throws tilerun::Error (kind Runtime) when the device is
+  // not available, e.g. "no CUDA device".
+  explicit Session(const Model& model, SessionOptions options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const Model& model() const;
+  std::string device_name() const;  // "cpu" or "cuda"
+  const CompileStats& compile_stats() const;
+  int64_t arena_bytes() const;   // the memory plan's arena
+  int64_t tensor_bytes() const;  // the sum of the planned tensors' sizes
+
+  // Binds an input or weight by name (dtype and shape must match the model).
+  void set_tensor(const std::string& name, const HostTensor& value);
+  void set_tensors(const TensorMap& values);
+
+  void forward();   // computes the outputs
+  void backward();  // after forward(): the gradient of every input and weight under the loss
+
+  HostTensor tensor(const std::string& name) const;    // any input, weight or output
+  HostTensor gradient(const std::string& name) const;  // of an input or weight, after backward()
+  TensorMap outputs() const;
+  TensorMap gradients() const;  // keyed by the input's or weight's name
+
+  // Compares every output (and, after backward(), every gradient) of the last step with the
+  // reference: relative L2 error within 1e-4 for f32 tensors, 2e-2 for bf16/f16.
+  CheckResult check() const;
+
+  // Per layer and direction, for the last forward() and backward().
+  std::vector<LayerTiming> timings() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tilerun

@@ -1,0 +1,138 @@
+// The op registry: per op, its attribute schema, shape/dtype inference, a double-precision
+// reference and (from later issues) its gradient rule and tile kernels. Each op family registers
+// its ops from one explicit function (kernels/register_all.cc), never from static initialisers,
+// which vanish when a static library is linked into another program.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tilerun/model.h"
+
+namespace tilerun::compiler {
+struct Kernel;  // a Tile IR kernel (compiler/)
+}  // namespace tilerun::compiler
+
+namespace tilerun::kernels {
+
+// The type of a tensor flowing into or out of an op.
+struct TensorType {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  bool operator==(const TensorType&) const = default;
+};
+std::string to_string(const TensorType& t);  // "f32[128,256]"
+
+// A tensor for reference implementations: row-major doubles.
+struct RefTensor {
+  std::vector<int64_t> shape;
+  std::vector<double> data;
+  int64_t numel() const;
+};
+
+enum class AttrKind { Int, Float, Bool, String, IntList, FloatList, StringList };
+std::string_view attr_kind_name(AttrKind k);
+
+struct AttrSpec {
+  std::string name;
+  AttrKind kind = AttrKind::Int;
+  std::optional<AttrValue> default_value;  // none: the attribute is required
+  std::string doc;
+};
+
+// Thrown by an op's inference for a shape or dtype its inputs may not have. The message names
+// the input and what was expected; the caller adds the op's location and name.
+class ShapeError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One backward op emitted by a gradient rule. Value names: "x0", "x1", ... are the forward op's
+// inputs, "y0", ... its outputs, "dy0", ... the gradients of its outputs, "dx0", ... the input
+// gradients the rule produces; any other name is a temporary local to the rule. The type "alias"
+// (one input, one output) makes the output the same tensor as the input and costs no kernel.
+struct GradOp {
+  std::string type;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  Attrs attrs;
+};
+
+// Which tensor a kernel's buffer parameter is bound to: the op's input or output slot `index`, or
+// scratch buffer `index` of the op's expansion (an intermediate between its kernels).
+struct KernelArg {
+  enum class Kind { Input, Output, Scratch };
+  Kind kind = Kind::Input;
+  int index = 0;
+};
+
+// One kernel launch of an op: the tile kernel (built once per distinct kernel and shared) and its
+// bindings, all in the kernel's parameter order.
+struct KernelCall {
+  std::shared_ptr<const compiler::Kernel> kernel;
+  std::vector<KernelArg> buffers;  // one per buffer parameter
+  std::vector<int64_t> dims;       // one per dim
+  std::vector<double> scalars;     // one per scalar parameter
+};
+
+// What an op becomes: its kernels, in order, and the scratch buffers they share.
+struct OpExpansion {
+  std::vector<TensorType> scratch;
+  std::vector<KernelCall> calls;
+};
+
+struct OpSchema {
+  std::string name;
+  std::string doc;
+  std::vector<std::string> inputs;   // input slot names, in order
+  int optional_inputs = 0;           // how many trailing inputs may be left out
+  std::vector<std::string> outputs;  // output slot names, in order
+  std::vector<AttrSpec> attrs;
+
+  // Output types from input types and (defaults-filled) attributes; throws ShapeError.
+  std::function<std::vector<TensorType>(const std::vector<TensorType>&, const Attrs&)> infer;
+  // Double-precision reference: outputs from inputs. Empty until the family provides it.
+  std::function<std::vector<RefTensor>(const std::vector<RefTensor>&, const Attrs&)> reference;
+
+  // Gradient rule: the backward ops that compute "dx<i>" for every input i with needs_grad[i].
+  // Empty: the op is not differentiable.
+  std::function<std::vector<GradOp>(const std::vector<TensorType>& inputs, const Attrs&,
+                                    const std::vector<bool>& needs_grad)>
+      gradient;
+
+  // Kernel expansion for concrete types: the op's kernels with their bindings. Empty: the op has
+  // no kernels yet (the model still parses; compiling it is an error naming the op).
+  std::function<OpExpansion(const std::vector<TensorType>& inputs,
+                            const std::vector<TensorType>& outputs, const Attrs&)>
+      expand;
+
+  const AttrSpec* find_attr(std::string_view attr) const;
+};
+
+class OpRegistry {
+ public:
+  // Adds an op; registering the same name twice is an internal error.
+  void add(OpSchema schema);
+  const OpSchema* find(std::string_view name) const;  // nullptr when unknown
+  std::vector<std::string> names() const;             // sorted
+
+ private:
+  std::map<std::string, OpSchema, std::less<>> ops_;
+};
+
+// The registry with every family registered (filled once, on first use, thread-safe).
+const OpRegistry& op_registry();
+
+// Helpers for inference functions.
+int64_t attr_int(const Attrs& attrs, const std::string& name);
+double attr_float(const Attrs& attrs, const std::string& name);
+bool attr_bool(const Attrs& attrs, const std::string& name);
+const std::string& attr_string(const Attrs& attrs, const std::string& name);
+
+}  // namespace tilerun::kernels

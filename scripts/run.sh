@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh), build, and run the main job: tilerun on configs/tiny.yaml, on the GPU
+# when there is one, else on the CPU backend. Extra arguments go to tilerun.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+exec "${BUILD_DIR:-build}/tilerun" configs/tiny.yaml "$@"

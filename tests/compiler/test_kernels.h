@@ -1,0 +1,30 @@
+// Small tile programs the compiler tests share: each exercises one part of the pipeline.
+#pragma once
+
+#include "compiler/kernel.h"
+
+namespace tilerun::compiler::testing {
+
+// y[i] = a * x[i] + b over N elements, 256 per block on 128 threads (ragged last block).
+Kernel axpb_kernel();
+// y = sigmoid(x) * tanh(x) + exp(-|x|) + log1p-ish: every strict routine once, f32.
+Kernel math_kernel();
+// y_bf16 = x_bf16 * s + h_f16 (bf16/f16 loads, RNE stores).
+Kernel mixed_dtype_kernel();
+// Row softmax over [T, D]: a max and a sum reduction per row.
+Kernel softmax_kernel();
+// The rmsnorm forward of the builder's documentation.
+Kernel rmsnorm_kernel();
+// dgamma[j] = sum_t dy[t, j] * x[t, j] * rstd[t]: a column reduction in a fragment over a
+// serial loop.
+Kernel dgamma_kernel();
+// C[M, N] = A[M, K] @ B[K, N] with 16x16 output tiles, shared A/B tiles of 16x8 and 8x16,
+// barriers in the K loop, a fragment accumulator and guarded copies at ragged edges.
+Kernel matmul_kernel();
+// y = x^T through a 32x32 shared tile and a fragment: copies global → shared → fragment,
+// ragged edges guarded by the copies (reads) and an if (writes).
+Kernel transpose_kernel();
+// y[i] = i32 x[i] * 3 + row sum — integer paths (i32 loads, i64 index math, int reduce).
+Kernel int_kernel();
+
+}  // namespace tilerun::compiler::testing

@@ -1,0 +1,188 @@
+// Malformed programs must be rejected with a message that says what is wrong: Tile IR by
+// tilerun::Error (a kernel author's mistake), SIMT IR by simt_problem (a compiler bug).
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "compiler/builder.h"
+#include "compiler/lower.h"
+#include "compiler/simt_verifier.h"
+#include "test_kernels.h"
+#include "tilerun/error.h"
+
+namespace tilerun::compiler {
+namespace {
+
+// Builds a 1-d kernel over N with the given body and expects an Error containing `message`,
+// from the builder, the verifier, or lowering.
+void expect_rejected(const std::function<void(Scope&, Buf& x, Buf& y, Val N)>& body,
+                     const std::string& message, int threads = 32) {
+  try {
+    KernelBuilder kb("bad");
+    Dim N = kb.dim("N");
+    Buf x = kb.input("x", DType::F32, {N});
+    Buf y = kb.output("y", DType::F32, {N});
+    kb.body({1}, threads, [&](Scope& s) { body(s, x, y, N); });
+    lower(kb.build());
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << "got: " << e.what();
+    EXPECT_NE(std::string(e.what()).find("kernel 'bad'"), std::string::npos) << e.what();
+    return;
+  }
+  ADD_FAILURE() << "accepted a kernel that should fail with: " << message;
+}
+
+TEST(TileVerifier, BarrierInsideParallel) {
+  expect_rejected([](Scope& s, Buf&, Buf& y, Val N) { s.parallel(N, [&](Idx i) { s.barrier(); }); },
+                  "barrier inside parallel");
+}
+
+TEST(TileVerifier, BarrierInsideIf) {
+  expect_rejected([](Scope& s, Buf&, Buf&, Val N) { s.if_then(N > 4, [&] { s.barrier(); }); },
+                  "barrier inside if");
+}
+
+TEST(TileVerifier, ReduceInsideParallel) {
+  expect_rejected(
+      [](Scope& s, Buf& x, Buf& y, Val N) {
+        s.parallel(N, [&](Idx i) { y(i) = s.reduce_sum(N, [&](Idx j) { return x(j); }); });
+      },
+      "reduce inside parallel");
+}
+
+TEST(TileVerifier, WriteToInput) {
+  expect_rejected([](Scope& s, Buf& x, Buf&, Val N) { s.parallel(N, [&](Idx i) { x(i) = 1.0f; }); },
+                  "write to input 'x'");
+}
+
+TEST(TileVerifier, FragmentOutsideParallel) {
+  expect_rejected(
+      [](Scope& s, Buf&, Buf&, Val) {
+        Buf acc = s.alloc_fragment("acc", DType::F32, {32});
+        acc(0) = 1.0f;
+      },
+      "fragment 'acc' outside a parallel loop");
+}
+
+TEST(TileVerifier, FragmentAtANonIdentityIndex) {
+  expect_rejected(
+      [](Scope& s, Buf&, Buf& y, Val) {
+        Buf acc = s.alloc_fragment("acc", DType::F32, {32});
+        s.parallel(32, [&](Idx i) { acc(i) = 1.0f; });
+        s.parallel(32, [&](Idx i) { y(i) = acc(31 - i); });
+      },
+      "fragment 'acc' accessed at [(31 - i.");
+}
+
+TEST(TileVerifier, LoopIndexUsedOutsideItsLoop) {
+  expect_rejected(
+      [](Scope& s, Buf& x, Buf& y, Val N) {
+        Val leaked;
+        s.parallel(N, [&](Idx i) { leaked = i; });
+        s.parallel(N, [&](Idx i) { y(i) = x(leaked); });
+      },
+      "outside its scope");
+}
+
+TEST(TileVerifier, ThreadsNotAPowerOfTwo) {
+  expect_rejected([](Scope&, Buf&, Buf&, Val) {}, "power of two", 48);
+}
+
+TEST(Builder, TypeMismatchAndRank) {
+  expect_rejected(
+      [](Scope& s, Buf& x, Buf& y, Val N) { s.parallel(N, [&](Idx i) { y(i) = x(i) + N; }); },
+      "operands of '+' have types f32 and i64");
+  expect_rejected(
+      [](Scope& s, Buf& x, Buf& y, Val N) { s.parallel(N, [&](Idx i) { y(i) = x(i, i); }); },
+      "'x' has 1 dims, indexed with 2");
+  expect_rejected(
+      [](Scope& s, Buf& x, Buf& y, Val N) { s.parallel(N, [&](Idx i) { y(i) = to_i32(x(i)); }); },
+      "storing i32 into 'y' of f32");
+}
+
+TEST(Builder, DuplicateNames) {
+  try {
+    KernelBuilder kb("dup");
+    kb.dim("N");
+    kb.input("N", DType::F32, {1});
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'N' is already used"), std::string::npos) << e.what();
+  }
+}
+
+// A minimal hand-made SIMT kernel: one output, 32 threads, grid [1].
+SimtKernel simt_with_body(Stmt body) {
+  SimtKernel k;
+  k.sig.name = "hand";
+  k.sig.threads = 32;
+  k.sig.grid = {make_i64(1)};
+  k.sig.buffers = {{"x", DType::F32, {make_i64(32)}, false},
+                   {"y", DType::F32, {make_i64(32)}, true}};
+  k.body = std::move(body);
+  return k;
+}
+
+Expr tid() { return Var::make(Type::I64, kThreadIdx); }
+
+TEST(SimtVerifier, AcceptsBarrierAtTopLevelAndInUniformLoops) {
+  Stmt store = Store::make("y", {tid()}, Load::make(Type::F32, "x", {tid()}));
+  Stmt body =
+      Seq::make({store, Barrier::make(),
+                 For::make("k", make_i64(0), make_i64(4), Seq::make({store, Barrier::make()}))});
+  EXPECT_EQ(simt_problem(simt_with_body(body), SimtForm::Complete), "");
+}
+
+TEST(SimtVerifier, RejectsBarrierInPerThreadBranch) {
+  Stmt body = IfThenElse::make(lt(tid(), make_i64(5)), Barrier::make());
+  EXPECT_NE(simt_problem(simt_with_body(body), SimtForm::Complete).find("barrier inside if"),
+            std::string::npos);
+}
+
+TEST(SimtVerifier, RejectsBarrierInLoopWithPerThreadTripCount) {
+  Stmt body = For::make("k", make_i64(0), tid(), Barrier::make());
+  EXPECT_NE(simt_problem(simt_with_body(body), SimtForm::Complete).find("trip count is per-thread"),
+            std::string::npos);
+}
+
+TEST(SimtVerifier, RejectsPerThreadLetAcrossBarrier) {
+  Stmt use = Store::make("y", {Var::make(Type::I64, "t")}, make_f32(1.0f));
+  Stmt body = LetStmt::make("t", add(tid(), make_i64(1)), Seq::make({Barrier::make(), use}));
+  EXPECT_NE(simt_problem(simt_with_body(body), SimtForm::Complete).find("lives across a barrier"),
+            std::string::npos);
+  // The same let with a block-uniform value is fine.
+  Stmt uniform = LetStmt::make("t", make_i64(3), Seq::make({Barrier::make(), use}));
+  EXPECT_EQ(simt_problem(simt_with_body(uniform), SimtForm::Complete), "");
+}
+
+TEST(SimtVerifier, RejectsStoreToInputAndUnexpandedMath) {
+  Stmt to_input = Store::make("x", {tid()}, make_f32(1.0f));
+  EXPECT_NE(simt_problem(simt_with_body(to_input), SimtForm::Complete).find("store to input 'x'"),
+            std::string::npos);
+  Stmt with_exp = Store::make("y", {tid()}, Call::make(CallOp::Exp, {make_f32(1.0f)}));
+  EXPECT_NE(simt_problem(simt_with_body(with_exp), SimtForm::Complete)
+                .find("survived expand_strict_math"),
+            std::string::npos);
+  EXPECT_EQ(simt_problem(simt_with_body(with_exp), SimtForm::Lowered), "");
+}
+
+TEST(SimtVerifier, RejectsUnboundNamesAndTileNodes) {
+  Stmt unbound = Store::make("y", {Var::make(Type::I64, "nowhere")}, make_f32(1.0f));
+  EXPECT_NE(simt_problem(simt_with_body(unbound), SimtForm::Complete)
+                .find("'nowhere' used outside its scope"),
+            std::string::npos);
+  Stmt par = Parallel::make({"i"}, {make_i64(4)}, Barrier::make());
+  EXPECT_NE(simt_problem(simt_with_body(par), SimtForm::Complete).find("parallel loop in SIMT IR"),
+            std::string::npos);
+}
+
+TEST(SimtVerifier, EveryTestKernelLowersToValidSimt) {
+  for (Kernel (*make)() :
+       {testing::axpb_kernel, testing::softmax_kernel, testing::matmul_kernel,
+        testing::dgamma_kernel, testing::mixed_dtype_kernel, testing::int_kernel}) {
+    EXPECT_EQ(simt_problem(lower(make()), SimtForm::Complete), "");
+  }
+}
+
+}  // namespace
+}  // namespace tilerun::compiler

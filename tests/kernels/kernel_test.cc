@@ -1,0 +1,212 @@
+// Every op's kernels, forward and backward, through the CPU JIT on fresh random inputs of odd,
+// non-tile-multiple sizes, against the double-precision reference: outputs poisoned with NaN
+// first, within a per-dtype tolerance (f32: relative L2 <= 1e-5), and bit-identical results
+// from two launches.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <tuple>
+
+#include "compiler/builder.h"
+#include "compiler/cuda_codegen.h"
+#include "tests/kernels/kernel_runner.h"
+
+namespace tilerun::kernels {
+namespace {
+
+using testing::Bytes;
+using testing::KernelRunner;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Relative L2 error over the tensor, and max |error| relative to max(1, max |ref|). f32 kernels
+// compute in f32; bf16/f16 ones compute in f32 too and round once on store.
+struct Tolerance {
+  double rel_l2, max_abs;
+};
+Tolerance tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::BF16:
+      return {1e-2, 2e-2};
+    case DType::F16:
+      return {2e-3, 4e-3};
+    default:
+      return {1e-5, 1e-5};
+  }
+}
+
+// One runner for the binary: each distinct kernel is JIT-compiled once.
+KernelRunner& runner() {
+  static KernelRunner* r = new KernelRunner;
+  return *r;
+}
+
+::testing::AssertionResult matches(const std::vector<double>& got, const RefTensor& want,
+                                   Tolerance tol) {
+  if (got.size() != want.data.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << ", want " << want.numel();
+  double err2 = 0, ref2 = 0, max_err = 0, max_ref = 0;
+  size_t worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i]) && !std::isnan(want.data[i]))
+      return ::testing::AssertionFailure() << "element " << i << " is NaN (never written?)";
+    double e = std::abs(got[i] - want.data[i]);
+    err2 += e * e;
+    ref2 += want.data[i] * want.data[i];
+    if (e > max_err) max_err = e, worst = i;
+    max_ref = std::max(max_ref, std::abs(want.data[i]));
+  }
+  double rel_l2 = std::sqrt(err2) / std::max(std::sqrt(ref2), 1e-30);
+  if (!(rel_l2 <= tol.rel_l2) || !(max_err <= tol.max_abs * std::max(1.0, max_ref)))
+    return ::testing::AssertionFailure()
+           << "relative L2 " << rel_l2 << ", max |err| " << max_err << " at element " << worst
+           << " (got " << got[worst] << ", want " << want.data[worst] << ")";
+  return ::testing::AssertionSuccess();
+}
+
+struct KernelCase {
+  std::string op;
+  std::vector<std::vector<int64_t>> shapes;  // of the inputs
+  Attrs attrs;
+  double lo = -2, hi = 2;  // input range
+};
+
+class KernelTest : public ::testing::TestWithParam<std::tuple<KernelCase, DType>> {
+ protected:
+  void SetUp() override { RecordProperty("seed", std::to_string(testing::test_seed())); }
+  const KernelCase& kase() const { return std::get<0>(GetParam()); }
+  DType dtype() const { return std::get<1>(GetParam()); }
+
+  // Random inputs, rounded to the dtype so the reference sees exactly what the kernel reads.
+  std::vector<RefTensor> inputs() {
+    std::vector<RefTensor> in;
+    for (const auto& s : kase().shapes)
+      in.push_back(
+          testing::rounded(dtype(), testing::random_tensor(rng_, s, kase().lo, kase().hi)));
+    return in;
+  }
+
+  std::mt19937_64 rng_{testing::test_seed()};
+};
+
+TEST_P(KernelTest, MatchesReference) {
+  std::vector<RefTensor> in = inputs();
+  std::vector<RefTensor> want = testing::run_reference(kase().op, in, kase().attrs);
+  std::vector<Bytes> got = runner().run(kase().op, in, kase().attrs, dtype(), kNaN);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(matches(testing::decode(got[i]), want[i], tolerance(dtype()))) << "output " << i;
+}
+
+// Two launches (with different poison) give the same bits.
+TEST_P(KernelTest, Deterministic) {
+  std::vector<RefTensor> in = inputs();
+  std::vector<Bytes> a = runner().run(kase().op, in, kase().attrs, dtype(), kNaN);
+  std::vector<Bytes> b = runner().run(kase().op, in, kase().attrs, dtype(), 1234.5);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(a[i].data == b[i].data) << "output " << i << " differs between launches";
+}
+
+// Sizes: 1, 7, 33, 130 (none a multiple of a tile), and one past a block's 1024 elements.
+const std::vector<KernelCase> kCases = {
+    {"add", {{1}, {1}}},
+    {"add", {{33, 130}, {33, 130}}},
+    {"add", {{1025}, {1025}}},
+    {"mul", {{7}, {7}}},
+    {"mul", {{3, 7, 130}, {3, 7, 130}}},
+    {"scale", {{130, 33}}, {{"alpha", -1.7}}},
+    {"scale", {{1}}, {{"alpha", 3.0}}},
+    {"silu", {{7, 130}}, {}, -12, 12},
+    {"silu", {{1025}}, {}, -40, 40},
+    {"silu_grad", {{7, 130}, {7, 130}}, {}, -12, 12},
+    {"silu_grad", {{1}, {1}}},
+    {"rmsnorm", {{1, 1}, {1}}},
+    {"rmsnorm", {{7, 33}, {33}}},
+    {"rmsnorm", {{130, 7}, {7}}, {{"eps", 1e-5}}},
+    {"rmsnorm", {{2, 3, 130}, {130}}},
+    {"rmsnorm_grad", {{1, 1}, {1}, {1, 1}}, {{"eps", 0.1}}},
+    {"rmsnorm_grad", {{7, 33}, {33}, {7, 33}}},
+    {"rmsnorm_grad", {{33, 130}, {130}, {33, 130}}},  // 3 row partials, 2 column blocks
+    {"rmsnorm_grad", {{130, 7}, {7}, {130, 7}}, {{"eps", 1e-5}}},
+    {"softmax", {{1, 1}}},
+    {"softmax", {{7, 33}}, {}, -30, 30},
+    {"softmax", {{130, 7}}},
+    {"softmax", {{2, 33, 130}}, {}, -80, 80},
+    {"softmax_grad", {{1, 1}, {1, 1}}},
+    {"softmax_grad", {{7, 33}, {7, 33}}},
+    {"softmax_grad", {{33, 130}, {33, 130}}},
+    {"matmul", {{1, 1}, {1, 1}}},
+    {"matmul", {{7, 130}, {130, 33}}},
+    {"matmul", {{130, 33}, {130, 7}}, {{"transpose_a", true}}},
+    {"matmul", {{33, 7}, {130, 7}}, {{"transpose_b", true}}},
+    {"matmul", {{7, 130}, {33, 7}}, {{"transpose_a", true}, {"transpose_b", true}}},
+    {"matmul", {{64, 96}, {96, 32}}},  // exact tile multiples
+    {"matmul", {{33, 1}, {1, 130}}},
+};
+
+INSTANTIATE_TEST_SUITE_P(Ops, KernelTest,
+                         ::testing::Combine(::testing::ValuesIn(kCases),
+                                            ::testing::Values(DType::F32, DType::BF16, DType::F16)),
+                         [](const ::testing::TestParamInfo<KernelTest::ParamType>& info) {
+                           return std::get<0>(info.param).op + "_" +
+                                  std::string(dtype_name(std::get<1>(info.param))) + "_" +
+                                  std::to_string(info.index);
+                         });
+
+// Every registered op has kernels and at least one case above.
+TEST(KernelCoverage, EveryOpHasKernelsAndACase) {
+  std::set<std::string> tested;
+  for (const KernelCase& c : kCases) tested.insert(c.op);
+  for (const std::string& name : op_registry().names()) {
+    EXPECT_TRUE(op_registry().find(name)->expand) << name << " has no kernels";
+    EXPECT_TRUE(tested.count(name)) << name << " has no kernel test case";
+  }
+}
+
+// Every kernel of every case and dtype also compiles for the GPU (CUDA C++ through NVRTC to an
+// sm_90a cubin; no device needed), so a kernel the CPU runs is never one the GPU path rejects.
+TEST(CudaCompile, EveryKernelCompilesToCubin) {
+  std::set<const compiler::Kernel*> seen;
+  for (const KernelCase& c : kCases)
+    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+      const OpSchema& schema = testing::schema_of(c.op);
+      Attrs attrs = testing::with_defaults(schema, c.attrs);
+      std::vector<TensorType> in;
+      for (const auto& s : c.shapes) in.push_back({dtype, s});
+      OpExpansion ex = schema.expand(in, schema.infer(in, attrs), attrs);
+      for (const KernelCall& call : ex.calls) {
+        if (!seen.insert(call.kernel.get()).second) continue;
+        compiler::CudaBinary bin = compiler::compile_cuda(*call.kernel, "");
+        EXPECT_FALSE(bin.cubin.empty()) << call.kernel->sig.name;
+        std::printf("[ nvrtc    ] %-28s %8.1f ms\n", call.kernel->sig.name.c_str(), bin.compile_ms);
+      }
+    }
+}
+
+// The comparison must catch outputs a kernel never wrote: a copy kernel whose guard drops the
+// last element (an off-by-one), and one that writes nothing.
+TEST(PoisonDetection, UnwrittenElementsFail) {
+  for (int64_t missing : {1, 1000}) {
+    compiler::KernelBuilder kb("copy_drops_" + std::to_string(missing));
+    compiler::Dim n = kb.dim("N");
+    compiler::Buf x = kb.input("x", DType::F32, {n});
+    compiler::Buf y = kb.output("y", DType::F32, {n});
+    kb.body({compiler::ceildiv(n, 128)}, 128, [&](compiler::Scope& s) {
+      s.parallel(128, [&](compiler::Idx i) {
+        compiler::Idx e = s.block_idx(0) * 128 + i;
+        s.if_then(e < n - missing, [&] { y(e) = x(e); });
+      });
+    });
+    auto k = std::make_shared<const compiler::Kernel>(kb.build());
+    std::vector<float> in(300, 1.5f), out(300, std::nanf(""));
+    runner().compiled(k).launch({.buffers = {in.data(), out.data()}, .dims = {300}});
+    RefTensor want{.shape = {300}, .data = std::vector<double>(300, 1.5)};
+    EXPECT_FALSE(matches(std::vector<double>(out.begin(), out.end()), want, tolerance(DType::F32)))
+        << "missing " << missing;
+  }
+}
+
+}  // namespace
+}  // namespace tilerun::kernels
