@@ -32,7 +32,7 @@ struct Session::Impl {
 
   HostTensor read(int id) const {
     const graph::GraphTensor& t = graph.ops.tensors[id];
-    HostTensor out{.dtype = t.type.dtype, .shape = t.type.shape};
+    HostTensor out{.dtype = t.type.dtype, .shape = t.type.shape, .data = {}};
     out.data.resize(static_cast<size_t>(dtype_bytes(t.type.dtype, out.numel())));
     executor->read_tensor(id, out.data.data(), static_cast<int64_t>(out.data.size()));
     return out;
@@ -59,7 +59,7 @@ Session::Session(const Model& model, SessionOptions options) : impl_(std::make_u
     throw Error("the CUDA executor is not built yet: run with --device cpu", ErrorKind::Runtime);
   }
   graph::OpGraph ops = graph::build_forward(s.model);
-  graph::append_backward(s.model, ops);
+  if (!options.forward_only) graph::append_backward(s.model, ops);
   s.graph = graph::expand(std::move(ops));
   s.executor = graph::make_cpu_executor(s.graph, s.model, s.options, s.stats);
   set_tensors(initialize_tensors(s.model, options.seed));
@@ -99,6 +99,8 @@ void Session::forward() {
 }
 
 void Session::backward() {
+  if (impl_->options.forward_only)
+    throw Error("backward() on a session created with forward_only", ErrorKind::Runtime);
   if (!impl_->forward_done)
     throw Error("backward() needs the activations of a forward() first", ErrorKind::Runtime);
   impl_->backward_timings = impl_->executor->run(Direction::Backward);

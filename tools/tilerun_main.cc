@@ -1,11 +1,18 @@
-// The tilerun command line: validate a model and print its summary (later: compile and run it).
-// Exit codes: 0 success, 1 run-time failure, 2 bad usage or bad model.
+// The tilerun command line: validate a model, compile it, run forward and backward steps, and
+// report host vs device time per layer. Exit codes: 0 success, 1 run-time failure or a --check
+// mismatch, 2 bad usage or bad model.
 //
 // Structure: parse_args turns argv into Options (usage errors throw tilerun::Error), then one
 // function per mode does the work. Adding an option means a field, a line in kUsage and a case
-// in parse_args; adding a mode means a function and its dispatch in run().
+// in parse_args.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -15,50 +22,230 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: tilerun MODEL.yaml [options]
 
-Validates MODEL.yaml (see docs/model-format.md) and prints a summary of its layers, ops,
-tensors and parameters.
+Compiles MODEL.yaml (see docs/model-format.md), runs forward + backward steps and prints the
+host and device time per layer and direction.
 
 options:
-  -h, --help       show this help and exit
-  --version        print the version and exit
-  --               treat every later argument as the model path
+  --device auto|cpu|cuda   where to run (auto: the GPU when there is one, else the CPU)
+  --mode graph|launch      how a CUDA step is issued (default graph; ignored on the CPU)
+  --steps N                steps to run (default 1); timings are averaged over them
+  --forward-only           compile and run the forward direction only
+  --check                  compare outputs and gradients with the double-precision reference
+                           (exit 1 on a mismatch)
+  --weights FILE           load inputs and weights from a .safetensors file (others: --seed)
+  --seed S                 seed of the initialiser for tensors not loaded (default 0)
+  --save FILE              write outputs and gradients ("grad.NAME") as .safetensors
+  --report FILE            write a JSON report
+  --dump-kernels DIR       write each kernel's Tile IR, SIMT IR and generated code
+  --validate               only check the model and print its summary
+  -h, --help               show this help and exit
+  --version                print the version and exit
+  --                       treat every later argument as the model path
 
-exit codes: 0 success, 1 run-time failure, 2 bad usage or bad model
+exit codes: 0 success, 1 run-time failure or --check mismatch, 2 bad usage or bad model
 )";
 
 struct Options {
-  bool help = false;
-  bool version = false;
-  std::string model_path;
+  bool help = false, version = false, validate = false, forward_only = false, check = false;
+  std::string model_path, device = "auto", mode = "graph", weights, save, report, dump_dir;
+  int steps = 1;
+  uint64_t seed = 0;
 };
+
+uint64_t parse_number(const std::string& flag, const std::string& text, uint64_t max) {
+  size_t used = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(text, &used, 10);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty() || text[0] == '-' || v > max)
+    throw tilerun::Error("option " + flag + " expects a non-negative integer up to " +
+                         std::to_string(max) + ", found '" + text + "'");
+  return v;
+}
+
+std::string one_of(const std::string& flag, const std::string& value,
+                   const std::vector<std::string>& allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return value;
+  std::string list;
+  for (const std::string& a : allowed) list += (list.empty() ? "" : "|") + a;
+  throw tilerun::Error("option " + flag + " expects " + list + ", found '" + value + "'");
+}
 
 Options parse_args(const std::vector<std::string>& args) {
   Options o;
   bool options_done = false;
-  for (const std::string& a : args) {
-    if (!options_done && a == "--") {
-      options_done = true;
-    } else if (!options_done && (a == "-h" || a == "--help")) {
-      o.help = true;
-    } else if (!options_done && a == "--version") {
-      o.version = true;
-    } else if (!options_done && a.size() > 1 && a[0] == '-') {
-      throw tilerun::Error("unknown option '" + a + "' (see 'tilerun --help')");
-    } else if (!o.model_path.empty()) {
-      throw tilerun::Error("more than one model given ('" + o.model_path + "' and '" + a +
-                           "'); expected one MODEL.yaml (see 'tilerun --help')");
-    } else {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> const std::string& {
+      if (i + 1 >= args.size())
+        throw tilerun::Error("option " + a + " expects a value (see 'tilerun --help')");
+      return args[++i];
+    };
+    if (options_done || a.size() < 2 || a[0] != '-') {
+      if (!o.model_path.empty())
+        throw tilerun::Error("more than one model given ('" + o.model_path + "' and '" + a +
+                             "'); expected one MODEL.yaml (see 'tilerun --help')");
       o.model_path = a;
+    } else if (a == "--") {
+      options_done = true;
+    } else if (a == "-h" || a == "--help") {
+      o.help = true;
+    } else if (a == "--version") {
+      o.version = true;
+    } else if (a == "--validate") {
+      o.validate = true;
+    } else if (a == "--forward-only") {
+      o.forward_only = true;
+    } else if (a == "--check") {
+      o.check = true;
+    } else if (a == "--device") {
+      o.device = one_of(a, value(), {"auto", "cpu", "cuda"});
+    } else if (a == "--mode") {
+      o.mode = one_of(a, value(), {"graph", "launch"});
+    } else if (a == "--steps") {
+      o.steps = static_cast<int>(parse_number(a, value(), 1000000));
+      if (o.steps == 0) throw tilerun::Error("option --steps expects at least 1, found '0'");
+    } else if (a == "--seed") {
+      o.seed = parse_number(a, value(), UINT64_MAX);
+    } else if (a == "--weights") {
+      o.weights = value();
+    } else if (a == "--save") {
+      o.save = value();
+    } else if (a == "--report") {
+      o.report = value();
+    } else if (a == "--dump-kernels") {
+      o.dump_dir = value();
+    } else {
+      throw tilerun::Error("unknown option '" + a + "' (see 'tilerun --help')");
     }
   }
   return o;
 }
 
 // Parse and check the model, then print what it contains.
-int validate(const Options& o) {
-  tilerun::Model model = tilerun::load_model(o.model_path);
+int validate(const tilerun::Model& model) {
   std::fputs(tilerun::model_summary(model).c_str(), stdout);
   return 0;
+}
+
+void print_progress(const char* line) {
+  if (::isatty(2)) std::fprintf(stderr, "\r%s", line);
+}
+
+struct LayerRow {
+  tilerun::LayerTiming sum;
+  int samples = 0;
+};
+
+// Compile, bind, run the steps; print the per-layer table; check, save and report.
+int run_steps(const Options& o, const tilerun::Model& model) {
+  tilerun::SessionOptions so;
+  so.device = o.device == "cpu"    ? tilerun::Device::Cpu
+              : o.device == "cuda" ? tilerun::Device::Cuda
+                                   : tilerun::Device::Auto;
+  so.mode = o.mode == "launch" ? tilerun::LaunchMode::Launch : tilerun::LaunchMode::Graph;
+  so.seed = o.seed;
+  so.dump_dir = o.dump_dir;
+  so.forward_only = o.forward_only;
+  so.progress = print_progress;
+  tilerun::Session session(model, so);
+  if (::isatty(2)) std::fputs("\n", stderr);
+  const tilerun::CompileStats& cs = session.compile_stats();
+  std::printf(
+      "model %s on %s: %d kernels (%d distinct) compiled in %.0f ms; arena %.2f MiB "
+      "(tensors %.2f MiB)\n",
+      model.name.c_str(), session.device_name().c_str(), cs.kernels_total, cs.kernels_distinct,
+      cs.compile_ms, session.arena_bytes() / 1048576.0, session.tensor_bytes() / 1048576.0);
+  if (!o.weights.empty()) session.set_tensors(tilerun::load_tensors(model, o.weights, o.seed));
+
+  // Per layer and direction, averaged over the steps, in the order of the first step.
+  std::vector<std::string> order;
+  std::map<std::string, LayerRow> rows;
+  for (int step = 0; step < o.steps; ++step) {
+    session.forward();
+    if (!o.forward_only) session.backward();
+    for (const tilerun::LayerTiming& t : session.timings()) {
+      std::string key = t.layer + "/" + t.direction;
+      LayerRow& r = rows[key];
+      if (r.samples == 0) {
+        order.push_back(key);
+        r.sum = t;
+      } else {
+        r.sum.host_us += t.host_us;
+        r.sum.device_us += t.device_us;
+      }
+      ++r.samples;
+    }
+  }
+  std::printf("\n%-16s %-9s %8s %12s %12s\n", "layer", "direction", "kernels", "host us",
+              "device us");
+  nlohmann::json layers = nlohmann::json::array();
+  double host_total = 0, device_total = 0;
+  for (const std::string& key : order) {
+    const LayerRow& r = rows[key];
+    double host = r.sum.host_us / r.samples, device = r.sum.device_us / r.samples;
+    host_total += host;
+    device_total += device;
+    std::printf("%-16s %-9s %8d %12.1f %12.1f\n", r.sum.layer.c_str(), r.sum.direction.c_str(),
+                r.sum.kernels, host, device);
+    layers.push_back({{"name", r.sum.layer},
+                      {"direction", r.sum.direction},
+                      {"kernels", r.sum.kernels},
+                      {"host_us", host},
+                      {"device_us", device}});
+  }
+  std::printf("%-16s %-9s %8d %12.1f %12.1f\n", "total", "", cs.kernels_total, host_total,
+              device_total);
+  if (session.device_name() == "cpu")
+    std::printf(
+        "(CPU backend: host and device time are both the layer's wall time, averaged "
+        "over %d step%s)\n",
+        o.steps, o.steps == 1 ? "" : "s");
+
+  nlohmann::json check = nullptr;
+  int rc = 0;
+  if (o.check) {
+    tilerun::CheckResult c = session.check();
+    std::printf("check: %s, %d tensors; worst %s: relative L2 error %.3g (tolerance %.0e)\n",
+                c.ok ? "ok" : "MISMATCH", c.tensors_checked, c.worst_tensor.c_str(), c.worst_error,
+                c.tolerance);
+    check = {{"ok", c.ok},
+             {"tensors", c.tensors_checked},
+             {"worst_tensor", c.worst_tensor},
+             {"worst_error", c.worst_error},
+             {"tolerance", c.tolerance}};
+    if (!c.ok) rc = 1;
+  }
+  if (!o.save.empty()) {
+    tilerun::TensorMap all = session.outputs();
+    if (!o.forward_only)
+      for (auto& [name, t] : session.gradients()) all["grad." + name] = std::move(t);
+    tilerun::write_safetensors(o.save, all);
+  }
+  if (!o.report.empty()) {
+    nlohmann::json report = {
+        {"model", model.name},
+        {"device", session.device_name()},
+        {"mode", session.device_name() == "cpu" ? "cpu" : o.mode},
+        {"steps", o.steps},
+        {"layers", layers},
+        {"kernels_total", cs.kernels_total},
+        {"kernels_distinct", cs.kernels_distinct},
+        {"compile_ms", cs.compile_ms},
+        {"arena_bytes", session.arena_bytes()},
+        {"tensor_bytes", session.tensor_bytes()},
+        {"check", check},
+    };
+    std::ofstream out(o.report);
+    out << report.dump(2) << "\n";
+    if (!out)
+      throw tilerun::Error("cannot write the report '" + o.report + "'",
+                           tilerun::ErrorKind::Runtime);
+  }
+  return rc;
 }
 
 int run(const std::vector<std::string>& args) {
@@ -72,7 +259,9 @@ int run(const std::vector<std::string>& args) {
     return 0;
   }
   if (o.model_path.empty()) throw tilerun::Error("no model given\n" + std::string(kUsage));
-  return validate(o);
+  tilerun::Model model = tilerun::load_model(o.model_path);
+  if (o.validate) return validate(model);
+  return run_steps(o, model);
 }
 
 }  // namespace

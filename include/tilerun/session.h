@@ -21,6 +21,7 @@ struct SessionOptions {
   LaunchMode mode = LaunchMode::Graph;
   uint64_t seed = 0;     // for tensors not bound explicitly (the documented initialiser)
   std::string dump_dir;  // non-empty: write each kernel's IR and code there
+  bool forward_only = false;  // compile no backward kernels (backward() is then an error)
   // Called with one line of compile progress at a time (e.g. "compiling 12/31 kernels").
   void (*progress)(const char* line) = nullptr;
 };

@@ -1,6 +1,8 @@
 // The tilerun binary end to end: stdout, stderr and exit codes (0 success, 2 usage or model).
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <fstream>
@@ -53,7 +55,7 @@ std::string write_model(const std::string& name, const std::string& text) {
 }
 
 TEST(CliTest, ValidModelPrintsSummary) {
-  Result r = run_cli(TILERUN_SOURCE_DIR "/configs/tiny.yaml");
+  Result r = run_cli(TILERUN_SOURCE_DIR "/configs/tiny.yaml --validate");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_NE(r.out.find("model: tiny"), std::string::npos) << r.out;
@@ -123,6 +125,119 @@ TEST(CliTest, MalformedYamlExitsTwo) {
   EXPECT_EQ(r.err.rfind(path + ":", 0), 0u) << r.err;
   EXPECT_NE(r.err.find(": error: malformed YAML"), std::string::npos) << r.err;
   std::remove(path.c_str());
+}
+
+TEST(CliTest, RunsTinyWithCheckAndReport) {
+  std::string report = temp_path("report.json");
+  Result r = run_cli(TILERUN_SOURCE_DIR
+                     "/configs/tiny.yaml --device cpu --check --steps 2 "
+                     "--report '" +
+                     report + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("check: ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("block.0          forward"), std::string::npos) << r.out;
+  nlohmann::json j = nlohmann::json::parse(read_file(report));
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ(j["device"], "cpu");
+  EXPECT_EQ(j["steps"], 2);
+  EXPECT_EQ(j["check"]["ok"], true);
+  EXPECT_EQ(j["check"]["tensors"], 8);  // 1 output + gradients of x and 2 x (g, w1, w2)
+  EXPECT_LE(j["check"]["worst_error"].get<double>(), 1e-4);
+  ASSERT_EQ(j["layers"].size(), 4u);  // 2 layers x (forward, backward)
+  int kernels = 0;
+  for (const auto& l : j["layers"]) {
+    EXPECT_GT(l["host_us"].get<double>(), 0);
+    EXPECT_GT(l["device_us"].get<double>(), 0);
+    kernels += l["kernels"].get<int>();
+    EXPECT_TRUE(l["direction"] == "forward" || l["direction"] == "backward");
+  }
+  EXPECT_EQ(kernels, j["kernels_total"].get<int>());
+  EXPECT_LE(j["arena_bytes"].get<int64_t>(), j["tensor_bytes"].get<int64_t>());
+  std::remove(report.c_str());
+}
+
+TEST(CliTest, TwoProcessesGiveBitIdenticalResults) {
+  std::string a = temp_path("a.safetensors"), b = temp_path("b.safetensors"),
+              c = temp_path("c.safetensors");
+  const std::string model = TILERUN_SOURCE_DIR "/configs/tiny.yaml --device cpu ";
+  ASSERT_EQ(run_cli(model + "--seed 11 --save '" + a + "'").exit_code, 0);
+  ASSERT_EQ(run_cli(model + "--seed 11 --save '" + b + "'").exit_code, 0);
+  ASSERT_EQ(run_cli(model + "--seed 12 --save '" + c + "'").exit_code, 0);
+  std::string fa = read_file(a), fb = read_file(b), fc = read_file(c);
+  EXPECT_GT(fa.size(), 4u * 128 * 256);  // the output and every gradient
+  EXPECT_EQ(fa, fb);
+  EXPECT_NE(fa, fc);
+  for (const std::string& p : {a, b, c}) std::remove(p.c_str());
+}
+
+TEST(CliTest, WeightsFileRoundTrip) {
+  // Saved gradients are not weights: loading them must be refused by name.
+  std::string saved = temp_path("saved.safetensors");
+  const std::string model = TILERUN_SOURCE_DIR "/configs/tiny.yaml --device cpu ";
+  ASSERT_EQ(run_cli(model + "--save '" + saved + "'").exit_code, 0);
+  Result r = run_cli(model + "--weights '" + saved + "'");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("grad."), std::string::npos) << r.err;
+  std::remove(saved.c_str());
+}
+
+TEST(CliTest, CheckMismatchExitsOne) {
+  // f32 overflows to inf where the double reference stays finite: --check must catch it.
+  std::string path = write_model("overflow.yaml",
+                                 "model: overflow\n"
+                                 "dims: {N: 8}\n"
+                                 "inputs:\n"
+                                 "  x: {shape: [N], init: {constant: 1.0e30}}\n"
+                                 "layers:\n"
+                                 "  - name: l\n"
+                                 "    ops:\n"
+                                 "      - {op: scale, in: x, out: y, alpha: 1.0e10}\n"
+                                 "outputs: [l.y]\n");
+  Result r = run_cli("'" + path + "' --device cpu --check");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("check: MISMATCH"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("worst l.y"), std::string::npos) << r.out;
+  std::remove(path.c_str());
+}
+
+TEST(CliTest, DumpKernelsWritesEveryKernel) {
+  std::string dir = temp_path("dump");
+  Result r = run_cli(TILERUN_SOURCE_DIR
+                     "/configs/tiny.yaml --device cpu --forward-only "
+                     "--dump-kernels '" +
+                     dir + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  FILE* p = ::popen(("ls -R '" + dir + "' | grep -c '\\.simt.txt$'").c_str(), "r");
+  char buf[64] = {};
+  ASSERT_NE(p, nullptr);
+  std::fread(buf, 1, sizeof buf - 1, p);
+  ::pclose(p);
+  EXPECT_GE(std::atoi(buf), 4) << buf;  // rmsnorm, two matmul shapes, silu, add
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST(CliTest, CudaWithoutADeviceIsAClearRuntimeError) {
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (driver != nullptr) {
+    dlclose(driver);
+    GTEST_SKIP() << "a CUDA driver is present; the GPU tests cover this machine";
+  }
+  Result r = run_cli(TILERUN_SOURCE_DIR "/configs/tiny.yaml --device cuda");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("error: no CUDA device"), std::string::npos) << r.err;
+  // auto falls back to the CPU backend.
+  Result a = run_cli(TILERUN_SOURCE_DIR "/configs/tiny.yaml --forward-only");
+  EXPECT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("on cpu"), std::string::npos) << a.out;
+}
+
+TEST(CliTest, BadOptionValuesExitTwo) {
+  for (const char* args : {"--steps 0", "--steps -3", "--steps x", "--device tpu", "--mode fast",
+                           "--seed", "--report"}) {
+    Result r = run_cli(std::string(TILERUN_SOURCE_DIR "/configs/tiny.yaml ") + args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("error: option"), std::string::npos) << args << ": " << r.err;
+  }
 }
 
 }  // namespace
