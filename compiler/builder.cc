@@ -83,6 +83,24 @@ Val arith(BinaryOp op, const Val& a, const Val& b) {
   same_type(a, b, binary_op_name(op));
   if (a.type() == Type::Bool) fail(std::string("arithmetic '") + binary_op_name(op) + "' on bool");
   if (op == BinaryOp::Mod && is_float(a.type())) fail("'%' on f32");
+  // Integer constants fold (so `Val(8) * 2` is the constant extent 16 a fragment needs); f32
+  // never does: x + 0 is not x for x = -0, nor x * 0 zero for inf and NaN.
+  if (is_int(a.type())) {
+    switch (op) {
+      case BinaryOp::Add:
+        return add(a.expr(), b.expr());
+      case BinaryOp::Sub:
+        return sub(a.expr(), b.expr());
+      case BinaryOp::Mul:
+        return mul(a.expr(), b.expr());
+      case BinaryOp::Div:
+        return floordiv(a.expr(), b.expr());
+      case BinaryOp::Mod:
+        return floormod(a.expr(), b.expr());
+      default:
+        break;
+    }
+  }
   return Binary::make(op, a.expr(), b.expr());
 }
 

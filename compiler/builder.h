@@ -33,6 +33,9 @@
 
 namespace tilerun::compiler {
 
+// Tile programs name element types constantly; `using namespace tilerun::compiler` brings it.
+using ::tilerun::DType;
+
 struct BuilderState;
 
 // A scalar expression: i64 index math, f32 values, i32, or Bool conditions. Integer literals

@@ -72,7 +72,8 @@ class IRMutator {
   std::vector<Expr> mutate_all(const std::vector<Expr>& es, bool* changed);
 };
 
-// Whether `s` contains a Barrier (anywhere below it).
+// Whether `s` contains a Barrier anywhere below it, or a Reduce (which synchronises the block
+// once lowered).
 bool contains_barrier(const Stmt& s);
 // Whether `e` / `s` reads Var `name`.
 bool uses_var(const Expr& e, const std::string& name);

@@ -276,7 +276,9 @@ Expr f32_to_f16_bits(const Expr& x_in, const std::string& p) {
                     Val normal = shr_c(a + I(((15 - 127) << 23) + 0xfff) + mant_odd, 13);
                     Val o = select(a < I(0x47800000), select(a < I(0x38800000), subnormal, normal),
                                    inf_or_nan);
-                    return cast(Type::I16, o | sign);
+                    // NaN is canonical (0x7e00) whatever its sign: x86 keeps an arithmetic NaN's
+                    // sign, the GPU does not, so the sign must not reach the bits.
+                    return cast(Type::I16, select(I(0x7f800000) < a, I(0x7e00), o | sign));
                   });
                 })
       .expr();

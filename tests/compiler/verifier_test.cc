@@ -74,6 +74,18 @@ TEST(TileVerifier, FragmentAtANonIdentityIndex) {
       "fragment 'acc' accessed at [(31 - i.");
 }
 
+TEST(Builder, IntegerConstantsFoldSoFragmentExtentsAreRecognised) {
+  KernelBuilder kb("folded");
+  Dim N = kb.dim("N");
+  Buf y = kb.output("y", DType::F32, {N});
+  kb.body({1}, 32, [&](Scope& s) {
+    Buf acc = s.alloc_fragment("acc", DType::F32, {16});
+    s.parallel(Val(8) * 2, [&](Idx i) { acc(i) = 1.0f; });
+    s.parallel(16 + Val(0), [&](Idx i) { s.if_then(i < N, [&] { y(i) = acc(i); }); });
+  });
+  EXPECT_NO_THROW(lower(kb.build()));
+}
+
 TEST(TileVerifier, LoopIndexUsedOutsideItsLoop) {
   expect_rejected(
       [](Scope& s, Buf& x, Buf& y, Val N) {
