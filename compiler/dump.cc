@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "compiler/cpu_backend.h"
+#include "compiler/cuda_codegen.h"
 #include "compiler/ir_printer.h"
 #include "compiler/lower.h"
 #include "tilerun/error.h"
@@ -27,6 +28,7 @@ void dump_kernel(const Kernel& kernel, const std::string& dir) {
   write_file(base / (name + ".tile.txt"), print(kernel));
   write_file(base / (name + ".simt.txt"), print(simt));
   write_file(base / (name + ".ll"), emit_llvm_ir(simt));
+  write_file(base / (name + ".cu"), emit_cuda(simt));
 }
 
 }  // namespace tilerun::compiler

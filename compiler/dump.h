@@ -1,6 +1,7 @@
 // Writes what the compiler made of a kernel, for people and for diffing: <dir>/<name>.tile.txt
-// (Tile IR as built), <name>.simt.txt (SIMT IR after the pipeline) and <name>.ll (the LLVM IR
-// the CPU backend emits, before optimisation). Deterministic text; `dir` is created if needed.
+// (Tile IR as built), <name>.simt.txt (SIMT IR after the pipeline), <name>.ll (the LLVM IR
+// the CPU backend emits, before optimisation) and <name>.cu (the CUDA C++ the GPU backend
+// compiles). Deterministic text; `dir` is created if needed.
 #pragma once
 
 #include <string>

@@ -4,12 +4,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <thread>
 
 #include "compiler/check.h"
 #include "compiler/cpu_backend.h"
-#include "compiler/dump.h"
 #include "graph/executor.h"
 
 namespace tilerun::graph {
@@ -60,7 +58,6 @@ class CpuExecutor final : public Executor {
     stats.compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     stats.kernels_distinct = static_cast<int>(kernels_.size());
     stats.kernels_total = static_cast<int>(g.nodes.size());
-    if (!options.dump_dir.empty()) dump(options.dump_dir);
     // 64-byte aligned storage for the whole arena; zeroed, which is also the value of every
     // gradient that nothing writes.
     arena_.reset(static_cast<uint8_t*>(
@@ -110,16 +107,6 @@ class CpuExecutor final : public Executor {
   }
 
  private:
-  void dump(const std::string& dir) const {
-    for (size_t k = 0; k < graph_.kernels.size(); ++k) {
-      char prefix[16];
-      std::snprintf(prefix, sizeof prefix, "%03zu_", k);
-      compiler::dump_kernel(
-          *graph_.kernels[k],
-          (std::filesystem::path(dir) / (prefix + graph_.kernels[k]->sig.name)).string());
-    }
-  }
-
   struct ArenaDelete {
     void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(kArenaAlignment)); }
   };

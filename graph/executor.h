@@ -27,4 +27,10 @@ class Executor {
 std::unique_ptr<Executor> make_cpu_executor(const KernelGraph& graph, const Model& model,
                                             const SessionOptions& options, CompileStats& stats);
 
+// The same for a CUDA device: NVRTC-compiled kernels, a device arena, and either standalone
+// launches or CUDA graph replay (options.mode). Throws tilerun::Error (kind Runtime) "no CUDA
+// device" where there is none.
+std::unique_ptr<Executor> make_cuda_executor(const KernelGraph& graph, const Model& model,
+                                             const SessionOptions& options, CompileStats& stats);
+
 }  // namespace tilerun::graph

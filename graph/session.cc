@@ -2,6 +2,8 @@
 #include "tilerun/session.h"
 
 #include "compiler/check.h"
+#include "compiler/dump.h"
+#include "compiler/kernel.h"
 #include "graph/autodiff.h"
 #include "graph/cuda_driver.h"
 #include "graph/executor.h"
@@ -10,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 
 namespace tilerun {
 
@@ -41,6 +45,16 @@ struct Session::Impl {
 
 namespace {
 
+// One folder per distinct kernel, numbered in first-use order (names may repeat across shapes).
+void dump_kernels(const graph::KernelGraph& g, const std::string& dir) {
+  for (size_t k = 0; k < g.kernels.size(); ++k) {
+    char prefix[32];
+    std::snprintf(prefix, sizeof prefix, "%03zu_", k);
+    compiler::dump_kernel(
+        *g.kernels[k], (std::filesystem::path(dir) / (prefix + g.kernels[k]->sig.name)).string());
+  }
+}
+
 Device pick_device(Device requested) {
   if (requested != Device::Auto) return requested;
   return graph::cuda_driver() ? Device::Cuda : Device::Cpu;
@@ -56,12 +70,14 @@ Session::Session(const Model& model, SessionOptions options) : impl_(std::make_u
   if (device == Device::Cuda) {
     std::string why;
     if (!graph::cuda_driver(&why)) throw Error(why, ErrorKind::Runtime);
-    throw Error("the CUDA executor is not built yet: run with --device cpu", ErrorKind::Runtime);
   }
   graph::OpGraph ops = graph::build_forward(s.model);
   if (!options.forward_only) graph::append_backward(s.model, ops);
   s.graph = graph::expand(std::move(ops));
-  s.executor = graph::make_cpu_executor(s.graph, s.model, s.options, s.stats);
+  if (!options.dump_dir.empty()) dump_kernels(s.graph, options.dump_dir);
+  s.executor = device == Device::Cuda
+                   ? graph::make_cuda_executor(s.graph, s.model, s.options, s.stats)
+                   : graph::make_cpu_executor(s.graph, s.model, s.options, s.stats);
   set_tensors(initialize_tensors(s.model, options.seed));
 }
 
@@ -152,7 +168,7 @@ namespace tilerun {
 namespace {
 
 kernels::RefTensor to_ref(const HostTensor& t) {
-  kernels::RefTensor r{.shape = t.shape};
+  kernels::RefTensor r{.shape = t.shape, .data = {}};
   r.data.resize(static_cast<size_t>(t.numel()));
   for (int64_t i = 0; i < t.numel(); ++i)
     r.data[i] = graph::load_element(t.dtype, t.data.data(), i);

@@ -12,6 +12,7 @@
 #include <exception>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -27,7 +28,8 @@ host and device time per layer and direction.
 
 options:
   --device auto|cpu|cuda   where to run (auto: the GPU when there is one, else the CPU)
-  --mode graph|launch      how a CUDA step is issued (default graph; ignored on the CPU)
+  --mode graph|launch|both how a CUDA step is issued: CUDA graph replay (default), standalone
+                           launches, or both side by side (exit 1 unless bit-identical)
   --steps N                steps to run (default 1); timings are averaged over them
   --forward-only           compile and run the forward direction only
   --check                  compare outputs and gradients with the double-precision reference
@@ -104,7 +106,7 @@ Options parse_args(const std::vector<std::string>& args) {
     } else if (a == "--device") {
       o.device = one_of(a, value(), {"auto", "cpu", "cuda"});
     } else if (a == "--mode") {
-      o.mode = one_of(a, value(), {"graph", "launch"});
+      o.mode = one_of(a, value(), {"graph", "launch", "both"});
     } else if (a == "--steps") {
       o.steps = static_cast<int>(parse_number(a, value(), 1000000));
       if (o.steps == 0) throw tilerun::Error("option --steps expects at least 1, found '0'");
@@ -135,80 +137,148 @@ void print_progress(const char* line) {
   if (::isatty(2)) std::fprintf(stderr, "\r%s", line);
 }
 
+// Per layer and direction, averaged over the steps, in the order of the first step.
 struct LayerRow {
-  tilerun::LayerTiming sum;
+  tilerun::LayerTiming t;  // sums over the steps, divided at the end
   int samples = 0;
 };
 
-// Compile, bind, run the steps; print the per-layer table; check, save and report.
-int run_steps(const Options& o, const tilerun::Model& model) {
+std::vector<LayerRow> run_session(tilerun::Session& session, const Options& o) {
+  std::vector<LayerRow> rows;
+  for (int step = 0; step < o.steps; ++step) {
+    session.forward();
+    if (!o.forward_only) session.backward();
+    std::vector<tilerun::LayerTiming> timings = session.timings();
+    if (rows.empty()) rows.resize(timings.size());
+    for (size_t i = 0; i < timings.size(); ++i) {
+      LayerRow& r = rows[i];
+      if (r.samples++ == 0) {
+        r.t = timings[i];
+      } else {
+        r.t.host_us += timings[i].host_us;
+        r.t.device_us += timings[i].device_us;
+      }
+    }
+  }
+  for (LayerRow& r : rows) {
+    r.t.host_us /= r.samples;
+    r.t.device_us /= r.samples;
+  }
+  return rows;
+}
+
+tilerun::TensorMap results(const tilerun::Session& session, bool forward_only) {
+  tilerun::TensorMap all = session.outputs();
+  if (!forward_only)
+    for (auto& [name, t] : session.gradients()) all["grad." + name] = std::move(t);
+  return all;
+}
+
+// The first tensor whose bytes differ, or "" when every tensor is bit-identical.
+std::string first_difference(const tilerun::TensorMap& a, const tilerun::TensorMap& b) {
+  for (const auto& [name, t] : a) {
+    auto it = b.find(name);
+    if (it == b.end() || it->second.data != t.data) return name;
+  }
+  return a.size() == b.size() ? "" : "(tensor count)";
+}
+
+tilerun::SessionOptions session_options(const Options& o, tilerun::LaunchMode mode) {
   tilerun::SessionOptions so;
   so.device = o.device == "cpu"    ? tilerun::Device::Cpu
               : o.device == "cuda" ? tilerun::Device::Cuda
                                    : tilerun::Device::Auto;
-  so.mode = o.mode == "launch" ? tilerun::LaunchMode::Launch : tilerun::LaunchMode::Graph;
+  so.mode = mode;
   so.seed = o.seed;
   so.dump_dir = o.dump_dir;
   so.forward_only = o.forward_only;
   so.progress = print_progress;
-  tilerun::Session session(model, so);
+  return so;
+}
+
+std::unique_ptr<tilerun::Session> open_session(const Options& o, const tilerun::Model& model,
+                                               tilerun::LaunchMode mode) {
+  auto session = std::make_unique<tilerun::Session>(model, session_options(o, mode));
   if (::isatty(2)) std::fputs("\n", stderr);
-  const tilerun::CompileStats& cs = session.compile_stats();
+  const tilerun::CompileStats& cs = session->compile_stats();
   std::printf(
       "model %s on %s: %d kernels (%d distinct) compiled in %.0f ms; arena %.2f MiB "
       "(tensors %.2f MiB)\n",
-      model.name.c_str(), session.device_name().c_str(), cs.kernels_total, cs.kernels_distinct,
-      cs.compile_ms, session.arena_bytes() / 1048576.0, session.tensor_bytes() / 1048576.0);
-  if (!o.weights.empty()) session.set_tensors(tilerun::load_tensors(model, o.weights, o.seed));
+      model.name.c_str(), session->device_name().c_str(), cs.kernels_total, cs.kernels_distinct,
+      cs.compile_ms, session->arena_bytes() / 1048576.0, session->tensor_bytes() / 1048576.0);
+  if (!o.weights.empty()) session->set_tensors(tilerun::load_tensors(model, o.weights, o.seed));
+  return session;
+}
 
-  // Per layer and direction, averaged over the steps, in the order of the first step.
-  std::vector<std::string> order;
-  std::map<std::string, LayerRow> rows;
-  for (int step = 0; step < o.steps; ++step) {
-    session.forward();
-    if (!o.forward_only) session.backward();
-    for (const tilerun::LayerTiming& t : session.timings()) {
-      std::string key = t.layer + "/" + t.direction;
-      LayerRow& r = rows[key];
-      if (r.samples == 0) {
-        order.push_back(key);
-        r.sum = t;
-      } else {
-        r.sum.host_us += t.host_us;
-        r.sum.device_us += t.device_us;
-      }
-      ++r.samples;
-    }
-  }
-  std::printf("\n%-16s %-9s %8s %12s %12s\n", "layer", "direction", "kernels", "host us",
-              "device us");
+nlohmann::json layer_json(const tilerun::LayerTiming& t) {
+  return {{"name", t.layer},
+          {"direction", t.direction},
+          {"kernels", t.kernels},
+          {"host_us", t.host_us},
+          {"device_us", t.device_us}};
+}
+
+// Compile, bind, run the steps; print the per-layer table; check, save and report.
+int run_steps(const Options& o, const tilerun::Model& model) {
+  const bool both = o.mode == "both";
+  auto session = open_session(
+      o, model, o.mode == "launch" ? tilerun::LaunchMode::Launch : tilerun::LaunchMode::Graph);
+  const bool on_gpu = session->device_name() == "cuda";
+  if (both && !on_gpu)
+    throw tilerun::Error(
+        "--mode both compares CUDA graph replay with standalone launches and "
+        "needs a CUDA device; this run is on the CPU",
+        tilerun::ErrorKind::Runtime);
+  std::vector<LayerRow> rows = run_session(*session, o);
+  int rc = 0;
   nlohmann::json layers = nlohmann::json::array();
   double host_total = 0, device_total = 0;
-  for (const std::string& key : order) {
-    const LayerRow& r = rows[key];
-    double host = r.sum.host_us / r.samples, device = r.sum.device_us / r.samples;
-    host_total += host;
-    device_total += device;
-    std::printf("%-16s %-9s %8d %12.1f %12.1f\n", r.sum.layer.c_str(), r.sum.direction.c_str(),
-                r.sum.kernels, host, device);
-    layers.push_back({{"name", r.sum.layer},
-                      {"direction", r.sum.direction},
-                      {"kernels", r.sum.kernels},
-                      {"host_us", host},
-                      {"device_us", device}});
+  if (both) {
+    auto standalone = open_session(o, model, tilerun::LaunchMode::Launch);
+    std::vector<LayerRow> launch_rows = run_session(*standalone, o);
+    std::printf("\n%-16s %-9s %8s %14s %14s %14s %14s\n", "layer", "direction", "kernels",
+                "graph host us", "graph dev us", "launch host us", "launch dev us");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const tilerun::LayerTiming &g = rows[i].t, &l = launch_rows[i].t;
+      std::printf("%-16s %-9s %8d %14.2f %14.2f %14.2f %14.2f\n", g.layer.c_str(),
+                  g.direction.c_str(), g.kernels, g.host_us, g.device_us, l.host_us, l.device_us);
+      nlohmann::json j = layer_json(g);
+      j["launch_host_us"] = l.host_us;
+      j["launch_device_us"] = l.device_us;
+      layers.push_back(j);
+    }
+    std::string diff =
+        first_difference(results(*session, o.forward_only), results(*standalone, o.forward_only));
+    if (diff.empty()) {
+      std::printf("graph and standalone results: bit-identical\n");
+    } else {
+      std::printf("graph and standalone results DIFFER: %s\n", diff.c_str());
+      rc = 1;
+    }
+  } else {
+    std::printf("\n%-16s %-9s %8s %12s %12s\n", "layer", "direction", "kernels", "host us",
+                "device us");
+    for (const LayerRow& r : rows) {
+      host_total += r.t.host_us;
+      device_total += r.t.device_us;
+      std::printf("%-16s %-9s %8d %12.2f %12.2f\n", r.t.layer.c_str(), r.t.direction.c_str(),
+                  r.t.kernels, r.t.host_us, r.t.device_us);
+      layers.push_back(layer_json(r.t));
+    }
+    std::printf("%-16s %-9s %8d %12.2f %12.2f\n", "total", "",
+                session->compile_stats().kernels_total, host_total, device_total);
   }
-  std::printf("%-16s %-9s %8d %12.1f %12.1f\n", "total", "", cs.kernels_total, host_total,
-              device_total);
-  if (session.device_name() == "cpu")
+  if (!on_gpu)
     std::printf(
         "(CPU backend: host and device time are both the layer's wall time, averaged "
         "over %d step%s)\n",
         o.steps, o.steps == 1 ? "" : "s");
+  else
+    std::printf("(averaged over %d step%s)\n", o.steps, o.steps == 1 ? "" : "s");
 
   nlohmann::json check = nullptr;
-  int rc = 0;
   if (o.check) {
-    tilerun::CheckResult c = session.check();
+    tilerun::CheckResult c = session->check();
     std::printf("check: %s, %d tensors; worst %s: relative L2 error %.3g (tolerance %.0e)\n",
                 c.ok ? "ok" : "MISMATCH", c.tensors_checked, c.worst_tensor.c_str(), c.worst_error,
                 c.tolerance);
@@ -219,24 +289,20 @@ int run_steps(const Options& o, const tilerun::Model& model) {
              {"tolerance", c.tolerance}};
     if (!c.ok) rc = 1;
   }
-  if (!o.save.empty()) {
-    tilerun::TensorMap all = session.outputs();
-    if (!o.forward_only)
-      for (auto& [name, t] : session.gradients()) all["grad." + name] = std::move(t);
-    tilerun::write_safetensors(o.save, all);
-  }
+  if (!o.save.empty()) tilerun::write_safetensors(o.save, results(*session, o.forward_only));
   if (!o.report.empty()) {
+    const tilerun::CompileStats& cs = session->compile_stats();
     nlohmann::json report = {
         {"model", model.name},
-        {"device", session.device_name()},
-        {"mode", session.device_name() == "cpu" ? "cpu" : o.mode},
+        {"device", session->device_name()},
+        {"mode", on_gpu ? o.mode : "cpu"},
         {"steps", o.steps},
         {"layers", layers},
         {"kernels_total", cs.kernels_total},
         {"kernels_distinct", cs.kernels_distinct},
         {"compile_ms", cs.compile_ms},
-        {"arena_bytes", session.arena_bytes()},
-        {"tensor_bytes", session.tensor_bytes()},
+        {"arena_bytes", session->arena_bytes()},
+        {"tensor_bytes", session->tensor_bytes()},
         {"check", check},
     };
     std::ofstream out(o.report);

@@ -1,0 +1,283 @@
+// The CUDA executor: one device arena from the memory plan; each distinct kernel compiled once
+// (NVRTC behind the disk cache) and loaded once; each node's parameters packed once. A step is
+// either a tight loop of cuLaunchKernel over the pre-bound nodes (LaunchMode::Launch) or one
+// cuGraphLaunch per layer and direction of CUDA graphs built from the KernelGraph's real
+// dependencies (LaunchMode::Graph). Timing per layer: host µs spent issuing, device µs between
+// events recorded around it.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "compiler/check.h"
+#include "compiler/cuda_codegen.h"
+#include "compiler/launch_geometry.h"
+#include "compiler/nvrtc.h"
+#include "graph/cuda_driver.h"
+#include "graph/executor.h"
+
+namespace tilerun::graph {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<compiler::CudaBinary> compile_all(const KernelGraph& g, const SessionOptions& options) {
+  const size_t n = g.kernels.size();
+  std::vector<compiler::CudaBinary> out(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<size_t> next{0}, done{0};
+  const std::string cache = compiler::default_cache_dir();
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) {
+      try {
+        out[i] = compiler::compile_cuda(*g.kernels[i], cache);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+      size_t d = done.fetch_add(1) + 1;
+      if (options.progress) {
+        std::string line = "compiling kernels " + std::to_string(d) + "/" + std::to_string(n);
+        options.progress(line.c_str());
+      }
+    }
+  };
+  size_t threads = std::max<size_t>(1, std::min<size_t>(n, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return out;
+}
+
+// Consecutive nodes of one layer and direction: what one CUDA graph (or one timed launch loop)
+// holds.
+struct Group {
+  int layer = 0;
+  Direction direction = Direction::Forward;
+  int begin = 0, end = 0;  // node range
+};
+
+std::vector<Group> group_nodes(const KernelGraph& g) {
+  std::vector<Group> groups;
+  for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
+    const KernelNode& n = g.nodes[i];
+    if (groups.empty() || groups.back().layer != n.layer || groups.back().direction != n.direction)
+      groups.push_back({n.layer, n.direction, i, i});
+    groups.back().end = i + 1;
+  }
+  return groups;
+}
+
+// Edges inside [begin, end) with the transitive ones removed: a graph needs only the edges that
+// no other path implies (the KernelGraph lists every hazard pair).
+std::vector<std::vector<int>> reduced_deps(const KernelGraph& g, const Group& grp) {
+  const int n = grp.end - grp.begin;
+  std::vector<std::vector<bool>> reach(n, std::vector<bool>(n, false));  // reach[j][i]: i before j
+  std::vector<std::vector<int>> out(n);
+  for (int j = 0; j < n; ++j) {
+    std::vector<int> deps;
+    for (int d : g.nodes[grp.begin + j].deps)
+      if (d >= grp.begin && d < grp.end) deps.push_back(d - grp.begin);
+    std::sort(deps.rbegin(), deps.rend());  // latest first: it implies the most
+    for (int i : deps) {
+      if (reach[j][i]) continue;
+      out[j].push_back(i);
+      reach[j][i] = true;
+      for (int k = 0; k < i; ++k)
+        if (reach[i][k]) reach[j][k] = true;
+    }
+    std::sort(out[j].begin(), out[j].end());
+  }
+  return out;
+}
+
+class CudaExecutor final : public Executor {
+ public:
+  CudaExecutor(const KernelGraph& g, const Model& model, const SessionOptions& options,
+               CompileStats& stats)
+      : graph_(g), model_(model), mode_(options.mode) {
+    std::string why;
+    d_ = cuda_driver(&why);
+    if (!d_) throw Error(why, ErrorKind::Runtime);
+    check(d_->cuDeviceGet(&device_, 0), "cuDeviceGet", "device 0");
+    check(d_->cuDevicePrimaryCtxRetain(&ctx_, device_), "cuDevicePrimaryCtxRetain", "device 0");
+    check(d_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent", "device 0");
+
+    auto start = Clock::now();
+    std::vector<compiler::CudaBinary> binaries = compile_all(g, options);
+    for (size_t k = 0; k < binaries.size(); ++k) {
+      CUmodule module = nullptr;
+      CUfunction fn = nullptr;
+      const std::string what = "kernel " + g.kernels[k]->sig.name;
+      check(d_->cuModuleLoadData(&module, binaries[k].cubin.data()), "cuModuleLoadData", what);
+      modules_.push_back(module);
+      check(d_->cuModuleGetFunction(&fn, module, binaries[k].name.c_str()), "cuModuleGetFunction",
+            what);
+      functions_.push_back(fn);
+    }
+    stats.compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    stats.kernels_distinct = static_cast<int>(binaries.size());
+    stats.kernels_total = static_cast<int>(g.nodes.size());
+
+    const size_t arena = static_cast<size_t>(std::max<int64_t>(g.plan.arena_bytes, 256));
+    check(d_->cuMemAlloc(&arena_, arena), "cuMemAlloc", "the arena");
+    check(d_->cuMemsetD8(arena_, 0, arena), "cuMemsetD8", "the arena");
+    check(d_->cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate", "the stream");
+
+    for (const KernelNode& node : g.nodes) {
+      const compiler::KernelSignature& sig = g.kernels[node.kernel]->sig;
+      compiler::KernelArgs args{.buffers = {}, .dims = node.dims, .scalars = node.scalars};
+      for (int t : node.buffers)
+        args.buffers.push_back(reinterpret_cast<void*>(arena_ + g.plan.offsets[t]));
+      geometry_.push_back(compiler::launch_geometry(sig, node.dims));
+      params_.push_back(compiler::pack_cuda_params(sig, args));
+    }
+    groups_ = group_nodes(g);
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      CUevent a = nullptr, b = nullptr;
+      check(d_->cuEventCreate(&a, CU_EVENT_DEFAULT), "cuEventCreate", "timing");
+      check(d_->cuEventCreate(&b, CU_EVENT_DEFAULT), "cuEventCreate", "timing");
+      events_.push_back({a, b});
+    }
+    if (mode_ == LaunchMode::Graph)
+      for (const Group& grp : groups_) graphs_.push_back(build_graph(grp));
+  }
+
+  ~CudaExecutor() override {
+    if (!d_) return;
+    d_->cuCtxSetCurrent(ctx_);
+    if (stream_) d_->cuStreamSynchronize(stream_);
+    for (auto& [graph, exec] : graphs_) {
+      if (exec) d_->cuGraphExecDestroy(exec);
+      if (graph) d_->cuGraphDestroy(graph);
+    }
+    for (auto& [a, b] : events_) d_->cuEventDestroy(a), d_->cuEventDestroy(b);
+    if (stream_) d_->cuStreamDestroy(stream_);
+    if (arena_) d_->cuMemFree(arena_);
+    for (CUmodule m : modules_) d_->cuModuleUnload(m);
+    d_->cuDevicePrimaryCtxRelease(device_);
+  }
+
+  std::string device_name() const override { return "cuda"; }
+
+  void write_tensor(int tensor, const void* data, int64_t bytes) override {
+    check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "a tensor write");
+    check(d_->cuMemcpyHtoD(arena_ + graph_.plan.offsets[tensor], data, static_cast<size_t>(bytes)),
+          "cuMemcpyHtoD", "tensor " + graph_.ops.tensors[tensor].name);
+  }
+  void read_tensor(int tensor, void* data, int64_t bytes) const override {
+    check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "a tensor read");
+    check(d_->cuMemcpyDtoH(data, arena_ + graph_.plan.offsets[tensor], static_cast<size_t>(bytes)),
+          "cuMemcpyDtoH", "tensor " + graph_.ops.tensors[tensor].name);
+  }
+
+  std::vector<LayerTiming> run(Direction direction) override {
+    std::vector<LayerTiming> timings;
+    std::vector<size_t> ran;
+    for (size_t gi = 0; gi < groups_.size(); ++gi) {
+      const Group& grp = groups_[gi];
+      if (grp.direction != direction) continue;
+      auto start = Clock::now();
+      check(d_->cuEventRecord(events_[gi].first, stream_), "cuEventRecord", "timing");
+      if (mode_ == LaunchMode::Graph) {
+        check(d_->cuGraphLaunch(graphs_[gi].second, stream_), "cuGraphLaunch",
+              "layer " + model_.layers[grp.layer].name);
+      } else {
+        for (int i = grp.begin; i < grp.end; ++i) launch(i);
+      }
+      check(d_->cuEventRecord(events_[gi].second, stream_), "cuEventRecord", "timing");
+      double host_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+      timings.push_back({.layer = model_.layers[grp.layer].name,
+                         .direction = direction_name(direction),
+                         .kernels = grp.end - grp.begin,
+                         .host_us = host_us,
+                         .device_us = 0});
+      ran.push_back(gi);
+    }
+    check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize",
+          std::string(direction_name(direction)) + " step");
+    for (size_t r = 0; r < ran.size(); ++r) {
+      float ms = 0;
+      check(d_->cuEventElapsedTime(&ms, events_[ran[r]].first, events_[ran[r]].second),
+            "cuEventElapsedTime", "timing");
+      timings[r].device_us = ms * 1000.0;
+    }
+    return timings;
+  }
+
+ private:
+  void check(CUresult r, const char* call, const std::string& what) const {
+    cuda_check(r, call, what);
+  }
+
+  void launch(int i) {
+    const compiler::LaunchGeometry& geo = geometry_[i];
+    if (geo.empty()) return;
+    check(d_->cuLaunchKernel(functions_[graph_.nodes[i].kernel], static_cast<unsigned>(geo.grid[0]),
+                             static_cast<unsigned>(geo.grid[1]), static_cast<unsigned>(geo.grid[2]),
+                             static_cast<unsigned>(geo.threads), 1, 1, 0, stream_,
+                             params_[i].kernel_params(), nullptr),
+          "cuLaunchKernel", kernel_name(i));
+  }
+
+  std::string kernel_name(int i) const {
+    return "kernel " + graph_.kernels[graph_.nodes[i].kernel]->sig.name;
+  }
+
+  std::pair<CUgraph, CUgraphExec> build_graph(const Group& grp) {
+    CUgraph graph = nullptr;
+    check(d_->cuGraphCreate(&graph, 0), "cuGraphCreate", "layer " + model_.layers[grp.layer].name);
+    std::vector<std::vector<int>> deps = reduced_deps(graph_, grp);
+    std::vector<CUgraphNode> nodes(grp.end - grp.begin, nullptr);
+    for (int j = 0; j < grp.end - grp.begin; ++j) {
+      const int i = grp.begin + j;
+      const compiler::LaunchGeometry& geo = geometry_[i];
+      std::vector<CUgraphNode> after;
+      for (int d : deps[j])
+        if (nodes[d]) after.push_back(nodes[d]);
+      if (geo.empty()) continue;  // nothing to run; its dependents wait on its own deps
+      CUDA_KERNEL_NODE_PARAMS p{};
+      p.func = functions_[graph_.nodes[i].kernel];
+      p.gridDimX = static_cast<unsigned>(geo.grid[0]);
+      p.gridDimY = static_cast<unsigned>(geo.grid[1]);
+      p.gridDimZ = static_cast<unsigned>(geo.grid[2]);
+      p.blockDimX = static_cast<unsigned>(geo.threads);
+      p.blockDimY = p.blockDimZ = 1;
+      p.kernelParams = params_[i].kernel_params();
+      check(d_->cuGraphAddKernelNode(&nodes[j], graph, after.data(), after.size(), &p),
+            "cuGraphAddKernelNode", kernel_name(i));
+    }
+    CUgraphExec exec = nullptr;
+    check(d_->cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate",
+          "layer " + model_.layers[grp.layer].name);
+    return {graph, exec};
+  }
+
+  const KernelGraph& graph_;
+  const Model& model_;
+  LaunchMode mode_;
+  const CudaDriver* d_ = nullptr;
+  CUdevice device_ = 0;
+  CUcontext ctx_ = nullptr;
+  CUstream stream_ = nullptr;
+  CUdeviceptr arena_ = 0;
+  std::vector<CUmodule> modules_;
+  std::vector<CUfunction> functions_;
+  std::vector<compiler::LaunchGeometry> geometry_;
+  std::vector<compiler::CudaParams> params_;
+  std::vector<Group> groups_;
+  std::vector<std::pair<CUevent, CUevent>> events_;
+  std::vector<std::pair<CUgraph, CUgraphExec>> graphs_;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_cuda_executor(const KernelGraph& graph, const Model& model,
+                                             const SessionOptions& options, CompileStats& stats) {
+  return std::make_unique<CudaExecutor>(graph, model, options, stats);
+}
+
+}  // namespace tilerun::graph
