@@ -76,6 +76,10 @@ class CpuExecutor final : public Executor {
   void write_tensor(int tensor, const void* data, int64_t bytes) override {
     std::memcpy(arena_.get() + graph_.plan.offsets[tensor], data, static_cast<size_t>(bytes));
   }
+  void write_tensor_from_device(int tensor, const void*, int64_t) override {
+    throw Error("tensor '" + graph_.ops.tensors[tensor].name +
+                "': binding from device memory needs a CUDA session; this one runs on the CPU");
+  }
   void read_tensor(int tensor, void* data, int64_t bytes) const override {
     std::memcpy(data, arena_.get() + graph_.plan.offsets[tensor], static_cast<size_t>(bytes));
   }

@@ -168,6 +168,17 @@ class CudaExecutor final : public Executor {
     check(d_->cuMemcpyHtoD(arena_ + graph_.plan.offsets[tensor], data, static_cast<size_t>(bytes)),
           "cuMemcpyHtoD", "tensor " + graph_.ops.tensors[tensor].name);
   }
+  void write_tensor_from_device(int tensor, const void* device_ptr, int64_t bytes) override {
+    const std::string& name = graph_.ops.tensors[tensor].name;
+    if (reinterpret_cast<uintptr_t>(device_ptr) % 16 != 0)
+      throw Error("tensor '" + name + "': device pointer " +
+                  std::to_string(reinterpret_cast<uintptr_t>(device_ptr)) +
+                  " is not 16-byte aligned");
+    check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "a tensor write");
+    check(d_->cuMemcpyDtoD(arena_ + graph_.plan.offsets[tensor],
+                           reinterpret_cast<CUdeviceptr>(device_ptr), static_cast<size_t>(bytes)),
+          "cuMemcpyDtoD", "tensor " + name);
+  }
   void read_tensor(int tensor, void* data, int64_t bytes) const override {
     check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "a tensor read");
     check(d_->cuMemcpyDtoH(data, arena_ + graph_.plan.offsets[tensor], static_cast<size_t>(bytes)),

@@ -18,6 +18,8 @@ class Executor {
   // Copies a tensor's bytes in or out of its planned place in the arena.
   virtual void write_tensor(int tensor, const void* data, int64_t bytes) = 0;
   virtual void read_tensor(int tensor, void* data, int64_t bytes) const = 0;
+  // Copies a tensor in from device memory (CUDA executors; the CPU executor refuses).
+  virtual void write_tensor_from_device(int tensor, const void* device_ptr, int64_t bytes) = 0;
   // Runs every node of one direction, in order; returns per-layer timings of that run.
   virtual std::vector<LayerTiming> run(Direction direction) = 0;
 };

@@ -104,6 +104,18 @@ void Session::set_tensor(const std::string& name, const HostTensor& value) {
   s.forward_done = s.backward_done = false;
 }
 
+void Session::set_tensor_from_device(const std::string& name, const void* device_ptr) {
+  Impl& s = *impl_;
+  int id = s.tensor_id(name, "input or weight");
+  const graph::GraphTensor& t = s.graph.ops.tensors[id];
+  if (t.kind != graph::TensorKind::Input && t.kind != graph::TensorKind::Weight)
+    throw Error("'" + name + "' is computed by the model; only inputs and weights can be set");
+  int64_t n = 1;
+  for (int64_t d : t.type.shape) n *= d;
+  s.executor->write_tensor_from_device(id, device_ptr, dtype_bytes(t.type.dtype, n));
+  s.forward_done = s.backward_done = false;
+}
+
 void Session::set_tensors(const TensorMap& values) {
   for (const auto& [name, value] : values) set_tensor(name, value);
 }

@@ -19,8 +19,8 @@ enum class LaunchMode { Graph, Launch };
 struct SessionOptions {
   Device device = Device::Auto;  // Auto: the GPU when there is one, else the CPU backend
   LaunchMode mode = LaunchMode::Graph;
-  uint64_t seed = 0;     // for tensors not bound explicitly (the documented initialiser)
-  std::string dump_dir;  // non-empty: write each kernel's IR and code there
+  uint64_t seed = 0;          // for tensors not bound explicitly (the documented initialiser)
+  std::string dump_dir;       // non-empty: write each kernel's IR and code there
   bool forward_only = false;  // compile no backward kernels (backward() is then an error)
   // Called with one line of compile progress at a time (e.g. "compiling 12/31 kernels").
   void (*progress)(const char* line) = nullptr;
@@ -68,6 +68,10 @@ class Session {
   // Binds an input or weight by name (dtype and shape must match the model).
   void set_tensor(const std::string& name, const HostTensor& value);
   void set_tensors(const TensorMap& values);
+  // Binds an input or weight from CUDA device memory (a CUdeviceptr as a pointer, 16-byte
+  // aligned, holding the tensor's bytes): they are copied into the session's arena. CUDA
+  // sessions only; a misaligned pointer or a CPU session is a tilerun::Error.
+  void set_tensor_from_device(const std::string& name, const void* device_ptr);
 
   void forward();   // computes the outputs
   void backward();  // after forward(): the gradient of every input and weight under the loss

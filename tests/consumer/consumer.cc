@@ -1,5 +1,5 @@
 // Uses only <tilerun/tilerun.h>: loads a model, initialises its tensors, writes and reads them
-// back through .safetensors, and checks the round trip is exact.
+// back through .safetensors, checks the round trip is exact, and runs a checked step.
 #include <tilerun/tilerun.h>
 
 #include <cstdio>
@@ -22,8 +22,20 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
-    std::printf("tilerun %s: %s, %zu tensors, %lld parameters\n", tilerun::version(),
-                model.name.c_str(), tensors.size(), (long long)model.parameter_count());
+    // A step on the CPU backend through the Session, checked against the reference.
+    tilerun::Session session(model, {.device = tilerun::Device::Cpu, .seed = 7});
+    session.set_tensors(back);
+    session.forward();
+    session.backward();
+    tilerun::CheckResult check = session.check();
+    if (!check.ok || session.gradients().size() != 7) {
+      std::fprintf(stderr, "step failed its check: %s %g\n", check.worst_tensor.c_str(),
+                   check.worst_error);
+      return 1;
+    }
+    std::printf("tilerun %s: %s, %zu tensors, %lld parameters, %zu layer timings, check ok\n",
+                tilerun::version(), model.name.c_str(), tensors.size(),
+                (long long)model.parameter_count(), session.timings().size());
     return 0;
   } catch (const tilerun::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -85,3 +85,33 @@ TEST_F(GpuSession, DevicePointerTimingsAreReported) {
 
 }  // namespace
 }  // namespace tilerun
+
+namespace tilerun {
+namespace {
+
+TEST_F(GpuSession, BindsInputsFromDeviceMemory) {
+  const graph::CudaDriver* d = graph::cuda_driver();
+  uint64_t seed = std::random_device{}();
+  Session host(tiny(), {.device = Device::Cuda, .seed = seed});
+  Session dev(tiny(), {.device = Device::Cuda, .seed = seed + 1});
+  // The same x as `host`, handed over in device memory.
+  HostTensor x = host.tensor("x");
+  CUdeviceptr p = 0;
+  ASSERT_EQ(d->cuMemAlloc(&p, x.data.size() + 16), CUDA_SUCCESS);
+  ASSERT_EQ(d->cuMemcpyHtoD(p, x.data.data(), x.data.size()), CUDA_SUCCESS);
+  TensorMap weights = initialize_tensors(tiny(), seed);
+  weights.erase("x");  // x stays seed+1's unless the device copy lands
+  dev.set_tensors(weights);
+  dev.set_tensor_from_device("x", reinterpret_cast<const void*>(p));
+  expect_bit_identical(step(host), step(dev), "device-bound vs host-bound");
+  try {
+    dev.set_tensor_from_device("x", reinterpret_cast<const void*>(p + 4));
+    ADD_FAILURE() << "a misaligned device pointer was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("16-byte aligned"), std::string::npos) << e.what();
+  }
+  d->cuMemFree(p);
+}
+
+}  // namespace
+}  // namespace tilerun

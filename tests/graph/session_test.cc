@@ -6,12 +6,14 @@
 
 #include <random>
 
+#include "graph/autodiff.h"
+#include "graph/kernel_graph.h"
 #include "tilerun/tilerun.h"
 
 namespace tilerun {
 namespace {
 
-Model tiny() { return load_model(std::string(TILERUN_SOURCE_DIR) + "/configs/tiny.yaml"); }
+tilerun::Model tiny() { return load_model(std::string(TILERUN_SOURCE_DIR) + "/configs/tiny.yaml"); }
 
 uint64_t fresh_seed() { return std::random_device{}(); }
 
@@ -26,8 +28,7 @@ TEST(Session, TinyStepMatchesTheReference) {
   CheckResult c = s.check();
   EXPECT_TRUE(c.ok) << c.worst_tensor << " error " << c.worst_error << " > " << c.tolerance;
   // Every output and every weight's and input's gradient was compared.
-  EXPECT_EQ(c.tensors_checked,
-            static_cast<int>(s.outputs().size() + s.gradients().size()));
+  EXPECT_EQ(c.tensors_checked, static_cast<int>(s.outputs().size() + s.gradients().size()));
   EXPECT_FALSE(s.timings().empty());
 }
 
@@ -72,6 +73,66 @@ TEST(Session, BindingErrorsAreClear) {
   EXPECT_THROW(s.set_tensor("no_such_tensor", wrong), Error);
   EXPECT_THROW(s.gradient("x"), Error);  // before backward()
   EXPECT_THROW(s.backward(), Error);     // before forward()
+}
+
+}  // namespace
+}  // namespace tilerun
+
+// The memory plan of the whole tiny step: no two tensors that are live at the same time share a
+// byte, and every persistent tensor is disjoint from every other tensor.
+namespace tilerun::graph {
+namespace {
+
+TEST(TinyPlan, NoTwoLiveTensorsOverlap) {
+  Model model = tiny();
+  OpGraph ops = build_forward(model);
+  append_backward(model, ops);
+  KernelGraph kg = expand(std::move(ops));
+  const size_t n = kg.ops.tensors.size();
+  std::vector<int> first(n, INT32_MAX), last(n, -1);
+  for (size_t i = 0; i < kg.nodes.size(); ++i)
+    for (int t : kg.nodes[i].buffers) {
+      first[t] = std::min(first[t], static_cast<int>(i));
+      last[t] = std::max(last[t], static_cast<int>(i));
+    }
+  auto bytes = [&](size_t t) {
+    int64_t e = 1;
+    for (int64_t d : kg.ops.tensors[t].type.shape) e *= d;
+    return dtype_bytes(kg.ops.tensors[t].type.dtype, e);
+  };
+  int live_pairs = 0;
+  for (size_t a = 0; a < n; ++a) {
+    EXPECT_EQ(kg.plan.offsets[a] % kArenaAlignment, 0);
+    EXPECT_LE(kg.plan.offsets[a] + bytes(a), kg.plan.arena_bytes);
+    for (size_t b = a + 1; b < n; ++b) {
+      bool live = kg.persistent[a] || kg.persistent[b] ||
+                  (last[a] >= 0 && last[b] >= 0 && first[a] <= last[b] && first[b] <= last[a]);
+      if (!live) continue;
+      ++live_pairs;
+      bool overlap = kg.plan.offsets[a] < kg.plan.offsets[b] + bytes(b) &&
+                     kg.plan.offsets[b] < kg.plan.offsets[a] + bytes(a);
+      EXPECT_FALSE(overlap) << kg.ops.tensors[a].name << " and " << kg.ops.tensors[b].name;
+    }
+  }
+  EXPECT_GT(live_pairs, 0);
+  EXPECT_LT(kg.plan.arena_bytes, kg.plan.total_bytes);  // the tiny step does reuse memory
+}
+
+}  // namespace
+}  // namespace tilerun::graph
+
+namespace tilerun {
+namespace {
+
+TEST(Session, DevicePointersNeedACudaSession) {
+  Session s(tiny(), {.device = Device::Cpu});
+  int fake = 0;
+  try {
+    s.set_tensor_from_device("x", &fake);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a CUDA session"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
