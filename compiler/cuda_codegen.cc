@@ -336,6 +336,12 @@ class CudaEmitter {
       line(std::string(c_type(l.type)) + " " + c + " = " +
            (l.type == Type::F32 ? float_literal(0.0f) : int_literal(l.type, 0)) + ";");
     }
+    // Programmatic dependent launch: wait until the grids this one depends on have finished and
+    // their writes are visible, before the first read of anything they produced; then let the
+    // next grid start its prologue (it waits in its own griddepcontrol.wait). Without a PDL
+    // launch attribute both are no-ops, so one binary serves --pdl on and off with the same bits.
+    line("asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
+    line("asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
     stmt(k_.body);
     indent_ = 0;
     line("}");

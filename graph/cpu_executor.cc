@@ -84,6 +84,17 @@ class CpuExecutor final : public Executor {
     std::memcpy(data, arena_.get() + graph_.plan.offsets[tensor], static_cast<size_t>(bytes));
   }
 
+  std::vector<double> profile(Direction direction) override {
+    std::vector<double> us(graph_.nodes.size(), 0.0);
+    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+      if (graph_.nodes[i].direction != direction) continue;
+      auto start = Clock::now();
+      kernels_[graph_.nodes[i].kernel]->launch(args_[i]);
+      us[i] = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    }
+    return us;
+  }
+
   std::vector<LayerTiming> run(Direction direction) override {
     std::vector<LayerTiming> timings;
     size_t i = 0;

@@ -13,7 +13,8 @@ namespace tilerun::graph {
 #define TILERUN_CUDA_DRIVER_FUNCTIONS(X)                                                           \
   X(cuInit)                                                                                        \
   X(cuDeviceGetCount)                                                                              \
-  X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)            \
+  X(cuDeviceGet)                                                                                   \
+  X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                           \
       X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuGetErrorString) X(cuGetErrorName)        \
           X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute)       \
               X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD)     \

@@ -98,7 +98,7 @@ class CudaExecutor final : public Executor {
  public:
   CudaExecutor(const KernelGraph& g, const Model& model, const SessionOptions& options,
                CompileStats& stats)
-      : graph_(g), model_(model), mode_(options.mode) {
+      : graph_(g), model_(model), mode_(options.mode), pdl_(options.pdl) {
     std::string why;
     d_ = cuda_driver(&why);
     if (!d_) throw Error(why, ErrorKind::Runtime);
@@ -185,6 +185,34 @@ class CudaExecutor final : public Executor {
           "cuMemcpyDtoH", "tensor " + graph_.ops.tensors[tensor].name);
   }
 
+  // Events around every launch, no PDL, so each kernel's duration is its own.
+  std::vector<double> profile(Direction direction) override {
+    std::vector<double> us(graph_.nodes.size(), 0.0);
+    std::vector<std::pair<CUevent, CUevent>> ev;
+    std::vector<int> which;
+    for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i) {
+      if (graph_.nodes[i].direction != direction || geometry_[i].empty()) continue;
+      CUevent a = nullptr, b = nullptr;
+      check(d_->cuEventCreate(&a, CU_EVENT_DEFAULT), "cuEventCreate", "profiling");
+      check(d_->cuEventCreate(&b, CU_EVENT_DEFAULT), "cuEventCreate", "profiling");
+      check(d_->cuEventRecord(a, stream_), "cuEventRecord", "profiling");
+      launch(i, false);
+      check(d_->cuEventRecord(b, stream_), "cuEventRecord", "profiling");
+      ev.push_back({a, b});
+      which.push_back(i);
+    }
+    check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "profiling");
+    for (size_t k = 0; k < ev.size(); ++k) {
+      float ms = 0;
+      check(d_->cuEventElapsedTime(&ms, ev[k].first, ev[k].second), "cuEventElapsedTime",
+            kernel_name(which[k]));
+      us[which[k]] = ms * 1000.0;
+      d_->cuEventDestroy(ev[k].first);
+      d_->cuEventDestroy(ev[k].second);
+    }
+    return us;
+  }
+
   std::vector<LayerTiming> run(Direction direction) override {
     std::vector<LayerTiming> timings;
     std::vector<size_t> ran;
@@ -197,7 +225,7 @@ class CudaExecutor final : public Executor {
         check(d_->cuGraphLaunch(graphs_[gi].second, stream_), "cuGraphLaunch",
               "layer " + model_.layers[grp.layer].name);
       } else {
-        for (int i = grp.begin; i < grp.end; ++i) launch(i);
+        for (int i = grp.begin; i < grp.end; ++i) launch(i, pdl_);
       }
       check(d_->cuEventRecord(events_[gi].second, stream_), "cuEventRecord", "timing");
       double host_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
@@ -224,14 +252,35 @@ class CudaExecutor final : public Executor {
     cuda_check(r, call, what);
   }
 
-  void launch(int i) {
+  void launch(int i, bool pdl) {
     const compiler::LaunchGeometry& geo = geometry_[i];
     if (geo.empty()) return;
-    check(d_->cuLaunchKernel(functions_[graph_.nodes[i].kernel], static_cast<unsigned>(geo.grid[0]),
+    if (!pdl) {
+      check(
+          d_->cuLaunchKernel(functions_[graph_.nodes[i].kernel], static_cast<unsigned>(geo.grid[0]),
                              static_cast<unsigned>(geo.grid[1]), static_cast<unsigned>(geo.grid[2]),
                              static_cast<unsigned>(geo.threads), 1, 1, 0, stream_,
                              params_[i].kernel_params(), nullptr),
           "cuLaunchKernel", kernel_name(i));
+      return;
+    }
+    // The kernel may start while its predecessor in the stream finishes; it waits in
+    // griddepcontrol.wait before touching what the predecessor wrote.
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = static_cast<unsigned>(geo.grid[0]);
+    cfg.gridDimY = static_cast<unsigned>(geo.grid[1]);
+    cfg.gridDimZ = static_cast<unsigned>(geo.grid[2]);
+    cfg.blockDimX = static_cast<unsigned>(geo.threads);
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.hStream = stream_;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    check(d_->cuLaunchKernelEx(&cfg, functions_[graph_.nodes[i].kernel], params_[i].kernel_params(),
+                               nullptr),
+          "cuLaunchKernelEx", kernel_name(i));
   }
 
   std::string kernel_name(int i) const {
@@ -249,7 +298,7 @@ class CudaExecutor final : public Executor {
       std::vector<CUgraphNode> after;
       for (int d : deps[j])
         if (nodes[d]) after.push_back(nodes[d]);
-      if (geo.empty()) continue;  // nothing to run; its dependents wait on its own deps
+      if (geo.empty()) continue;  // an empty grid: no node (its dependents keep their own deps)
       CUDA_KERNEL_NODE_PARAMS p{};
       p.func = functions_[graph_.nodes[i].kernel];
       p.gridDimX = static_cast<unsigned>(geo.grid[0]);
@@ -258,8 +307,23 @@ class CudaExecutor final : public Executor {
       p.blockDimX = static_cast<unsigned>(geo.threads);
       p.blockDimY = p.blockDimZ = 1;
       p.kernelParams = params_[i].kernel_params();
-      check(d_->cuGraphAddKernelNode(&nodes[j], graph, after.data(), after.size(), &p),
+      // With PDL the edges are programmatic: the dependent may launch once every block of its
+      // producer has passed griddepcontrol.launch_dependents, and waits in griddepcontrol.wait.
+      check(d_->cuGraphAddKernelNode(&nodes[j], graph, pdl_ ? nullptr : after.data(),
+                                     pdl_ ? 0 : after.size(), &p),
             "cuGraphAddKernelNode", kernel_name(i));
+      if (pdl_ && !after.empty()) {
+        std::vector<CUgraphEdgeData> edges(after.size());
+        for (CUgraphEdgeData& e : edges) {
+          e = CUgraphEdgeData{};
+          e.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+          e.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+        }
+        std::vector<CUgraphNode> to(after.size(), nodes[j]);
+        check(
+            d_->cuGraphAddDependencies(graph, after.data(), to.data(), edges.data(), after.size()),
+            "cuGraphAddDependencies", kernel_name(i));
+      }
     }
     CUgraphExec exec = nullptr;
     check(d_->cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate",
@@ -270,6 +334,7 @@ class CudaExecutor final : public Executor {
   const KernelGraph& graph_;
   const Model& model_;
   LaunchMode mode_;
+  bool pdl_;
   const CudaDriver* d_ = nullptr;
   CUdevice device_ = 0;
   CUcontext ctx_ = nullptr;

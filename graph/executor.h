@@ -22,6 +22,9 @@ class Executor {
   virtual void write_tensor_from_device(int tensor, const void* device_ptr, int64_t bytes) = 0;
   // Runs every node of one direction, in order; returns per-layer timings of that run.
   virtual std::vector<LayerTiming> run(Direction direction) = 0;
+  // Runs every node of one direction on its own, timing each; returns µs per node (indexed like
+  // KernelGraph::nodes, 0 for nodes of the other direction).
+  virtual std::vector<double> profile(Direction direction) = 0;
 };
 
 // Compiles every distinct kernel of `graph` for the CPU backend (in parallel, results placed in

@@ -26,6 +26,7 @@ struct Session::Impl {
   CompileStats stats;
   std::unique_ptr<graph::Executor> executor;
   std::vector<LayerTiming> forward_timings, backward_timings;
+  std::vector<double> kernel_us;  // per node, from profile()
   bool forward_done = false, backward_done = false;
 
   int tensor_id(const std::string& name, const char* what) const {
@@ -168,9 +169,41 @@ TensorMap Session::gradients() const {
 }
 
 std::vector<LayerTiming> Session::timings() const {
-  std::vector<LayerTiming> all = impl_->forward_timings;
-  all.insert(all.end(), impl_->backward_timings.begin(), impl_->backward_timings.end());
+  const Impl& s = *impl_;
+  std::vector<LayerTiming> all = s.forward_timings;
+  all.insert(all.end(), s.backward_timings.begin(), s.backward_timings.end());
+  if (s.kernel_us.empty()) return all;
+  // Sum each layer's kernel durations from the profile pass into its row.
+  for (LayerTiming& t : all) {
+    t.kernels_us = 0;
+    for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
+      const graph::KernelNode& n = s.graph.nodes[i];
+      if (s.model.layers[n.layer].name == t.layer &&
+          graph::direction_name(n.direction) == t.direction)
+        t.kernels_us += s.kernel_us[i];
+    }
+    t.gap_us = t.kernels > 0 ? (t.device_us - t.kernels_us) / t.kernels : 0;
+  }
   return all;
+}
+
+std::vector<KernelTiming> Session::profile() {
+  Impl& s = *impl_;
+  std::vector<double> fwd = s.executor->profile(Direction::Forward);
+  std::vector<double> bwd;
+  if (!s.options.forward_only) bwd = s.executor->profile(Direction::Backward);
+  s.kernel_us.assign(s.graph.nodes.size(), 0.0);
+  std::vector<KernelTiming> out;
+  for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
+    const graph::KernelNode& n = s.graph.nodes[i];
+    s.kernel_us[i] = n.direction == Direction::Forward ? fwd[i] : (bwd.empty() ? 0 : bwd[i]);
+    if (n.direction == Direction::Backward && bwd.empty()) continue;
+    out.push_back({.layer = s.model.layers[n.layer].name,
+                   .direction = graph::direction_name(n.direction),
+                   .kernel = s.graph.kernels[n.kernel]->sig.name,
+                   .us = s.kernel_us[i]});
+  }
+  return out;
 }
 
 }  // namespace tilerun

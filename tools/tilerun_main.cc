@@ -38,6 +38,9 @@ options:
   --seed S                 seed of the initialiser for tensors not loaded (default 0)
   --save FILE              write outputs and gradients ("grad.NAME") as .safetensors
   --report FILE            write a JSON report
+  --pdl on|off             programmatic dependent launch between kernels (CUDA; default on)
+  --trace FILE             write a Chrome/Perfetto trace of a step (host and device spans per
+                           layer, device spans per kernel from a profiling pass)
   --dump-kernels DIR       write each kernel's Tile IR, SIMT IR and generated code
   --validate               only check the model and print its summary
   -h, --help               show this help and exit
@@ -49,7 +52,8 @@ exit codes: 0 success, 1 run-time failure or --check mismatch, 2 bad usage or ba
 
 struct Options {
   bool help = false, version = false, validate = false, forward_only = false, check = false;
-  std::string model_path, device = "auto", mode = "graph", weights, save, report, dump_dir;
+  std::string model_path, device = "auto", mode = "graph", weights, save, report, dump_dir, trace;
+  bool pdl = true;
   int steps = 1;
   uint64_t seed = 0;
 };
@@ -118,6 +122,10 @@ Options parse_args(const std::vector<std::string>& args) {
       o.save = value();
     } else if (a == "--report") {
       o.report = value();
+    } else if (a == "--pdl") {
+      o.pdl = one_of(a, value(), {"on", "off"}) == "on";
+    } else if (a == "--trace") {
+      o.trace = value();
     } else if (a == "--dump-kernels") {
       o.dump_dir = value();
     } else {
@@ -143,6 +151,9 @@ struct LayerRow {
   int samples = 0;
 };
 
+// The per-kernel durations of the last profiling pass (for --trace).
+std::vector<tilerun::KernelTiming> last_profile;
+
 std::vector<LayerRow> run_session(tilerun::Session& session, const Options& o) {
   std::vector<LayerRow> rows;
   for (int step = 0; step < o.steps; ++step) {
@@ -163,6 +174,15 @@ std::vector<LayerRow> run_session(tilerun::Session& session, const Options& o) {
   for (LayerRow& r : rows) {
     r.t.host_us /= r.samples;
     r.t.device_us /= r.samples;
+  }
+  // One more step kernel by kernel gives each layer's own kernel time, and so its gaps.
+  last_profile = session.profile();
+  std::vector<tilerun::LayerTiming> profiled = session.timings();
+  for (size_t i = 0; i < rows.size() && i < profiled.size(); ++i) {
+    rows[i].t.kernels_us = profiled[i].kernels_us;
+    rows[i].t.gap_us = rows[i].t.kernels > 0
+                           ? (rows[i].t.device_us - rows[i].t.kernels_us) / rows[i].t.kernels
+                           : 0;
   }
   return rows;
 }
@@ -189,6 +209,7 @@ tilerun::SessionOptions session_options(const Options& o, tilerun::LaunchMode mo
               : o.device == "cuda" ? tilerun::Device::Cuda
                                    : tilerun::Device::Auto;
   so.mode = mode;
+  so.pdl = o.pdl;
   so.seed = o.seed;
   so.dump_dir = o.dump_dir;
   so.forward_only = o.forward_only;
@@ -211,11 +232,61 @@ std::unique_ptr<tilerun::Session> open_session(const Options& o, const tilerun::
 }
 
 nlohmann::json layer_json(const tilerun::LayerTiming& t) {
-  return {{"name", t.layer},
-          {"direction", t.direction},
-          {"kernels", t.kernels},
-          {"host_us", t.host_us},
-          {"device_us", t.device_us}};
+  return {{"name", t.layer},      {"direction", t.direction}, {"kernels", t.kernels},
+          {"host_us", t.host_us}, {"device_us", t.device_us}, {"kernels_us", t.kernels_us},
+          {"gap_us", t.gap_us}};
+}
+
+// A Chrome/Perfetto trace (chrome://tracing, ui.perfetto.dev) of one averaged step: host spans
+// per layer (issuing), device spans per layer, and device spans per kernel from the profiling
+// pass. Spans of a track are laid end to end in step order.
+void write_trace(const std::string& path, const std::vector<LayerRow>& rows,
+                 const std::vector<tilerun::KernelTiming>& kernels) {
+  nlohmann::json events = nlohmann::json::array();
+  auto meta = [&](int pid, const char* name) {
+    events.push_back({{"ph", "M"},
+                      {"name", "process_name"},
+                      {"pid", pid},
+                      {"tid", 0},
+                      {"args", {{"name", name}}}});
+  };
+  meta(1, "host: issuing");
+  meta(2, "device: layers");
+  meta(3, "device: kernels (profiling pass)");
+  double host_t = 0, dev_t = 0, kern_t = 0;
+  for (const LayerRow& r : rows) {
+    std::string name = r.t.layer + " " + r.t.direction;
+    events.push_back({{"ph", "X"},
+                      {"name", name},
+                      {"pid", 1},
+                      {"tid", 0},
+                      {"ts", host_t},
+                      {"dur", r.t.host_us},
+                      {"args", {{"kernels", r.t.kernels}}}});
+    events.push_back({{"ph", "X"},
+                      {"name", name},
+                      {"pid", 2},
+                      {"tid", 0},
+                      {"ts", dev_t},
+                      {"dur", r.t.device_us},
+                      {"args", {{"kernels_us", r.t.kernels_us}, {"gap_us", r.t.gap_us}}}});
+    host_t += r.t.host_us;
+    dev_t += r.t.device_us;
+  }
+  for (const tilerun::KernelTiming& k : kernels) {
+    events.push_back({{"ph", "X"},
+                      {"name", k.kernel},
+                      {"pid", 3},
+                      {"tid", 0},
+                      {"ts", kern_t},
+                      {"dur", k.us},
+                      {"args", {{"layer", k.layer}, {"direction", k.direction}}}});
+    kern_t += k.us;
+  }
+  std::ofstream out(path);
+  out << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ns"}}.dump(1) << "\n";
+  if (!out)
+    throw tilerun::Error("cannot write the trace '" + path + "'", tilerun::ErrorKind::Runtime);
 }
 
 // Compile, bind, run the steps; print the per-layer table; check, save and report.
@@ -256,17 +327,22 @@ int run_steps(const Options& o, const tilerun::Model& model) {
       rc = 1;
     }
   } else {
-    std::printf("\n%-16s %-9s %8s %12s %12s\n", "layer", "direction", "kernels", "host us",
-                "device us");
+    std::printf("\n%-16s %-9s %8s %12s %12s %12s %12s\n", "layer", "direction", "kernels",
+                "host us", "device us", "kernels us", "gap us/k");
+    double kernels_total = 0;
     for (const LayerRow& r : rows) {
       host_total += r.t.host_us;
       device_total += r.t.device_us;
-      std::printf("%-16s %-9s %8d %12.2f %12.2f\n", r.t.layer.c_str(), r.t.direction.c_str(),
-                  r.t.kernels, r.t.host_us, r.t.device_us);
+      kernels_total += r.t.kernels_us;
+      std::printf("%-16s %-9s %8d %12.2f %12.2f %12.2f %12.3f\n", r.t.layer.c_str(),
+                  r.t.direction.c_str(), r.t.kernels, r.t.host_us, r.t.device_us, r.t.kernels_us,
+                  r.t.gap_us);
       layers.push_back(layer_json(r.t));
     }
-    std::printf("%-16s %-9s %8d %12.2f %12.2f\n", "total", "",
-                session->compile_stats().kernels_total, host_total, device_total);
+    const int k = session->compile_stats().kernels_total;
+    std::printf("%-16s %-9s %8d %12.2f %12.2f %12.2f %12.3f\n", "total", "", k, host_total,
+                device_total, kernels_total, k ? (device_total - kernels_total) / k : 0.0);
+    std::printf("host us per kernel: %.3f\n", k ? host_total / k : 0.0);
   }
   if (!on_gpu)
     std::printf(
@@ -290,12 +366,14 @@ int run_steps(const Options& o, const tilerun::Model& model) {
     if (!c.ok) rc = 1;
   }
   if (!o.save.empty()) tilerun::write_safetensors(o.save, results(*session, o.forward_only));
+  if (!o.trace.empty()) write_trace(o.trace, rows, last_profile);
   if (!o.report.empty()) {
     const tilerun::CompileStats& cs = session->compile_stats();
     nlohmann::json report = {
         {"model", model.name},
         {"device", session->device_name()},
         {"mode", on_gpu ? o.mode : "cpu"},
+        {"pdl", on_gpu && o.pdl},
         {"steps", o.steps},
         {"layers", layers},
         {"kernels_total", cs.kernels_total},

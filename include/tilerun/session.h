@@ -19,6 +19,9 @@ enum class LaunchMode { Graph, Launch };
 struct SessionOptions {
   Device device = Device::Auto;  // Auto: the GPU when there is one, else the CPU backend
   LaunchMode mode = LaunchMode::Graph;
+  // Programmatic dependent launch: a kernel's prologue overlaps its predecessor's tail (CUDA
+  // only). Outputs are bit-identical either way.
+  bool pdl = true;
   uint64_t seed = 0;          // for tensors not bound explicitly (the documented initialiser)
   std::string dump_dir;       // non-empty: write each kernel's IR and code there
   bool forward_only = false;  // compile no backward kernels (backward() is then an error)
@@ -33,6 +36,16 @@ struct LayerTiming {
   int kernels = 0;
   double host_us = 0;    // issuing it (on the CPU: the layer's wall time)
   double device_us = 0;  // executing it (on the CPU: the layer's wall time)
+  // After profile(): the sum of the layer's kernels' own durations, and from it the average
+  // time per kernel that is not kernel work: (device_us - kernels_us) / kernels.
+  double kernels_us = 0;
+  double gap_us = 0;
+};
+
+// One kernel's own duration, from Session::profile().
+struct KernelTiming {
+  std::string layer, direction, kernel;
+  double us = 0;
 };
 
 struct CompileStats {
@@ -87,6 +100,11 @@ class Session {
 
   // Per layer and direction, for the last forward() and backward().
   std::vector<LayerTiming> timings() const;
+
+  // Runs one extra step kernel by kernel (standalone launches with events around each on a GPU,
+  // wall time per kernel on the CPU) and returns every kernel's own duration; afterwards
+  // timings() also carries kernels_us and gap_us.
+  std::vector<KernelTiming> profile();
 
  private:
   struct Impl;

@@ -61,6 +61,27 @@ TEST_F(GpuSession, TinyStepBitIdenticalToTheCpuInBothModes) {
   EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
 }
 
+TEST_F(GpuSession, PdlOnAndOffBitIdentical) {
+  uint64_t seed = std::random_device{}();
+  for (LaunchMode mode : {LaunchMode::Graph, LaunchMode::Launch}) {
+    Session on(tiny(), {.device = Device::Cuda, .mode = mode, .pdl = true, .seed = seed});
+    Session off(tiny(), {.device = Device::Cuda, .mode = mode, .pdl = false, .seed = seed});
+    expect_bit_identical(step(on), step(off), "pdl on vs off");
+  }
+}
+
+TEST_F(GpuSession, ProfileGivesEveryKernelItsDuration) {
+  Session s(tiny(), {.device = Device::Cuda, .seed = 3});
+  step(s);
+  std::vector<KernelTiming> k = s.profile();
+  EXPECT_EQ(static_cast<int>(k.size()), s.compile_stats().kernels_total);
+  for (const KernelTiming& t : k) EXPECT_GT(t.us, 0) << t.kernel;
+  for (const LayerTiming& l : s.timings()) {
+    EXPECT_GT(l.kernels_us, 0) << l.layer;
+    EXPECT_LE(l.kernels_us, l.device_us * 4) << l.layer;  // the same work, give or take gaps
+  }
+}
+
 TEST_F(GpuSession, HundredStepsBitIdentical) {
   Session s(tiny(),
             {.device = Device::Cuda, .mode = LaunchMode::Graph, .seed = std::random_device{}()});

@@ -231,6 +231,24 @@ TEST(CliTest, CudaWithoutADeviceIsAClearRuntimeError) {
   EXPECT_NE(a.out.find("on cpu"), std::string::npos) << a.out;
 }
 
+TEST(CliTest, TraceHasHostDeviceAndKernelSpans) {
+  std::string trace = temp_path("trace.json");
+  Result r = run_cli(TILERUN_SOURCE_DIR "/configs/tiny.yaml --device cpu --trace '" + trace + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(read_file(trace));
+  int host = 0, device = 0, kernels = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    EXPECT_GE(e["dur"].get<double>(), 0);
+    int pid = e["pid"];
+    (pid == 1 ? host : pid == 2 ? device : kernels) += 1;
+  }
+  EXPECT_EQ(host, 4);  // 2 layers x 2 directions
+  EXPECT_EQ(device, 4);
+  EXPECT_EQ(kernels, 26);  // every kernel of the step
+  std::remove(trace.c_str());
+}
+
 TEST(CliTest, BadOptionValuesExitTwo) {
   for (const char* args : {"--steps 0", "--steps -3", "--steps x", "--device tpu", "--mode fast",
                            "--seed", "--report"}) {
