@@ -185,21 +185,24 @@ class CudaExecutor final : public Executor {
           "cuMemcpyDtoH", "tensor " + graph_.ops.tensors[tensor].name);
   }
 
-  // Events around every launch, no PDL, so each kernel's duration is its own.
+  // Events around every launch, no PDL, so each kernel's duration is its own. A hold kernel
+  // keeps the GPU busy while the host queues the whole pass; otherwise every kernel would wait
+  // for its own launch and the events would time the host, not the kernel.
   std::vector<double> profile(Direction direction) override {
     std::vector<double> us(graph_.nodes.size(), 0.0);
-    std::vector<std::pair<CUevent, CUevent>> ev;
     std::vector<int> which;
-    for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i) {
-      if (graph_.nodes[i].direction != direction || geometry_[i].empty()) continue;
-      CUevent a = nullptr, b = nullptr;
+    for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i)
+      if (graph_.nodes[i].direction == direction && !geometry_[i].empty()) which.push_back(i);
+    std::vector<std::pair<CUevent, CUevent>> ev(which.size());
+    for (auto& [a, b] : ev) {
       check(d_->cuEventCreate(&a, CU_EVENT_DEFAULT), "cuEventCreate", "profiling");
       check(d_->cuEventCreate(&b, CU_EVENT_DEFAULT), "cuEventCreate", "profiling");
-      check(d_->cuEventRecord(a, stream_), "cuEventRecord", "profiling");
-      launch(i, false);
-      check(d_->cuEventRecord(b, stream_), "cuEventRecord", "profiling");
-      ev.push_back({a, b});
-      which.push_back(i);
+    }
+    hold(20000 + 15000 * static_cast<unsigned long long>(which.size()));
+    for (size_t k = 0; k < which.size(); ++k) {
+      check(d_->cuEventRecord(ev[k].first, stream_), "cuEventRecord", "profiling");
+      launch(which[k], false);
+      check(d_->cuEventRecord(ev[k].second, stream_), "cuEventRecord", "profiling");
     }
     check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "profiling");
     for (size_t k = 0; k < ev.size(); ++k) {
@@ -248,6 +251,30 @@ class CudaExecutor final : public Executor {
   }
 
  private:
+  // Spins one thread on the GPU for `ns` nanoseconds (capped at 50 ms).
+  void hold(unsigned long long ns) {
+    if (!hold_fn_) {
+      static const char* kSource =
+          "extern \"C\" __global__ void tilerun_hold(unsigned long long ns) {\n"
+          "  unsigned long long t0, t;\n"
+          "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t0));\n"
+          "  do { asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t)); } while (t - t0 < "
+          "ns);\n"
+          "}\n";
+      compiler::CubinResult bin = compiler::compile_cubin(
+          "tilerun_hold", kSource, compiler::strict_nvrtc_options(), compiler::default_cache_dir());
+      check(d_->cuModuleLoadData(&hold_module_, bin.cubin.data()), "cuModuleLoadData",
+            "kernel tilerun_hold");
+      modules_.push_back(hold_module_);
+      check(d_->cuModuleGetFunction(&hold_fn_, hold_module_, "tilerun_hold"), "cuModuleGetFunction",
+            "kernel tilerun_hold");
+    }
+    ns = std::min<unsigned long long>(ns, 50000000ull);
+    void* params[] = {&ns};
+    check(d_->cuLaunchKernel(hold_fn_, 1, 1, 1, 1, 1, 1, 0, stream_, params, nullptr),
+          "cuLaunchKernel", "kernel tilerun_hold");
+  }
+
   void check(CUresult r, const char* call, const std::string& what) const {
     cuda_check(r, call, what);
   }
@@ -341,6 +368,8 @@ class CudaExecutor final : public Executor {
   CUstream stream_ = nullptr;
   CUdeviceptr arena_ = 0;
   std::vector<CUmodule> modules_;
+  CUmodule hold_module_ = nullptr;
+  CUfunction hold_fn_ = nullptr;
   std::vector<CUfunction> functions_;
   std::vector<compiler::LaunchGeometry> geometry_;
   std::vector<compiler::CudaParams> params_;

@@ -16,7 +16,7 @@ namespace {
 std::vector<std::string> shipped_configs() {
   std::vector<std::string> out;
   for (const auto& e :
-       std::filesystem::directory_iterator(std::string(TILERUN_SOURCE_DIR) + "/configs"))
+       std::filesystem::recursive_directory_iterator(std::string(TILERUN_SOURCE_DIR) + "/configs"))
     if (e.path().extension() == ".yaml") out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
   return out;
