@@ -355,14 +355,19 @@ def torch_part(args, spec, weights, tilerun_results, log):
 
     if cuda:
         # CUDA graph of the whole forward + backward (warm-up on a side stream, as documented).
+        # Fresh leaves made on the side stream: the eager runs above left AccumulateGrad nodes on
+        # the default stream, which capture may not depend on.
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
+            ts32 = [t.detach().clone().requires_grad_(True) for t in ts32]
             for _ in range(3):
                 step(ts32)
         torch.cuda.current_stream().wait_stream(s)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: the autograd engine runs backward on its own thread, which the default
+        # (global) capture mode would count as an unsafe call from outside the capture.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             static_y, static_grads = step(ts32)
         hs, ds = [], []
         for i in range(warmup + steps):
