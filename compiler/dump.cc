@@ -6,6 +6,7 @@
 #include "compiler/cpu_backend.h"
 #include "compiler/cuda_codegen.h"
 #include "compiler/ir_printer.h"
+#include "compiler/layout.h"
 #include "compiler/lower.h"
 #include "tilerun/error.h"
 
@@ -23,8 +24,21 @@ void dump_kernel(const Kernel& kernel, const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(base, ec);
   if (ec) throw Error("cannot create '" + dir + "': " + ec.message(), ErrorKind::Runtime);
-  SimtKernel simt = lower(kernel);
+  AnalysisReport report;
+  SimtKernel simt = lower(kernel, {.report = &report});
   const std::string& name = kernel.sig.name;
+  std::string layouts = "layouts " + name + "\n";
+  for (const TileAlloc& a : kernel.allocs) {
+    int64_t numel = 1;
+    for (int64_t e : a.shape) numel *= e;
+    std::vector<int64_t> shape(a.shape.begin(), a.shape.end());
+    layouts += "  " + std::string(mem_scope_name(a.scope)) + " " + a.name + ": " +
+               (a.scope == MemScope::Fragment
+                    ? "(thread, local) -> element " + to_string(fragment_layout(numel, kernel.sig.threads))
+                    : "element " + to_string(compact_row_major(shape))) +
+               "\n";
+  }
+  write_file(base / (name + ".proofs.txt"), report.text() + layouts);
   write_file(base / (name + ".tile.txt"), print(kernel));
   write_file(base / (name + ".simt.txt"), print(simt));
   write_file(base / (name + ".ll"), emit_llvm_ir(simt));

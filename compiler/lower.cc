@@ -1,5 +1,6 @@
 #include "compiler/lower.h"
 
+#include "compiler/analyze_accesses.h"
 #include "compiler/expand_strict_math.h"
 #include "compiler/flatten_buffers.h"
 #include "compiler/ir_printer.h"
@@ -37,12 +38,13 @@ SimtKernel lower(const Kernel& kernel, const LowerOptions& options) {
   // (CuTe-style Shape:Stride, honouring annotate_layout). It must run before lower_parallel,
   // which today hard-codes the mapping "element e belongs to thread e % T, local e / T".
 
-  // [next issue] Z3 analysis goes here, on Tile IR with layouts known: every global/shared
-  // load/store index map becomes QF_NIA constraints over block/thread/element coordinates,
-  // loop variables and dims. Cheap interval check first, Z3 (fixed seed, rlimit, fresh
-  // context) only when undecided. Proves in-bounds (drop lower_copies' guards), uniqueness of
-  // stores (else a compile error with two colliding coordinates), and contiguity/alignment
-  // along the fastest axis (mark accesses for vectorisation). Verdicts annotate the IR.
+  // The index analysis (analyze_accesses.h): after lower_copies and lower_reductions, so the
+  // guards they emit are visible as plain `if`s, and before lower_parallel, while element
+  // coordinates are still the parallel loop's indices. Removes guards proved redundant; a
+  // store proved to collide is an Error naming kernel, tensor and two coordinates.
+  tile = analyze_accesses(tile, options.analysis, options.report);
+  verify_tile(tile);
+  log("analyze_accesses", tile);
 
   // ---- Tile IR → SIMT IR.
   SimtKernel simt = lower_parallel(tile);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/analyze_accesses.h"
 #include "compiler/kernel.h"
 
 namespace tilerun::compiler {
@@ -12,6 +13,10 @@ namespace tilerun::compiler {
 struct LowerOptions {
   // When set, receives (pass name, IR text after the pass) for every step, in order.
   std::vector<std::pair<std::string, std::string>>* trace = nullptr;
+  // The index analysis (analyze_accesses.h): budget, on/off.
+  AnalysisOptions analysis;
+  // When set, receives the analysis verdicts and stats (proved/unknown/disproved, Z3 queries/ms).
+  AnalysisReport* report = nullptr;
 };
 
 // Verifies `kernel` (tilerun::Error for an author's mistake) and lowers it to a complete,

@@ -8,6 +8,7 @@
 
 #include "compiler/check.h"
 #include "compiler/cpu_backend.h"
+#include "compiler/lower.h"
 #include "graph/executor.h"
 
 namespace tilerun::graph {
@@ -19,15 +20,17 @@ using Clock = std::chrono::steady_clock;
 // Compiles kernels on all cores; each result lands at its own index, so the outcome does not
 // depend on scheduling.
 std::vector<std::unique_ptr<compiler::CpuKernel>> compile_all(const KernelGraph& g,
-                                                              const SessionOptions& options) {
+                                                              const SessionOptions& options,
+                                                              CompileStats& stats) {
   const size_t n = g.kernels.size();
   std::vector<std::unique_ptr<compiler::CpuKernel>> out(n);
+  std::vector<compiler::AnalysisReport> reports(n);
   std::vector<std::exception_ptr> errors(n);
   std::atomic<size_t> next{0}, done{0};
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < n;) {
       try {
-        out[i] = compiler::compile_cpu(*g.kernels[i]);
+        out[i] = compiler::compile_cpu(compiler::lower(*g.kernels[i], {.report = &reports[i]}));
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -45,6 +48,7 @@ std::vector<std::unique_ptr<compiler::CpuKernel>> compile_all(const KernelGraph&
   for (std::thread& t : pool) t.join();
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
+  for (const compiler::AnalysisReport& r : reports) add_proof_stats(r, stats);  // in kernel order
   return out;
 }
 
@@ -54,7 +58,7 @@ class CpuExecutor final : public Executor {
               CompileStats& stats)
       : graph_(g), model_(model) {
     auto start = Clock::now();
-    kernels_ = compile_all(g, options);
+    kernels_ = compile_all(g, options, stats);
     stats.compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     stats.kernels_distinct = static_cast<int>(kernels_.size());
     stats.kernels_total = static_cast<int>(g.nodes.size());
@@ -134,6 +138,25 @@ class CpuExecutor final : public Executor {
 };
 
 }  // namespace
+
+void add_proof_stats(const compiler::AnalysisReport& report, CompileStats& stats) {
+  for (const compiler::AccessVerdict& v : report.verdicts) {
+    if (v.question != "in_bounds" && v.question != "unique") continue;
+    switch (v.result.outcome) {
+      case compiler::Outcome::Proved:
+        ++stats.proved;
+        break;
+      case compiler::Outcome::Unknown:
+        ++stats.unknown;
+        break;
+      case compiler::Outcome::Disproved:
+        ++stats.disproved;
+        break;
+    }
+  }
+  stats.z3_queries += report.stats.z3_queries;
+  stats.z3_ms += report.stats.z3_ms;
+}
 
 std::unique_ptr<Executor> make_cpu_executor(const KernelGraph& graph, const Model& model,
                                             const SessionOptions& options, CompileStats& stats) {

@@ -12,6 +12,7 @@
 #include "compiler/check.h"
 #include "compiler/cuda_codegen.h"
 #include "compiler/launch_geometry.h"
+#include "compiler/lower.h"
 #include "compiler/nvrtc.h"
 #include "graph/cuda_driver.h"
 #include "graph/executor.h"
@@ -22,16 +23,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<compiler::CudaBinary> compile_all(const KernelGraph& g, const SessionOptions& options) {
+std::vector<compiler::CudaBinary> compile_all(const KernelGraph& g, const SessionOptions& options,
+                                              CompileStats& stats) {
   const size_t n = g.kernels.size();
   std::vector<compiler::CudaBinary> out(n);
+  std::vector<compiler::AnalysisReport> reports(n);
   std::vector<std::exception_ptr> errors(n);
   std::atomic<size_t> next{0}, done{0};
   const std::string cache = compiler::default_cache_dir();
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < n;) {
       try {
-        out[i] = compiler::compile_cuda(*g.kernels[i], cache);
+        out[i] =
+            compiler::compile_cuda(compiler::lower(*g.kernels[i], {.report = &reports[i]}), cache);
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -49,6 +53,7 @@ std::vector<compiler::CudaBinary> compile_all(const KernelGraph& g, const Sessio
   for (std::thread& t : pool) t.join();
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
+  for (const compiler::AnalysisReport& r : reports) add_proof_stats(r, stats);  // in kernel order
   return out;
 }
 
@@ -107,7 +112,7 @@ class CudaExecutor final : public Executor {
     check(d_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent", "device 0");
 
     auto start = Clock::now();
-    std::vector<compiler::CudaBinary> binaries = compile_all(g, options);
+    std::vector<compiler::CudaBinary> binaries = compile_all(g, options, stats);
     for (size_t k = 0; k < binaries.size(); ++k) {
       CUmodule module = nullptr;
       CUfunction fn = nullptr;

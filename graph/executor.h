@@ -6,10 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "compiler/analyze_accesses.h"
 #include "graph/kernel_graph.h"
 #include "tilerun/session.h"
 
 namespace tilerun::graph {
+
+// Adds one kernel's analysis to the compile stats (safety questions only in the verdict counts).
+void add_proof_stats(const compiler::AnalysisReport& report, CompileStats& stats);
 
 class Executor {
  public:

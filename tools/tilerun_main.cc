@@ -227,6 +227,10 @@ std::unique_ptr<tilerun::Session> open_session(const Options& o, const tilerun::
       "(tensors %.2f MiB)\n",
       model.name.c_str(), session->device_name().c_str(), cs.kernels_total, cs.kernels_distinct,
       cs.compile_ms, session->arena_bytes() / 1048576.0, session->tensor_bytes() / 1048576.0);
+  std::printf(
+      "index proofs: %d proved, %d unknown (guard kept), %d disproved; %d Z3 queries, "
+      "%.0f ms of solver time\n",
+      cs.proved, cs.unknown, cs.disproved, cs.z3_queries, cs.z3_ms);
   if (!o.weights.empty()) session->set_tensors(tilerun::load_tensors(model, o.weights, o.seed));
   return session;
 }
@@ -382,6 +386,13 @@ int run_steps(const Options& o, const tilerun::Model& model) {
         {"arena_bytes", session->arena_bytes()},
         {"tensor_bytes", session->tensor_bytes()},
         {"check", check},
+        {"proofs",
+         {{"proved", cs.proved},
+          {"unknown", cs.unknown},
+          {"disproved", cs.disproved},
+          {"z3_queries", cs.z3_queries},
+          {"z3_ms", cs.z3_ms},
+          {"compile_ms", cs.compile_ms}}},
     };
     std::ofstream out(o.report);
     out << report.dump(2) << "\n";

@@ -82,7 +82,7 @@ TEST(IrText, TraceListsEveryPassInPipelineOrder) {
   std::vector<std::string> names;
   for (const auto& [pass, text] : trace) names.push_back(pass);
   EXPECT_EQ(names, (std::vector<std::string>{"input", "lower_copies", "lower_reductions",
-                                             "lower_parallel", "flatten_buffers",
+                                             "analyze_accesses", "lower_parallel", "flatten_buffers",
                                              "lower_storage_types", "expand_strict_math"}));
 }
 

@@ -153,6 +153,12 @@ TEST(CliTest, RunsTinyWithCheckAndReport) {
   }
   EXPECT_EQ(kernels, j["kernels_total"].get<int>());
   EXPECT_LE(j["arena_bytes"].get<int64_t>(), j["tensor_bytes"].get<int64_t>());
+  // Every distinct kernel's accesses went through the prover; no race anywhere.
+  EXPECT_GT(j["proofs"]["proved"].get<int>(), 0);
+  EXPECT_EQ(j["proofs"]["disproved"].get<int>(), 0);
+  EXPECT_GE(j["proofs"]["unknown"].get<int>(), 0);
+  EXPECT_GE(j["proofs"]["z3_queries"].get<int>(), 0);
+  EXPECT_GT(j["proofs"]["compile_ms"].get<double>(), 0);
   std::remove(report.c_str());
 }
 

@@ -1,0 +1,492 @@
+#include "compiler/analyze_accesses.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "compiler/index_eval.h"
+#include "compiler/ir_printer.h"
+#include "compiler/ir_visitor.h"
+#include "tilerun/error.h"
+
+namespace tilerun::compiler {
+namespace {
+
+Expr le(Expr a, Expr b) { return Binary::make(BinaryOp::Le, std::move(a), std::move(b)); }
+Expr eq(Expr a, Expr b) { return Binary::make(BinaryOp::Eq, std::move(a), std::move(b)); }
+Expr ne(Expr a, Expr b) { return Binary::make(BinaryOp::Ne, std::move(a), std::move(b)); }
+Expr lor(Expr a, Expr b) { return Binary::make(BinaryOp::Or, std::move(a), std::move(b)); }
+Expr lnot(Expr a) { return Unary::make(UnaryOp::Not, std::move(a)); }
+
+// Whether `e` is integer/Bool arithmetic the solver can take (loads are free values).
+bool encodable(const Expr& e) {
+  struct V : IRVisitor {
+    bool ok = true;
+    void visit_expr(const FloatImm*) override { ok = false; }
+    void visit_expr(const Call*) override { ok = false; }
+    void visit_expr(const Bitcast*) override { ok = false; }
+    void visit_expr(const Binary* op) override {
+      if (op->a.type() == Type::F32) ok = false;
+      IRVisitor::visit_expr(op);
+    }
+    void visit_expr(const Cast* op) override {
+      if (op->value.type() == Type::F32 || op->type == Type::F32) ok = false;
+      IRVisitor::visit_expr(op);
+    }
+    void visit_expr(const Load* op) override {
+      if (op->type == Type::F32) ok = false;
+      // indices need not be encodable: the loaded value is free anyway
+    }
+  } v;
+  if (e.type() == Type::F32) return false;
+  v.visit(e);
+  return v.ok;
+}
+
+class Renamer : public IRMutator {
+ public:
+  Renamer(const std::set<std::string>& keep, std::string suffix)
+      : keep_(keep), suffix_(std::move(suffix)) {}
+
+ protected:
+  Expr mutate_expr(const Var* op, const Expr& self) override {
+    return keep_.count(op->name) ? self : Var::make(op->type, op->name + suffix_);
+  }
+
+ private:
+  const std::set<std::string>& keep_;
+  std::string suffix_;
+};
+
+// Polynomial normal form (monomial → coefficient) of + - * over vars and constants.
+using Poly = std::map<std::vector<std::string>, int64_t>;
+bool to_poly(const Expr& e, const std::map<std::string, Expr>& lets, Poly* out, int depth = 0) {
+  if (depth > 64) return false;
+  if (const IntImm* i = e.as<IntImm>()) {
+    if (i->value) (*out)[{}] = i->value;
+    return true;
+  }
+  if (const Var* v = e.as<Var>()) {
+    auto it = lets.find(v->name);
+    if (it != lets.end()) return to_poly(it->second, lets, out, depth + 1);
+    (*out)[{v->name}] = 1;
+    return true;
+  }
+  const Binary* b = e.as<Binary>();
+  if (!b || !is_int(e.type())) return false;
+  Poly x, y;
+  if (!to_poly(b->a, lets, &x, depth + 1) || !to_poly(b->b, lets, &y, depth + 1)) return false;
+  Poly r;
+  if (b->op == BinaryOp::Add || b->op == BinaryOp::Sub) {
+    r = x;
+    for (auto& [m, c] : y) r[m] += b->op == BinaryOp::Add ? c : -c;
+  } else if (b->op == BinaryOp::Mul) {
+    for (auto& [m1, c1] : x)
+      for (auto& [m2, c2] : y) {
+        std::vector<std::string> m = m1;
+        m.insert(m.end(), m2.begin(), m2.end());
+        std::sort(m.begin(), m.end());
+        r[m] += c1 * c2;
+      }
+  } else {
+    return false;
+  }
+  for (auto it = r.begin(); it != r.end();) it = it->second == 0 ? r.erase(it) : std::next(it);
+  *out = std::move(r);
+  return true;
+}
+
+class Analyzer : public IRMutator {
+ public:
+  Analyzer(const Kernel& k, const AnalysisOptions& o, AnalysisReport* r) : k_(k), o_(o), r_(r) {
+    for (const DimParam& d : k.sig.dims) {
+      Expr v = Var::make(Type::I64, d.name);
+      facts_.push_back(le(make_i64(d.bounds.min), v));
+      facts_.push_back(le(v, make_i64(d.bounds.max)));
+      if (d.bounds.divisible_by > 1)
+        facts_.push_back(eq(floormod(v, make_i64(d.bounds.divisible_by)), make_i64(0)));
+      ranges_[d.name] = {d.bounds.min, d.bounds.max};
+      shared_vars_.insert(d.name);
+    }
+    for (const ScalarParam& s : k.sig.scalars) shared_vars_.insert(s.name);
+    for (size_t d = 0; d < k.sig.grid.size(); ++d) {
+      Expr b = Var::make(Type::I64, kBlockIdx[d]);
+      facts_.push_back(le(make_i64(0), b));
+      facts_.push_back(lt(b, k.sig.grid[d]));
+      ranges_[kBlockIdx[d]] = {0, interval_of(k.sig.grid[d], ranges_).hi - 1};
+      block_vars_.push_back(kBlockIdx[d]);
+    }
+  }
+
+ protected:
+  Stmt mutate_stmt(const For* op, const Stmt& self) override {
+    Expr v = Var::make(Type::I64, op->var);
+    Expr hi = add(op->min, op->extent);
+    Scope s(this);
+    push(le(op->min, v));
+    push(lt(v, hi));
+    ranges_[op->var] = {interval_of(op->min, ranges_).lo, interval_of(hi, ranges_).hi - 1};
+    return IRMutator::mutate_stmt(op, self);
+  }
+
+  Stmt mutate_stmt(const Parallel* op, const Stmt& self) override {
+    Scope s(this);
+    for (size_t d = 0; d < op->vars.size(); ++d) {
+      Expr v = Var::make(Type::I64, op->vars[d]);
+      push(le(make_i64(0), v));
+      push(lt(v, op->extents[d]));
+      ranges_[op->vars[d]] = {0, interval_of(op->extents[d], ranges_).hi - 1};
+    }
+    const Parallel* saved = parallel_;
+    parallel_ = op;
+    Stmt out = IRMutator::mutate_stmt(op, self);
+    parallel_ = saved;
+    return out;
+  }
+
+  Stmt mutate_stmt(const LetStmt* op, const Stmt& self) override {
+    Scope s(this);
+    bind(op->name, op->value);
+    return IRMutator::mutate_stmt(op, self);
+  }
+
+  Stmt mutate_stmt(const Reduce* op, const Stmt& self) override {
+    Scope s(this);
+    Expr v = Var::make(Type::I64, op->var);
+    push(le(make_i64(0), v));
+    push(lt(v, op->extent));
+    ranges_[op->var] = {0, interval_of(op->extent, ranges_).hi - 1};
+    if (is_int(op->value.type())) opaque_.insert(op->name);
+    return IRMutator::mutate_stmt(op, self);
+  }
+
+  Stmt mutate_stmt(const IfThenElse* op, const Stmt&) override {
+    Expr cond = mutate(op->cond);
+    bool enc = encodable(cond);
+    if (enc && o_.enabled) {
+      ProofResult pr = ask("guard", "", to_string(cond), cond, {}, {});
+      if (pr.outcome == Outcome::Proved) {
+        r_->stats.guards_removed++;
+        r_->verdicts.back().note = "guard removed";
+        return mutate(op->then_case);  // the else branch is unreachable
+      }
+      r_->stats.guards_kept++;
+      r_->verdicts.back().note = "guard kept";
+    }
+    Stmt then_case, else_case;
+    {
+      Scope s(this);
+      enc ? push(cond) : void(inexact_depth_++);
+      then_case = mutate(op->then_case);
+      if (!enc) inexact_depth_--;
+    }
+    if (op->else_case.defined()) {
+      Scope s(this);
+      enc ? push(lnot(cond)) : void(inexact_depth_++);
+      else_case = mutate(op->else_case);
+      if (!enc) inexact_depth_--;
+    }
+    return IfThenElse::make(cond, then_case, else_case);
+  }
+
+  Stmt mutate_stmt(const Store* op, const Stmt& self) override {
+    Stmt out = IRMutator::mutate_stmt(op, self);
+    if (o_.enabled) access(op->buffer, op->indices, /*store=*/true);
+    return out;
+  }
+
+  Expr mutate_expr(const Load* op, const Expr& self) override {
+    Expr out = IRMutator::mutate_expr(op, self);
+    if (o_.enabled) access(op->buffer, op->indices, /*store=*/false);
+    return out;
+  }
+
+ private:
+  // Restores facts and ranges on scope exit.
+  struct Scope {
+    explicit Scope(Analyzer* a) : a(a), n(a->facts_.size()), ranges(a->ranges_), lets(a->lets_) {}
+    ~Scope() {
+      a->facts_.resize(n);
+      a->ranges_ = ranges;
+      a->lets_ = lets;
+    }
+    Analyzer* a;
+    size_t n;
+    std::map<std::string, Interval> ranges;
+    std::map<std::string, Expr> lets;
+  };
+
+  void push(Expr f) { facts_.push_back(std::move(f)); }
+
+  void bind(const std::string& name, const Expr& value) {
+    if (!is_int(value.type())) return;
+    if (encodable(value)) {
+      push(eq(Var::make(value.type(), name), value));
+      ranges_[name] = interval_of(value, ranges_);
+      lets_[name] = value;
+    } else {
+      opaque_.insert(name);
+    }
+  }
+
+  bool mentions_opaque(const Expr& e) const {
+    for (const std::string& n : opaque_)
+      if (uses_var(e, n)) return true;
+    return false;
+  }
+
+  ProofResult ask(const std::string& question, const std::string& buffer,
+                  const std::string& access, const Expr& goal, std::vector<Expr> indices,
+                  std::vector<Expr> shape, std::vector<Expr> facts_override = {},
+                  bool use_override = false) {
+    IndexQuery q;
+    q.name = k_.sig.name + ": " + question + " " + access;
+    q.facts = use_override ? std::move(facts_override) : facts_;
+    q.ranges = ranges_;
+    q.goal = goal;
+    q.exact = inexact_depth_ == 0 && !mentions_opaque(goal);
+    ProofResult pr = prove(q, o_.budget);
+    AnalysisStats& st = r_->stats;
+    if (pr.method == "z3") (pr.cached ? st.cache_hits : st.z3_queries)++;
+    st.z3_ms += pr.ms;
+    (pr.outcome == Outcome::Proved ? st.proved
+                                   : pr.outcome == Outcome::Disproved ? st.disproved : st.unknown)++;
+    r_->verdicts.push_back({question, buffer, access, pr, "", std::move(indices), std::move(shape)});
+    return pr;
+  }
+
+  void access(const std::string& buffer, const std::vector<Expr>& indices, bool store) {
+    std::vector<Expr> shape;
+    DType dtype;
+    bool global = false;
+    if (const BufferParam* b = find_buffer(k_.sig, buffer)) {
+      shape = b->shape;
+      dtype = b->dtype;
+      global = true;
+    } else if (const TileAlloc* a = find_alloc(k_, buffer); a && a->scope == MemScope::Shared) {
+      for (int64_t e : a->shape) shape.push_back(make_i64(e));
+      dtype = a->dtype;
+    } else {
+      return;  // fragments: per-thread registers, placed by the thread mapping
+    }
+    for (const Expr& i : indices)
+      if (!encodable(i)) return;
+    std::string text = buffer + "[";
+    for (size_t d = 0; d < indices.size(); ++d) text += (d ? ", " : "") + to_string(indices[d]);
+    text += "]";
+    std::string what = (store ? "store " : "load ") + text;
+
+    Expr inb = make_bool(true);
+    for (size_t d = 0; d < indices.size(); ++d)
+      inb = logical_and(logical_and(inb, le(make_i64(0), indices[d])), lt(indices[d], shape[d]));
+    ask("in_bounds", buffer, what, inb, indices, shape);
+
+    if (store && parallel_) unique(buffer, text, indices, shape, global);
+    if (global && parallel_) vector(buffer, what, indices, shape, dtype);
+  }
+
+  void unique(const std::string& buffer, const std::string& text, const std::vector<Expr>& idx,
+              const std::vector<Expr>& shape, bool global) {
+    std::set<std::string> keep = shared_vars_;
+    if (!global) keep.insert(block_vars_.begin(), block_vars_.end());  // one block's shared tile
+    Renamer ra(keep, "@a"), rb(keep, "@b");
+    std::vector<Expr> facts;
+    for (const Expr& f : facts_) {
+      facts.push_back(ra.mutate(f));
+      facts.push_back(rb.mutate(f));
+    }
+    std::vector<std::string> coords;
+    if (global) coords = block_vars_;
+    coords.insert(coords.end(), parallel_->vars.begin(), parallel_->vars.end());
+    Expr same = make_bool(true), differ = make_bool(false);
+    for (const std::string& c : coords) {
+      Expr v = Var::make(Type::I64, c);
+      same = logical_and(same, eq(ra.mutate(v), rb.mutate(v)));
+    }
+    for (const Expr& i : idx) differ = lor(differ, ne(ra.mutate(i), rb.mutate(i)));
+    ProofResult pr = ask("unique", buffer, "store " + text, lor(same, differ), idx, shape,
+                         std::move(facts), true);
+    if (pr.outcome != Outcome::Disproved) return;
+    std::string msg = k_.sig.name + ": " + buffer + " written twice: " + coord_text(pr, "@a") +
+                      " and " + coord_text(pr, "@b") + " → offset " +
+                      std::to_string(offset(pr, "@a", idx, shape));
+    r_->verdicts.back().note = msg;
+    if (o_.throw_on_race) throw Error(msg);
+  }
+
+  std::map<std::string, int64_t> values(const ProofResult& pr, const std::string& suffix) const {
+    std::map<std::string, int64_t> v;
+    for (auto& [n, x] : pr.model) {
+      if (shared_vars_.count(n)) v[n] = x;
+      if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+        v[n.substr(0, n.size() - suffix.size())] = x;
+    }
+    return v;
+  }
+
+  std::string coord_text(const ProofResult& pr, const std::string& suffix) const {
+    std::map<std::string, int64_t> v = values(pr, suffix);
+    std::string block;
+    for (size_t d = 0; d < block_vars_.size(); ++d)
+      block += (d ? "," : "") + std::to_string(v[block_vars_[d]]);
+    if (block_vars_.size() > 1) block = "(" + block + ")";
+    int64_t lin = 0;
+    for (size_t d = 0; d < parallel_->vars.size(); ++d) {
+      int64_t ext = 1;
+      try {
+        ext = eval_index(parallel_->extents[d], v);
+      } catch (...) {
+      }
+      lin = lin * ext + v[parallel_->vars[d]];
+    }
+    int64_t t = k_.sig.threads;
+    std::string s = "(block=" + block + ", tid=" + std::to_string(lin % t);
+    if (lin >= t) s += ", iter=" + std::to_string(lin / t);
+    return s + ")";
+  }
+
+  int64_t offset(const ProofResult& pr, const std::string& suffix, const std::vector<Expr>& idx,
+                 const std::vector<Expr>& shape) const {
+    std::map<std::string, int64_t> v = values(pr, suffix);
+    int64_t off = 0;
+    try {
+      for (size_t d = 0; d < idx.size(); ++d) off = off * eval_index(shape[d], v) + eval_index(idx[d], v);
+    } catch (...) {
+      return -1;
+    }
+    return off;
+  }
+
+  void vector(const std::string& buffer, const std::string& what, const std::vector<Expr>& idx,
+              const std::vector<Expr>& shape, DType dtype) {
+    int64_t bytes = dtype_bytes(dtype, 1);
+    if (bytes <= 0 || 16 % bytes != 0 || bytes >= 16) return;
+    const int64_t w = 16 / bytes;
+    const std::string& inner = parallel_->vars.back();
+    Expr v = Var::make(Type::I64, inner);
+    Expr flat = idx[0];
+    for (size_t d = 1; d < idx.size(); ++d) flat = add(mul(flat, shape[d]), idx[d]);
+    Poly p;
+    bool poly = to_poly(flat, lets_, &p);
+    if (poly) {
+      bool uses = false;
+      for (auto& [m, c] : p) uses = uses || std::count(m.begin(), m.end(), inner);
+      if (!uses) return;  // a broadcast along the fastest axis: nothing to vectorize
+    } else if (!uses_var(flat, inner)) {
+      return;
+    }
+    // Cheap: flat = 1·v + terms each divisible by w (dims count their divisible_by).
+    std::string note;
+    if (poly && cheap_vector(p, inner, w)) {
+      ProofResult pr{.outcome = Outcome::Proved, .method = "affine"};
+      r_->stats.proved++;
+      r_->verdicts.push_back({"vector", buffer, what, pr, "", idx, shape});
+    } else {
+      Expr wv = make_i64(w);
+      Expr next = Renamer(shared_vars_, "").mutate(flat);  // a copy; substitute below
+      struct Sub : IRMutator {
+        std::string n;
+        Expr by;
+        Expr mutate_expr(const Var* op, const Expr& self) override {
+          return op->name == n ? by : self;
+        }
+      } sub;
+      sub.n = inner;
+      sub.by = add(v, make_i64(1));
+      Expr goal = logical_and(
+          logical_and(lor(ne(floormod(v, wv), make_i64(0)), eq(floormod(flat, wv), make_i64(0))),
+                      eq(sub.mutate(flat), add(flat, make_i64(1)))),
+          eq(floormod(parallel_->extents.back(), wv), make_i64(0)));
+      ask("vector", buffer, what, goal, idx, shape);
+    }
+    bool ok = r_->verdicts.back().result.outcome == Outcome::Proved;
+    (ok ? r_->stats.vectorizable : r_->stats.scalar)++;
+    r_->verdicts.back().note = ok ? "vectorizable x" + std::to_string(w) : "scalar";
+  }
+
+  bool cheap_vector(const Poly& p, const std::string& inner, int64_t w) const {
+    int64_t ext;
+    bool ext_ok = const_int(parallel_->extents.back(), &ext) && ext % w == 0;
+    if (!ext_ok) {
+      if (const Var* d = parallel_->extents.back().as<Var>()) {
+        for (const DimParam& dp : k_.sig.dims)
+          if (dp.name == d->name && dp.bounds.divisible_by % w == 0) ext_ok = true;
+      }
+    }
+    if (!ext_ok) return false;
+    bool saw_inner = false;
+    for (auto& [m, c] : p) {
+      if (std::count(m.begin(), m.end(), inner)) {
+        if (m.size() != 1 || c != 1) return false;
+        saw_inner = true;
+        continue;
+      }
+      __int128 div = c;
+      for (const std::string& a : m) {
+        for (const DimParam& dp : k_.sig.dims)
+          if (dp.name == a) div *= dp.bounds.divisible_by;
+      }
+      if (div % w != 0) return false;
+    }
+    return saw_inner;
+  }
+
+  const Kernel& k_;
+  const AnalysisOptions& o_;
+  AnalysisReport* r_;
+  std::vector<Expr> facts_;
+  std::map<std::string, Interval> ranges_;
+  std::map<std::string, Expr> lets_;
+  std::set<std::string> shared_vars_, opaque_;
+  std::vector<std::string> block_vars_;
+  const Parallel* parallel_ = nullptr;
+  int inexact_depth_ = 0;
+};
+
+}  // namespace
+
+AnalysisStats& AnalysisStats::operator+=(const AnalysisStats& o) {
+  proved += o.proved;
+  unknown += o.unknown;
+  disproved += o.disproved;
+  z3_queries += o.z3_queries;
+  cache_hits += o.cache_hits;
+  z3_ms += o.z3_ms;
+  guards_removed += o.guards_removed;
+  guards_kept += o.guards_kept;
+  vectorizable += o.vectorizable;
+  scalar += o.scalar;
+  return *this;
+}
+
+std::string AnalysisReport::text() const {
+  std::string out = "proofs " + kernel + "\n";
+  for (const AccessVerdict& v : verdicts) {
+    out += "  " + v.question + " " + v.access + ": " + outcome_name(v.result.outcome) + " (" +
+           v.result.method;
+    if (v.result.method == "z3") out += ", " + std::to_string(v.result.steps) + " steps";
+    out += ")";
+    if (!v.note.empty()) out += " — " + v.note;
+    out += "\n";
+  }
+  // Wall time is left out on purpose: the dump must be byte-identical run to run.
+  const AnalysisStats& s = stats;
+  out += "  total: proved " + std::to_string(s.proved) + ", unknown " + std::to_string(s.unknown) +
+         ", disproved " + std::to_string(s.disproved) + "; guards removed " +
+         std::to_string(s.guards_removed) + ", kept " + std::to_string(s.guards_kept) +
+         "; vectorizable " + std::to_string(s.vectorizable) + ", scalar " +
+         std::to_string(s.scalar) + "\n";
+  return out;
+}
+
+Kernel analyze_accesses(const Kernel& kernel, const AnalysisOptions& options,
+                        AnalysisReport* report) {
+  AnalysisReport local;
+  AnalysisReport* r = report ? report : &local;
+  r->kernel = kernel.sig.name;
+  Kernel out = kernel;
+  out.body = Analyzer(kernel, options, r).mutate(kernel.body);
+  return out;
+}
+
+}  // namespace tilerun::compiler

@@ -1,0 +1,72 @@
+// CuTe-style layouts (DESIGN.md "Layouts"): a Layout is (Shape, Stride), a function from a
+// coordinate (or its colexicographic linear index) to an index. Modes are flat: a nested CuTe
+// layout and its flattening are the same function of the linear index, so the algebra keeps
+// them flat. One printed notation, `(4,8):(8,1)`, in printers, errors and tests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tilerun::compiler {
+
+struct Layout {
+  std::vector<int64_t> shape, stride;
+
+  int64_t size() const;    // product of the shape
+  int64_t cosize() const;  // 1 + the largest index reached (0 for an empty layout)
+  int rank() const { return static_cast<int>(shape.size()); }
+  // The index of linear coordinate `i` in [0, size()), colexicographic (mode 0 fastest).
+  int64_t operator()(int64_t i) const;
+  // The index of a natural coordinate, one entry per mode.
+  int64_t operator()(const std::vector<int64_t>& coord) const;
+  bool operator==(const Layout&) const = default;
+};
+
+Layout make_layout(std::vector<int64_t> shape, std::vector<int64_t> stride);
+// Column-major compact strides (mode 0 fastest), CuTe's default; row-major: last mode fastest.
+Layout compact_col_major(std::vector<int64_t> shape);
+Layout compact_row_major(std::vector<int64_t> shape);
+
+// `(s0,s1):(d0,d1)`; a rank-1 layout prints `s:d`.
+std::string to_string(const Layout& l);
+
+// Drops size-1 modes and merges modes i, i+1 when stride[i+1] == shape[i] * stride[i].
+// Post-condition: coalesce(l)(i) == l(i) for all i in [0, size).
+Layout coalesce(const Layout& l);
+
+// Post-condition: composition(a, b)(i) == a(b(i)) for all i in [0, b.size()). Throws
+// tilerun::Error (naming both layouts) when b's strides/shapes do not divide a's modes, the
+// admissibility condition CuTe states.
+Layout composition(const Layout& a, const Layout& b);
+
+// The layout of the indices `a` does not reach, up to `cosize_target`: ordered by stride, each
+// mode fills the gap below the next mode of `a`. Post-condition (a injective): the
+// concatenation (a, complement(a, M)) is injective, and a bijection onto [0, M) when a's
+// cosize divides M as CuTe requires.
+Layout complement(const Layout& a, int64_t cosize_target);
+
+// The modes of a followed by the modes of b (CuTe's make_layout(a, b)).
+Layout concat(const Layout& a, const Layout& b);
+
+// CuTe's Swizzle<B, M, S>: x ^ ((x & (((1<<B)-1) << (M+S))) >> S), a bijection on indices;
+// composed with a layout as `swizzle(layout(i))`, never a new kind of layout.
+struct Swizzle {
+  int bits = 0, base = 0, shift = 0;
+  int64_t operator()(int64_t x) const;
+};
+std::string to_string(const Swizzle& s);  // "Sw<3,4,3>"
+
+// A swizzled layout: the function i → swizzle(layout(i)); prints "Sw<3,4,3> o (8,64):(64,1)".
+struct ComposedLayout {
+  Swizzle swizzle;
+  Layout layout;
+  int64_t operator()(int64_t i) const { return swizzle(layout(i)); }
+};
+std::string to_string(const ComposedLayout& c);
+
+// The fixed thread mapping lower_parallel uses today, as a fragment layout: (thread, local
+// index) → the tile's row-major linear element, (threads, ceil(numel/threads)):(1, threads).
+Layout fragment_layout(int64_t numel, int64_t threads);
+
+}  // namespace tilerun::compiler
