@@ -1,14 +1,11 @@
 // The CPU executor: one arena in host memory, every node's arguments packed once, a step is a
 // loop over pre-bound launches of JIT-compiled kernels.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstring>
-#include <thread>
 
 #include "compiler/check.h"
 #include "compiler/cpu_backend.h"
-#include "compiler/lower.h"
 #include "graph/executor.h"
 
 namespace tilerun::graph {
@@ -17,48 +14,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Compiles kernels on all cores; each result lands at its own index, so the outcome does not
-// depend on scheduling.
-std::vector<std::unique_ptr<compiler::CpuKernel>> compile_all(const KernelGraph& g,
-                                                              const SessionOptions& options,
-                                                              CompileStats& stats) {
-  const size_t n = g.kernels.size();
-  std::vector<std::unique_ptr<compiler::CpuKernel>> out(n);
-  std::vector<compiler::AnalysisReport> reports(n);
-  std::vector<std::exception_ptr> errors(n);
-  std::atomic<size_t> next{0}, done{0};
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < n;) {
-      try {
-        out[i] = compiler::compile_cpu(compiler::lower(*g.kernels[i], {.report = &reports[i]}));
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-      size_t d = done.fetch_add(1) + 1;
-      if (options.progress) {
-        std::string line = "compiling kernels " + std::to_string(d) + "/" + std::to_string(n);
-        options.progress(line.c_str());
-      }
-    }
-  };
-  size_t threads = std::max<size_t>(1, std::min<size_t>(n, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
-  for (const compiler::AnalysisReport& r : reports) add_proof_stats(r, stats);  // in kernel order
-  return out;
-}
-
 class CpuExecutor final : public Executor {
  public:
   CpuExecutor(const KernelGraph& g, const Model& model, const SessionOptions& options,
               CompileStats& stats)
       : graph_(g), model_(model) {
     auto start = Clock::now();
-    kernels_ = compile_all(g, options, stats);
+    kernels_.resize(g.kernels.size());
+    compile_kernels(g, options, stats, [&](size_t i, const compiler::SimtKernel& k) {
+      kernels_[i] = compiler::compile_cpu(k);
+    });
     stats.compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     stats.kernels_distinct = static_cast<int>(kernels_.size());
     stats.kernels_total = static_cast<int>(g.nodes.size());
@@ -138,25 +103,6 @@ class CpuExecutor final : public Executor {
 };
 
 }  // namespace
-
-void add_proof_stats(const compiler::AnalysisReport& report, CompileStats& stats) {
-  for (const compiler::AccessVerdict& v : report.verdicts) {
-    if (v.question != "in_bounds" && v.question != "unique") continue;
-    switch (v.result.outcome) {
-      case compiler::Outcome::Proved:
-        ++stats.proved;
-        break;
-      case compiler::Outcome::Unknown:
-        ++stats.unknown;
-        break;
-      case compiler::Outcome::Disproved:
-        ++stats.disproved;
-        break;
-    }
-  }
-  stats.z3_queries += report.stats.z3_queries;
-  stats.z3_ms += report.stats.z3_ms;
-}
 
 std::unique_ptr<Executor> make_cpu_executor(const KernelGraph& graph, const Model& model,
                                             const SessionOptions& options, CompileStats& stats) {

@@ -5,14 +5,11 @@
 // dependencies (LaunchMode::Graph). Timing per layer: host µs spent issuing, device µs between
 // events recorded around it.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <thread>
 
 #include "compiler/check.h"
 #include "compiler/cuda_codegen.h"
 #include "compiler/launch_geometry.h"
-#include "compiler/lower.h"
 #include "compiler/nvrtc.h"
 #include "graph/cuda_driver.h"
 #include "graph/executor.h"
@@ -22,40 +19,6 @@ namespace tilerun::graph {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::vector<compiler::CudaBinary> compile_all(const KernelGraph& g, const SessionOptions& options,
-                                              CompileStats& stats) {
-  const size_t n = g.kernels.size();
-  std::vector<compiler::CudaBinary> out(n);
-  std::vector<compiler::AnalysisReport> reports(n);
-  std::vector<std::exception_ptr> errors(n);
-  std::atomic<size_t> next{0}, done{0};
-  const std::string cache = compiler::default_cache_dir();
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < n;) {
-      try {
-        out[i] =
-            compiler::compile_cuda(compiler::lower(*g.kernels[i], {.report = &reports[i]}), cache);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-      size_t d = done.fetch_add(1) + 1;
-      if (options.progress) {
-        std::string line = "compiling kernels " + std::to_string(d) + "/" + std::to_string(n);
-        options.progress(line.c_str());
-      }
-    }
-  };
-  size_t threads = std::max<size_t>(1, std::min<size_t>(n, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
-  for (const compiler::AnalysisReport& r : reports) add_proof_stats(r, stats);  // in kernel order
-  return out;
-}
 
 // Consecutive nodes of one layer and direction: what one CUDA graph (or one timed launch loop)
 // holds.
@@ -112,7 +75,11 @@ class CudaExecutor final : public Executor {
     check(d_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent", "device 0");
 
     auto start = Clock::now();
-    std::vector<compiler::CudaBinary> binaries = compile_all(g, options, stats);
+    std::vector<compiler::CudaBinary> binaries(g.kernels.size());
+    const std::string cache = compiler::default_cache_dir();
+    compile_kernels(g, options, stats, [&](size_t i, const compiler::SimtKernel& k) {
+      binaries[i] = compiler::compile_cuda(k, cache);
+    });
     for (size_t k = 0; k < binaries.size(); ++k) {
       CUmodule module = nullptr;
       CUfunction fn = nullptr;

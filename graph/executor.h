@@ -2,6 +2,7 @@
 // graph replay later), and the compiled program it runs.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,12 @@ namespace tilerun::graph {
 
 // Adds one kernel's analysis to the compile stats (safety questions only in the verdict counts).
 void add_proof_stats(const compiler::AnalysisReport& report, CompileStats& stats);
+
+// Lowers every distinct kernel of `graph` (with its proofs, summed into `stats`) and hands its
+// SIMT IR to `compile(index, simt)` on all cores, with progress lines; rethrows the first failure
+// by kernel index.
+void compile_kernels(const KernelGraph& graph, const SessionOptions& options, CompileStats& stats,
+                     const std::function<void(size_t, const compiler::SimtKernel&)>& compile);
 
 class Executor {
  public:
