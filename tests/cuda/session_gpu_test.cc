@@ -61,6 +61,18 @@ TEST_F(GpuSession, TinyStepBitIdenticalToTheCpuInBothModes) {
   EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
 }
 
+TEST_F(GpuSession, EveryOpFamilyBitIdenticalToTheCpu) {
+  // configs/ops.yaml: softmax, mul, scale, silu, rmsnorm, matmul (nt and the transposed
+  // gradients), add, forward and backward, on odd sizes.
+  Model ops = load_model(source_dir() + "/configs/ops.yaml");
+  uint64_t seed = std::random_device{}();
+  Session cpu(ops, {.device = Device::Cpu, .seed = seed});
+  Session gpu(ops, {.device = Device::Cuda, .seed = seed});
+  expect_bit_identical(step(cpu), step(gpu), "ops.yaml gpu vs cpu");
+  CheckResult c = gpu.check();
+  EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
+}
+
 TEST_F(GpuSession, PdlOnAndOffBitIdentical) {
   uint64_t seed = std::random_device{}();
   for (LaunchMode mode : {LaunchMode::Graph, LaunchMode::Launch}) {
