@@ -10,23 +10,22 @@
 namespace tilerun::graph {
 
 // One member per driver entry point we use, typed from cuda.h's own prototypes.
-#define TILERUN_CUDA_DRIVER_FUNCTIONS(X)                                                           \
-  X(cuInit)                                                                                        \
-  X(cuDeviceGetCount)                                                                              \
-  X(cuDeviceGet)                                                                                   \
-  X(cuDeviceGetName)                                                                               \
-  X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                 \
-      X(cuCtxSetCurrent) X(cuGetErrorString) X(cuGetErrorName) X(cuModuleLoadData)                 \
-          X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel)         \
-              X(cuLaunchKernelEx) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH)       \
-                  X(cuMemcpyDtoD) X(cuMemsetD8) X(cuMemsetD8Async) X(cuStreamCreate)               \
-                      X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy) \
-                          X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)             \
-                              X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphAddKernelNode)           \
-                                  X(cuGraphAddMemsetNode) X(cuGraphAddDependencies)                \
-                                      X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy)         \
-                                          X(cuGraphLaunch) X(cuGraphKernelNodeSetAttribute)        \
-                                              X(cuCtxSynchronize)
+// clang-format off
+#define TILERUN_CUDA_DRIVER_FUNCTIONS(X)                                                   \
+  X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)             \
+  X(cuCtxSynchronize) X(cuGetErrorString) X(cuGetErrorName)                               \
+  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute)      \
+  X(cuLaunchKernel) X(cuLaunchKernelEx)                                                   \
+  X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)              \
+  X(cuMemsetD8) X(cuMemsetD8Async)                                                        \
+  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)                             \
+  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)               \
+  X(cuEventElapsedTime)                                                                   \
+  X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphAddKernelNode) X(cuGraphAddMemsetNode)      \
+  X(cuGraphAddDependencies) X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy)          \
+  X(cuGraphLaunch) X(cuGraphKernelNodeSetAttribute)
+// clang-format on
 
 struct CudaDriver {
 #define TILERUN_DECLARE_MEMBER(name) decltype(&::name) name = nullptr;
