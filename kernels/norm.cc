@@ -96,11 +96,22 @@ std::vector<GradOp> grad_rmsnorm(const std::vector<TensorType>&, const Attrs& at
 // Tensors are seen as [R, D]: R rows of the last axis D.
 
 constexpr int kThreads = 128;
-// rmsnorm_grad: rows per block of the dx kernel, whose dgamma partial sums cover that many rows.
-// A constant (not the grid) fixes the summation order for a given R.
-constexpr int64_t kRowsPerPartial = 16;
-// rmsnorm_grad: columns per block of the dgamma kernel, one thread each.
-constexpr int64_t kColsPerBlock = 128;
+// rmsnorm_grad: the dx kernel takes RB rows per block and writes those rows' dgamma partial sum
+// (f32, in row order). RB is the smallest power of two, at most kMaxRowsPerBlock, that keeps
+// the blocks under kTargetBlocks: one row per block for up to 256 rows, so a small batch still
+// spreads over the GPU. A function of R and constants (never the grid), so the summation order
+// is too.
+constexpr int64_t kTargetBlocks = 256, kMaxRowsPerBlock = 16;
+// rmsnorm_grad: the dgamma kernel's block covers kColsPerBlock columns with kRowGroups groups
+// of threads; group g sums partials g, g + kRowGroups, ... in order, then the groups' sums are
+// added in group order.
+constexpr int64_t kColsPerBlock = 16, kRowGroups = 16;
+
+int64_t rows_per_block(int64_t rows) {
+  int64_t rb = 1;
+  while (rb < kMaxRowsPerBlock && (rows + rb - 1) / rb > kTargetBlocks) rb *= 2;
+  return rb;
+}
 
 // 1 / sqrt(mean of squares + eps) of `row`: one rounding each for sqrt and division.
 cc::Val inv_rms_of(cc::Scope& s, const cc::Buf& x, const cc::Idx& row, const cc::Dim& d,
@@ -127,54 +138,106 @@ cc::Kernel build_rmsnorm(DType dtype) {
   return kb.build();
 }
 
-// dx for kRowsPerPartial rows per block, fused with those rows' dgamma partial sums (f32, in row
-// order), written owner-computes: the thread of column j owns partial[block, j]. Parameters: x,
-// gamma, dy, dx, partial; R, D; eps.
-cc::Kernel build_rmsnorm_grad_dx(DType dtype) {
-  cc::KernelBuilder kb("rmsnorm_grad_dx_" + std::string(dtype_name(dtype)));
+// dx for `rb` rows per block, fused with those rows' dgamma partial sums (f32, in row order),
+// written owner-computes: the thread of column j owns partial[block, j]. A constant rb keeps
+// the row index linear in the block index. Parameters: x, gamma, dy, dx, partial; R, D; eps.
+std::string rmsnorm_grad_dx_name(int64_t rb) {
+  return rb == 1 ? "rmsnorm_grad_dx" : "rmsnorm_grad_dx_rb" + std::to_string(rb);
+}
+
+cc::Kernel build_rmsnorm_grad_dx(DType dtype, int64_t rb) {
+  cc::KernelBuilder kb(rmsnorm_grad_dx_name(rb) + "_" + std::string(dtype_name(dtype)));
   cc::Dim r = kb.dim("R"), d = kb.dim("D");
   cc::Buf x = kb.input("x", dtype, {r, d}), g = kb.input("gamma", dtype, {d});
   cc::Buf dy = kb.input("dy", dtype, {r, d});
   cc::Buf dx = kb.output("dx", dtype, {r, d});
-  cc::Buf partial = kb.output("partial", DType::F32, {cc::ceildiv(r, kRowsPerPartial), d});
+  cc::Buf partial = kb.output("partial", DType::F32, {cc::ceildiv(r, rb), d});
   cc::Val eps = kb.scalar_f32("eps");
-  kb.body({cc::ceildiv(r, kRowsPerPartial)}, kThreads, [&](cc::Scope& s) {
-    cc::Idx blk = s.block_idx(0), r0 = blk * kRowsPerPartial;
-    s.parallel(d, [&](cc::Idx j) { partial(blk, j) = 0.0f; });
-    s.serial(cc::min(cc::Val(kRowsPerPartial), r - r0), [&](cc::Idx t) {
+  kb.body({cc::ceildiv(r, rb)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx blk = s.block_idx(0), r0 = blk * rb;
+    // The row's two sums (of x^2 and of gamma * dy * x) in one pass and one tree: the order of
+    // reduce_sum (each thread its columns j = t, t + T, ... in order, then a tree over threads
+    // in index order), for both values at once.
+    cc::Buf ss_part = s.alloc_fragment("ss_part", DType::F32, {kThreads});
+    cc::Buf dot_part = s.alloc_fragment("dot_part", DType::F32, {kThreads});
+    cc::Buf tree = s.alloc_shared("tree", DType::F32, {2, kThreads});
+    auto one_row = [&](const cc::Idx& t) {
       cc::Idx row = r0 + t;
-      cc::Val inv = inv_rms_of(s, x, row, d, eps);
-      cc::Val dot = s.reduce_sum(d, [&](cc::Idx j) { return g(j) * dy(row, j) * x(row, j); });
+      s.parallel(kThreads, [&](cc::Idx th) {
+        ss_part(th) = -0.0f;
+        dot_part(th) = -0.0f;
+        s.serial(cc::ceildiv(d, cc::Val(kThreads)), [&](cc::Idx it) {
+          cc::Idx j = it * kThreads + th;
+          s.if_then(j < d, [&] {
+            cc::Val xv = s.let(x(row, j), "x");
+            ss_part(th) = ss_part(th) + xv * xv;
+            dot_part(th) = dot_part(th) + g(j) * dy(row, j) * xv;
+          });
+        });
+        tree(0, th) = ss_part(th);
+        tree(1, th) = dot_part(th);
+      });
+      s.barrier();
+      for (int64_t half = kThreads / 2; half >= 1; half /= 2) {
+        s.parallel(2, half, [&](cc::Idx v, cc::Idx th) {
+          tree(v, th) = tree(v, th) + tree(v, th + half);
+        });
+        s.barrier();
+      }
+      cc::Val inv = s.let(1.0f / cc::sqrt(tree(0, 0) / cc::to_f32(d) + eps), "inv");
+      cc::Val dot = s.let(tree(1, 0), "dot");
+      s.barrier();  // every thread has read the sums before the next row rewrites `tree`
       // dx = inv * g * dy - inv^3 * x * dot / D.
       cc::Val k = s.let(inv * inv * inv * dot / cc::to_f32(d), "k");
       s.parallel(d, [&](cc::Idx j) {
         cc::Val xv = s.let(x(row, j), "x"), dyv = s.let(dy(row, j), "dy");
         dx(row, j) = inv * g(j) * dyv - k * xv;
-        partial(blk, j) += dyv * xv * inv;
+        cc::Val term = s.let(dyv * xv * inv, "term");
+        if (rb == 1)
+          partial(blk, j) = term;
+        else
+          s.if_then_else(
+              t == 0, [&] { partial(blk, j) = term; },
+              [&] { partial(blk, j) = partial(blk, j) + term; });
       });
-    });
+    };
+    if (rb == 1)
+      one_row(cc::Idx(0));
+    else
+      s.serial(cc::min(cc::Val(rb), r - r0), one_row);
   });
   return kb.build();
 }
 
-// dgamma[j] = sum of partial[:, j] in block order, one thread per column. Parameters: partial,
-// dgamma; R, D.
+// dgamma[c] = sum over partial rows p of partial[p, c], in a fixed order: group g of the
+// block's kRowGroups sums rows g, g + kRowGroups, ... in order, and the group sums are added in
+// group order. Parameters: partial, dgamma; P (partial rows), D.
 cc::Kernel build_rmsnorm_grad_dgamma(DType dtype) {
   cc::KernelBuilder kb("rmsnorm_grad_dgamma_" + std::string(dtype_name(dtype)));
-  cc::Dim r = kb.dim("R"), d = kb.dim("D");
-  cc::Val blocks = cc::ceildiv(r, kRowsPerPartial);
-  cc::Buf partial = kb.input("partial", DType::F32, {blocks, d});
+  cc::Dim p = kb.dim("P"), d = kb.dim("D");
+  cc::Buf partial = kb.input("partial", DType::F32, {p, d});
   cc::Buf dgamma = kb.output("dgamma", dtype, {d});
-  kb.body({cc::ceildiv(d, kColsPerBlock)}, static_cast<int>(kColsPerBlock), [&](cc::Scope& s) {
+  constexpr int kThreadsDg = static_cast<int>(kColsPerBlock * kRowGroups);
+  kb.body({cc::ceildiv(d, kColsPerBlock)}, kThreadsDg, [&](cc::Scope& s) {
     cc::Idx c0 = s.block_idx(0) * kColsPerBlock;
-    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kColsPerBlock});
-    s.parallel(kColsPerBlock, [&](cc::Idx j) { acc(j) = 0.0f; });
-    s.serial(blocks, [&](cc::Idx b) {
-      s.parallel(kColsPerBlock,
-                 [&](cc::Idx j) { s.if_then(c0 + j < d, [&] { acc(j) += partial(b, c0 + j); }); });
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kRowGroups, kColsPerBlock});
+    cc::Buf sums = s.alloc_shared("sums", DType::F32, {kRowGroups, kColsPerBlock});
+    s.parallel(kRowGroups, kColsPerBlock, [&](cc::Idx g, cc::Idx j) { acc(g, j) = 0.0f; });
+    s.serial(cc::ceildiv(p, cc::Val(kRowGroups)), [&](cc::Idx i) {
+      s.parallel(kRowGroups, kColsPerBlock, [&](cc::Idx g, cc::Idx j) {
+        cc::Idx row = i * kRowGroups + g;
+        s.if_then(row < p && c0 + j < d, [&] { acc(g, j) = acc(g, j) + partial(row, c0 + j); });
+      });
     });
-    s.parallel(kColsPerBlock,
-               [&](cc::Idx j) { s.if_then(c0 + j < d, [&] { dgamma(c0 + j) = acc(j); }); });
+    s.parallel(kRowGroups, kColsPerBlock, [&](cc::Idx g, cc::Idx j) { sums(g, j) = acc(g, j); });
+    s.barrier();
+    s.parallel(kColsPerBlock, [&](cc::Idx j) {
+      s.if_then(c0 + j < d, [&] {
+        cc::Val total = sums(0, j);
+        for (int64_t g = 1; g < kRowGroups; ++g) total = s.let(total + sums(g, j), "sum");
+        dgamma(c0 + j) = total;
+      });
+    });
   });
   return kb.build();
 }
@@ -198,17 +261,17 @@ ExpandFn expand_rmsnorm_grad(std::shared_ptr<KernelCache> cache) {
                  const Attrs& attrs) {
     DType dt = out[0].dtype;
     auto [rows, cols] = rows_cols(in[0].shape);
-    int64_t blocks = (rows + kRowsPerPartial - 1) / kRowsPerPartial;
+    int64_t rb = rows_per_block(rows), blocks = (rows + rb - 1) / rb;
     KernelCall dx{
-        .kernel = cache->get(kernel_key("rmsnorm_grad_dx", dt),
-                             [&] { return build_rmsnorm_grad_dx(dt); }),
+        .kernel = cache->get(kernel_key(rmsnorm_grad_dx_name(rb), dt),
+                             [&] { return build_rmsnorm_grad_dx(dt, rb); }),
         .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0), scratch_slot(0)},
         .dims = {rows, cols},
         .scalars = {attr_float(attrs, "eps")}};
     KernelCall dgamma{.kernel = cache->get(kernel_key("rmsnorm_grad_dgamma", dt),
                                            [&] { return build_rmsnorm_grad_dgamma(dt); }),
                       .buffers = {scratch_slot(0), output_slot(1)},
-                      .dims = {rows, cols}};
+                      .dims = {blocks, cols}};
     return OpExpansion{.scratch = {TensorType{DType::F32, {blocks, cols}}}, .calls = {dx, dgamma}};
   };
 }

@@ -2,6 +2,7 @@
 // non-tile-multiple sizes, against the double-precision reference: outputs poisoned with NaN
 // first, within a per-dtype tolerance (f32: relative L2 <= 1e-5), and bit-identical results
 // from two launches.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -128,8 +129,9 @@ const std::vector<KernelCase> kCases = {
     {"rmsnorm", {{2, 3, 130}, {130}}},
     {"rmsnorm_grad", {{1, 1}, {1}, {1, 1}}, {{"eps", 0.1}}},
     {"rmsnorm_grad", {{7, 33}, {33}, {7, 33}}},
-    {"rmsnorm_grad", {{33, 130}, {130}, {33, 130}}},  // 3 row partials, 2 column blocks
+    {"rmsnorm_grad", {{33, 130}, {130}, {33, 130}}},  // 33 row partials, 9 column blocks
     {"rmsnorm_grad", {{130, 7}, {7}, {130, 7}}, {{"eps", 1e-5}}},
+    {"rmsnorm_grad", {{1001, 33}, {33}, {1001, 33}}},  // 4 rows per partial, the last ragged
     {"softmax", {{1, 1}}},
     {"softmax", {{7, 33}}, {}, -30, 30},
     {"softmax", {{130, 7}}},
@@ -144,6 +146,17 @@ const std::vector<KernelCase> kCases = {
     {"matmul", {{7, 130}, {33, 7}}, {{"transpose_a", true}, {"transpose_b", true}}},
     {"matmul", {{64, 96}, {96, 32}}},  // exact tile multiples
     {"matmul", {{33, 1}, {1, 130}}},
+    // Long K over a small output: 16x16 tiles, K split over 8 groups of the block (ragged).
+    {"matmul", {{33, 700}, {700, 40}}},
+    {"matmul", {{700, 33}, {700, 40}}, {{"transpose_a", true}}},
+    {"matmul", {{33, 700}, {40, 700}}, {{"transpose_b", true}}},
+    {"matmul", {{700, 33}, {40, 700}}, {{"transpose_a", true}, {"transpose_b", true}}},
+    {"matmul", {{20, 1100}, {1100, 18}}},
+    // Enough 32x32 tiles: the large tiling, one K group and four.
+    {"matmul", {{130, 33}, {33, 1000}}},
+    {"matmul", {{130, 300}, {1000, 300}}, {{"transpose_b", true}}},
+    {"matmul", {{300, 1000}, {300, 130}}, {{"transpose_a", true}}},
+    {"add", {{(1 << 20) + 5}, {(1 << 20) + 5}}},  // 4 elements per thread
 };
 
 INSTANTIATE_TEST_SUITE_P(Ops, KernelTest,
@@ -183,6 +196,66 @@ TEST(CudaCompile, EveryKernelCompilesToCubin) {
         std::printf("[ nvrtc    ] %-28s %8.1f ms\n", call.kernel->sig.name.c_str(), bin.compile_ms);
       }
     }
+}
+
+// A matmul's summation order depends only on the shape (never the grid): the kernel the
+// expansion picks ("matmul_nn_16x16g4_f32") splits K over G groups, group g taking every k with
+// (k / 16) % G == g, each group one fma chain in k order from +0, and the groups' chains added
+// in group order. Emulated here in float, bit for bit.
+TEST(MatmulOrder, FmaChainsAddedInGroupOrder) {
+  struct Shape {
+    int64_t m, n, k;
+    bool ta, tb;
+  };
+  for (Shape sh : {Shape{33, 40, 700, false, false}, Shape{20, 18, 1100, false, true},
+                   Shape{130, 1000, 300, true, false}, Shape{7, 33, 130, true, true}}) {
+    std::mt19937_64 rng(testing::test_seed());
+    RefTensor a = testing::random_tensor(rng, sh.ta ? std::vector{sh.k, sh.m}
+                                                    : std::vector{sh.m, sh.k});
+    RefTensor b = testing::random_tensor(rng, sh.tb ? std::vector{sh.n, sh.k}
+                                                    : std::vector{sh.k, sh.n});
+    a = testing::rounded(DType::F32, a);
+    b = testing::rounded(DType::F32, b);
+    Attrs attrs{{"transpose_a", sh.ta}, {"transpose_b", sh.tb}};
+    const OpSchema& schema = testing::schema_of("matmul");
+    Attrs full = testing::with_defaults(schema, attrs);
+    std::vector<TensorType> in = {{DType::F32, a.shape}, {DType::F32, b.shape}};
+    OpExpansion ex = schema.expand(in, schema.infer(in, full), full);
+    ASSERT_EQ(ex.calls.size(), 1u);
+    const std::string& name = ex.calls[0].kernel->sig.name;
+    size_t gpos = name.rfind('g');
+    ASSERT_NE(gpos, std::string::npos) << name;
+    const int64_t groups = std::stoll(name.substr(gpos + 1)), bk = 16;
+    ASSERT_GE(groups, 1) << name;
+    std::vector<Bytes> got = runner().run("matmul", {a, b}, attrs, DType::F32, kNaN);
+    ASSERT_EQ(got.size(), 1u);
+    const float* c = reinterpret_cast<const float*>(got[0].data.data());
+    auto av = [&](int64_t i, int64_t p) {
+      return static_cast<float>(sh.ta ? a.data[p * sh.m + i] : a.data[i * sh.k + p]);
+    };
+    auto bv = [&](int64_t p, int64_t j) {
+      return static_cast<float>(sh.tb ? b.data[j * sh.k + p] : b.data[p * sh.n + j]);
+    };
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < sh.m; ++i)
+      for (int64_t j = 0; j < sh.n; ++j) {
+        float total = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+          float chain = 0.0f;
+          for (int64_t p = 0; p < sh.k; ++p)
+            if (p / bk % groups == g) chain = std::fmaf(av(i, p), bv(p, j), chain);
+          total = g == 0 ? chain : total + chain;
+        }
+        uint32_t want, have;
+        std::memcpy(&want, &total, 4);
+        std::memcpy(&have, &c[i * sh.n + j], 4);
+        if (want != have && mismatches++ < 3)
+          ADD_FAILURE() << name << " " << sh.m << "x" << sh.n << "x" << sh.k << ": c[" << i
+                        << ", " << j << "] = " << c[i * sh.n + j] << ", the ordered chains give "
+                        << total;
+      }
+    EXPECT_EQ(mismatches, 0) << name << " " << sh.m << "x" << sh.n << "x" << sh.k;
+  }
 }
 
 // The comparison must catch outputs a kernel never wrote: a copy kernel whose guard drops the
