@@ -219,7 +219,7 @@ class Analyzer : public IRMutator {
   void push(Expr f) { facts_.push_back(std::move(f)); }
 
   void bind(const std::string& name, const Expr& value) {
-    if (!is_int(value.type())) return;
+    if (!is_int(value.type()) && value.type() != Type::Bool) return;
     if (encodable(value)) {
       push(eq(Var::make(value.type(), name), value));
       ranges_[name] = interval_of(value, ranges_);
@@ -235,24 +235,64 @@ class Analyzer : public IRMutator {
     return false;
   }
 
-  ProofResult ask(const std::string& question, const std::string& buffer,
-                  const std::string& access, const Expr& goal, std::vector<Expr> indices,
-                  std::vector<Expr> shape, std::vector<Expr> facts_override = {},
-                  bool use_override = false) {
+  // Asks one question: over the symbolic dims, then, when that does not settle it and the
+  // launches' shape is known, over the concrete dims (a race proved over the symbolic dims is
+  // final: the kernel is wrong for some shape it accepts).
+  ProofResult ask(const std::string& question, const std::string& buffer, const std::string& access,
+                  const Expr& goal, std::vector<Expr> indices, std::vector<Expr> shape,
+                  std::vector<Expr> facts_override = {}, bool use_override = false) {
+    const bool optimisation = question == "guard" || question == "vector";
+    const ProofBudget& budget = optimisation ? o_.optimisation_budget : o_.budget;
     IndexQuery q;
     q.name = k_.sig.name + ": " + question + " " + access;
     q.facts = use_override ? std::move(facts_override) : facts_;
     q.ranges = ranges_;
     q.goal = goal;
     q.exact = inexact_depth_ == 0 && !mentions_opaque(goal);
-    ProofResult pr = prove(q, o_.budget);
+    ProofResult pr = prove(q, budget);
+    count(pr);
+    bool retry = !o_.concrete.empty() && pr.outcome != Outcome::Proved &&
+                 !(question == "unique" && pr.outcome == Outcome::Disproved);
+    if (retry) {
+      pr = prove(concrete_query(q), budget);
+      pr.method += "@concrete";
+      count(pr);
+      if (optimisation && pr.outcome == Outcome::Proved) pin_ = true;
+    }
+    AnalysisStats& st = r_->stats;
+    (pr.outcome == Outcome::Proved      ? st.proved
+     : pr.outcome == Outcome::Disproved ? st.disproved
+                                        : st.unknown)++;
+    r_->verdicts.push_back(
+        {question, buffer, access, pr, "", std::move(indices), std::move(shape)});
+    return pr;
+  }
+
+  // Solver work of one prove() call.
+  void count(const ProofResult& pr) {
     AnalysisStats& st = r_->stats;
     if (pr.method == "z3") (pr.cached ? st.cache_hits : st.z3_queries)++;
     st.z3_ms += pr.ms;
-    (pr.outcome == Outcome::Proved ? st.proved
-                                   : pr.outcome == Outcome::Disproved ? st.disproved : st.unknown)++;
-    r_->verdicts.push_back({question, buffer, access, pr, "", std::move(indices), std::move(shape)});
-    return pr;
+  }
+
+  // `q` with every dim replaced by its concrete value (and the block ranges they bound).
+  IndexQuery concrete_query(const IndexQuery& q) const {
+    struct Sub : IRMutator {
+      const std::map<std::string, int64_t>* values;
+      Expr mutate_expr(const Var* op, const Expr& self) override {
+        auto it = values->find(op->name);
+        return it == values->end() ? self : make_const(op->type, it->second);
+      }
+    } sub;
+    sub.values = &o_.concrete;
+    IndexQuery c = q;
+    c.name += " (concrete shape)";
+    for (Expr& f : c.facts) f = sub.mutate(f);
+    c.goal = sub.mutate(q.goal);
+    for (auto& [name, v] : o_.concrete) c.ranges[name] = {v, v};
+    for (size_t d = 0; d < k_.sig.grid.size(); ++d)
+      c.ranges[kBlockIdx[d]] = {0, interval_of(sub.mutate(k_.sig.grid[d]), c.ranges).hi - 1};
+    return c;
   }
 
   void access(const std::string& buffer, const std::vector<Expr>& indices, bool store) {
@@ -303,6 +343,14 @@ class Analyzer : public IRMutator {
       Expr v = Var::make(Type::I64, c);
       same = logical_and(same, eq(ra.mutate(v), rb.mutate(v)));
     }
+    if (mixed_radix(idx, shape, coords, keep)) {
+      ProofResult pr;
+      pr.outcome = Outcome::Proved;
+      pr.method = "affine";
+      r_->stats.proved++;
+      r_->verdicts.push_back({"unique", buffer, "store " + text, pr, "", idx, shape});
+      return;
+    }
     for (const Expr& i : idx) differ = lor(differ, ne(ra.mutate(i), rb.mutate(i)));
     ProofResult pr = ask("unique", buffer, "store " + text, lor(same, differ), idx, shape,
                          std::move(facts), true);
@@ -314,11 +362,52 @@ class Analyzer : public IRMutator {
     if (o_.throw_on_race) throw Error(msg);
   }
 
+  // The cheap proof of uniqueness, without Z3: the flat address is terms the two executions
+  // share (dims, and for shared memory the block) plus c·x for coordinates x with constant
+  // coefficients, and those form a mixed radix — each |c| exceeds the largest sum the smaller
+  // terms can reach over their ranges — so distinct coordinates give distinct addresses.
+  bool mixed_radix(const std::vector<Expr>& idx, const std::vector<Expr>& shape,
+                   const std::vector<std::string>& coords,
+                   const std::set<std::string>& keep) const {
+    Expr flat = idx[0];
+    for (size_t d = 1; d < idx.size(); ++d) flat = add(mul(flat, shape[d]), idx[d]);
+    Poly p;
+    if (!to_poly(flat, lets_, &p)) return false;
+    std::vector<std::pair<__int128, __int128>> terms;  // |c|, span of x
+    for (auto& [m, c] : p) {
+      bool shared =
+          std::all_of(m.begin(), m.end(), [&](const std::string& v) { return keep.count(v) > 0; });
+      if (shared) continue;
+      if (m.size() != 1 || !std::count(coords.begin(), coords.end(), m[0])) return false;
+      auto r = ranges_.find(m[0]);
+      if (r == ranges_.end() || r->second.lo > r->second.hi) return false;
+      terms.push_back({c < 0 ? -(__int128)c : (__int128)c, (__int128)r->second.hi - r->second.lo});
+    }
+    // A coordinate the address ignores: two executions differing only there collide.
+    for (const std::string& c : coords) {
+      auto r = ranges_.find(c);
+      bool spans = r == ranges_.end() || r->second.hi > r->second.lo;
+      bool used = false;
+      for (auto& [m, k] : p) used = used || std::count(m.begin(), m.end(), c);
+      if (spans && !used) return false;
+    }
+    std::sort(terms.begin(), terms.end());
+    __int128 reach = 0;
+    for (auto& [c, span] : terms) {
+      if (span == 0) continue;
+      if (c <= reach) return false;
+      reach += c * span;
+      if (reach > (__int128)1 << 100) return false;
+    }
+    return true;
+  }
+
   std::map<std::string, int64_t> values(const ProofResult& pr, const std::string& suffix) const {
     std::map<std::string, int64_t> v;
     for (auto& [n, x] : pr.model) {
       if (shared_vars_.count(n)) v[n] = x;
-      if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+      if (n.size() > suffix.size() &&
+          n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
         v[n.substr(0, n.size() - suffix.size())] = x;
     }
     return v;
@@ -350,13 +439,19 @@ class Analyzer : public IRMutator {
     std::map<std::string, int64_t> v = values(pr, suffix);
     int64_t off = 0;
     try {
-      for (size_t d = 0; d < idx.size(); ++d) off = off * eval_index(shape[d], v) + eval_index(idx[d], v);
+      for (size_t d = 0; d < idx.size(); ++d)
+        off = off * eval_index(shape[d], v) + eval_index(idx[d], v);
     } catch (...) {
       return -1;
     }
     return off;
   }
 
+  // Contiguous and 16-byte aligned along the innermost parallel axis, for groups of w elements
+  // starting at multiples of w. Affine indices (the usual case) are decided without Z3: the
+  // innermost var must have coefficient 1, and every other term a coefficient that the dims'
+  // divisibility (or, failing that, their concrete values) makes a multiple of w. Only indices
+  // with division or modulo go to Z3, with the small optimisation budget.
   void vector(const std::string& buffer, const std::string& what, const std::vector<Expr>& idx,
               const std::vector<Expr>& shape, DType dtype) {
     int64_t bytes = dtype_bytes(dtype, 1);
@@ -375,15 +470,30 @@ class Analyzer : public IRMutator {
     } else if (!uses_var(flat, inner)) {
       return;
     }
-    // Cheap: flat = 1·v + terms each divisible by w (dims count their divisible_by).
-    std::string note;
-    if (poly && cheap_vector(p, inner, w)) {
-      ProofResult pr{.outcome = Outcome::Proved, .method = "affine"};
-      r_->stats.proved++;
+    std::string why;
+    if (poly) {
+      ProofResult pr;
+      pr.method = "affine";
+      if (!unit_stride(p, inner, &pr.outcome, &why)) {
+      } else if (aligned(p, inner, w, /*concrete=*/false)) {
+        pr.outcome = Outcome::Proved;
+      } else if (misaligned_by_constant(p, inner, w)) {
+        pr.outcome = Outcome::Disproved;
+        why = "offset by a constant not a multiple of " + std::to_string(w);
+      } else if (!o_.concrete.empty() && aligned(p, inner, w, /*concrete=*/true)) {
+        pr.outcome = Outcome::Proved;
+        pr.method = "affine@concrete";
+        pin_ = true;
+      } else {
+        why = "no divisibility fact aligns it";
+      }
+      AnalysisStats& st = r_->stats;
+      (pr.outcome == Outcome::Proved      ? st.proved
+       : pr.outcome == Outcome::Disproved ? st.disproved
+                                          : st.unknown)++;
       r_->verdicts.push_back({"vector", buffer, what, pr, "", idx, shape});
     } else {
       Expr wv = make_i64(w);
-      Expr next = Renamer(shared_vars_, "").mutate(flat);  // a copy; substitute below
       struct Sub : IRMutator {
         std::string n;
         Expr by;
@@ -401,34 +511,57 @@ class Analyzer : public IRMutator {
     }
     bool ok = r_->verdicts.back().result.outcome == Outcome::Proved;
     (ok ? r_->stats.vectorizable : r_->stats.scalar)++;
-    r_->verdicts.back().note = ok ? "vectorizable x" + std::to_string(w) : "scalar";
+    r_->verdicts.back().note = ok ? "vectorizable x" + std::to_string(w)
+                                  : "scalar" + (why.empty() ? "" : " (" + why + ")");
   }
 
-  bool cheap_vector(const Poly& p, const std::string& inner, int64_t w) const {
-    int64_t ext;
-    bool ext_ok = const_int(parallel_->extents.back(), &ext) && ext % w == 0;
-    if (!ext_ok) {
-      if (const Var* d = parallel_->extents.back().as<Var>()) {
-        for (const DimParam& dp : k_.sig.dims)
-          if (dp.name == d->name && dp.bounds.divisible_by % w == 0) ext_ok = true;
-      }
-    }
-    if (!ext_ok) return false;
-    bool saw_inner = false;
+  // Whether the innermost var appears exactly as the term 1·v. A constant coefficient other
+  // than 1 disproves contiguity; a symbolic one leaves it unknown.
+  static bool unit_stride(const Poly& p, const std::string& inner, Outcome* outcome,
+                          std::string* why) {
     for (auto& [m, c] : p) {
-      if (std::count(m.begin(), m.end(), inner)) {
-        if (m.size() != 1 || c != 1) return false;
-        saw_inner = true;
-        continue;
-      }
-      __int128 div = c;
-      for (const std::string& a : m) {
-        for (const DimParam& dp : k_.sig.dims)
-          if (dp.name == a) div *= dp.bounds.divisible_by;
-      }
-      if (div % w != 0) return false;
+      if (!std::count(m.begin(), m.end(), inner)) continue;
+      if (m.size() == 1 && c == 1) continue;
+      *outcome = m.size() == 1 ? Outcome::Disproved : Outcome::Unknown;
+      *why = "stride along " + inner + " is not 1";
+      return false;
     }
-    return saw_inner;
+    return true;
+  }
+
+  // Every term but 1·v and the constant is a multiple of w (without assumptions), and the
+  // constant is not: every group start is misaligned, whatever the dims.
+  bool misaligned_by_constant(const Poly& p, const std::string& inner, int64_t w) const {
+    auto c0 = p.find({});
+    if (c0 == p.end() || c0->second % w == 0) return false;
+    for (auto& [m, c] : p)
+      if (!m.empty() && !std::count(m.begin(), m.end(), inner) && c % w != 0) return false;
+    return true;
+  }
+
+  // Every term but 1·v a multiple of w, and the innermost extent too. A dim contributes its
+  // divisibility, or with `concrete` its value; other vars (blocks, loops) contribute nothing.
+  bool aligned(const Poly& p, const std::string& inner, int64_t w, bool concrete) const {
+    auto factor = [&](const std::string& var) -> __int128 {
+      if (concrete) {
+        auto it = o_.concrete.find(var);
+        if (it != o_.concrete.end()) return it->second;
+      }
+      for (const DimParam& dp : k_.sig.dims)
+        if (dp.name == var) return dp.bounds.divisible_by;
+      return 1;
+    };
+    Poly extent;
+    if (!to_poly(parallel_->extents.back(), lets_, &extent)) return false;
+    for (const Poly* q : {&p, const_cast<const Poly*>(&extent)}) {
+      for (auto& [m, c] : *q) {
+        if (q == &p && std::count(m.begin(), m.end(), inner)) continue;
+        __int128 div = c;
+        for (const std::string& a : m) div *= factor(a);
+        if (div % w != 0) return false;
+      }
+    }
+    return true;
   }
 
   const Kernel& k_;
@@ -441,6 +574,9 @@ class Analyzer : public IRMutator {
   std::vector<std::string> block_vars_;
   const Parallel* parallel_ = nullptr;
   int inexact_depth_ = 0;
+
+ public:
+  bool pin_ = false;  // a guard or vector verdict needed the concrete shape
 };
 
 }  // namespace
@@ -485,7 +621,15 @@ Kernel analyze_accesses(const Kernel& kernel, const AnalysisOptions& options,
   AnalysisReport* r = report ? report : &local;
   r->kernel = kernel.sig.name;
   Kernel out = kernel;
-  out.body = Analyzer(kernel, options, r).mutate(kernel.body);
+  Analyzer analyzer(kernel, options, r);
+  out.body = analyzer.mutate(kernel.body);
+  if (analyzer.pin_) {
+    r->pinned = true;
+    for (DimParam& d : out.sig.dims) {
+      auto it = options.concrete.find(d.name);
+      if (it != options.concrete.end()) d.bounds = {it->second, it->second, 1};
+    }
+  }
   return out;
 }
 

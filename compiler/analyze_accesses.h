@@ -42,6 +42,7 @@ struct AnalysisStats {
 
 struct AnalysisReport {
   std::string kernel;
+  bool pinned = false;  // the kernel's dims were pinned to AnalysisOptions::concrete
   AnalysisStats stats;
   std::vector<AccessVerdict> verdicts;  // in IR visiting order (deterministic)
   // One line per verdict plus a stats line: the <name>.proofs.txt of --dump-kernels.
@@ -50,8 +51,17 @@ struct AnalysisReport {
 
 struct AnalysisOptions {
   bool enabled = true;
-  ProofBudget budget;
+  ProofBudget budget;  // safety questions: in_bounds, unique
+  // Optimisation questions (guard, vector) only decide whether code gets faster; an unknown
+  // keeps the guard or the scalar access, so they get a small step budget of their own.
+  ProofBudget optimisation_budget{.rlimit = 200'000};
   bool throw_on_race = true;  // false: a disproved `unique` is only reported (tests)
+  // The dims' values at every launch of the kernel, when the caller knows them (a model whose
+  // launches of this kernel all agree). A question not proved over the symbolic dims is asked
+  // again over these ("@concrete" in the report); when such a verdict removes a guard or makes
+  // an access vector, the returned kernel's dims are pinned to these values, so a launch with
+  // any other shape is refused by the launch check instead of running unproved code.
+  std::map<std::string, int64_t> concrete;
 };
 
 // Returns `kernel` with proved-redundant guards removed; fills `report` when given.

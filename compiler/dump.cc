@@ -19,24 +19,28 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
 }
 }  // namespace
 
-void dump_kernel(const Kernel& kernel, const std::string& dir) {
+void dump_kernel(const Kernel& kernel, const std::string& dir, const LowerOptions& options) {
   std::filesystem::path base(dir);
   std::error_code ec;
   std::filesystem::create_directories(base, ec);
   if (ec) throw Error("cannot create '" + dir + "': " + ec.message(), ErrorKind::Runtime);
   AnalysisReport report;
-  SimtKernel simt = lower(kernel, {.report = &report});
+  LowerOptions lo = options;
+  lo.report = &report;
+  lo.trace = nullptr;
+  SimtKernel simt = lower(kernel, lo);
   const std::string& name = kernel.sig.name;
   std::string layouts = "layouts " + name + "\n";
   for (const TileAlloc& a : kernel.allocs) {
     int64_t numel = 1;
     for (int64_t e : a.shape) numel *= e;
     std::vector<int64_t> shape(a.shape.begin(), a.shape.end());
-    layouts += "  " + std::string(mem_scope_name(a.scope)) + " " + a.name + ": " +
-               (a.scope == MemScope::Fragment
-                    ? "(thread, local) -> element " + to_string(fragment_layout(numel, kernel.sig.threads))
-                    : "element " + to_string(compact_row_major(shape))) +
-               "\n";
+    layouts +=
+        "  " + std::string(mem_scope_name(a.scope)) + " " + a.name + ": " +
+        (a.scope == MemScope::Fragment
+             ? "(thread, local) -> element " + to_string(fragment_layout(numel, kernel.sig.threads))
+             : "element " + to_string(compact_row_major(shape))) +
+        "\n";
   }
   write_file(base / (name + ".proofs.txt"), report.text() + layouts);
   write_file(base / (name + ".tile.txt"), print(kernel));

@@ -8,9 +8,12 @@
 #include <string>
 
 #include "compiler/kernel.h"
+#include "compiler/lower.h"
 
 namespace tilerun::compiler {
 
-void dump_kernel(const Kernel& kernel, const std::string& dir);
+// `options` as the kernel is compiled with (its concrete dims, budgets); trace/report are
+// the dump's own.
+void dump_kernel(const Kernel& kernel, const std::string& dir, const LowerOptions& options = {});
 
 }  // namespace tilerun::compiler

@@ -29,6 +29,21 @@ void add_proof_stats(const compiler::AnalysisReport& report, CompileStats& stats
   stats.z3_ms += report.stats.z3_ms;
 }
 
+compiler::LowerOptions lower_options(const KernelGraph& g, size_t k) {
+  compiler::LowerOptions options;
+  const std::vector<int64_t>* dims = nullptr;
+  for (const KernelNode& n : g.nodes) {
+    if (n.kernel != static_cast<int>(k)) continue;
+    if (dims && *dims != n.dims) return options;  // launched at several shapes: symbolic only
+    dims = &n.dims;
+  }
+  if (!dims) return options;
+  const compiler::KernelSignature& sig = g.kernels[k]->sig;
+  for (size_t d = 0; d < sig.dims.size() && d < dims->size(); ++d)
+    options.analysis.concrete[sig.dims[d].name] = (*dims)[d];
+  return options;
+}
+
 void compile_kernels(const KernelGraph& g, const SessionOptions& options, CompileStats& stats,
                      const std::function<void(size_t, const compiler::SimtKernel&)>& compile) {
   const size_t n = g.kernels.size();
@@ -38,7 +53,9 @@ void compile_kernels(const KernelGraph& g, const SessionOptions& options, Compil
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < n;) {
       try {
-        compile(i, compiler::lower(*g.kernels[i], {.report = &reports[i]}));
+        compiler::LowerOptions lo = lower_options(g, i);
+        lo.report = &reports[i];
+        compile(i, compiler::lower(*g.kernels[i], lo));
       } catch (...) {
         errors[i] = std::current_exception();
       }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compiler/analyze_accesses.h"
+#include "compiler/lower.h"
 #include "graph/kernel_graph.h"
 #include "tilerun/session.h"
 
@@ -15,6 +16,11 @@ namespace tilerun::graph {
 
 // Adds one kernel's analysis to the compile stats (safety questions only in the verdict counts).
 void add_proof_stats(const compiler::AnalysisReport& report, CompileStats& stats);
+
+// How kernel `k` of `graph` is lowered: when every launch of it binds the same dims, those
+// values are the analysis's concrete shape (proofs the symbolic dims leave open are retried on
+// them; compiling and dumping use the same options, so dumps show the code that runs).
+compiler::LowerOptions lower_options(const KernelGraph& graph, size_t k);
 
 // Lowers every distinct kernel of `graph` (with its proofs, summed into `stats`) and hands its
 // SIMT IR to `compile(index, simt)` on all cores, with progress lines; rethrows the first failure

@@ -51,8 +51,9 @@ void dump_kernels(const graph::KernelGraph& g, const std::string& dir) {
   for (size_t k = 0; k < g.kernels.size(); ++k) {
     char prefix[32];
     std::snprintf(prefix, sizeof prefix, "%03zu_", k);
-    compiler::dump_kernel(
-        *g.kernels[k], (std::filesystem::path(dir) / (prefix + g.kernels[k]->sig.name)).string());
+    compiler::dump_kernel(*g.kernels[k],
+                          (std::filesystem::path(dir) / (prefix + g.kernels[k]->sig.name)).string(),
+                          graph::lower_options(g, k));
   }
 }
 

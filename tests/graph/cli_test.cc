@@ -4,10 +4,13 @@
 #include <sys/wait.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -220,6 +223,34 @@ TEST(CliTest, DumpKernelsWritesEveryKernel) {
   ::pclose(p);
   EXPECT_GE(std::atoi(buf), 4) << buf;  // rmsnorm, two matmul shapes, silu, add
   std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST(CliTest, TwoProcessesDumpByteIdenticalKernels) {
+  // Every op family, forward and backward: Tile IR, SIMT IR, LLVM IR, CUDA C++, proofs and
+  // layouts, from two separate compilations, must match byte for byte.
+  std::string a = temp_path("dump_a"), b = temp_path("dump_b");
+  for (const std::string& dir : {a, b}) {
+    Result r = run_cli(
+        TILERUN_SOURCE_DIR "/configs/ops.yaml --device cpu --steps 1 --dump-kernels '" + dir + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(a))
+    if (e.is_regular_file()) files.push_back(fs::relative(e.path(), a).string());
+  std::sort(files.begin(), files.end());
+  size_t count_b = 0;
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(b))
+    count_b += e.is_regular_file();
+  EXPECT_GE(files.size(), 5u * 10);  // ten kernels or more, five files each
+  EXPECT_EQ(files.size(), count_b);
+  for (const std::string& f : files) {
+    std::string x = read_file(a + "/" + f), y = read_file(b + "/" + f);
+    EXPECT_FALSE(x.empty()) << f;
+    EXPECT_TRUE(x == y) << f << " differs between the two processes";
+  }
+  fs::remove_all(a);
+  fs::remove_all(b);
 }
 
 TEST(CliTest, CudaWithoutADeviceIsAClearRuntimeError) {
