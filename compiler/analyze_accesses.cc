@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <set>
 
 #include "compiler/index_eval.h"
@@ -120,6 +121,7 @@ class Analyzer : public IRMutator {
 
  protected:
   Stmt mutate_stmt(const For* op, const Stmt& self) override {
+    if (parallel_) par_.blocked = true;  // a per-thread loop: its accesses cannot be hoisted
     Expr v = Var::make(Type::I64, op->var);
     Expr hi = add(op->min, op->extent);
     Scope s(this);
@@ -138,9 +140,16 @@ class Analyzer : public IRMutator {
       ranges_[op->vars[d]] = {0, interval_of(op->extents[d], ranges_).hi - 1};
     }
     const Parallel* saved = parallel_;
+    ParallelFinding saved_par = par_;
     parallel_ = op;
+    par_ = {};
     Stmt out = IRMutator::mutate_stmt(op, self);
+    const Parallel* p = out.as<Parallel>();
+    ParallelLayout layout = p->layout;
+    if (o_.enabled) layout.provable = !par_.moving ? 0 : par_.blocked || !par_.ok ? 1 : par_.lanes;
+    out = Parallel::make(p->vars, p->extents, p->body, layout);
     parallel_ = saved;
+    par_ = saved_par;
     return out;
   }
 
@@ -173,6 +182,7 @@ class Analyzer : public IRMutator {
       r_->stats.guards_kept++;
       r_->verdicts.back().note = "guard kept";
     }
+    if (parallel_) par_.blocked = true;  // a kept guard: its accesses cannot be hoisted
     Stmt then_case, else_case;
     {
       Scope s(this);
@@ -220,7 +230,7 @@ class Analyzer : public IRMutator {
 
   void bind(const std::string& name, const Expr& value) {
     if (!is_int(value.type()) && value.type() != Type::Bool) return;
-    if (encodable(value)) {
+    if (encodable(value) && !mentions_opaque(value)) {
       push(eq(Var::make(value.type(), name), value));
       ranges_[name] = interval_of(value, ranges_);
       lets_[name] = value;
@@ -309,8 +319,12 @@ class Analyzer : public IRMutator {
     } else {
       return;  // fragments: per-thread registers, placed by the thread mapping
     }
-    for (const Expr& i : indices)
-      if (!encodable(i)) return;
+    for (const Expr& i : indices) {
+      if (!encodable(i)) {
+        if (global && parallel_) par_.moving = true, par_.ok = false;  // unknown: assume it moves
+        return;
+      }
+    }
     std::string text = buffer + "[";
     for (size_t d = 0; d < indices.size(); ++d) text += (d ? ", " : "") + to_string(indices[d]);
     text += "]";
@@ -319,10 +333,19 @@ class Analyzer : public IRMutator {
     Expr inb = make_bool(true);
     for (size_t d = 0; d < indices.size(); ++d)
       inb = logical_and(logical_and(inb, le(make_i64(0), indices[d])), lt(indices[d], shape[d]));
-    ask("in_bounds", buffer, what, inb, indices, shape);
+    bool in_bounds = ask("in_bounds", buffer, what, inb, indices, shape).outcome == Outcome::Proved;
 
     if (store && parallel_) unique(buffer, text, indices, shape, global);
-    if (global && parallel_) vector(buffer, what, indices, shape, dtype);
+    if (global && parallel_) {
+      // The Parallel's finding: an access moving with the innermost var must be in bounds and
+      // vector (its lanes bound the width); one that does not move needs nothing.
+      int lanes = vector(buffer, what, indices, shape, dtype);
+      if (lanes != 0) {
+        par_.moving = true;
+        if (lanes < 2 || !in_bounds) par_.ok = false;
+        par_.lanes = std::min(par_.lanes, std::max(lanes, 1));
+      }
+    }
   }
 
   void unique(const std::string& buffer, const std::string& text, const std::vector<Expr>& idx,
@@ -452,10 +475,15 @@ class Analyzer : public IRMutator {
   // innermost var must have coefficient 1, and every other term a coefficient that the dims'
   // divisibility (or, failing that, their concrete values) makes a multiple of w. Only indices
   // with division or modulo go to Z3, with the small optimisation budget.
-  void vector(const std::string& buffer, const std::string& what, const std::vector<Expr>& idx,
-              const std::vector<Expr>& shape, DType dtype) {
+  // Returns 0 when the access does not move with the innermost var, its lanes when it is
+  // proved vectorizable, -1 otherwise.
+  int vector(const std::string& buffer, const std::string& what, const std::vector<Expr>& idx,
+             const std::vector<Expr>& shape, DType dtype) {
+    // An index through a value the solver cannot see may move with anything: never a vector.
+    for (const Expr& i : idx)
+      if (mentions_opaque(i)) return -1;
     int64_t bytes = dtype_bytes(dtype, 1);
-    if (bytes <= 0 || 16 % bytes != 0 || bytes >= 16) return;
+    if (bytes <= 0 || 16 % bytes != 0 || bytes >= 16) return uses_inner(idx) ? -1 : 0;
     const int64_t w = 16 / bytes;
     const std::string& inner = parallel_->vars.back();
     Expr v = Var::make(Type::I64, inner);
@@ -466,9 +494,9 @@ class Analyzer : public IRMutator {
     if (poly) {
       bool uses = false;
       for (auto& [m, c] : p) uses = uses || std::count(m.begin(), m.end(), inner);
-      if (!uses) return;  // a broadcast along the fastest axis: nothing to vectorize
-    } else if (!uses_var(flat, inner)) {
-      return;
+      if (!uses) return 0;  // a broadcast along the fastest axis: nothing to vectorize
+    } else if (!uses_inner(idx)) {
+      return 0;
     }
     std::string why;
     if (poly) {
@@ -513,6 +541,25 @@ class Analyzer : public IRMutator {
     (ok ? r_->stats.vectorizable : r_->stats.scalar)++;
     r_->verdicts.back().note = ok ? "vectorizable x" + std::to_string(w)
                                   : "scalar" + (why.empty() ? "" : " (" + why + ")");
+    return ok ? static_cast<int>(w) : -1;
+  }
+
+  // Whether an index mentions the innermost parallel var, through lets too.
+  bool uses_inner(const std::vector<Expr>& idx) const {
+    const std::string& inner = parallel_->vars.back();
+    std::set<std::string> seen;
+    std::function<bool(const Expr&)> uses = [&](const Expr& e) {
+      if (uses_var(e, inner)) return true;
+      for (auto& [name, value] : lets_) {
+        if (seen.count(name) || !uses_var(e, name)) continue;
+        seen.insert(name);
+        if (uses(value)) return true;
+      }
+      return false;
+    };
+    for (const Expr& i : idx)
+      if (uses(i)) return true;
+    return false;
   }
 
   // Whether the innermost var appears exactly as the term 1·v. A constant coefficient other
@@ -573,6 +620,13 @@ class Analyzer : public IRMutator {
   std::set<std::string> shared_vars_, opaque_;
   std::vector<std::string> block_vars_;
   const Parallel* parallel_ = nullptr;
+  // What the accesses of the Parallel being visited allow (ParallelLayout::provable).
+  struct ParallelFinding {
+    bool moving = false;   // some global access moves with the innermost var
+    bool ok = true;        // every such access is in bounds and vectorizable
+    bool blocked = false;  // a kept guard or a loop inside
+    int lanes = 16;        // the smallest of their lanes
+  } par_;
   int inexact_depth_ = 0;
 
  public:

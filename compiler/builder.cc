@@ -23,6 +23,14 @@ struct BuilderState {
   std::vector<std::vector<Item>> frames;
   int next_id = 0;
   bool has_body = false;
+  int pending_width = 0;  // annotate_layout's width for the next parallel
+
+  ParallelLayout take_layout() {
+    ParallelLayout l;
+    if (pending_width) l = {.width = pending_width, .annotated = true};
+    pending_width = 0;
+    return l;
+  }
 
   std::string fresh(const std::string& hint) { return hint + "." + std::to_string(next_id++); }
 
@@ -343,7 +351,7 @@ void Scope::parallel(const Val& extent, const std::function<void(Idx)>& body) {
   std::string i = state_->fresh("i");
   state_->push();
   body(Var::make(Type::I64, i));
-  state_->append(Parallel::make({i}, ext, state_->pop()));
+  state_->append(Parallel::make({i}, ext, state_->pop(), state_->take_layout()));
 }
 
 void Scope::parallel(const Val& e0, const Val& e1, const std::function<void(Idx, Idx)>& body) {
@@ -351,7 +359,7 @@ void Scope::parallel(const Val& e0, const Val& e1, const std::function<void(Idx,
   std::string i = state_->fresh("i"), j = state_->fresh("j");
   state_->push();
   body(Var::make(Type::I64, i), Var::make(Type::I64, j));
-  state_->append(Parallel::make({i, j}, ext, state_->pop()));
+  state_->append(Parallel::make({i, j}, ext, state_->pop(), state_->take_layout()));
 }
 
 void Scope::parallel(const Val& e0, const Val& e1, const Val& e2,
@@ -360,7 +368,7 @@ void Scope::parallel(const Val& e0, const Val& e1, const Val& e2,
   std::string i = state_->fresh("i"), j = state_->fresh("j"), l = state_->fresh("l");
   state_->push();
   body(Var::make(Type::I64, i), Var::make(Type::I64, j), Var::make(Type::I64, l));
-  state_->append(Parallel::make({i, j, l}, ext, state_->pop()));
+  state_->append(Parallel::make({i, j, l}, ext, state_->pop(), state_->take_layout()));
 }
 
 void Scope::serial(const Val& extent, const std::function<void(Idx)>& body) {
@@ -491,8 +499,18 @@ void KernelBuilder::body(const std::vector<Val>& grid, int threads,
   }
 }
 
+void Scope::annotate_layout(int width) {
+  if (width < 1 || width > 16 || (width & (width - 1)) != 0)
+    throw Error("kernel '" + state_->kernel.sig.name + "': annotate_layout width " +
+                std::to_string(width) + " (expected 1, 2, 4, 8 or 16)");
+  state_->pending_width = width;
+}
+
 Kernel KernelBuilder::build() {
   if (!state_->has_body) throw Error("kernel '" + state_->kernel.sig.name + "': no body()");
+  if (state_->pending_width)
+    throw Error("kernel '" + state_->kernel.sig.name +
+                "': annotate_layout is not followed by a parallel");
   verify_tile(state_->kernel);
   return state_->kernel;
 }

@@ -225,6 +225,12 @@ class Scope {
   void parallel(const Val& e0, const Val& e1, const Val& e2,
                 const std::function<void(Idx, Idx, Idx)>& body);
 
+  // Overrides layout inference for the next parallel: its elements are dealt to threads
+  // `width` consecutive elements at a time, the fragment layout (T,(W,R)):(W,(1,T·W)) of
+  // ir.h's ParallelLayout (width 1: cyclic, one element per thread at a time). Every parallel
+  // sharing a fragment with it follows. Accesses still move as vectors only where proved.
+  void annotate_layout(int width);
+
   // A sequential loop over [0, extent) run by every thread; barriers may sit inside when the
   // extent is block-uniform (a GEMM's K loop). Inside a parallel it is a per-thread loop.
   void serial(const Val& extent, const std::function<void(Idx)>& body);

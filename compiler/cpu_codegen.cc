@@ -260,6 +260,20 @@ class CpuCodegen {
         b_.CreateStore(emit_expr(op->value), local_ptr(op->name));
         return;
       }
+      case StmtKind::VectorMove: {
+        // One <lanes x bits> load and store. Aligned only to the element: host buffers need
+        // not be 16-byte aligned, and x86 loses nothing on an unaligned vector move.
+        const VectorMove* op = s.as<VectorMove>();
+        const SimtArray* local = find_local_array(k_, op->dst);
+        if (!local) local = find_local_array(k_, op->src);
+        TR_CHECK(local != nullptr, "vector move without a local array");
+        Type et = storage_type(local->dtype);
+        llvm::Type* vt = llvm::FixedVectorType::get(llvm_type(et), op->lanes);
+        llvm::Align align(static_cast<uint64_t>(dtype_bytes(local->dtype, 1)));
+        llvm::Value* v = b_.CreateAlignedLoad(vt, element_ptr(op->src, op->src_index, et), align);
+        b_.CreateAlignedStore(v, element_ptr(op->dst, op->dst_index, et), align);
+        return;
+      }
       default:
         TR_CHECK(false, "statement not valid in SIMT IR at thread level: " + to_string(s));
     }

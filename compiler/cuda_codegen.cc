@@ -327,8 +327,8 @@ class CudaEmitter {
     for (const SimtArray& a : k_.local_arrays) {
       std::string c = fresh(a.name);
       buffers_[a.name] = c;
-      line(std::string(c_type(storage_type(a.dtype))) + " " + c + "[" + std::to_string(a.size()) +
-           "];  // " + comment_safe(std::string(dtype_name(a.dtype))));
+      line("__align__(16) " + std::string(c_type(storage_type(a.dtype))) + " " + c + "[" +
+           std::to_string(a.size()) + "];  // " + comment_safe(std::string(dtype_name(a.dtype))));
     }
     for (const SimtLocal& l : k_.locals) {
       std::string c = fresh(l.name);
@@ -676,6 +676,8 @@ class CudaEmitter {
           line("const long long " + e + " = " + end + ";");
           end = e;
         }
+        // A lane loop: unrolled, so the lanes' local arrays live in registers.
+        if (op->vectorized) line("#pragma unroll");
         line("for (long long " + v + " = " + mn + "; " + v + " < " + end + "; ++" + v + ") {");
         bind(op->var, v);
         ++indent_;
@@ -718,6 +720,25 @@ class CudaEmitter {
       case StmtKind::Barrier:
         line("__syncthreads();");
         return;
+      case StmtKind::VectorMove: {
+        // One 2-, 4-, 8- or 16-byte transaction (ld/st.global.v*): the global side's index is
+        // proved a multiple of the lanes, buffers are 16-byte aligned, local arrays __align__(16).
+        const VectorMove* op = s.as<VectorMove>();
+        const SimtArray* local = find_local_array(k_, op->dst);
+        if (!local) local = find_local_array(k_, op->src);
+        TR_CHECK(local != nullptr, "vector move without a local array");
+        const int64_t bytes = dtype_bytes(local->dtype, op->lanes);
+        const char* vt = bytes == 16  ? "uint4"
+                         : bytes == 8 ? "uint2"
+                         : bytes == 4 ? "unsigned int"
+                                      : "unsigned short";
+        TR_CHECK(bytes == 16 || bytes == 8 || bytes == 4 || bytes == 2, "vector move size");
+        std::string d = "&" + buffer(op->dst) + "[" + expr(op->dst_index) + "]";
+        std::string src = "&" + buffer(op->src) + "[" + expr(op->src_index) + "]";
+        line("*reinterpret_cast<" + std::string(vt) + "*>(" + d + ") = *reinterpret_cast<const " +
+             vt + "*>(" + src + ");");
+        return;
+      }
       default:
         TR_CHECK(false, "statement not valid in SIMT IR: " + to_string(s));
     }

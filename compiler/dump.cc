@@ -26,21 +26,18 @@ void dump_kernel(const Kernel& kernel, const std::string& dir, const LowerOption
   if (ec) throw Error("cannot create '" + dir + "': " + ec.message(), ErrorKind::Runtime);
   AnalysisReport report;
   LowerOptions lo = options;
+  std::vector<std::string> parallels;
   lo.report = &report;
+  lo.layouts = &parallels;
   lo.trace = nullptr;
   SimtKernel simt = lower(kernel, lo);
   const std::string& name = kernel.sig.name;
   std::string layouts = "layouts " + name + "\n";
+  for (const std::string& line : parallels) layouts += "  " + line + "\n";
   for (const TileAlloc& a : kernel.allocs) {
-    int64_t numel = 1;
-    for (int64_t e : a.shape) numel *= e;
+    if (a.scope != MemScope::Shared) continue;
     std::vector<int64_t> shape(a.shape.begin(), a.shape.end());
-    layouts +=
-        "  " + std::string(mem_scope_name(a.scope)) + " " + a.name + ": " +
-        (a.scope == MemScope::Fragment
-             ? "(thread, local) -> element " + to_string(fragment_layout(numel, kernel.sig.threads))
-             : "element " + to_string(compact_row_major(shape))) +
-        "\n";
+    layouts += "  shared " + a.name + ": element " + to_string(compact_row_major(shape)) + "\n";
   }
   write_file(base / (name + ".proofs.txt"), report.text() + layouts);
   write_file(base / (name + ".tile.txt"), print(kernel));

@@ -301,17 +301,33 @@ Stmt LetStmt::make(const std::string& name, Expr value, Stmt body) {
   return Stmt(std::make_shared<LetStmt>(name, std::move(value), std::move(body)));
 }
 
-Stmt For::make(const std::string& var, Expr min, Expr extent, Stmt body) {
+Stmt For::make(const std::string& var, Expr min, Expr extent, Stmt body, bool vectorized) {
   TR_CHECK(min.defined() && extent.defined() && body.defined(), "For undefined");
   TR_CHECK(min.type() == Type::I64 && extent.type() == Type::I64, "For bounds not i64");
-  return Stmt(std::make_shared<For>(var, std::move(min), std::move(extent), std::move(body)));
+  int64_t lanes;
+  TR_CHECK(!vectorized || (const_int(extent, &lanes) && lanes >= 1), "vectorized For extent");
+  return Stmt(
+      std::make_shared<For>(var, std::move(min), std::move(extent), std::move(body), vectorized));
 }
 
-Stmt Parallel::make(std::vector<std::string> vars, std::vector<Expr> extents, Stmt body) {
+Stmt Parallel::make(std::vector<std::string> vars, std::vector<Expr> extents, Stmt body,
+                    ParallelLayout layout) {
   TR_CHECK(!vars.empty() && vars.size() == extents.size(), "Parallel vars/extents");
   for (const Expr& e : extents) TR_CHECK(e.defined() && e.type() == Type::I64, "Parallel extent");
   TR_CHECK(body.defined(), "Parallel body undefined");
-  return Stmt(std::make_shared<Parallel>(std::move(vars), std::move(extents), std::move(body)));
+  TR_CHECK(layout.width >= 0 && (layout.width & (layout.width - 1)) == 0 && layout.width <= 16,
+           "Parallel width must be 0 (undecided) or a power of two <= 16");
+  return Stmt(
+      std::make_shared<Parallel>(std::move(vars), std::move(extents), std::move(body), layout));
+}
+
+Stmt VectorMove::make(const std::string& dst, Expr dst_index, const std::string& src,
+                      Expr src_index, int lanes) {
+  TR_CHECK(dst_index.defined() && dst_index.type() == Type::I64, "VectorMove dst index");
+  TR_CHECK(src_index.defined() && src_index.type() == Type::I64, "VectorMove src index");
+  TR_CHECK(lanes >= 2 && lanes <= 16 && (lanes & (lanes - 1)) == 0, "VectorMove lanes");
+  return Stmt(
+      std::make_shared<VectorMove>(dst, std::move(dst_index), src, std::move(src_index), lanes));
 }
 
 Stmt Reduce::make(const std::string& name, ReduceOp op, const std::string& var, Expr extent,

@@ -36,7 +36,7 @@ enum class ExprKind : uint8_t {
   IntImm, FloatImm, Var, Binary, Unary, Select, Cast, Bitcast, Call, Let, Load,
 };
 enum class StmtKind : uint8_t {
-  Seq, LetStmt, For, Parallel, Reduce, IfThenElse, Store, Assign, Copy, Barrier,
+  Seq, LetStmt, For, Parallel, Reduce, IfThenElse, Store, Assign, Copy, Barrier, VectorMove,
 };
 // clang-format on
 
@@ -241,18 +241,40 @@ struct LetStmt : StmtNode {
 
 // A sequential loop `for var in [min, min + extent)` (i64). In Tile IR: `serial`. Every thread
 // runs every iteration; barriers may sit inside only when the trip count is block-uniform.
+// SIMT IR `vectorized`: the lanes of one vector (lower_parallel): min 0, a constant extent, no
+// barriers; backends unroll it, and vectorize_accesses moves its global accesses as vectors.
 struct For : StmtNode {
   static constexpr StmtKind kKind = StmtKind::For;
   std::string var;
   Expr min, extent;
   Stmt body;
-  For(std::string v, Expr mn, Expr ext, Stmt b)
+  bool vectorized = false;
+  For(std::string v, Expr mn, Expr ext, Stmt b, bool vec)
       : StmtNode(kKind),
         var(std::move(v)),
         min(std::move(mn)),
         extent(std::move(ext)),
-        body(std::move(b)) {}
-  static Stmt make(const std::string& var, Expr min, Expr extent, Stmt body);
+        body(std::move(b)),
+        vectorized(vec) {}
+  static Stmt make(const std::string& var, Expr min, Expr extent, Stmt body,
+                   bool vectorized = false);
+};
+
+// How a Parallel's elements are dealt to the block's threads: the fragment layout
+// (thread, local) → element of the flattened nest (innermost fastest), CuTe-style
+//   (T, (W, R)) : (W, (1, T·W))      T threads, W = width, R = ceil(n / (T·W))
+// so thread t holds W consecutive elements, then the W after the next T·W, and so on. Width 1
+// is the plain cyclic layout (T, R):(1, T). Every Parallel touching one fragment must share a
+// width (the fragment's elements stay with their threads). Per-thread work, including a
+// reduction's per-thread fold, runs over the local index in order, so the layout fixes it.
+struct ParallelLayout {
+  int width = 0;           // 0: not decided yet (infer_layouts decides)
+  bool annotated = false;  // the author's annotate_layout: inference keeps the width
+  // analyze_accesses' finding: the largest width at which every global access that moves with
+  // the innermost var is proved in bounds, contiguous and aligned to width·bytes, with no
+  // guard or loop between it and the Parallel; 1 when none, 0 when nothing moves with it.
+  int provable = -1;       // -1: not analysed
+  bool vectorize = false;  // infer_layouts: width >= 2 and provable >= width
 };
 
 // Tile IR only: an element-wise loop nest over [0, extents) distributed over the block's
@@ -262,9 +284,11 @@ struct Parallel : StmtNode {
   std::vector<std::string> vars;
   std::vector<Expr> extents;
   Stmt body;
-  Parallel(std::vector<std::string> v, std::vector<Expr> e, Stmt b)
-      : StmtNode(kKind), vars(std::move(v)), extents(std::move(e)), body(std::move(b)) {}
-  static Stmt make(std::vector<std::string> vars, std::vector<Expr> extents, Stmt body);
+  ParallelLayout layout;
+  Parallel(std::vector<std::string> v, std::vector<Expr> e, Stmt b, ParallelLayout l)
+      : StmtNode(kKind), vars(std::move(v)), extents(std::move(e)), body(std::move(b)), layout(l) {}
+  static Stmt make(std::vector<std::string> vars, std::vector<Expr> extents, Stmt body,
+                   ParallelLayout layout = {});
 };
 
 enum class ReduceOp : uint8_t { Sum, Max, Min };
@@ -343,6 +367,28 @@ struct Barrier : StmtNode {
   static constexpr StmtKind kKind = StmtKind::Barrier;
   Barrier() : StmtNode(kKind) {}
   static Stmt make();
+};
+
+// SIMT IR only (vectorize_accesses): dst[dst_index + l] = src[src_index + l] for l in
+// [0, lanes), storage bits, as one memory transaction. One side is a global buffer whose index
+// is proved a multiple of lanes (so lanes·bytes-aligned, lanes·bytes <= 16), the other a local
+// array of the thread.
+struct VectorMove : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::VectorMove;
+  std::string dst;
+  Expr dst_index;
+  std::string src;
+  Expr src_index;
+  int lanes;
+  VectorMove(std::string d, Expr di, std::string s, Expr si, int l)
+      : StmtNode(kKind),
+        dst(std::move(d)),
+        dst_index(std::move(di)),
+        src(std::move(s)),
+        src_index(std::move(si)),
+        lanes(l) {}
+  static Stmt make(const std::string& dst, Expr dst_index, const std::string& src, Expr src_index,
+                   int lanes);
 };
 
 // ---------------------------------------------------------------------------------------------

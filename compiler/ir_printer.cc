@@ -118,7 +118,7 @@ class Printer : public IRVisitor {
   void visit_stmt(const For* op) override {
     line_start();
     os << "for " << op->var << " in [" << to_string(op->min) << ", "
-       << to_string(add(op->min, op->extent)) << ")";
+       << to_string(add(op->min, op->extent)) << ")" << (op->vectorized ? " vectorized" : "");
     block(op->body);
     os << "\n";
   }
@@ -127,6 +127,13 @@ class Printer : public IRVisitor {
     os << "parallel ";
     for (size_t i = 0; i < op->vars.size(); ++i)
       os << (i ? ", " : "") << op->vars[i] << " in [0, " << to_string(op->extents[i]) << ")";
+    const ParallelLayout& l = op->layout;
+    if (l.width > 0)
+      os << " width " << l.width << (l.annotated ? " annotated" : "")
+         << (l.vectorize ? " vectorize" : "");
+    else if (l.annotated)
+      os << " annotated";
+    if (l.provable >= 0) os << " provable " << l.provable;
     block(op->body);
     os << "\n";
   }
@@ -167,6 +174,11 @@ class Printer : public IRVisitor {
   void visit_stmt(const Barrier*) override {
     line_start();
     os << "barrier\n";
+  }
+  void visit_stmt(const VectorMove* op) override {
+    line_start();
+    os << op->dst << "[" << to_string(op->dst_index) << " +: " << op->lanes << "] = " << op->src
+       << "[" << to_string(op->src_index) << " +: " << op->lanes << "]  // vector\n";
   }
 };
 

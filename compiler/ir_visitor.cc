@@ -55,6 +55,8 @@ void IRVisitor::visit(const Stmt& s) {
       return visit_stmt(s.as<Copy>());
     case StmtKind::Barrier:
       return visit_stmt(s.as<Barrier>());
+    case StmtKind::VectorMove:
+      return visit_stmt(s.as<VectorMove>());
   }
 }
 
@@ -116,6 +118,10 @@ void IRVisitor::visit_stmt(const Copy* op) {
   for (const Expr& e : op->dst.origin) visit(e);
   for (const Expr& e : op->src.origin) visit(e);
 }
+void IRVisitor::visit_stmt(const VectorMove* op) {
+  visit(op->dst_index);
+  visit(op->src_index);
+}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -171,6 +177,8 @@ Stmt IRMutator::mutate(const Stmt& s) {
       return mutate_stmt(s.as<Copy>(), s);
     case StmtKind::Barrier:
       return mutate_stmt(s.as<Barrier>(), s);
+    case StmtKind::VectorMove:
+      return mutate_stmt(s.as<VectorMove>(), s);
   }
   return s;
 }
@@ -242,14 +250,14 @@ Stmt IRMutator::mutate_stmt(const For* op, const Stmt& self) {
   Expr mn = mutate(op->min), ext = mutate(op->extent);
   Stmt b = mutate(op->body);
   if (mn.same_as(op->min) && ext.same_as(op->extent) && b.same_as(op->body)) return self;
-  return For::make(op->var, mn, ext, b);
+  return For::make(op->var, mn, ext, b, op->vectorized);
 }
 Stmt IRMutator::mutate_stmt(const Parallel* op, const Stmt& self) {
   bool changed = false;
   std::vector<Expr> ext = mutate_all(op->extents, &changed);
   Stmt b = mutate(op->body);
   if (!changed && b.same_as(op->body)) return self;
-  return Parallel::make(op->vars, std::move(ext), b);
+  return Parallel::make(op->vars, std::move(ext), b, op->layout);
 }
 Stmt IRMutator::mutate_stmt(const Reduce* op, const Stmt& self) {
   Expr ext = mutate(op->extent), v = mutate(op->value);
@@ -280,6 +288,12 @@ Stmt IRMutator::mutate_stmt(const Copy* op, const Stmt& self) {
   dst.origin = mutate_all(op->dst.origin, &changed);
   src.origin = mutate_all(op->src.origin, &changed);
   return changed ? Copy::make(std::move(dst), std::move(src)) : self;
+}
+
+Stmt IRMutator::mutate_stmt(const VectorMove* op, const Stmt& self) {
+  Expr d = mutate(op->dst_index), s = mutate(op->src_index);
+  if (d.same_as(op->dst_index) && s.same_as(op->src_index)) return self;
+  return VectorMove::make(op->dst, d, op->src, s, op->lanes);
 }
 
 namespace {

@@ -36,6 +36,7 @@ class IRVisitor {
   virtual void visit_stmt(const Assign* op);
   virtual void visit_stmt(const Copy* op);
   virtual void visit_stmt(const Barrier*) {}
+  virtual void visit_stmt(const VectorMove* op);
 };
 
 class IRMutator {
@@ -68,6 +69,7 @@ class IRMutator {
   virtual Stmt mutate_stmt(const Assign* op, const Stmt& self);
   virtual Stmt mutate_stmt(const Copy* op, const Stmt& self);
   virtual Stmt mutate_stmt(const Barrier*, const Stmt& self) { return self; }
+  virtual Stmt mutate_stmt(const VectorMove* op, const Stmt& self);
 
   std::vector<Expr> mutate_all(const std::vector<Expr>& es, bool* changed);
 };

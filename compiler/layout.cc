@@ -157,8 +157,8 @@ Layout complement(const Layout& a_in, int64_t cosize_target) {
   Layout out;
   int64_t cur = 1;
   for (auto [stride, shape] : modes) {
-    if (stride % cur != 0) throw Error("layout complement of " + to_string(a_in) +
-                                       ": strides do not nest");
+    if (stride % cur != 0)
+      throw Error("layout complement of " + to_string(a_in) + ": strides do not nest");
     if (stride / cur > 1) {
       out.shape.push_back(stride / cur);
       out.stride.push_back(cur);
@@ -192,8 +192,10 @@ std::string to_string(const ComposedLayout& c) {
   return to_string(c.swizzle) + " o " + to_string(c.layout);
 }
 
-Layout fragment_layout(int64_t numel, int64_t threads) {
-  return make_layout({threads, (numel + threads - 1) / threads}, {1, threads});
+Layout fragment_layout(int64_t numel, int64_t threads, int64_t width) {
+  if (width <= 1) return make_layout({threads, (numel + threads - 1) / threads}, {1, threads});
+  const int64_t block = threads * width;
+  return make_layout({threads, width, (numel + block - 1) / block}, {width, 1, block});
 }
 
 }  // namespace tilerun::compiler

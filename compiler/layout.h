@@ -65,8 +65,10 @@ struct ComposedLayout {
 };
 std::string to_string(const ComposedLayout& c);
 
-// The fixed thread mapping lower_parallel uses today, as a fragment layout: (thread, local
-// index) → the tile's row-major linear element, (threads, ceil(numel/threads)):(1, threads).
-Layout fragment_layout(int64_t numel, int64_t threads);
+// The thread mapping lower_parallel uses for a Parallel of `numel` elements at `width` (ir.h's
+// ParallelLayout), as a fragment layout: (thread, local index) → the row-major linear element.
+// Width 1: (threads, ceil(numel/threads)):(1, threads). Width W: the local index splits into
+// (lane, round), flat modes (threads, W, R):(W, 1, threads·W), R = ceil(numel/(threads·W)).
+Layout fragment_layout(int64_t numel, int64_t threads, int64_t width = 1);
 
 }  // namespace tilerun::compiler

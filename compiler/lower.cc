@@ -3,6 +3,7 @@
 #include "compiler/analyze_accesses.h"
 #include "compiler/expand_strict_math.h"
 #include "compiler/flatten_buffers.h"
+#include "compiler/infer_layouts.h"
 #include "compiler/ir_printer.h"
 #include "compiler/lower_copies.h"
 #include "compiler/lower_parallel.h"
@@ -10,6 +11,7 @@
 #include "compiler/lower_storage_types.h"
 #include "compiler/simt_verifier.h"
 #include "compiler/tile_verifier.h"
+#include "compiler/vectorize_accesses.h"
 
 namespace tilerun::compiler {
 
@@ -33,11 +35,6 @@ SimtKernel lower(const Kernel& kernel, const LowerOptions& options) {
   verify_tile(tile);
   log("lower_reductions", tile);
 
-  // [next issue] Layout inference goes here: a pure function of the IR with a fixed visiting
-  // order, assigning every fragment a (thread, local index) → tile coordinate layout
-  // (CuTe-style Shape:Stride, honouring annotate_layout). It must run before lower_parallel,
-  // which today hard-codes the mapping "element e belongs to thread e % T, local e / T".
-
   // The index analysis (analyze_accesses.h): after lower_copies and lower_reductions, so the
   // guards they emit are visible as plain `if`s, and before lower_parallel, while element
   // coordinates are still the parallel loop's indices. Removes guards proved redundant; a
@@ -45,6 +42,13 @@ SimtKernel lower(const Kernel& kernel, const LowerOptions& options) {
   tile = analyze_accesses(tile, options.analysis, options.report);
   verify_tile(tile);
   log("analyze_accesses", tile);
+
+  // Layouts (infer_layouts.h): every Parallel's (thread, local) → element layout, from the
+  // analysis's findings and the author's annotate_layout; lower_parallel follows them.
+  tile = infer_layouts(tile);
+  verify_tile(tile);
+  log("infer_layouts", tile);
+  if (options.layouts) *options.layouts = describe_layouts(tile);
 
   // ---- Tile IR → SIMT IR.
   SimtKernel simt = lower_parallel(tile);
@@ -59,6 +63,12 @@ SimtKernel lower(const Kernel& kernel, const LowerOptions& options) {
   simt = lower_storage_types(simt);
   verify_simt(simt, SimtForm::StorageTyped);
   log("lower_storage_types", simt);
+
+  // After storage types, so a vector moves the bits that memory holds; conversions stay
+  // per lane inside the loop.
+  simt = vectorize_accesses(simt);
+  verify_simt(simt, SimtForm::StorageTyped);
+  log("vectorize_accesses", simt);
 
   // Last: lower_storage_types itself emits strict_math routines, and nothing after this point
   // may introduce exp/log/min/max that a backend would have to implement its own way.

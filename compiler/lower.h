@@ -17,6 +17,8 @@ struct LowerOptions {
   AnalysisOptions analysis;
   // When set, receives the analysis verdicts and stats (proved/unknown/disproved, Z3 queries/ms).
   AnalysisReport* report = nullptr;
+  // When set, receives infer_layouts' decisions, a line per Parallel (describe_layouts).
+  std::vector<std::string>* layouts = nullptr;
 };
 
 // Verifies `kernel` (tilerun::Error for an author's mistake) and lowers it to a complete,

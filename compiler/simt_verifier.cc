@@ -156,6 +156,20 @@ class SimtVerifier : public IRVisitor {
       fail("assignment to '" + op->name + "' of the wrong type");
     varying(op->value);
   }
+  void visit_stmt(const VectorMove* op) override {
+    if (form_ < SimtForm::StorageTyped) fail("vector move before lower_storage_types");
+    Decl d = decl(op->dst), s = decl(op->src);
+    if (!d.writable) fail("vector move into input '" + op->dst + "'");
+    if (d.dtype != s.dtype)
+      fail("vector move between '" + op->src + "' and '" + op->dst + "' of different dtypes");
+    if ((d.space == Space::Global) == (s.space == Space::Global) ||
+        (d.space != Space::Local && s.space != Space::Local))
+      fail("vector move must be between a global buffer and a local array");
+    int64_t bytes = dtype_bytes(d.dtype, op->lanes);
+    if (bytes > 16) fail("vector move of " + std::to_string(bytes) + " bytes (16 at most)");
+    varying(op->dst_index);
+    varying(op->src_index);
+  }
   void visit_stmt(const Parallel*) override { fail("parallel loop in SIMT IR"); }
   void visit_stmt(const Reduce*) override { fail("reduce in SIMT IR"); }
   void visit_stmt(const Copy*) override { fail("copy in SIMT IR"); }

@@ -110,7 +110,7 @@ std::vector<GradOp> grad_silu(const std::vector<TensorType>&, const Attrs&,
 // thread (1024 per block), enough work to amortise a block's start-up. Either way each element
 // is computed alone, so the choice never changes a result.
 constexpr int kThreads = 256;
-constexpr int64_t kManyElements = int64_t{1} << 20;
+constexpr int64_t kManyElements = int64_t{1} << 16;
 int64_t per_thread(int64_t n) { return n < kManyElements ? 1 : 4; }
 
 // The element function: inputs' values at one element (as f32) and the scalars.

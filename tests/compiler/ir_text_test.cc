@@ -82,8 +82,9 @@ TEST(IrText, TraceListsEveryPassInPipelineOrder) {
   std::vector<std::string> names;
   for (const auto& [pass, text] : trace) names.push_back(pass);
   EXPECT_EQ(names, (std::vector<std::string>{"input", "lower_copies", "lower_reductions",
-                                             "analyze_accesses", "lower_parallel", "flatten_buffers",
-                                             "lower_storage_types", "expand_strict_math"}));
+                                             "analyze_accesses", "infer_layouts", "lower_parallel",
+                                             "flatten_buffers", "lower_storage_types",
+                                             "vectorize_accesses", "expand_strict_math"}));
 }
 
 std::string read(const std::filesystem::path& p) {

@@ -91,7 +91,7 @@ TEST(Passes, FlattenBuffersMakesRowMajorIndices) {
   lower(testing::rmsnorm_kernel(), {.trace = &trace});
   std::map<std::string, std::string> t(trace.begin(), trace.end());
   std::string before = t["lower_parallel"], after = t["flatten_buffers"];
-  ASSERT_EQ(trace[5].first, "flatten_buffers");
+  ASSERT_EQ(trace[6].first, "flatten_buffers");
   EXPECT_TRUE(has(before, "x[blockIdx.x, r.0]")) << before;
   EXPECT_TRUE(has(after, "x[((blockIdx.x * D) + r.0)]")) << after;
 }
