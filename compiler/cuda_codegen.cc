@@ -336,12 +336,15 @@ class CudaEmitter {
       line(std::string(c_type(l.type)) + " " + c + " = " +
            (l.type == Type::F32 ? float_literal(0.0f) : int_literal(l.type, 0)) + ";");
     }
-    // Programmatic dependent launch: wait until the grids this one depends on have finished and
-    // their writes are visible, before the first read of anything they produced; then let the
-    // next grid start its prologue (it waits in its own griddepcontrol.wait). Without a PDL
-    // launch attribute both are no-ops, so one binary serves --pdl on and off with the same bits.
-    line("asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
+    // Programmatic dependent launch: first let the next grid launch, then wait until the grids
+    // this one depends on have finished and their writes are visible, before the first read of
+    // anything they produced. Triggering before the wait is still correct, since the next grid's
+    // own griddepcontrol.wait returns only once this whole grid has completed; it lets the next
+    // launch overlap this kernel (chain200 on the H200: 0.71 -> 0.63 µs per kernel). Without a
+    // PDL launch attribute both are no-ops, so one binary serves --pdl on and off with the same
+    // bits.
     line("asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
+    line("asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
     stmt(k_.body);
     indent_ = 0;
     line("}");

@@ -16,6 +16,7 @@ namespace tilerun::graph {
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)             \
   X(cuCtxSynchronize) X(cuGetErrorString) X(cuGetErrorName)                               \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute)      \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                          \
   X(cuLaunchKernel) X(cuLaunchKernelEx)                                                   \
   X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)              \
   X(cuMemsetD8) X(cuMemsetD8Async)                                                        \
@@ -24,7 +25,7 @@ namespace tilerun::graph {
   X(cuEventElapsedTime)                                                                   \
   X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphAddKernelNode) X(cuGraphAddMemsetNode)      \
   X(cuGraphAddDependencies) X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy)          \
-  X(cuGraphLaunch) X(cuGraphKernelNodeSetAttribute)
+  X(cuGraphLaunch) X(cuGraphUpload) X(cuGraphKernelNodeSetAttribute)
 // clang-format on
 
 struct CudaDriver {

@@ -9,6 +9,7 @@
 
 #include "compiler/check.h"
 #include "compiler/cuda_codegen.h"
+#include "compiler/ir_visitor.h"
 #include "compiler/launch_geometry.h"
 #include "compiler/nvrtc.h"
 #include "graph/cuda_driver.h"
@@ -39,16 +40,19 @@ std::vector<Group> group_nodes(const KernelGraph& g) {
   return groups;
 }
 
-// Edges inside [begin, end) with the transitive ones removed: a graph needs only the edges that
-// no other path implies (the KernelGraph lists every hazard pair).
-std::vector<std::vector<int>> reduced_deps(const KernelGraph& g, const Group& grp) {
+// Edges of a layer's graph between its launched nodes (`launched[j]`: node begin + j has a
+// non-empty grid), as local indices, with the transitive ones removed: a graph needs only the
+// edges no other path implies (the KernelGraph lists every hazard pair). Nodes with an empty grid
+// get no graph node and are left out here: they do no work, so no hazard passes through them.
+std::vector<std::vector<int>> graph_edges(const KernelGraph& g, const Group& grp,
+                                          const std::vector<bool>& launched) {
   const int n = grp.end - grp.begin;
   std::vector<std::vector<bool>> reach(n, std::vector<bool>(n, false));  // reach[j][i]: i before j
   std::vector<std::vector<int>> out(n);
   for (int j = 0; j < n; ++j) {
     std::vector<int> deps;
     for (int d : g.nodes[grp.begin + j].deps)
-      if (d >= grp.begin && d < grp.end) deps.push_back(d - grp.begin);
+      if (d >= grp.begin && d < grp.end && launched[d - grp.begin]) deps.push_back(d - grp.begin);
     std::sort(deps.rbegin(), deps.rend());  // latest first: it implies the most
     for (int i : deps) {
       if (reach[j][i]) continue;
@@ -106,6 +110,23 @@ class CudaExecutor final : public Executor {
         args.buffers.push_back(reinterpret_cast<void*>(arena_ + g.plan.offsets[t]));
       geometry_.push_back(compiler::launch_geometry(sig, node.dims));
       params_.push_back(compiler::pack_cuda_params(sig, args));
+    }
+    // Which edges may let the dependent launch early (PDL): from a producer whose whole grid is
+    // resident at once (a dependent parked behind a producer with blocks still queued would
+    // take their slots), to a light dependent (light_ below).
+    int sms = 0;
+    check(d_->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_),
+          "cuDeviceGetAttribute", "device 0");
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const compiler::LaunchGeometry& geo = geometry_[i];
+      int per_sm = 0;
+      if (!geo.empty())
+        check(d_->cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                  &per_sm, functions_[g.nodes[i].kernel], static_cast<int>(geo.threads), 0),
+              "cuOccupancyMaxActiveBlocksPerMultiprocessor", kernel_name(static_cast<int>(i)));
+      const int64_t blocks = geo.grid[0] * geo.grid[1] * geo.grid[2];
+      one_wave_.push_back(!geo.empty() && blocks <= int64_t{per_sm} * sms);
+      light_.push_back(!compiler::contains_barrier(g.kernels[g.nodes[i].kernel]->body));
     }
     groups_ = group_nodes(g);
     for (size_t i = 0; i < groups_.size(); ++i) {
@@ -201,7 +222,13 @@ class CudaExecutor final : public Executor {
         check(d_->cuGraphLaunch(graphs_[gi].second, stream_), "cuGraphLaunch",
               "layer " + model_.layers[grp.layer].name);
       } else {
-        for (int i = grp.begin; i < grp.end; ++i) launch(i, pdl_);
+        // PDL against the kernel launched before, when that one is a single wave.
+        int prev = -1;
+        for (int i = grp.begin; i < grp.end; ++i) {
+          if (geometry_[i].empty()) continue;
+          launch(i, pdl_ && prev >= 0 && one_wave_[prev] && light_[i]);
+          prev = i;
+        }
       }
       double host_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
       check(d_->cuEventRecord(events_[gi].second, stream_), "cuEventRecord", "timing");
@@ -287,18 +314,22 @@ class CudaExecutor final : public Executor {
     return "kernel " + graph_.kernels[graph_.nodes[i].kernel]->sig.name;
   }
 
+  // One layer's CUDA graph: a kernel node per launched node, the real dependencies as edges
+  // (programmatic with PDL), and the layer's roots chained by launch-order edges.
   std::pair<CUgraph, CUgraphExec> build_graph(const Group& grp) {
+    const std::string what = "layer " + model_.layers[grp.layer].name;
     CUgraph graph = nullptr;
-    check(d_->cuGraphCreate(&graph, 0), "cuGraphCreate", "layer " + model_.layers[grp.layer].name);
-    std::vector<std::vector<int>> deps = reduced_deps(graph_, grp);
-    std::vector<CUgraphNode> nodes(grp.end - grp.begin, nullptr);
-    for (int j = 0; j < grp.end - grp.begin; ++j) {
+    check(d_->cuGraphCreate(&graph, 0), "cuGraphCreate", what);
+    const int n = grp.end - grp.begin;
+    std::vector<bool> launched(n);
+    for (int j = 0; j < n; ++j) launched[j] = !geometry_[grp.begin + j].empty();
+    const std::vector<std::vector<int>> deps = graph_edges(graph_, grp, launched);
+    std::vector<CUgraphNode> nodes(n, nullptr);
+    int last_root = -1;
+    for (int j = 0; j < n; ++j) {
+      if (!launched[j]) continue;
       const int i = grp.begin + j;
       const compiler::LaunchGeometry& geo = geometry_[i];
-      std::vector<CUgraphNode> after;
-      for (int d : deps[j])
-        if (nodes[d]) after.push_back(nodes[d]);
-      if (geo.empty()) continue;  // an empty grid: no node (its dependents keep their own deps)
       CUDA_KERNEL_NODE_PARAMS p{};
       p.func = functions_[graph_.nodes[i].kernel];
       p.gridDimX = static_cast<unsigned>(geo.grid[0]);
@@ -307,27 +338,46 @@ class CudaExecutor final : public Executor {
       p.blockDimX = static_cast<unsigned>(geo.threads);
       p.blockDimY = p.blockDimZ = 1;
       p.kernelParams = params_[i].kernel_params();
+      check(d_->cuGraphAddKernelNode(&nodes[j], graph, nullptr, 0, &p), "cuGraphAddKernelNode",
+            kernel_name(i));
+      std::vector<CUgraphNode> from;
+      std::vector<CUgraphEdgeData> edges;
       // With PDL the edges are programmatic: the dependent may launch once every block of its
       // producer has passed griddepcontrol.launch_dependents, and waits in griddepcontrol.wait.
-      check(d_->cuGraphAddKernelNode(&nodes[j], graph, pdl_ ? nullptr : after.data(),
-                                     pdl_ ? 0 : after.size(), &p),
-            "cuGraphAddKernelNode", kernel_name(i));
-      if (pdl_ && !after.empty()) {
-        std::vector<CUgraphEdgeData> edges(after.size());
-        for (CUgraphEdgeData& e : edges) {
-          e = CUgraphEdgeData{};
+      for (int d : deps[j]) {
+        CUgraphEdgeData e{};
+        if (pdl_ && one_wave_[grp.begin + d] && light_[i]) {
           e.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
           e.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
         }
-        std::vector<CUgraphNode> to(after.size(), nodes[j]);
-        check(
-            d_->cuGraphAddDependencies(graph, after.data(), to.data(), edges.data(), after.size()),
-            "cuGraphAddDependencies", kernel_name(i));
+        from.push_back(nodes[d]);
+        edges.push_back(e);
       }
+      // A root after the first gets a launch-order edge from the root before it: it may start
+      // once every block of that one has begun; no completion or memory dependency (invisible to
+      // griddepcontrol.wait), so the roots still overlap. The graph then has one root: on the
+      // H200 a second root costs 0.6-1 µs of host time in every cuGraphLaunch, while the launch
+      // order changes nothing measurable on the device (bench/RESULTS.md).
+      if (deps[j].empty()) {
+        if (last_root >= 0) {
+          CUgraphEdgeData e{};
+          e.from_port = CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER;
+          e.type = CU_GRAPH_DEPENDENCY_TYPE_DEFAULT;
+          from.push_back(nodes[last_root]);
+          edges.push_back(e);
+        }
+        last_root = j;
+      }
+      if (from.empty()) continue;
+      std::vector<CUgraphNode> to(from.size(), nodes[j]);
+      check(d_->cuGraphAddDependencies(graph, from.data(), to.data(), edges.data(), from.size()),
+            "cuGraphAddDependencies", kernel_name(i));
     }
     CUgraphExec exec = nullptr;
-    check(d_->cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate",
-          "layer " + model_.layers[grp.layer].name);
+    check(d_->cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate", what);
+    // Upload now rather than in the first cuGraphLaunch (9-30 µs of host time otherwise, which
+    // the first step's timing would carry).
+    check(d_->cuGraphUpload(exec, stream_), "cuGraphUpload", what);
     return {graph, exec};
   }
 
@@ -335,6 +385,12 @@ class CudaExecutor final : public Executor {
   const Model& model_;
   LaunchMode mode_;
   bool pdl_;
+  std::vector<bool> one_wave_;  // per node: its grid fits on the device at once
+  // Per node: no barriers (elementwise work). Only such a kernel is launched early (PDL): one
+  // with barriers and few, heavy blocks (a matmul tile, a row reduction) placed while its
+  // producer still fills the SMs lands several blocks per SM and runs that much slower
+  // (the tiny model's forward layers: 20 -> 40 µs on the H200 with every edge programmatic).
+  std::vector<bool> light_;
   const CudaDriver* d_ = nullptr;
   CUdevice device_ = 0;
   CUcontext ctx_ = nullptr;
