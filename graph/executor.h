@@ -42,6 +42,8 @@ class Executor {
   // Runs every node of one direction on its own, timing each; returns µs per node (indexed like
   // KernelGraph::nodes, 0 for nodes of the other direction).
   virtual std::vector<double> profile(Direction direction) = 0;
+  // Where the last profile()'s durations came from, in words.
+  virtual std::string profile_source() const = 0;
 };
 
 // Compiles every distinct kernel of `graph` for the CPU backend (in parallel, results placed in

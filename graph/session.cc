@@ -202,7 +202,8 @@ std::vector<KernelTiming> Session::profile() {
     out.push_back({.layer = s.model.layers[n.layer].name,
                    .direction = graph::direction_name(n.direction),
                    .kernel = s.graph.kernels[n.kernel]->sig.name,
-                   .us = s.kernel_us[i]});
+                   .us = s.kernel_us[i],
+                   .source = s.executor->profile_source()});
   }
   return out;
 }

@@ -347,6 +347,8 @@ int run_steps(const Options& o, const tilerun::Model& model) {
     std::printf("%-16s %-9s %8d %12.2f %12.2f %12.2f %12.3f\n", "total", "", k, host_total,
                 device_total, kernels_total, k ? (device_total - kernels_total) / k : 0.0);
     std::printf("host us per kernel: %.3f\n", k ? host_total / k : 0.0);
+    if (!last_profile.empty())
+      std::printf("(kernels us: %s)\n", last_profile.front().source.c_str());
   }
   if (!on_gpu)
     std::printf(
@@ -386,6 +388,7 @@ int run_steps(const Options& o, const tilerun::Model& model) {
         {"arena_bytes", session->arena_bytes()},
         {"tensor_bytes", session->tensor_bytes()},
         {"check", check},
+        {"kernel_timing", last_profile.empty() ? "" : last_profile.front().source},
         {"proofs",
          {{"proved", cs.proved},
           {"unknown", cs.unknown},

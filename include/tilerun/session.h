@@ -46,6 +46,9 @@ struct LayerTiming {
 struct KernelTiming {
   std::string layer, direction, kernel;
   double us = 0;
+  // How `us` was measured: "CUPTI activity records" (the GPU's own timestamps), "events around
+  // each launch (why CUPTI was not used)", or on the CPU "wall time of each kernel".
+  std::string source;
 };
 
 struct CompileStats {
@@ -107,9 +110,9 @@ class Session {
   // Per layer and direction, for the last forward() and backward().
   std::vector<LayerTiming> timings() const;
 
-  // Runs one extra step kernel by kernel (standalone launches with events around each on a GPU,
-  // wall time per kernel on the CPU) and returns every kernel's own duration; afterwards
-  // timings() also carries kernels_us and gap_us.
+  // Runs one extra step kernel by kernel (standalone launches timed by CUPTI activity records,
+  // or events around each where libcupti is missing, on a GPU; wall time per kernel on the CPU) and
+  // returns every kernel's own duration; afterwards timings() also carries kernels_us and gap_us.
   std::vector<KernelTiming> profile();
 
  private:

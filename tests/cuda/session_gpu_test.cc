@@ -2,6 +2,8 @@
 // gradients bit-identical to the CPU backend, step after step. Skips where there is no device.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <cstdlib>
 #include <random>
 
@@ -87,7 +89,12 @@ TEST_F(GpuSession, ProfileGivesEveryKernelItsDuration) {
   step(s);
   std::vector<KernelTiming> k = s.profile();
   EXPECT_EQ(static_cast<int>(k.size()), s.compile_stats().kernels_total);
-  for (const KernelTiming& t : k) EXPECT_GT(t.us, 0) << t.kernel;
+  for (const KernelTiming& t : k) {
+    EXPECT_GT(t.us, 0) << t.kernel;
+    EXPECT_FALSE(t.source.empty()) << t.kernel;
+  }
+  // Where libcupti is present the durations are the GPU's own; say which was used.
+  std::printf("kernel durations from: %s\n", k.front().source.c_str());
   for (const LayerTiming& l : s.timings()) {
     EXPECT_GT(l.kernels_us, 0) << l.layer;
     EXPECT_LE(l.kernels_us, l.device_us * 4) << l.layer;  // the same work, give or take gaps

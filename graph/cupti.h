@@ -1,0 +1,33 @@
+// Kernel durations from CUPTI activity records, for the profiling pass: the GPU's own start and
+// end timestamps of every kernel, without the events that would add their own microseconds
+// around 1-5 µs kernels. libcupti is opened at run time (never linked), so binaries start
+// without it; where it is missing or refuses, callers fall back to events.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tilerun::graph {
+
+struct KernelRecord {
+  uint32_t correlation = 0;  // the launch's correlation id: increases in launch order
+  std::string name;
+  double us = 0;  // end - start
+};
+
+class CuptiKernelTimer {
+ public:
+  // The process-wide timer, or nullptr with `why` saying what is missing.
+  static CuptiKernelTimer* get(std::string* why = nullptr);
+
+  // Starts collecting kernel records (launches from now on).
+  bool start(std::string* why);
+  // Flushes, stops collecting and returns the records since start(), by correlation id.
+  std::vector<KernelRecord> stop();
+
+ private:
+  CuptiKernelTimer() = default;
+};
+
+}  // namespace tilerun::graph
