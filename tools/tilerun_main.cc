@@ -30,7 +30,8 @@ options:
   --device auto|cpu|cuda   where to run (auto: the GPU when there is one, else the CPU)
   --mode graph|launch|both how a CUDA step is issued: CUDA graph replay (default), standalone
                            launches, or both side by side (exit 1 unless bit-identical)
-  --steps N                steps to run (default 1); timings are averaged over them
+  --steps N                steps to run (default 1); timings are medians over them after one
+                           warm-up step
   --forward-only           compile and run the forward direction only
   --check                  compare outputs and gradients with the double-precision reference
                            (exit 1 on a mismatch)
@@ -145,35 +146,45 @@ void print_progress(const char* line) {
   if (::isatty(2)) std::fprintf(stderr, "\r%s", line);
 }
 
-// Per layer and direction, averaged over the steps, in the order of the first step.
+// Per layer and direction, medians over the steps, in the order of the first step.
 struct LayerRow {
-  tilerun::LayerTiming t;  // sums over the steps, divided at the end
+  tilerun::LayerTiming t;  // host and device µs: medians over the timed steps
   int samples = 0;
 };
 
 // The per-kernel durations of the last profiling pass (for --trace).
 std::vector<tilerun::KernelTiming> last_profile;
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Runs the steps and reports each layer's median host and device time over them, the first
+// step left out as a warm-up when there are more (it may pay one-time costs: caches, clocks).
 std::vector<LayerRow> run_session(tilerun::Session& session, const Options& o) {
   std::vector<LayerRow> rows;
+  std::vector<std::vector<double>> host, device;
   for (int step = 0; step < o.steps; ++step) {
     session.forward();
     if (!o.forward_only) session.backward();
     std::vector<tilerun::LayerTiming> timings = session.timings();
-    if (rows.empty()) rows.resize(timings.size());
+    if (rows.empty()) {
+      rows.resize(timings.size());
+      host.resize(timings.size());
+      device.resize(timings.size());
+    }
+    if (step == 0 && o.steps > 1) continue;
     for (size_t i = 0; i < timings.size(); ++i) {
-      LayerRow& r = rows[i];
-      if (r.samples++ == 0) {
-        r.t = timings[i];
-      } else {
-        r.t.host_us += timings[i].host_us;
-        r.t.device_us += timings[i].device_us;
-      }
+      if (rows[i].samples++ == 0) rows[i].t = timings[i];
+      host[i].push_back(timings[i].host_us);
+      device[i].push_back(timings[i].device_us);
     }
   }
-  for (LayerRow& r : rows) {
-    r.t.host_us /= r.samples;
-    r.t.device_us /= r.samples;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i].t.host_us = median(host[i]);
+    rows[i].t.device_us = median(device[i]);
   }
   // One more step kernel by kernel gives each layer's own kernel time, and so its gaps.
   last_profile = session.profile();
@@ -241,7 +252,7 @@ nlohmann::json layer_json(const tilerun::LayerTiming& t) {
           {"gap_us", t.gap_us}};
 }
 
-// A Chrome/Perfetto trace (chrome://tracing, ui.perfetto.dev) of one averaged step: host spans
+// A Chrome/Perfetto trace (chrome://tracing, ui.perfetto.dev) of one median step: host spans
 // per layer (issuing), device spans per layer, and device spans per kernel from the profiling
 // pass. Spans of a track are laid end to end in step order.
 void write_trace(const std::string& path, const std::vector<LayerRow>& rows,
@@ -350,13 +361,14 @@ int run_steps(const Options& o, const tilerun::Model& model) {
     if (!last_profile.empty())
       std::printf("(kernels us: %s)\n", last_profile.front().source.c_str());
   }
+  const std::string over = o.steps == 1 ? "1 step"
+                                        : "the median of " + std::to_string(o.steps - 1) +
+                                              " steps after one warm-up step";
   if (!on_gpu)
-    std::printf(
-        "(CPU backend: host and device time are both the layer's wall time, averaged "
-        "over %d step%s)\n",
-        o.steps, o.steps == 1 ? "" : "s");
+    std::printf("(CPU backend: host and device time are both the layer's wall time; %s)\n",
+                over.c_str());
   else
-    std::printf("(averaged over %d step%s)\n", o.steps, o.steps == 1 ? "" : "s");
+    std::printf("(%s)\n", over.c_str());
 
   nlohmann::json check = nullptr;
   if (o.check) {
@@ -381,6 +393,7 @@ int run_steps(const Options& o, const tilerun::Model& model) {
         {"mode", on_gpu ? o.mode : "cpu"},
         {"pdl", on_gpu && o.pdl},
         {"steps", o.steps},
+        {"statistic", o.steps == 1 ? "one step" : "median after one warm-up step"},
         {"layers", layers},
         {"kernels_total", cs.kernels_total},
         {"kernels_distinct", cs.kernels_distinct},

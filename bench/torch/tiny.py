@@ -17,8 +17,8 @@
   4. Times PyTorch eager and, on CUDA, a torch.cuda.CUDAGraph of the whole forward + backward:
      median over --torch-steps steps after --warmup; host us = time.perf_counter around the
      issuing calls, device us = CUDA events around them (on the CPU both are wall time).
-  5. Prints one table: tilerun graph / launch from the CLI report (mean over --steps, which
-     includes the first step), tilerun from tilerun_launch_bench when found (median, same
+  5. Prints one table: tilerun graph / launch from the CLI report (the median over --steps after
+     one warm-up step), tilerun from tilerun_launch_bench when found (median, same
      statistic as PyTorch), PyTorch eager and CUDA graph. --json FILE writes all of it.
 
 Exit status: 0 all checks passed, 1 a check failed or a run failed, 2 bad usage.
@@ -408,7 +408,7 @@ def print_table(rows, log):
         log(f"{r['source']:<26} {r['statistic']:<12} {k:>7} {f(h['forward'])} {f(h['backward'])} {f(h['total'])}"
             f" {f(d['forward'])} {f(d['backward'])} {f(d['total'])} {per}")
     log("host = time spent issuing the work; device = CUDA events around it (CPU: both wall time).\n"
-        "tilerun (CLI) is the report's mean over --steps (first step included); (bench) and torch rows are\n"
+        "tilerun (CLI) is the report's median over --steps after one warm-up step; (bench) and torch rows are\n"
         "medians after warm-up. torch kernels: device activities of one step from torch.profiler.")
 
 
@@ -511,7 +511,8 @@ def main():
     for mode, rep in reports.items():
         tot = report_totals(rep)
         kernels = tot["forward"][0] + tot["backward"][0]
-        rows.append(timing_row(f"tilerun {mode} (CLI)", f"mean/{rep['steps']}", kernels, tot["forward"][1],
+        stat = f"median/{rep['steps'] - 1}" if rep['steps'] > 1 else "1 step"
+        rows.append(timing_row(f"tilerun {mode} (CLI)", stat, kernels, tot["forward"][1],
                                tot["backward"][1], tot["forward"][2], tot["backward"][2]))
     if bench:
         rows += bench_rows(bench, args.config, args.device, args.torch_steps, args.warmup, log)
