@@ -11,8 +11,10 @@
 //   host_us_p90, dev_us_p90   the 90th percentiles, to show the spread
 //   kernels            kernel nodes in the measured direction(s)
 //   fwd_host_us, fwd_dev_us, bwd_host_us, bwd_dev_us   per direction (the "step" runs only)
-//   kern_us            the kernels' own device time, from one profiling pass after the measured
-//                      steps (Session::profile: standalone launches, events around each kernel)
+//   kern_us            with --tilerun_profile only: the kernels' own device time, from one
+//                      profiling pass after the measured steps (Session::profile: standalone
+//                      launches timed by CUPTI, or events). Off by default: CUPTI stays attached
+//                      once used and would slow the host side of every later benchmark.
 //   gap_us/kernel      (dev_us - kern_us) / kernels: device time per kernel that is not kernel
 //                      work (launch latency, dependency waits, idle while the host issues)
 // as Google Benchmark counters. The benchmark's own time column is the wall time of a whole
@@ -30,6 +32,7 @@
 //   --tilerun_steps=N                    measured steps per benchmark (default: Google
 //                                        Benchmark's automatic count, at least 0.5 s of steps)
 //   --tilerun_seed=S                     initialiser seed (default 0)
+//   --tilerun_profile                    add kern_us and gap_us/kernel (see above; run it alone)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -52,6 +55,7 @@ struct Flags {
   int warmup = 20;
   int64_t steps = 0;
   uint64_t seed = 0;
+  bool profile = false;
 };
 
 Flags g_flags;
@@ -99,6 +103,8 @@ void parse_flags(int* argc, char** argv) {
       g_flags.device = v;
     } else if (a == "--tilerun_forward_only") {
       g_flags.forward_only = true;
+    } else if (a == "--tilerun_profile") {
+      g_flags.profile = true;
     } else if (value_of("--tilerun_warmup", &v)) {
       g_flags.warmup = static_cast<int>(parse_int("--tilerun_warmup", v));
     } else if (value_of("--tilerun_steps", &v)) {
@@ -235,7 +241,7 @@ void run_steps(benchmark::State& state, std::string config, tilerun::Device devi
   state.counters["dev_us_p90"] = percentile(dev, 0.9);
   try {
     // After the timed loop, so the profiling pass is not among the measured steps.
-    const double kern = kernels_us_of(*s, with_backward);
+    const double kern = g_flags.profile ? kernels_us_of(*s, with_backward) : -1;
     if (kern >= 0) {
       state.counters["kern_us"] = kern;
       state.counters["gap_us/kernel"] = (dev_med - kern) * per;

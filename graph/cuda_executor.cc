@@ -307,20 +307,12 @@ class CudaExecutor final : public Executor {
     cuda_check(r, call, what);
   }
 
+  // One standalone launch, through cuLaunchKernelEx either way (with PDL: may start while its
+  // predecessor in the stream finishes, waiting in griddepcontrol.wait before touching what that
+  // one wrote). The kernel's name is built only on failure: this is the hot path of --mode launch.
   void launch(int i, bool pdl) {
     const compiler::LaunchGeometry& geo = geometry_[i];
     if (geo.empty()) return;
-    if (!pdl) {
-      check(
-          d_->cuLaunchKernel(functions_[graph_.nodes[i].kernel], static_cast<unsigned>(geo.grid[0]),
-                             static_cast<unsigned>(geo.grid[1]), static_cast<unsigned>(geo.grid[2]),
-                             static_cast<unsigned>(geo.threads), 1, 1, 0, stream_,
-                             params_[i].kernel_params(), nullptr),
-          "cuLaunchKernel", kernel_name(i));
-      return;
-    }
-    // The kernel may start while its predecessor in the stream finishes; it waits in
-    // griddepcontrol.wait before touching what the predecessor wrote.
     CUlaunchAttribute attr{};
     attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr.value.programmaticStreamSerializationAllowed = 1;
@@ -331,11 +323,11 @@ class CudaExecutor final : public Executor {
     cfg.blockDimX = static_cast<unsigned>(geo.threads);
     cfg.blockDimY = cfg.blockDimZ = 1;
     cfg.hStream = stream_;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    check(d_->cuLaunchKernelEx(&cfg, functions_[graph_.nodes[i].kernel], params_[i].kernel_params(),
-                               nullptr),
-          "cuLaunchKernelEx", kernel_name(i));
+    cfg.attrs = pdl ? &attr : nullptr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CUresult r = d_->cuLaunchKernelEx(&cfg, functions_[graph_.nodes[i].kernel],
+                                      params_[i].kernel_params(), nullptr);
+    if (r != CUDA_SUCCESS) check(r, "cuLaunchKernelEx", kernel_name(i));
   }
 
   std::string kernel_name(int i) const {

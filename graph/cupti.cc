@@ -96,7 +96,8 @@ bool CuptiKernelTimer::start(std::string* why) {
     std::lock_guard lock(g_mu);
     g_records.clear();
   }
-  CUptiResult r = api()->enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  CUptiResult r = api()->register_callbacks(buffer_requested, buffer_completed);
+  if (r == CUPTI_SUCCESS) r = api()->enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   if (r != CUPTI_SUCCESS) {
     if (why) *why = "cuptiActivityEnable failed (" + std::to_string(static_cast<int>(r)) + ")";
     return false;
@@ -108,6 +109,8 @@ std::vector<KernelRecord> CuptiKernelTimer::stop() {
   api()->flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   api()->disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   api()->flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  // CUPTI stays attached to the process from here on (cuptiFinalize outside a CUPTI callback
+  // ended the process on the H200), and later driver calls cost more host time: profile last.
   std::lock_guard lock(g_mu);
   std::vector<KernelRecord> out = std::move(g_records);
   g_records.clear();

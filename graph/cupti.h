@@ -23,7 +23,8 @@ class CuptiKernelTimer {
 
   // Starts collecting kernel records (launches from now on).
   bool start(std::string* why);
-  // Flushes, stops collecting and returns the records since start(), by correlation id.
+  // Flushes, stops collecting and returns the records since start(), by correlation id. Call
+  // after synchronising. CUPTI stays attached: later driver calls cost more host time.
   std::vector<KernelRecord> stop();
 
  private:

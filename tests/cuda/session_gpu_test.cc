@@ -95,6 +95,12 @@ TEST_F(GpuSession, ProfileGivesEveryKernelItsDuration) {
   }
   // Where libcupti is present the durations are the GPU's own; say which was used.
   std::printf("kernel durations from: %s\n", k.front().source.c_str());
+  // A second pass works the same way (CUPTI detaches after each), and steps still run after it.
+  std::vector<KernelTiming> again = s.profile();
+  ASSERT_EQ(again.size(), k.size());
+  EXPECT_EQ(again.front().source, k.front().source);
+  for (const KernelTiming& t : again) EXPECT_GT(t.us, 0) << t.kernel;
+  step(s);
   for (const LayerTiming& l : s.timings()) {
     EXPECT_GT(l.kernels_us, 0) << l.layer;
     EXPECT_LE(l.kernels_us, l.device_us * 4) << l.layer;  // the same work, give or take gaps
