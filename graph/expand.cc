@@ -119,7 +119,34 @@ class Expander {
       uses[t].bytes = tensor_bytes(g_.tensors[t]);
       uses[t].persistent = kg_.persistent[t];
     }
-    kg_.plan = plan_memory(uses);
+    // Reuse only along data dependencies: a buffer may take bytes another one used only if
+    // every node touching that one is an ancestor (through read-after-write edges) of the
+    // node that first touches this one. Then the hazard edges reuse implies are already
+    // implied by the data, and independent branches stay free to overlap.
+    const size_t n = kg_.nodes.size();
+    std::vector<std::vector<uint64_t>> ancestors(n, std::vector<uint64_t>((n + 63) / 64, 0));
+    for (size_t j = 0; j < n; ++j)
+      for (size_t i = 0; i < j; ++i) {
+        bool raw = false;
+        for (int w : access_[i].writes)
+          for (int r : access_[j].reads) raw = raw || w == r;
+        if (!raw) continue;
+        ancestors[j][i / 64] |= uint64_t{1} << (i % 64);
+        for (size_t k = 0; k < ancestors[j].size(); ++k) ancestors[j][k] |= ancestors[i][k];
+      }
+    std::vector<std::vector<int>> users(g_.tensors.size());
+    for (size_t node = 0; node < n; ++node)
+      for (int t : kg_.nodes[node].buffers)
+        if (users[t].empty() || users[t].back() != static_cast<int>(node))
+          users[t].push_back(static_cast<int>(node));
+    auto ordered = [&](int a, int b) {
+      if (users[a].empty() || users[b].empty()) return true;  // never touched: no hazard
+      const std::vector<uint64_t>& before = ancestors[users[b].front()];
+      for (int u : users[a])
+        if (!(before[u / 64] >> (u % 64) & 1)) return false;
+      return true;
+    };
+    kg_.plan = plan_memory(uses, ordered);
     bytes_ = std::move(uses);
   }
 

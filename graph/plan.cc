@@ -13,14 +13,18 @@ int64_t align_up(int64_t n) {
   return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
 }
 
-bool live_together(const BufferUse& a, const BufferUse& b) {
-  if (a.persistent || b.persistent) return true;
-  return a.first <= b.last && b.first <= a.last;
+bool live_together(const std::vector<BufferUse>& buffers, int a, int b,
+                   const std::function<bool(int, int)>& ordered) {
+  const BufferUse &x = buffers[a], &y = buffers[b];
+  if (x.persistent || y.persistent) return true;
+  if (x.first <= y.last && y.first <= x.last) return true;
+  return ordered && !ordered(a, b) && !ordered(b, a);
 }
 
 }  // namespace
 
-MemoryPlan plan_memory(const std::vector<BufferUse>& buffers) {
+MemoryPlan plan_memory(const std::vector<BufferUse>& buffers,
+                       const std::function<bool(int, int)>& ordered) {
   MemoryPlan plan;
   plan.offsets.assign(buffers.size(), 0);
   // Persistent buffers first, then by start of life; ties by larger size, then by index, so the
@@ -43,7 +47,7 @@ MemoryPlan plan_memory(const std::vector<BufferUse>& buffers) {
     // Occupied ranges of the placed buffers live at the same time, sorted by offset.
     std::vector<std::pair<int64_t, int64_t>> busy;
     for (int other : placed)
-      if (live_together(buf, buffers[other]))
+      if (live_together(buffers, id, other, ordered))
         busy.push_back({plan.offsets[other], plan.offsets[other] + align_up(std::max<int64_t>(
                                                                        buffers[other].bytes, 1))});
     std::sort(busy.begin(), busy.end());
@@ -64,8 +68,9 @@ MemoryPlan plan_memory(const std::vector<BufferUse>& buffers) {
   return plan;
 }
 
-bool plan_conflicts(const std::vector<BufferUse>& buffers, const MemoryPlan& plan, int a, int b) {
-  if (a == b || !live_together(buffers[a], buffers[b])) return false;
+bool plan_conflicts(const std::vector<BufferUse>& buffers, const MemoryPlan& plan, int a, int b,
+                    const std::function<bool(int, int)>& ordered) {
+  if (a == b || !live_together(buffers, a, b, ordered)) return false;
   int64_t a0 = plan.offsets[a], a1 = a0 + buffers[a].bytes;
   int64_t b0 = plan.offsets[b], b1 = b0 + buffers[b].bytes;
   return a0 < b1 && b0 < a1;

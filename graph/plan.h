@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace tilerun::graph {
@@ -24,9 +25,17 @@ struct MemoryPlan {
   int64_t total_bytes = 0;  // sum of the buffers' sizes (aligned), what no reuse would need
 };
 
-MemoryPlan plan_memory(const std::vector<BufferUse>& buffers);
+// `ordered(a, b)`, when given: every use of buffer a comes before every use of buffer b in every
+// order the program allows (its data dependencies), not just in the list order of first/last.
+// Two non-persistent buffers then share bytes only if ordered one way or the other, so reuse
+// never orders two kernels the program leaves free to overlap (a CUDA graph's branches).
+// Without it, disjoint [first, last] ranges suffice.
+MemoryPlan plan_memory(const std::vector<BufferUse>& buffers,
+                       const std::function<bool(int a, int b)>& ordered = nullptr);
 
-// Whether two buffers' byte ranges overlap while both are live (for tests and assertions).
-bool plan_conflicts(const std::vector<BufferUse>& buffers, const MemoryPlan& plan, int a, int b);
+// Whether two buffers' byte ranges overlap while both are live (for tests and assertions), with
+// `ordered` as in plan_memory.
+bool plan_conflicts(const std::vector<BufferUse>& buffers, const MemoryPlan& plan, int a, int b,
+                    const std::function<bool(int a, int b)>& ordered = nullptr);
 
 }  // namespace tilerun::graph
