@@ -190,6 +190,19 @@ class CpuCodegen {
       flush();
     } else if (s.as<Barrier>()) {
       // The end of one thread loop and the start of the next is the barrier.
+    } else if (const WarpShuffle* w = s.as<WarpShuffle>()) {
+      // Its own loop over the threads: every thread's value is final when it starts.
+      const SimtArray* dst = find_local_array(k_, w->dst);
+      TR_CHECK(dst != nullptr, "shuffle into '" + w->dst + "'");
+      Type t = storage_type(dst->dtype);
+      emit_loop("lane", b_.getInt64(0), b_.getInt64(k_.sig.threads), [&](llvm::Value* tid) {
+        llvm::Value* partner = b_.CreateXor(tid, b_.getInt64(w->lane_xor));
+        llvm::Value* v = nullptr;
+        with_binding(kThreadIdx, partner,
+                     [&] { v = b_.CreateLoad(llvm_type(t), element_ptr(w->src, make_i64(0), t)); });
+        with_binding(kThreadIdx, tid,
+                     [&] { b_.CreateStore(v, element_ptr(w->dst, make_i64(0), t)); });
+      });
     } else if (const LetStmt* let = s.as<LetStmt>()) {
       // Block-uniform (verified): evaluated once per block.
       llvm::Value* v = emit_expr(let->value);

@@ -723,6 +723,16 @@ class CudaEmitter {
       case StmtKind::Barrier:
         line("__syncthreads();");
         return;
+      case StmtKind::WarpShuffle: {
+        // The whole warp (or the whole block when it is smaller) takes part: block-uniform.
+        const WarpShuffle* op = s.as<WarpShuffle>();
+        const int threads = k_.sig.threads;
+        const std::string mask =
+            threads >= 32 ? "0xffffffffu" : std::to_string((1u << threads) - 1u) + "u";
+        line(buffer(op->dst) + "[0] = __shfl_xor_sync(" + mask + ", " + buffer(op->src) + "[0], " +
+             std::to_string(op->lane_xor) + ");");
+        return;
+      }
       case StmtKind::VectorMove: {
         // One 2-, 4-, 8- or 16-byte transaction (ld/st.global.v*): the global side's index is
         // proved a multiple of the lanes, buffers are 16-byte aligned, local arrays __align__(16).

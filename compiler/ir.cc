@@ -321,6 +321,12 @@ Stmt Parallel::make(std::vector<std::string> vars, std::vector<Expr> extents, St
       std::make_shared<Parallel>(std::move(vars), std::move(extents), std::move(body), layout));
 }
 
+Stmt WarpShuffle::make(const std::string& dst, const std::string& src, int lane_xor) {
+  TR_CHECK(dst != src, "WarpShuffle dst and src must differ");
+  TR_CHECK(lane_xor > 0 && lane_xor < 32, "WarpShuffle lane_xor");
+  return Stmt(std::make_shared<WarpShuffle>(dst, src, lane_xor));
+}
+
 Stmt VectorMove::make(const std::string& dst, Expr dst_index, const std::string& src,
                       Expr src_index, int lanes) {
   TR_CHECK(dst_index.defined() && dst_index.type() == Type::I64, "VectorMove dst index");

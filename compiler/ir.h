@@ -37,6 +37,7 @@ enum class ExprKind : uint8_t {
 };
 enum class StmtKind : uint8_t {
   Seq, LetStmt, For, Parallel, Reduce, IfThenElse, Store, Assign, Copy, Barrier, VectorMove,
+  WarpShuffle,
 };
 // clang-format on
 
@@ -389,6 +390,21 @@ struct VectorMove : StmtNode {
         lanes(l) {}
   static Stmt make(const std::string& dst, Expr dst_index, const std::string& src, Expr src_index,
                    int lanes);
+};
+
+// Both levels (lower_reductions' warp tree): every thread t of the block sets its element of
+// `dst` to the element of `src` held by thread t ^ lane_xor, a lane of its own warp
+// (0 < lane_xor < min(threads, 32)). Tile IR: fragments of shape {threads} (element t with
+// thread t); SIMT IR: element 0 of the threads' local arrays. Every thread takes part, so, like
+// a barrier, only in block-uniform control flow; the CPU backend runs it as its own loop over
+// the threads between two barrier-free stretches, CUDA as __shfl_xor_sync.
+struct WarpShuffle : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::WarpShuffle;
+  std::string dst, src;
+  int lane_xor;
+  WarpShuffle(std::string d, std::string s, int x)
+      : StmtNode(kKind), dst(std::move(d)), src(std::move(s)), lane_xor(x) {}
+  static Stmt make(const std::string& dst, const std::string& src, int lane_xor);
 };
 
 // ---------------------------------------------------------------------------------------------

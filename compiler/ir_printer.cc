@@ -175,6 +175,10 @@ class Printer : public IRVisitor {
     line_start();
     os << "barrier\n";
   }
+  void visit_stmt(const WarpShuffle* op) override {
+    line_start();
+    os << op->dst << " = shuffle_xor(" << op->src << ", " << op->lane_xor << ")\n";
+  }
   void visit_stmt(const VectorMove* op) override {
     line_start();
     os << op->dst << "[" << to_string(op->dst_index) << " +: " << op->lanes << "] = " << op->src

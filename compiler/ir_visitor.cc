@@ -57,6 +57,8 @@ void IRVisitor::visit(const Stmt& s) {
       return visit_stmt(s.as<Barrier>());
     case StmtKind::VectorMove:
       return visit_stmt(s.as<VectorMove>());
+    case StmtKind::WarpShuffle:
+      return visit_stmt(s.as<WarpShuffle>());
   }
 }
 
@@ -179,6 +181,8 @@ Stmt IRMutator::mutate(const Stmt& s) {
       return mutate_stmt(s.as<Barrier>(), s);
     case StmtKind::VectorMove:
       return mutate_stmt(s.as<VectorMove>(), s);
+    case StmtKind::WarpShuffle:
+      return mutate_stmt(s.as<WarpShuffle>(), s);
   }
   return s;
 }
@@ -303,6 +307,7 @@ class BarrierFinder : public IRVisitor {
 
  protected:
   void visit_stmt(const Barrier*) override { found = true; }
+  void visit_stmt(const WarpShuffle*) override { found = true; }
   // Reductions synchronise internally once lowered.
   void visit_stmt(const Reduce* op) override { found = true; }
 };

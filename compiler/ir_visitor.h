@@ -37,6 +37,7 @@ class IRVisitor {
   virtual void visit_stmt(const Copy* op);
   virtual void visit_stmt(const Barrier*) {}
   virtual void visit_stmt(const VectorMove* op);
+  virtual void visit_stmt(const WarpShuffle*) {}
 };
 
 class IRMutator {
@@ -70,12 +71,14 @@ class IRMutator {
   virtual Stmt mutate_stmt(const Copy* op, const Stmt& self);
   virtual Stmt mutate_stmt(const Barrier*, const Stmt& self) { return self; }
   virtual Stmt mutate_stmt(const VectorMove* op, const Stmt& self);
+  virtual Stmt mutate_stmt(const WarpShuffle*, const Stmt& self) { return self; }
 
   std::vector<Expr> mutate_all(const std::vector<Expr>& es, bool* changed);
 };
 
-// Whether `s` contains a Barrier anywhere below it, or a Reduce (which synchronises the block
-// once lowered).
+// Whether `s` contains a Barrier anywhere below it, a WarpShuffle (which exchanges values
+// between threads, so the CPU backend ends its thread loop there too), or a Reduce (which
+// synchronises the block once lowered).
 bool contains_barrier(const Stmt& s);
 // Whether `e` / `s` reads Var `name`.
 bool uses_var(const Expr& e, const std::string& name);

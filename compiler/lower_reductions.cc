@@ -1,5 +1,6 @@
 #include "compiler/lower_reductions.h"
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 
@@ -76,16 +77,46 @@ class ReductionLowerer : public IRMutator {
                            IfThenElse::make(lt(r, op->extent), acc));
     });
     steps.push_back(For::make(k, make_i64(0), ceildiv(op->extent, make_i64(threads)), fold));
-    steps.push_back(
-        per_thread(threads, [&](Expr tid) { return Store::make(scratch, {tid}, part_at(tid)); }));
-    steps.push_back(Barrier::make());
-    for (int64_t s = threads / 2; s >= 1; s /= 2) {
-      steps.push_back(per_thread(s, [&](Expr tid) {
-        return Store::make(scratch, {tid},
-                           combine(op->op, scratch_at(tid), scratch_at(add(tid, make_i64(s)))));
+
+    // Across threads: a butterfly over the lanes of each warp (shuffle_xor by 16, 8, 4, 2, 1),
+    // after which every lane holds its warp's total (a + b == b + a, so partners agree), then the
+    // warps' totals in warp order through shared scratch, reduced by one more butterfly in the
+    // first warp. Two barriers whatever the block size; the order is fixed by the layout: each
+    // thread its own elements in sequence, the shuffle tree, the warps in order.
+    const int64_t warp = std::min<int64_t>(threads, 32), warps = threads / warp;
+    std::string shfl = names_->fresh(op->name + ".lane");
+    k_->allocs.push_back({shfl, MemScope::Fragment, dtype_of(t), {threads}});
+    auto butterfly = [&](int64_t lanes) {
+      for (int64_t x = lanes / 2; x >= 1; x /= 2) {
+        steps.push_back(WarpShuffle::make(shfl, part, static_cast<int>(x)));
+        steps.push_back(per_thread(threads, [&](Expr tid) {
+          return Store::make(part, {tid},
+                             combine(op->op, part_at(tid), Load::make(t, shfl, {tid})));
+        }));
+      }
+    };
+    auto first_of = [&](int64_t group, const std::function<Stmt(Expr)>& body) {
+      return per_thread(threads, [&](Expr tid) {
+        return IfThenElse::make(
+            Binary::make(BinaryOp::Eq, floormod(tid, make_i64(group)), make_i64(0)), body(tid));
+      });
+    };
+    butterfly(warp);
+    if (warps > 1) {
+      steps.push_back(first_of(warp, [&](Expr tid) {
+        return Store::make(scratch, {floordiv(tid, make_i64(warp))}, part_at(tid));
       }));
       steps.push_back(Barrier::make());
+      steps.push_back(per_thread(threads, [&](Expr tid) {
+        return Store::make(
+            part, {tid},
+            Select::make(lt(tid, make_i64(warps)), scratch_at(tid), identity(op->op, t)));
+      }));
+      butterfly(warps);
     }
+    steps.push_back(first_of(
+        threads, [&](Expr tid) { return Store::make(scratch, {make_i64(0)}, part_at(tid)); }));
+    steps.push_back(Barrier::make());
     Stmt rest = Seq::make({Barrier::make(), mutate(op->body)});
     steps.push_back(LetStmt::make(op->name, scratch_at(make_i64(0)), rest));
     return Seq::make(std::move(steps));

@@ -1,5 +1,7 @@
 #include "compiler/simt_verifier.h"
 
+#include <algorithm>
+
 #include <map>
 
 #include "compiler/check.h"
@@ -155,6 +157,15 @@ class SimtVerifier : public IRVisitor {
     if (it->second.type != op->value.type())
       fail("assignment to '" + op->name + "' of the wrong type");
     varying(op->value);
+  }
+  void visit_stmt(const WarpShuffle* op) override {
+    if (control_varying_ > 0) fail("shuffle under per-thread control flow");
+    Decl d = decl(op->dst), s = decl(op->src);
+    if (d.space != Space::Local || s.space != Space::Local || d.dtype != s.dtype)
+      fail("shuffle between '" + op->dst + "' and '" + op->src +
+           "': both must be local arrays of one dtype");
+    if (op->lane_xor >= std::min(k_.sig.threads, 32))
+      fail("shuffle lane_xor " + std::to_string(op->lane_xor) + " leaves the warp");
   }
   void visit_stmt(const VectorMove* op) override {
     if (form_ < SimtForm::StorageTyped) fail("vector move before lower_storage_types");

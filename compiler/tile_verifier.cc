@@ -1,5 +1,7 @@
 #include "compiler/tile_verifier.h"
 
+#include <algorithm>
+
 #include <map>
 
 #include "compiler/ir_visitor.h"
@@ -165,6 +167,19 @@ class TileVerifier : public IRVisitor {
     if (parallel_depth_ > 0)
       fail("barrier inside parallel (barriers need every thread of the block)");
     if (if_depth_ > 0) fail("barrier inside if (barriers need every thread of the block)");
+  }
+  void visit_stmt(const WarpShuffle* op) override {
+    if (parallel_depth_ > 0 || if_depth_ > 0)
+      fail("shuffle inside parallel or if (a shuffle needs every thread of the block)");
+    const TileAlloc* d = find_alloc(k_, op->dst);
+    const TileAlloc* s = find_alloc(k_, op->src);
+    const std::vector<int64_t> one_each{k_.sig.threads};
+    if (!d || !s || d->scope != MemScope::Fragment || s->scope != MemScope::Fragment ||
+        d->shape != one_each || s->shape != one_each || d->dtype != s->dtype)
+      fail("shuffle between '" + op->dst + "' and '" + op->src +
+           "': both must be fragments of one dtype and shape [threads]");
+    if (op->lane_xor >= std::min(k_.sig.threads, 32))
+      fail("shuffle lane_xor " + std::to_string(op->lane_xor) + " leaves the warp");
   }
 
   const Kernel& k_;

@@ -46,7 +46,7 @@ TEST(Passes, LowerCopiesGuardsGlobalReadsWithZeroFill) {
       << t;
 }
 
-TEST(Passes, LowerReductionsFoldsPerThreadThenATreeInIndexOrder) {
+TEST(Passes, LowerReductionsFoldsPerThreadThenAShuffleTreeThenWarpsInOrder) {
   std::string t = trace_tiny()["lower_reductions"];
   EXPECT_FALSE(has(t, "reduce_max")) << t;
   EXPECT_TRUE(has(t, "  fragment max.1.part.0: f32[2]\n  shared max.1.scratch.0: f32[2]\n")) << t;
@@ -58,15 +58,44 @@ TEST(Passes, LowerReductionsFoldsPerThreadThenATreeInIndexOrder) {
                   "      if (r.0 < 4) {\n"
                   "        max.1.part.0[t.1] = max(max.1.part.0[t.1], sh[r.0])\n"))
       << t;
-  EXPECT_TRUE(
-      has(t,
-          "  parallel t.3 in [0, 1) {\n"
-          "    max.1.scratch.0[t.3] = max(max.1.scratch.0[t.3], max.1.scratch.0[(t.3 + 1)])\n"
-          "  }\n"
-          "  barrier\n"
-          "  let max.1 = max.1.scratch.0[0]\n"
-          "  barrier\n"))
+  // Two threads, one warp: one shuffle round, then thread 0 publishes the result.
+  EXPECT_TRUE(has(t,
+                  "  max.1.lane.0 = shuffle_xor(max.1.part.0, 1)\n"
+                  "  parallel t.2 in [0, 2) {\n"
+                  "    max.1.part.0[t.2] = max(max.1.part.0[t.2], max.1.lane.0[t.2])\n"
+                  "  }\n"
+                  "  parallel t.3 in [0, 2) {\n"
+                  "    if ((t.3 % 2) == 0) {\n"
+                  "      max.1.scratch.0[0] = max.1.part.0[t.3]\n"
+                  "    }\n"
+                  "  }\n"
+                  "  barrier\n"
+                  "  let max.1 = max.1.scratch.0[0]\n"
+                  "  barrier\n"))
       << t;
+}
+
+TEST(Passes, ReductionsOverManyWarpsShuffleInEachWarpThenAcrossWarpsInOrder) {
+  std::vector<std::pair<std::string, std::string>> trace;
+  lower(testing::rmsnorm_kernel(), {.trace = &trace});
+  std::map<std::string, std::string> m(trace.begin(), trace.end());
+  const std::string& t = m["lower_reductions"];
+  // 128 threads: a butterfly 16, 8, 4, 2, 1 inside each warp, each warp's lane 0 stores its
+  // total at its warp's index, one barrier, then the 4 totals in warp order through 2, 1.
+  size_t at = 0;
+  for (int x : {16, 8, 4, 2, 1, 2, 1}) {
+    at = t.find("shuffle_xor(sum.1.part.0, " + std::to_string(x) + ")", at);
+    ASSERT_NE(at, std::string::npos) << "round " << x << "\n" << t;
+  }
+  EXPECT_TRUE(
+      has(t, "if ((t.7 % 32) == 0) {\n      sum.1.scratch.0[(t.7 / 32)] = sum.1.part.0[t.7]"))
+      << t;
+  EXPECT_TRUE(has(t, "select((t.8 < 4), sum.1.scratch.0[t.8], -0f)")) << t;
+  // Two barriers for the tree, one after the result is read: not one per tree level.
+  size_t barriers = 0;
+  for (size_t p = t.find("barrier"); p != std::string::npos; p = t.find("barrier", p + 1))
+    ++barriers;
+  EXPECT_EQ(barriers, 3u) << t;
 }
 
 TEST(Passes, LowerParallelMapsElementsToThreadsAndFragmentsToLocals) {
