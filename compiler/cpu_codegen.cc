@@ -277,9 +277,7 @@ class CpuCodegen {
         // One <lanes x bits> load and store. Aligned only to the element: host buffers need
         // not be 16-byte aligned, and x86 loses nothing on an unaligned vector move.
         const VectorMove* op = s.as<VectorMove>();
-        const SimtArray* local = find_local_array(k_, op->dst);
-        if (!local) local = find_local_array(k_, op->src);
-        TR_CHECK(local != nullptr, "vector move without a local array");
+        const SimtArray* local = &vector_move_local(k_, *op);
         Type et = storage_type(local->dtype);
         llvm::Type* vt = llvm::FixedVectorType::get(llvm_type(et), op->lanes);
         llvm::Align align(static_cast<uint64_t>(dtype_bytes(local->dtype, 1)));

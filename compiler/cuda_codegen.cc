@@ -737,9 +737,7 @@ class CudaEmitter {
         // One 2-, 4-, 8- or 16-byte transaction (ld/st.global.v*): the global side's index is
         // proved a multiple of the lanes, buffers are 16-byte aligned, local arrays __align__(16).
         const VectorMove* op = s.as<VectorMove>();
-        const SimtArray* local = find_local_array(k_, op->dst);
-        if (!local) local = find_local_array(k_, op->src);
-        TR_CHECK(local != nullptr, "vector move without a local array");
+        const SimtArray* local = &vector_move_local(k_, *op);
         const int64_t bytes = dtype_bytes(local->dtype, op->lanes);
         const char* vt = bytes == 16  ? "uint4"
                          : bytes == 8 ? "uint2"

@@ -1,5 +1,7 @@
 #include "compiler/kernel.h"
 
+#include "compiler/check.h"
+
 namespace tilerun::compiler {
 
 const char* mem_scope_name(MemScope s) { return s == MemScope::Shared ? "shared" : "fragment"; }
@@ -30,6 +32,13 @@ const SimtArray* find_shared(const SimtKernel& k, const std::string& name) {
 }
 const SimtArray* find_local_array(const SimtKernel& k, const std::string& name) {
   return find_named(k.local_arrays, name);
+}
+
+const SimtArray& vector_move_local(const SimtKernel& k, const VectorMove& move) {
+  const SimtArray* local = find_local_array(k, move.dst);
+  if (!local) local = find_local_array(k, move.src);
+  TR_CHECK(local != nullptr, "vector move without a local array");
+  return *local;
 }
 
 }  // namespace tilerun::compiler

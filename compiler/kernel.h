@@ -94,5 +94,8 @@ const BufferParam* find_buffer(const KernelSignature& sig, const std::string& na
 const TileAlloc* find_alloc(const Kernel& k, const std::string& name);
 const SimtArray* find_shared(const SimtKernel& k, const std::string& name);
 const SimtArray* find_local_array(const SimtKernel& k, const std::string& name);
+// The local-array side of a vector move (its dtype is the move's); an internal error if neither
+// side is one (the SIMT verifier refuses such a move).
+const SimtArray& vector_move_local(const SimtKernel& k, const VectorMove& move);
 
 }  // namespace tilerun::compiler
