@@ -61,7 +61,10 @@ class Renamer : public IRMutator {
 
 // Polynomial normal form (monomial → coefficient) of + - * over vars and constants.
 using Poly = std::map<std::vector<std::string>, int64_t>;
-bool to_poly(const Expr& e, const std::map<std::string, Expr>& lets, Poly* out, int depth = 0) {
+// With `let_atoms`, a let whose value is not a polynomial (k % 2, say) stays a variable of its
+// own instead of failing the whole expression.
+bool to_poly(const Expr& e, const std::map<std::string, Expr>& lets, Poly* out, int depth = 0,
+             bool let_atoms = false) {
   if (depth > 64) return false;
   if (const IntImm* i = e.as<IntImm>()) {
     if (i->value) (*out)[{}] = i->value;
@@ -69,14 +72,23 @@ bool to_poly(const Expr& e, const std::map<std::string, Expr>& lets, Poly* out, 
   }
   if (const Var* v = e.as<Var>()) {
     auto it = lets.find(v->name);
-    if (it != lets.end()) return to_poly(it->second, lets, out, depth + 1);
+    if (it != lets.end()) {
+      Poly inner;
+      if (to_poly(it->second, lets, &inner, depth + 1, let_atoms)) {
+        *out = std::move(inner);
+        return true;
+      }
+      if (!let_atoms) return false;
+    }
     (*out)[{v->name}] = 1;
     return true;
   }
   const Binary* b = e.as<Binary>();
   if (!b || !is_int(e.type())) return false;
   Poly x, y;
-  if (!to_poly(b->a, lets, &x, depth + 1) || !to_poly(b->b, lets, &y, depth + 1)) return false;
+  if (!to_poly(b->a, lets, &x, depth + 1, let_atoms) ||
+      !to_poly(b->b, lets, &y, depth + 1, let_atoms))
+    return false;
   Poly r;
   if (b->op == BinaryOp::Add || b->op == BinaryOp::Sub) {
     r = x;
@@ -302,7 +314,42 @@ class Analyzer : public IRMutator {
     for (auto& [name, v] : o_.concrete) c.ranges[name] = {v, v};
     for (size_t d = 0; d < k_.sig.grid.size(); ++d)
       c.ranges[kBlockIdx[d]] = {0, interval_of(sub.mutate(k_.sig.grid[d]), c.ranges).hi - 1};
+    // Narrow every bound variable's interval with the concrete dims, the facts in the order they
+    // were pushed (a loop's bounds and a let's value before what uses them), so that the cheap
+    // interval check decides what the dims' values settle without Z3.
+    for (const Expr& f : c.facts) narrow(f, &c.ranges);
     return c;
+  }
+
+  static void narrow(const Expr& fact, std::map<std::string, Interval>* ranges) {
+    const Binary* b = fact.as<Binary>();
+    if (!b || !is_int(b->a.type())) return;
+    auto range_of = [&](const Var* v) -> Interval& {
+      auto it = ranges->find(v->name);
+      if (it == ranges->end())
+        it = ranges->emplace(v->name, interval_of(Var::make(v->type, v->name), {})).first;
+      return it->second;
+    };
+    const Var* va = b->a.as<Var>();
+    const Var* vb = b->b.as<Var>();
+    switch (b->op) {
+      case BinaryOp::Le:  // a <= v, or v <= b
+        if (vb) range_of(vb).lo = std::max(range_of(vb).lo, interval_of(b->a, *ranges).lo);
+        if (va) range_of(va).hi = std::min(range_of(va).hi, interval_of(b->b, *ranges).hi);
+        break;
+      case BinaryOp::Lt:  // v < b
+        if (va) range_of(va).hi = std::min(range_of(va).hi, interval_of(b->b, *ranges).hi - 1);
+        break;
+      case BinaryOp::Eq:  // v == value (a let)
+        if (va) {
+          Interval i = interval_of(b->b, *ranges);
+          Interval& r = range_of(va);
+          r = {std::max(r.lo, i.lo), std::min(r.hi, i.hi)};
+        }
+        break;
+      default:
+        break;
+    }
   }
 
   void access(const std::string& buffer, const std::vector<Expr>& indices, bool store) {
@@ -395,13 +442,15 @@ class Analyzer : public IRMutator {
     Expr flat = idx[0];
     for (size_t d = 1; d < idx.size(); ++d) flat = add(mul(flat, shape[d]), idx[d]);
     Poly p;
-    if (!to_poly(flat, lets_, &p)) return false;
+    if (!to_poly(flat, lets_, &p, 0, /*let_atoms=*/true)) return false;
     std::vector<std::pair<__int128, __int128>> terms;  // |c|, span of x
     for (auto& [m, c] : p) {
       bool shared =
           std::all_of(m.begin(), m.end(), [&](const std::string& v) { return keep.count(v) > 0; });
       if (shared) continue;
-      if (m.size() != 1 || !std::count(coords.begin(), coords.end(), m[0])) return false;
+      // A digit: a coordinate, or anything else that varies per execution (a loop variable, a
+      // let such as k % 2): injective over all digits implies injective over the coordinates.
+      if (m.size() != 1) return false;
       auto r = ranges_.find(m[0]);
       if (r == ranges_.end() || r->second.lo > r->second.hi) return false;
       terms.push_back({c < 0 ? -(__int128)c : (__int128)c, (__int128)r->second.hi - r->second.lo});

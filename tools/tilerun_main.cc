@@ -240,8 +240,10 @@ std::unique_ptr<tilerun::Session> open_session(const Options& o, const tilerun::
       cs.compile_ms, session->arena_bytes() / 1048576.0, session->tensor_bytes() / 1048576.0);
   std::printf(
       "index proofs: %d proved, %d unknown (guard kept), %d disproved; %d Z3 queries, "
-      "%.0f ms of solver time\n",
-      cs.proved, cs.unknown, cs.disproved, cs.z3_queries, cs.z3_ms);
+      "%.0f ms of solver time (%.0f%% of the compile threads' %.0f ms)\n",
+      cs.proved, cs.unknown, cs.disproved, cs.z3_queries, cs.z3_ms,
+      cs.compile_thread_ms > 0 ? 100.0 * cs.z3_ms / cs.compile_thread_ms : 0.0,
+      cs.compile_thread_ms);
   if (!o.weights.empty()) session->set_tensors(tilerun::load_tensors(model, o.weights, o.seed));
   return session;
 }
@@ -408,7 +410,9 @@ int run_steps(const Options& o, const tilerun::Model& model) {
           {"disproved", cs.disproved},
           {"z3_queries", cs.z3_queries},
           {"z3_ms", cs.z3_ms},
-          {"compile_ms", cs.compile_ms}}},
+          {"compile_ms", cs.compile_ms},
+          {"compile_thread_ms", cs.compile_thread_ms},
+          {"z3_share", cs.compile_thread_ms > 0 ? cs.z3_ms / cs.compile_thread_ms : 0.0}}},
     };
     std::ofstream out(o.report);
     out << report.dump(2) << "\n";

@@ -61,6 +61,9 @@ struct CompileStats {
   int proved = 0, unknown = 0, disproved = 0;
   int z3_queries = 0;
   double z3_ms = 0;
+  // The compile threads' time summed over the distinct kernels (lowering, proofs, code
+  // generation), the measure z3_ms is a share of (both are summed over threads).
+  double compile_thread_ms = 0;
 };
 
 // The last step compared with the double-precision reference composed over the same graph.
