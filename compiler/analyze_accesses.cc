@@ -6,6 +6,7 @@
 #include <set>
 
 #include "compiler/index_eval.h"
+#include "compiler/index_poly.h"
 #include "compiler/ir_printer.h"
 #include "compiler/ir_visitor.h"
 #include "tilerun/error.h"
@@ -58,56 +59,6 @@ class Renamer : public IRMutator {
   const std::set<std::string>& keep_;
   std::string suffix_;
 };
-
-// Polynomial normal form (monomial → coefficient) of + - * over vars and constants.
-using Poly = std::map<std::vector<std::string>, int64_t>;
-// With `let_atoms`, a let whose value is not a polynomial (k % 2, say) stays a variable of its
-// own instead of failing the whole expression.
-bool to_poly(const Expr& e, const std::map<std::string, Expr>& lets, Poly* out, int depth = 0,
-             bool let_atoms = false) {
-  if (depth > 64) return false;
-  if (const IntImm* i = e.as<IntImm>()) {
-    if (i->value) (*out)[{}] = i->value;
-    return true;
-  }
-  if (const Var* v = e.as<Var>()) {
-    auto it = lets.find(v->name);
-    if (it != lets.end()) {
-      Poly inner;
-      if (to_poly(it->second, lets, &inner, depth + 1, let_atoms)) {
-        *out = std::move(inner);
-        return true;
-      }
-      if (!let_atoms) return false;
-    }
-    (*out)[{v->name}] = 1;
-    return true;
-  }
-  const Binary* b = e.as<Binary>();
-  if (!b || !is_int(e.type())) return false;
-  Poly x, y;
-  if (!to_poly(b->a, lets, &x, depth + 1, let_atoms) ||
-      !to_poly(b->b, lets, &y, depth + 1, let_atoms))
-    return false;
-  Poly r;
-  if (b->op == BinaryOp::Add || b->op == BinaryOp::Sub) {
-    r = x;
-    for (auto& [m, c] : y) r[m] += b->op == BinaryOp::Add ? c : -c;
-  } else if (b->op == BinaryOp::Mul) {
-    for (auto& [m1, c1] : x)
-      for (auto& [m2, c2] : y) {
-        std::vector<std::string> m = m1;
-        m.insert(m.end(), m2.begin(), m2.end());
-        std::sort(m.begin(), m.end());
-        r[m] += c1 * c2;
-      }
-  } else {
-    return false;
-  }
-  for (auto it = r.begin(); it != r.end();) it = it->second == 0 ? r.erase(it) : std::next(it);
-  *out = std::move(r);
-  return true;
-}
 
 class Analyzer : public IRMutator {
  public:

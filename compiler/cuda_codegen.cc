@@ -746,6 +746,28 @@ class CudaEmitter {
         TR_CHECK(bytes == 16 || bytes == 8 || bytes == 4 || bytes == 2, "vector move size");
         std::string d = "&" + buffer(op->dst) + "[" + expr(op->dst_index) + "]";
         std::string src = "&" + buffer(op->src) + "[" + expr(op->src_index) + "]";
+        if (find_shared(k_, op->src)) {
+          // From shared memory as an explicit ld.shared.v*: written as a generic-pointer load,
+          // NVRTC gave two different cubins for one source in one process (a reserved-smem
+          // alias appeared in only one), and the same source must give the same bytes.
+          const int words = static_cast<int>(bytes / 4);
+          TR_CHECK(bytes >= 4, "shared vector move of fewer than 4 bytes");
+          const char* fields[] = {".x", ".y", ".z", ".w"};
+          std::string regs, outs;
+          for (int w = 0; w < words; ++w) {
+            regs += (w ? ", %" : "%") + std::to_string(w);
+            outs += std::string(w ? ", " : "") + "\"=r\"(tr_v" + (words > 1 ? fields[w] : "") + ")";
+          }
+          line("{");
+          line("  " + std::string(vt) + " tr_v;");
+          line("  asm volatile(\"ld.shared" +
+               std::string(words > 1 ? ".v" + std::to_string(words) : "") + ".u32 {" + regs +
+               "}, [%" + std::to_string(words) + "];\" : " + outs +
+               " : \"r\"((unsigned)__cvta_generic_to_shared(" + src + ")));");
+          line("  *reinterpret_cast<" + std::string(vt) + "*>(" + d + ") = tr_v;");
+          line("}");
+          return;
+        }
         line("*reinterpret_cast<" + std::string(vt) + "*>(" + d + ") = *reinterpret_cast<const " +
              vt + "*>(" + src + ");");
         return;

@@ -12,6 +12,7 @@
 #include "compiler/simt_verifier.h"
 #include "compiler/tile_verifier.h"
 #include "compiler/vectorize_accesses.h"
+#include "compiler/vectorize_shared_loads.h"
 
 namespace tilerun::compiler {
 
@@ -69,6 +70,10 @@ SimtKernel lower(const Kernel& kernel, const LowerOptions& options) {
   simt = vectorize_accesses(simt);
   verify_simt(simt, SimtForm::StorageTyped);
   log("vectorize_accesses", simt);
+
+  simt = vectorize_shared_loads(simt);
+  verify_simt(simt, SimtForm::StorageTyped);
+  log("vectorize_shared_loads", simt);
 
   // Last: lower_storage_types itself emits strict_math routines, and nothing after this point
   // may introduce exp/log/min/max that a backend would have to implement its own way.

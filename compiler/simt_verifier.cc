@@ -173,9 +173,8 @@ class SimtVerifier : public IRVisitor {
     if (!d.writable) fail("vector move into input '" + op->dst + "'");
     if (d.dtype != s.dtype)
       fail("vector move between '" + op->src + "' and '" + op->dst + "' of different dtypes");
-    if ((d.space == Space::Global) == (s.space == Space::Global) ||
-        (d.space != Space::Local && s.space != Space::Local))
-      fail("vector move must be between a global buffer and a local array");
+    if ((d.space == Space::Local) == (s.space == Space::Local))
+      fail("vector move must be between a local array and a global or shared one");
     int64_t bytes = dtype_bytes(d.dtype, op->lanes);
     if (bytes > 16) fail("vector move of " + std::to_string(bytes) + " bytes (16 at most)");
     varying(op->dst_index);
