@@ -186,7 +186,12 @@ std::vector<LayerRow> run_session(tilerun::Session& session, const Options& o) {
     rows[i].t.host_us = median(host[i]);
     rows[i].t.device_us = median(device[i]);
   }
-  // One more step kernel by kernel gives each layer's own kernel time, and so its gaps.
+  return rows;
+}
+
+// One more step kernel by kernel gives each layer's own kernel time, and so its gaps. Run after
+// every timed step of every session: CUPTI, once attached, slows the driver calls that follow.
+void add_profile(tilerun::Session& session, std::vector<LayerRow>& rows) {
   last_profile = session.profile();
   std::vector<tilerun::LayerTiming> profiled = session.timings();
   for (size_t i = 0; i < rows.size() && i < profiled.size(); ++i) {
@@ -195,7 +200,6 @@ std::vector<LayerRow> run_session(tilerun::Session& session, const Options& o) {
                            ? (rows[i].t.device_us - rows[i].t.kernels_us) / rows[i].t.kernels
                            : 0;
   }
-  return rows;
 }
 
 tilerun::TensorMap results(const tilerun::Session& session, bool forward_only) {
@@ -324,6 +328,7 @@ int run_steps(const Options& o, const tilerun::Model& model) {
   if (both) {
     auto standalone = open_session(o, model, tilerun::LaunchMode::Launch);
     std::vector<LayerRow> launch_rows = run_session(*standalone, o);
+    add_profile(*session, rows);  // for --trace and the report; after both sessions' steps
     std::printf("\n%-16s %-9s %8s %14s %14s %14s %14s\n", "layer", "direction", "kernels",
                 "graph host us", "graph dev us", "launch host us", "launch dev us");
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -344,6 +349,7 @@ int run_steps(const Options& o, const tilerun::Model& model) {
       rc = 1;
     }
   } else {
+    add_profile(*session, rows);
     std::printf("\n%-16s %-9s %8s %12s %12s %12s %12s\n", "layer", "direction", "kernels",
                 "host us", "device us", "kernels us", "gap us/k");
     double kernels_total = 0;
