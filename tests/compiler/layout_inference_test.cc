@@ -299,3 +299,48 @@ TEST(VectorizeSharedLoads, AlignedRunsOfSharedLoadsBecomeOneMove) {
 
 }  // namespace
 }  // namespace tilerun::compiler
+
+namespace tilerun::compiler {
+namespace {
+
+// A store into the tile between the second and third load: the third must see it, so the four
+// loads may not become one move; the pair before the store and the pair after it still may.
+TEST(VectorizeSharedLoads, AStoreBetweenLoadsSplitsTheRun) {
+  KernelBuilder kb("fenced");
+  Dim n = kb.dim("N");
+  Buf x = kb.input("x", DType::F32, {n, 1024});
+  Buf y = kb.output("y", DType::F32, {n, 256});
+  kb.body({n}, 256, [&](Scope& s) {
+    Buf sh = s.alloc_shared("sh", DType::F32, {1024});
+    Idx b = s.block_idx(0);
+    s.parallel(1024, [&](Idx i) { sh(i) = x(b, i); });
+    s.barrier();
+    s.parallel(256, [&](Idx t) {
+      Idx base = t * 4;
+      Val v0 = s.let(sh(base), "v"), v1 = s.let(sh(base + 1), "v");
+      sh(base + 2) = v0 + v1;
+      Val v2 = s.let(sh(base + 2), "v"), v3 = s.let(sh(base + 3), "v");
+      y(b, t) = v2 * v3;
+    });
+  });
+  SimtKernel simt = lower(kb.build());
+  std::string text = print(simt);
+  EXPECT_FALSE(has(text, "[0 +: 4] = sh[")) << text;
+  EXPECT_TRUE(has(text, "sh.v.0[0 +: 2] = sh[")) << text;
+  EXPECT_TRUE(has(text, "sh.v.1[0 +: 2] = sh[")) << text;
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<float> u(-2, 2);
+  const int64_t count = 2;
+  std::vector<float> xs(count * 1024), ys(count * 256, -1.0f);
+  for (float& v : xs) v = u(rng);
+  compile_cpu(simt)->launch({.buffers = {xs.data(), ys.data()}, .dims = {count}, .scalars = {}});
+  for (int64_t b = 0; b < count; ++b)
+    for (int64_t t = 0; t < 256; ++t) {
+      const float* r = &xs[b * 1024 + t * 4];
+      volatile float stored = r[0] + r[1];
+      ASSERT_EQ(ys[b * 256 + t], stored * r[3]) << b << " " << t;
+    }
+}
+
+}  // namespace
+}  // namespace tilerun::compiler
