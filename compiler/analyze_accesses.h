@@ -5,8 +5,9 @@
 //   guard      an integer `if` condition holds everywhere it is reached → the guard is removed
 //   unique     a store's (block, element) → address map is injective; disproved → tilerun::Error
 //              "<kernel>: <buf> written twice: (block=.., tid=..) and (..) → offset N"
-//   vector     contiguous and 16-byte aligned along the innermost parallel axis → marked
-//              vectorizable in the report (code generation stays scalar for now)
+//   vector     contiguous and 16-byte aligned along the innermost parallel axis → the
+//              Parallel's `provable` width, which infer_layouts and vectorize_accesses turn
+//              into vector loads/stores
 // Unknown is never proved: the guard stays, the access stays scalar, no error.
 #pragma once
 

@@ -236,8 +236,8 @@ class Scope {
   void serial(const Val& extent, const std::function<void(Idx)>& body);
 
   // A block-wide reduction of value(i) for i in [0, extent): a block-uniform result. Fixed
-  // order: each thread folds its elements in order, then a tree across threads in index
-  // order. Not inside parallel or if.
+  // order: each thread folds its elements in order, then a shuffle tree inside each warp, then
+  // the warps in order. Not inside parallel or if.
   Val reduce(ReduceOp op, const Val& extent, const std::function<Val(Idx)>& value);
   Val reduce_sum(const Val& extent, const std::function<Val(Idx)>& value) {
     return reduce(ReduceOp::Sum, extent, value);

@@ -296,8 +296,8 @@ enum class ReduceOp : uint8_t { Sum, Max, Min };
 const char* reduce_op_name(ReduceOp op);
 
 // Tile IR only: `name` = op over var in [0, extent) of value, a block-uniform result bound for
-// `body`. Fixed order: each thread folds its elements in iteration order, then a fixed tree
-// across threads in index order (see lower_reductions.h), whatever the grid.
+// `body`. Fixed order: each thread folds its elements in iteration order, then a shuffle tree
+// inside each warp and the warps in order (see lower_reductions.cc), whatever the grid.
 struct Reduce : StmtNode {
   static constexpr StmtKind kKind = StmtKind::Reduce;
   std::string name;
