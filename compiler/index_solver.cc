@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -287,9 +288,12 @@ class Encoder {
   bool exact_ = true;
 };
 
+// Verdicts are pure functions of their key. An entry is made before Z3 runs, so a second compile
+// thread asking the same question waits for the first instead of running Z3 again: every
+// distinct question runs once per process and the summed query count never depends on timing.
 std::mutex g_cache_mu;
-std::map<std::string, ProofResult>& cache() {
-  static std::map<std::string, ProofResult> c;  // verdicts are pure functions of their key
+std::map<std::string, std::shared_future<ProofResult>>& cache() {
+  static std::map<std::string, std::shared_future<ProofResult>> c;
   return c;
 }
 
@@ -404,24 +408,35 @@ ProofResult prove(const IndexQuery& q, const ProofBudget& budget) {
   for (const std::string& f : sorted) text += "assume " + f + "\n";
   text += "prove " + to_string(q.goal) + "\n";
   std::string key = sha256_hex(text);
+  std::promise<ProofResult> mine;
+  std::shared_future<ProofResult> known;
   {
     std::lock_guard lock(g_cache_mu);
     auto it = cache().find(key);
     if (it != cache().end()) {
-      ProofResult r = it->second;
-      r.cached = true;
-      r.ms = 0;
-      return r;
+      known = it->second;
+    } else {
+      cache().emplace(key, mine.get_future().share());
     }
+  }
+  if (known.valid()) {
+    ProofResult r = known.get();  // rethrows the asker's backstop Error, if that is the verdict
+    r.cached = true;
+    r.ms = 0;
+    return r;
   }
   // Encode in canonical order too, so the search (and so the verdict) follows the key.
   IndexQuery canon = q;
   std::sort(canon.facts.begin(), canon.facts.end(),
             [](const Expr& a, const Expr& b) { return to_string(a) < to_string(b); });
-  ProofResult r = run_z3(canon, budget);
-  std::lock_guard lock(g_cache_mu);
-  cache().emplace(key, r);
-  return r;
+  try {
+    ProofResult r = run_z3(canon, budget);
+    mine.set_value(r);
+    return r;
+  } catch (...) {
+    mine.set_exception(std::current_exception());
+    throw;
+  }
 }
 
 }  // namespace tilerun::compiler

@@ -228,12 +228,20 @@ TEST(CliTest, DumpKernelsWritesEveryKernel) {
 TEST(CliTest, TwoProcessesDumpByteIdenticalKernels) {
   // Every op family, forward and backward: Tile IR, SIMT IR, LLVM IR, CUDA C++, proofs and
   // layouts, from two separate compilations, must match byte for byte.
+  // The summed Z3 query count is the same too: each distinct question runs once per process,
+  // whichever compile thread asks it first.
   std::string a = temp_path("dump_a"), b = temp_path("dump_b");
+  std::vector<int> queries;
   for (const std::string& dir : {a, b}) {
-    Result r = run_cli(
-        TILERUN_SOURCE_DIR "/configs/ops.yaml --device cpu --steps 1 --dump-kernels '" + dir + "'");
+    std::string report = dir + ".json";
+    Result r =
+        run_cli(TILERUN_SOURCE_DIR "/configs/ops.yaml --device cpu --steps 1 --dump-kernels '" +
+                dir + "' --report '" + report + "'");
     ASSERT_EQ(r.exit_code, 0) << r.err;
+    queries.push_back(nlohmann::json::parse(read_file(report))["proofs"]["z3_queries"].get<int>());
+    std::remove(report.c_str());
   }
+  EXPECT_EQ(queries[0], queries[1]);
   namespace fs = std::filesystem;
   std::vector<std::string> files;
   for (const fs::directory_entry& e : fs::recursive_directory_iterator(a))
