@@ -303,7 +303,8 @@ ProofResult run_z3(const IndexQuery& q, const ProofBudget& budget) {
   auto t0 = std::chrono::steady_clock::now();
   z3::context ctx;  // fresh per query: no state carried between verdicts
   // A fixed tactic pipeline instead of the default solver, whose per-query set-up (probing the
-  // logic, building every theory) cost ~16 ms against ~2 ms for the same verdicts here.
+  // logic, building every theory) cost ~16 ms against ~2 ms for the same verdicts (50 queries,
+  // the 2-core development machine, 2026-11-29).
   z3::solver s =
       (z3::tactic(ctx, "simplify") & z3::tactic(ctx, "solve-eqs") & z3::tactic(ctx, "smt"))
           .mk_solver();

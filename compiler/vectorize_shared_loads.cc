@@ -4,7 +4,6 @@
 #include <map>
 
 #include "compiler/index_poly.h"
-#include "compiler/ir_printer.h"
 #include "compiler/ir_visitor.h"
 #include "compiler/names.h"
 
