@@ -3,10 +3,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "compiler/cpu_backend.h"
-#include "compiler/cuda_codegen.h"
-#include "compiler/ir_printer.h"
-#include "compiler/layout.h"
+#include "compiler/analysis/layout.h"
+#include "compiler/codegen/cpu_backend.h"
+#include "compiler/codegen/cuda_codegen.h"
+#include "compiler/ir/ir_printer.h"
 #include "compiler/lower.h"
 #include "tilerun/error.h"
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "compiler/kernel.h"
+#include "compiler/ir/kernel.h"
 #include "compiler/lower.h"
 
 namespace tilerun::compiler {

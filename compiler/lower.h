@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/analyze_accesses.h"
-#include "compiler/kernel.h"
+#include "compiler/analysis/analyze_accesses.h"
+#include "compiler/ir/kernel.h"
 
 namespace tilerun::compiler {
 

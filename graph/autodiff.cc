@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "compiler/check.h"
+#include "compiler/base/check.h"
 
 namespace tilerun::graph {
 

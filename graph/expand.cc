@@ -1,4 +1,4 @@
-#include "compiler/check.h"
+#include "compiler/base/check.h"
 #include "graph/kernel_graph.h"
 
 namespace tilerun::graph {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "compiler/check.h"
+#include "compiler/base/check.h"
 
 namespace tilerun::graph {
 

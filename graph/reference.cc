@@ -1,6 +1,6 @@
 #include "graph/reference.h"
 
-#include "compiler/check.h"
+#include "compiler/base/check.h"
 
 namespace tilerun::graph {
 

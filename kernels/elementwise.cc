@@ -2,7 +2,7 @@
 // kernel over the tensors seen as flat arrays.
 #include <cmath>
 
-#include "compiler/builder.h"
+#include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
 #include "kernels/families.h"
 #include "kernels/kernel_cache.h"

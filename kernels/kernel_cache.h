@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "compiler/kernel.h"
+#include "compiler/ir/kernel.h"
 
 namespace tilerun::kernels {
 

@@ -1,6 +1,6 @@
 // Matrix multiplication, with optional transposes of either operand.
-#include "compiler/builder.h"
-#include "compiler/check.h"
+#include "compiler/base/check.h"
+#include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
 #include "kernels/families.h"
 #include "kernels/kernel_cache.h"
@@ -128,8 +128,8 @@ Tiling plan_matmul(int64_t m, int64_t n, int64_t k) {
 // "matmul_nt_16x16g8": transposes of a and b as BLAS spells them (n: as stored, t: transposed),
 // the block tile and the K groups.
 std::string matmul_name(bool ta, bool tb, const Tiling& t) {
-  return std::string("matmul_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_" +
-         std::to_string(t.bm) + "x" + std::to_string(t.bn) + "g" + std::to_string(t.groups);
+  return std::string("matmul_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_" + std::to_string(t.bm) +
+         "x" + std::to_string(t.bn) + "g" + std::to_string(t.groups);
 }
 
 // c = op(a) op(b) for one pair of transpose flags. Parameters: a, b, c; M, N, K.
@@ -183,8 +183,8 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl) {
     std::vector<std::vector<cc::Buf>> acc(kRM);
     for (int64_t i = 0; i < kRM; ++i)
       for (int64_t j = 0; j < kRN; ++j)
-        acc[i].push_back(s.alloc_fragment("acc" + std::to_string(i) + std::to_string(j),
-                                          DType::F32, {G, ty_n, tx_n}));
+        acc[i].push_back(s.alloc_fragment("acc" + std::to_string(i) + std::to_string(j), DType::F32,
+                                          {G, ty_n, tx_n}));
     auto per_thread = [&](const std::function<void(cc::Idx, cc::Idx, cc::Idx)>& body) {
       s.parallel(G, ty_n, tx_n, body);
     };

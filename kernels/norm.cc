@@ -1,7 +1,7 @@
 // Normalisations: rmsnorm and its backward op rmsnorm_grad, over the last axis (rows).
 #include <cmath>
 
-#include "compiler/builder.h"
+#include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
 #include "kernels/families.h"
 #include "kernels/kernel_cache.h"
@@ -179,9 +179,8 @@ cc::Kernel build_rmsnorm_grad_dx(DType dtype, int64_t rb) {
       });
       s.barrier();
       for (int64_t half = kThreads / 2; half >= 1; half /= 2) {
-        s.parallel(2, half, [&](cc::Idx v, cc::Idx th) {
-          tree(v, th) = tree(v, th) + tree(v, th + half);
-        });
+        s.parallel(2, half,
+                   [&](cc::Idx v, cc::Idx th) { tree(v, th) = tree(v, th) + tree(v, th + half); });
         s.barrier();
       }
       cc::Val inv = s.let(1.0f / cc::sqrt(tree(0, 0) / cc::to_f32(d) + eps), "inv");

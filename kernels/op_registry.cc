@@ -3,7 +3,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "compiler/check.h"
+#include "compiler/base/check.h"
 #include "kernels/families.h"
 
 namespace tilerun::kernels {

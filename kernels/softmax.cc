@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "compiler/builder.h"
+#include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
 #include "kernels/families.h"
 #include "kernels/kernel_cache.h"

@@ -8,72 +8,10 @@
 #include <vector>
 
 #include "tilerun/model.h"
+#include "tilerun/run_options.h"
 #include "tilerun/tensor.h"
 
 namespace tilerun {
-
-enum class Device { Auto, Cpu, Cuda };
-// How a CUDA step is issued; ignored on the CPU.
-enum class LaunchMode { Graph, Launch };
-
-struct SessionOptions {
-  Device device = Device::Auto;  // Auto: the GPU when there is one, else the CPU backend
-  LaunchMode mode = LaunchMode::Graph;
-  // Programmatic dependent launch: a kernel's prologue overlaps its predecessor's tail (CUDA
-  // only). Outputs are bit-identical either way.
-  bool pdl = true;
-  uint64_t seed = 0;          // for tensors not bound explicitly (the documented initialiser)
-  std::string dump_dir;       // non-empty: write each kernel's IR and code there
-  bool forward_only = false;  // compile no backward kernels (backward() is then an error)
-  // Called with one line of compile progress at a time (e.g. "compiling 12/31 kernels").
-  void (*progress)(const char* line) = nullptr;
-};
-
-// Time spent on one layer in one direction during the last step.
-struct LayerTiming {
-  std::string layer;      // e.g. "block.0"
-  std::string direction;  // "forward" | "backward"
-  int kernels = 0;
-  double host_us = 0;    // issuing it (on the CPU: the layer's wall time)
-  double device_us = 0;  // executing it (on the CPU: the layer's wall time)
-  // After profile(): the sum of the layer's kernels' own durations, and from it the average
-  // time per kernel that is not kernel work: (device_us - kernels_us) / kernels.
-  double kernels_us = 0;
-  double gap_us = 0;
-};
-
-// One kernel's own duration, from Session::profile().
-struct KernelTiming {
-  std::string layer, direction, kernel;
-  double us = 0;
-  // How `us` was measured: "CUPTI activity records" (the GPU's own timestamps), "events around
-  // each launch (why CUPTI was not used)", or on the CPU "wall time of each kernel".
-  std::string source;
-};
-
-struct CompileStats {
-  int kernels_distinct = 0;  // compiled kernels
-  int kernels_total = 0;     // kernel nodes of a whole step
-  double compile_ms = 0;     // wall time of compiling every distinct kernel (proofs included)
-  // The index proofs of every distinct kernel: safety questions (in bounds, store uniqueness)
-  // proved, left unknown (the guard stays), disproved (a race is a compile error, so 0 here);
-  // Z3 queries over all questions (guards and vectorisation too) and their summed time.
-  int proved = 0, unknown = 0, disproved = 0;
-  int z3_queries = 0;
-  double z3_ms = 0;
-  // The compile threads' time summed over the distinct kernels (lowering, proofs, code
-  // generation), the measure z3_ms is a share of (both are summed over threads).
-  double compile_thread_ms = 0;
-};
-
-// The last step compared with the double-precision reference composed over the same graph.
-struct CheckResult {
-  bool ok = true;
-  int tensors_checked = 0;
-  std::string worst_tensor;  // e.g. "block.1.y" or "grad(block.0.w1)"
-  double worst_error = 0;    // relative L2 error of the worst tensor
-  double tolerance = 0;      // its dtype's tolerance
-};
 
 class Session {
  public:

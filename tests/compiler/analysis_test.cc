@@ -6,13 +6,13 @@
 #include <random>
 #include <vector>
 
-#include "compiler/analyze_accesses.h"
-#include "compiler/builder.h"
-#include "compiler/cpu_backend.h"
-#include "compiler/index_eval.h"
+#include "compiler/analysis/analyze_accesses.h"
+#include "compiler/analysis/index_eval.h"
+#include "compiler/codegen/cpu_backend.h"
+#include "compiler/ir/builder.h"
 #include "compiler/lower.h"
-#include "compiler/lower_copies.h"
-#include "compiler/lower_reductions.h"
+#include "compiler/transforms/lower_copies.h"
+#include "compiler/transforms/lower_reductions.h"
 #include "test_kernels.h"
 #include "tilerun/error.h"
 

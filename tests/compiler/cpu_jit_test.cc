@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include "compiler/builder.h"
-#include "compiler/cpu_backend.h"
-#include "compiler/simt_verifier.h"
+#include "compiler/codegen/cpu_backend.h"
+#include "compiler/ir/builder.h"
+#include "compiler/ir/simt_verifier.h"
 #include "test_kernels.h"
 #include "tilerun/error.h"
 

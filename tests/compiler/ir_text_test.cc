@@ -7,10 +7,10 @@
 #include <functional>
 #include <sstream>
 
-#include "compiler/builder.h"
-#include "compiler/cpu_backend.h"
+#include "compiler/codegen/cpu_backend.h"
 #include "compiler/dump.h"
-#include "compiler/ir_printer.h"
+#include "compiler/ir/builder.h"
+#include "compiler/ir/ir_printer.h"
 #include "compiler/lower.h"
 #include "test_kernels.h"
 

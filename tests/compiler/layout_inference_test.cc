@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "compiler/builder.h"
-#include "compiler/cpu_backend.h"
-#include "compiler/cuda_codegen.h"
-#include "compiler/infer_layouts.h"
-#include "compiler/ir_printer.h"
-#include "compiler/layout.h"
+#include "compiler/analysis/layout.h"
+#include "compiler/codegen/cpu_backend.h"
+#include "compiler/codegen/cuda_codegen.h"
+#include "compiler/ir/builder.h"
+#include "compiler/ir/ir_printer.h"
 #include "compiler/lower.h"
+#include "compiler/transforms/infer_layouts.h"
 #include "tilerun/error.h"
 
 namespace tilerun::compiler {

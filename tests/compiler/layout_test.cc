@@ -4,7 +4,7 @@
 #include <random>
 #include <set>
 
-#include "compiler/layout.h"
+#include "compiler/analysis/layout.h"
 #include "tilerun/error.h"
 
 namespace tilerun::compiler {

@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "compiler/builder.h"
+#include "compiler/ir/builder.h"
 #include "compiler/lower.h"
 #include "test_kernels.h"
 

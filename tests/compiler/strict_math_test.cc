@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "compiler/builder.h"
-#include "compiler/cpu_backend.h"
+#include "compiler/codegen/cpu_backend.h"
+#include "compiler/ir/builder.h"
 
 namespace tilerun::compiler {
 namespace {

@@ -1,6 +1,6 @@
 #include "test_kernels.h"
 
-#include "compiler/builder.h"
+#include "compiler/ir/builder.h"
 
 namespace tilerun::compiler::testing {
 

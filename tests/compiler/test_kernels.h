@@ -1,7 +1,7 @@
 // Small tile programs the compiler tests share: each exercises one part of the pipeline.
 #pragma once
 
-#include "compiler/kernel.h"
+#include "compiler/ir/kernel.h"
 
 namespace tilerun::compiler::testing {
 

@@ -4,9 +4,9 @@
 
 #include <functional>
 
-#include "compiler/builder.h"
+#include "compiler/ir/builder.h"
+#include "compiler/ir/simt_verifier.h"
 #include "compiler/lower.h"
-#include "compiler/simt_verifier.h"
 #include "test_kernels.h"
 #include "tilerun/error.h"
 

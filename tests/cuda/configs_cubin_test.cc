@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
-#include "compiler/cuda_codegen.h"
-#include "compiler/kernel.h"
+#include "compiler/codegen/cuda_codegen.h"
+#include "compiler/ir/kernel.h"
 #include "graph/autodiff.h"
 #include "graph/kernel_graph.h"
 #include "tilerun/tilerun.h"

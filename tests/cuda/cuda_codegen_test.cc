@@ -1,7 +1,8 @@
 // The CUDA backend without a GPU: the emitted source is deterministic, self-contained and
 // strict; NVRTC turns it into identical sm_90a cubins; odd names are escaped; launch geometry
 // and parameter packing match the signature.
-#include "compiler/cuda_codegen.h"
+#include "compiler/codegen/cuda_codegen.h"
+#include "compiler/codegen/launch_abi.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,8 +12,8 @@
 #include <random>
 #include <regex>
 
-#include "compiler/builder.h"
-#include "compiler/launch_geometry.h"
+#include "compiler/analysis/launch_geometry.h"
+#include "compiler/ir/builder.h"
 #include "compiler/lower.h"
 #include "cuda/cuda_test_kernels.h"
 #include "tilerun/error.h"

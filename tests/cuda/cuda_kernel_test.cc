@@ -10,14 +10,14 @@
 #include <map>
 #include <random>
 
-#include "compiler/cpu_backend.h"
-#include "compiler/cuda_codegen.h"
-#include "compiler/index_eval.h"
-#include "compiler/launch_geometry.h"
+#include "compiler/analysis/index_eval.h"
+#include "compiler/analysis/launch_geometry.h"
+#include "compiler/codegen/cpu_backend.h"
+#include "compiler/codegen/cuda_codegen.h"
 #include "compiler/lower.h"
 #include "compiler/test_kernels.h"
 #include "cuda/cuda_test_kernels.h"
-#include "graph/cuda_driver.h"
+#include "graph/runtime/cuda_driver.h"
 
 namespace tilerun::compiler {
 namespace {

@@ -2,7 +2,7 @@
 // them, the GPU test runs them against the CPU backend bit for bit.
 #pragma once
 
-#include "compiler/kernel.h"
+#include "compiler/ir/kernel.h"
 
 namespace tilerun::compiler::cudatest {
 

@@ -1,6 +1,6 @@
 // NVRTC compilation needs no GPU: cubins are byte-identical across compilations, the disk cache
 // returns them without compiling, and a broken kernel reports its name and NVRTC's log.
-#include "compiler/nvrtc.h"
+#include "compiler/codegen/nvrtc.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -36,7 +36,8 @@ TEST(Nvrtc, IdenticalCubinsAndCacheHits) {
   ASSERT_FALSE(a.cubin.empty());
   EXPECT_EQ(a.cubin, b.cubin);
   EXPECT_FALSE(a.from_cache);
-  EXPECT_EQ(a.cubin.substr(0, 4), std::string("\x7f" "ELF"));
+  EXPECT_EQ(a.cubin.substr(0, 4), std::string("\x7f"
+                                              "ELF"));
 
   std::string dir = scratch_dir();
   CubinResult c = compile_cubin("axpy", src, strict_nvrtc_options(), dir);

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <random>
 
-#include "graph/cuda_driver.h"
+#include "graph/runtime/cuda_driver.h"
 #include "tilerun/tilerun.h"
 
 namespace tilerun {

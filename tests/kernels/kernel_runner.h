@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/cpu_backend.h"
-#include "compiler/index_eval.h"
-#include "graph/numeric_convert.h"
+#include "compiler/analysis/index_eval.h"
+#include "compiler/codegen/cpu_backend.h"
+#include "graph/model/numeric_convert.h"
 #include "kernels/op_registry.h"
 #include "tests/kernels/test_util.h"
 

@@ -9,8 +9,8 @@
 #include <set>
 #include <tuple>
 
-#include "compiler/builder.h"
-#include "compiler/cuda_codegen.h"
+#include "compiler/codegen/cuda_codegen.h"
+#include "compiler/ir/builder.h"
 #include "tests/kernels/kernel_runner.h"
 
 namespace tilerun::kernels {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/check.h"
+#include "compiler/base/check.h"
 #include "kernels/op_registry.h"
 
 namespace tilerun::kernels::testing {

@@ -1,0 +1,692 @@
+// over 600 lines: one pass over every access of a kernel, its questions (in bounds, guard,
+// unique, vector) sharing one encoding of the index maps; the proofs themselves are index_solver.
+#include "compiler/analysis/analyze_accesses.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <set>
+
+#include "compiler/analysis/index_eval.h"
+#include "compiler/analysis/index_poly.h"
+#include "compiler/ir/ir_printer.h"
+#include "compiler/ir/ir_visitor.h"
+#include "tilerun/error.h"
+
+namespace tilerun::compiler {
+namespace {
+
+Expr le(Expr a, Expr b) { return Binary::make(BinaryOp::Le, std::move(a), std::move(b)); }
+Expr eq(Expr a, Expr b) { return Binary::make(BinaryOp::Eq, std::move(a), std::move(b)); }
+Expr ne(Expr a, Expr b) { return Binary::make(BinaryOp::Ne, std::move(a), std::move(b)); }
+Expr lor(Expr a, Expr b) { return Binary::make(BinaryOp::Or, std::move(a), std::move(b)); }
+Expr lnot(Expr a) { return Unary::make(UnaryOp::Not, std::move(a)); }
+
+// Whether `e` is integer/Bool arithmetic the solver can take (loads are free values).
+bool encodable(const Expr& e) {
+  struct V : IRVisitor {
+    bool ok = true;
+    void visit_expr(const FloatImm*) override { ok = false; }
+    void visit_expr(const Call*) override { ok = false; }
+    void visit_expr(const Bitcast*) override { ok = false; }
+    void visit_expr(const Binary* op) override {
+      if (op->a.type() == Type::F32) ok = false;
+      IRVisitor::visit_expr(op);
+    }
+    void visit_expr(const Cast* op) override {
+      if (op->value.type() == Type::F32 || op->type == Type::F32) ok = false;
+      IRVisitor::visit_expr(op);
+    }
+    void visit_expr(const Load* op) override {
+      if (op->type == Type::F32) ok = false;
+      // indices need not be encodable: the loaded value is free anyway
+    }
+  } v;
+  if (e.type() == Type::F32) return false;
+  v.visit(e);
+  return v.ok;
+}
+
+class Renamer : public IRMutator {
+ public:
+  Renamer(const std::set<std::string>& keep, std::string suffix)
+      : keep_(keep), suffix_(std::move(suffix)) {}
+
+ protected:
+  Expr mutate_expr(const Var* op, const Expr& self) override {
+    return keep_.count(op->name) ? self : Var::make(op->type, op->name + suffix_);
+  }
+
+ private:
+  const std::set<std::string>& keep_;
+  std::string suffix_;
+};
+
+class Analyzer : public IRMutator {
+ public:
+  Analyzer(const Kernel& k, const AnalysisOptions& o, AnalysisReport* r) : k_(k), o_(o), r_(r) {
+    for (const DimParam& d : k.sig.dims) {
+      Expr v = Var::make(Type::I64, d.name);
+      facts_.push_back(le(make_i64(d.bounds.min), v));
+      facts_.push_back(le(v, make_i64(d.bounds.max)));
+      if (d.bounds.divisible_by > 1)
+        facts_.push_back(eq(floormod(v, make_i64(d.bounds.divisible_by)), make_i64(0)));
+      ranges_[d.name] = {d.bounds.min, d.bounds.max};
+      shared_vars_.insert(d.name);
+    }
+    for (const ScalarParam& s : k.sig.scalars) shared_vars_.insert(s.name);
+    for (size_t d = 0; d < k.sig.grid.size(); ++d) {
+      Expr b = Var::make(Type::I64, kBlockIdx[d]);
+      facts_.push_back(le(make_i64(0), b));
+      facts_.push_back(lt(b, k.sig.grid[d]));
+      ranges_[kBlockIdx[d]] = {0, interval_of(k.sig.grid[d], ranges_).hi - 1};
+      block_vars_.push_back(kBlockIdx[d]);
+    }
+  }
+
+ protected:
+  Stmt mutate_stmt(const For* op, const Stmt& self) override {
+    if (parallel_) par_.blocked = true;  // a per-thread loop: its accesses cannot be hoisted
+    Expr v = Var::make(Type::I64, op->var);
+    Expr hi = add(op->min, op->extent);
+    Scope s(this);
+    push(le(op->min, v));
+    push(lt(v, hi));
+    ranges_[op->var] = {interval_of(op->min, ranges_).lo, interval_of(hi, ranges_).hi - 1};
+    return IRMutator::mutate_stmt(op, self);
+  }
+
+  Stmt mutate_stmt(const Parallel* op, const Stmt& self) override {
+    Scope s(this);
+    for (size_t d = 0; d < op->vars.size(); ++d) {
+      Expr v = Var::make(Type::I64, op->vars[d]);
+      push(le(make_i64(0), v));
+      push(lt(v, op->extents[d]));
+      ranges_[op->vars[d]] = {0, interval_of(op->extents[d], ranges_).hi - 1};
+    }
+    const Parallel* saved = parallel_;
+    ParallelFinding saved_par = par_;
+    parallel_ = op;
+    par_ = {};
+    Stmt out = IRMutator::mutate_stmt(op, self);
+    const Parallel* p = out.as<Parallel>();
+    ParallelLayout layout = p->layout;
+    if (o_.enabled) layout.provable = !par_.moving ? 0 : par_.blocked || !par_.ok ? 1 : par_.lanes;
+    out = Parallel::make(p->vars, p->extents, p->body, layout);
+    parallel_ = saved;
+    par_ = saved_par;
+    return out;
+  }
+
+  Stmt mutate_stmt(const LetStmt* op, const Stmt& self) override {
+    Scope s(this);
+    bind(op->name, op->value);
+    return IRMutator::mutate_stmt(op, self);
+  }
+
+  Stmt mutate_stmt(const Reduce* op, const Stmt& self) override {
+    Scope s(this);
+    Expr v = Var::make(Type::I64, op->var);
+    push(le(make_i64(0), v));
+    push(lt(v, op->extent));
+    ranges_[op->var] = {0, interval_of(op->extent, ranges_).hi - 1};
+    if (is_int(op->value.type())) opaque_.insert(op->name);
+    return IRMutator::mutate_stmt(op, self);
+  }
+
+  Stmt mutate_stmt(const IfThenElse* op, const Stmt&) override {
+    Expr cond = mutate(op->cond);
+    bool enc = encodable(cond);
+    if (enc && o_.enabled) {
+      ProofResult pr = ask("guard", "", to_string(cond), cond, {}, {});
+      if (pr.outcome == Outcome::Proved) {
+        r_->stats.guards_removed++;
+        r_->verdicts.back().note = "guard removed";
+        return mutate(op->then_case);  // the else branch is unreachable
+      }
+      r_->stats.guards_kept++;
+      r_->verdicts.back().note = "guard kept";
+    }
+    if (parallel_) par_.blocked = true;  // a kept guard: its accesses cannot be hoisted
+    Stmt then_case, else_case;
+    {
+      Scope s(this);
+      enc ? push(cond) : void(inexact_depth_++);
+      then_case = mutate(op->then_case);
+      if (!enc) inexact_depth_--;
+    }
+    if (op->else_case.defined()) {
+      Scope s(this);
+      enc ? push(lnot(cond)) : void(inexact_depth_++);
+      else_case = mutate(op->else_case);
+      if (!enc) inexact_depth_--;
+    }
+    return IfThenElse::make(cond, then_case, else_case);
+  }
+
+  Stmt mutate_stmt(const Store* op, const Stmt& self) override {
+    Stmt out = IRMutator::mutate_stmt(op, self);
+    if (o_.enabled) access(op->buffer, op->indices, /*store=*/true);
+    return out;
+  }
+
+  Expr mutate_expr(const Load* op, const Expr& self) override {
+    Expr out = IRMutator::mutate_expr(op, self);
+    if (o_.enabled) access(op->buffer, op->indices, /*store=*/false);
+    return out;
+  }
+
+ private:
+  // Restores facts and ranges on scope exit.
+  struct Scope {
+    explicit Scope(Analyzer* a) : a(a), n(a->facts_.size()), ranges(a->ranges_), lets(a->lets_) {}
+    ~Scope() {
+      a->facts_.resize(n);
+      a->ranges_ = ranges;
+      a->lets_ = lets;
+    }
+    Analyzer* a;
+    size_t n;
+    std::map<std::string, Interval> ranges;
+    std::map<std::string, Expr> lets;
+  };
+
+  void push(Expr f) { facts_.push_back(std::move(f)); }
+
+  void bind(const std::string& name, const Expr& value) {
+    if (!is_int(value.type()) && value.type() != Type::Bool) return;
+    if (encodable(value) && !mentions_opaque(value)) {
+      push(eq(Var::make(value.type(), name), value));
+      ranges_[name] = interval_of(value, ranges_);
+      lets_[name] = value;
+    } else {
+      opaque_.insert(name);
+    }
+  }
+
+  bool mentions_opaque(const Expr& e) const {
+    for (const std::string& n : opaque_)
+      if (uses_var(e, n)) return true;
+    return false;
+  }
+
+  // Asks one question: over the symbolic dims, then, when that does not settle it and the
+  // launches' shape is known, over the concrete dims (a race proved over the symbolic dims is
+  // final: the kernel is wrong for some shape it accepts).
+  ProofResult ask(const std::string& question, const std::string& buffer, const std::string& access,
+                  const Expr& goal, std::vector<Expr> indices, std::vector<Expr> shape,
+                  std::vector<Expr> facts_override = {}, bool use_override = false) {
+    const bool optimisation = question == "guard" || question == "vector";
+    const ProofBudget& budget = optimisation ? o_.optimisation_budget : o_.budget;
+    IndexQuery q;
+    q.name = k_.sig.name + ": " + question + " " + access;
+    q.facts = use_override ? std::move(facts_override) : facts_;
+    q.ranges = ranges_;
+    q.goal = goal;
+    q.exact = inexact_depth_ == 0 && !mentions_opaque(goal);
+    ProofResult pr = prove(q, budget);
+    count(pr);
+    bool retry = !o_.concrete.empty() && pr.outcome != Outcome::Proved &&
+                 !(question == "unique" && pr.outcome == Outcome::Disproved);
+    if (retry) {
+      pr = prove(concrete_query(q), budget);
+      pr.method += "@concrete";
+      count(pr);
+      if (optimisation && pr.outcome == Outcome::Proved) pin_ = true;
+    }
+    AnalysisStats& st = r_->stats;
+    (pr.outcome == Outcome::Proved      ? st.proved
+     : pr.outcome == Outcome::Disproved ? st.disproved
+                                        : st.unknown)++;
+    r_->verdicts.push_back(
+        {question, buffer, access, pr, "", std::move(indices), std::move(shape)});
+    return pr;
+  }
+
+  // Solver work of one prove() call.
+  void count(const ProofResult& pr) {
+    AnalysisStats& st = r_->stats;
+    if (pr.method == "z3") (pr.cached ? st.cache_hits : st.z3_queries)++;
+    st.z3_ms += pr.ms;
+  }
+
+  // `q` with every dim replaced by its concrete value (and the block ranges they bound).
+  IndexQuery concrete_query(const IndexQuery& q) const {
+    struct Sub : IRMutator {
+      const std::map<std::string, int64_t>* values;
+      Expr mutate_expr(const Var* op, const Expr& self) override {
+        auto it = values->find(op->name);
+        return it == values->end() ? self : make_const(op->type, it->second);
+      }
+    } sub;
+    sub.values = &o_.concrete;
+    IndexQuery c = q;
+    c.name += " (concrete shape)";
+    for (Expr& f : c.facts) f = sub.mutate(f);
+    c.goal = sub.mutate(q.goal);
+    for (auto& [name, v] : o_.concrete) c.ranges[name] = {v, v};
+    for (size_t d = 0; d < k_.sig.grid.size(); ++d)
+      c.ranges[kBlockIdx[d]] = {0, interval_of(sub.mutate(k_.sig.grid[d]), c.ranges).hi - 1};
+    // Narrow every bound variable's interval with the concrete dims, the facts in the order they
+    // were pushed (a loop's bounds and a let's value before what uses them), so that the cheap
+    // interval check decides what the dims' values settle without Z3.
+    for (const Expr& f : c.facts) narrow(f, &c.ranges);
+    return c;
+  }
+
+  static void narrow(const Expr& fact, std::map<std::string, Interval>* ranges) {
+    const Binary* b = fact.as<Binary>();
+    if (!b || !is_int(b->a.type())) return;
+    auto range_of = [&](const Var* v) -> Interval& {
+      auto it = ranges->find(v->name);
+      if (it == ranges->end())
+        it = ranges->emplace(v->name, interval_of(Var::make(v->type, v->name), {})).first;
+      return it->second;
+    };
+    const Var* va = b->a.as<Var>();
+    const Var* vb = b->b.as<Var>();
+    switch (b->op) {
+      case BinaryOp::Le:  // a <= v, or v <= b
+        if (vb) range_of(vb).lo = std::max(range_of(vb).lo, interval_of(b->a, *ranges).lo);
+        if (va) range_of(va).hi = std::min(range_of(va).hi, interval_of(b->b, *ranges).hi);
+        break;
+      case BinaryOp::Lt:  // v < b
+        if (va) range_of(va).hi = std::min(range_of(va).hi, interval_of(b->b, *ranges).hi - 1);
+        break;
+      case BinaryOp::Eq:  // v == value (a let)
+        if (va) {
+          Interval i = interval_of(b->b, *ranges);
+          Interval& r = range_of(va);
+          r = {std::max(r.lo, i.lo), std::min(r.hi, i.hi)};
+        }
+        break;
+      default:
+        break;
+    }
+  }
+
+  void access(const std::string& buffer, const std::vector<Expr>& indices, bool store) {
+    std::vector<Expr> shape;
+    DType dtype;
+    bool global = false;
+    if (const BufferParam* b = find_buffer(k_.sig, buffer)) {
+      shape = b->shape;
+      dtype = b->dtype;
+      global = true;
+    } else if (const TileAlloc* a = find_alloc(k_, buffer); a && a->scope == MemScope::Shared) {
+      for (int64_t e : a->shape) shape.push_back(make_i64(e));
+      dtype = a->dtype;
+    } else {
+      return;  // fragments: per-thread registers, placed by the thread mapping
+    }
+    for (const Expr& i : indices) {
+      if (!encodable(i)) {
+        if (global && parallel_) par_.moving = true, par_.ok = false;  // unknown: assume it moves
+        return;
+      }
+    }
+    std::string text = buffer + "[";
+    for (size_t d = 0; d < indices.size(); ++d) text += (d ? ", " : "") + to_string(indices[d]);
+    text += "]";
+    std::string what = (store ? "store " : "load ") + text;
+
+    Expr inb = make_bool(true);
+    for (size_t d = 0; d < indices.size(); ++d)
+      inb = logical_and(logical_and(inb, le(make_i64(0), indices[d])), lt(indices[d], shape[d]));
+    bool in_bounds = ask("in_bounds", buffer, what, inb, indices, shape).outcome == Outcome::Proved;
+
+    if (store && parallel_) unique(buffer, text, indices, shape, global);
+    if (global && parallel_) {
+      // The Parallel's finding: an access moving with the innermost var must be in bounds and
+      // vector (its lanes bound the width); one that does not move needs nothing.
+      int lanes = vector(buffer, what, indices, shape, dtype);
+      if (lanes != 0) {
+        par_.moving = true;
+        if (lanes < 2 || !in_bounds) par_.ok = false;
+        par_.lanes = std::min(par_.lanes, std::max(lanes, 1));
+      }
+    }
+  }
+
+  void unique(const std::string& buffer, const std::string& text, const std::vector<Expr>& idx,
+              const std::vector<Expr>& shape, bool global) {
+    std::set<std::string> keep = shared_vars_;
+    if (!global) keep.insert(block_vars_.begin(), block_vars_.end());  // one block's shared tile
+    Renamer ra(keep, "@a"), rb(keep, "@b");
+    std::vector<Expr> facts;
+    for (const Expr& f : facts_) {
+      facts.push_back(ra.mutate(f));
+      facts.push_back(rb.mutate(f));
+    }
+    std::vector<std::string> coords;
+    if (global) coords = block_vars_;
+    coords.insert(coords.end(), parallel_->vars.begin(), parallel_->vars.end());
+    Expr same = make_bool(true), differ = make_bool(false);
+    for (const std::string& c : coords) {
+      Expr v = Var::make(Type::I64, c);
+      same = logical_and(same, eq(ra.mutate(v), rb.mutate(v)));
+    }
+    if (mixed_radix(idx, shape, coords, keep)) {
+      ProofResult pr;
+      pr.outcome = Outcome::Proved;
+      pr.method = "affine";
+      r_->stats.proved++;
+      r_->verdicts.push_back({"unique", buffer, "store " + text, pr, "", idx, shape});
+      return;
+    }
+    for (const Expr& i : idx) differ = lor(differ, ne(ra.mutate(i), rb.mutate(i)));
+    ProofResult pr = ask("unique", buffer, "store " + text, lor(same, differ), idx, shape,
+                         std::move(facts), true);
+    if (pr.outcome != Outcome::Disproved) return;
+    std::string msg = k_.sig.name + ": " + buffer + " written twice: " + coord_text(pr, "@a") +
+                      " and " + coord_text(pr, "@b") + " → offset " +
+                      std::to_string(offset(pr, "@a", idx, shape));
+    r_->verdicts.back().note = msg;
+    if (o_.throw_on_race) throw Error(msg);
+  }
+
+  // The cheap proof of uniqueness, without Z3: the flat address is terms the two executions
+  // share (dims, and for shared memory the block) plus c·x for coordinates x with constant
+  // coefficients, and those form a mixed radix — each |c| exceeds the largest sum the smaller
+  // terms can reach over their ranges — so distinct coordinates give distinct addresses.
+  bool mixed_radix(const std::vector<Expr>& idx, const std::vector<Expr>& shape,
+                   const std::vector<std::string>& coords,
+                   const std::set<std::string>& keep) const {
+    Expr flat = idx[0];
+    for (size_t d = 1; d < idx.size(); ++d) flat = add(mul(flat, shape[d]), idx[d]);
+    Poly p;
+    if (!to_poly(flat, lets_, &p, 0, /*let_atoms=*/true)) return false;
+    std::vector<std::pair<__int128, __int128>> terms;  // |c|, span of x
+    for (auto& [m, c] : p) {
+      bool shared =
+          std::all_of(m.begin(), m.end(), [&](const std::string& v) { return keep.count(v) > 0; });
+      if (shared) continue;
+      // A digit: a coordinate, or anything else that varies per execution (a loop variable, a
+      // let such as k % 2): injective over all digits implies injective over the coordinates.
+      if (m.size() != 1) return false;
+      auto r = ranges_.find(m[0]);
+      if (r == ranges_.end() || r->second.lo > r->second.hi) return false;
+      terms.push_back({c < 0 ? -(__int128)c : (__int128)c, (__int128)r->second.hi - r->second.lo});
+    }
+    // A coordinate the address ignores: two executions differing only there collide.
+    for (const std::string& c : coords) {
+      auto r = ranges_.find(c);
+      bool spans = r == ranges_.end() || r->second.hi > r->second.lo;
+      bool used = false;
+      for (auto& [m, k] : p) used = used || std::count(m.begin(), m.end(), c);
+      if (spans && !used) return false;
+    }
+    std::sort(terms.begin(), terms.end());
+    __int128 reach = 0;
+    for (auto& [c, span] : terms) {
+      if (span == 0) continue;
+      if (c <= reach) return false;
+      reach += c * span;
+      if (reach > (__int128)1 << 100) return false;
+    }
+    return true;
+  }
+
+  std::map<std::string, int64_t> values(const ProofResult& pr, const std::string& suffix) const {
+    std::map<std::string, int64_t> v;
+    for (auto& [n, x] : pr.model) {
+      if (shared_vars_.count(n)) v[n] = x;
+      if (n.size() > suffix.size() &&
+          n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+        v[n.substr(0, n.size() - suffix.size())] = x;
+    }
+    return v;
+  }
+
+  std::string coord_text(const ProofResult& pr, const std::string& suffix) const {
+    std::map<std::string, int64_t> v = values(pr, suffix);
+    std::string block;
+    for (size_t d = 0; d < block_vars_.size(); ++d)
+      block += (d ? "," : "") + std::to_string(v[block_vars_[d]]);
+    if (block_vars_.size() > 1) block = "(" + block + ")";
+    int64_t lin = 0;
+    for (size_t d = 0; d < parallel_->vars.size(); ++d) {
+      int64_t ext = 1;
+      try {
+        ext = eval_index(parallel_->extents[d], v);
+      } catch (...) {
+      }
+      lin = lin * ext + v[parallel_->vars[d]];
+    }
+    int64_t t = k_.sig.threads;
+    std::string s = "(block=" + block + ", tid=" + std::to_string(lin % t);
+    if (lin >= t) s += ", iter=" + std::to_string(lin / t);
+    return s + ")";
+  }
+
+  int64_t offset(const ProofResult& pr, const std::string& suffix, const std::vector<Expr>& idx,
+                 const std::vector<Expr>& shape) const {
+    std::map<std::string, int64_t> v = values(pr, suffix);
+    int64_t off = 0;
+    try {
+      for (size_t d = 0; d < idx.size(); ++d)
+        off = off * eval_index(shape[d], v) + eval_index(idx[d], v);
+    } catch (...) {
+      return -1;
+    }
+    return off;
+  }
+
+  // Contiguous and 16-byte aligned along the innermost parallel axis, for groups of w elements
+  // starting at multiples of w. Affine indices (the usual case) are decided without Z3: the
+  // innermost var must have coefficient 1, and every other term a coefficient that the dims'
+  // divisibility (or, failing that, their concrete values) makes a multiple of w. Only indices
+  // with division or modulo go to Z3, with the small optimisation budget.
+  // Returns 0 when the access does not move with the innermost var, its lanes when it is
+  // proved vectorizable, -1 otherwise.
+  int vector(const std::string& buffer, const std::string& what, const std::vector<Expr>& idx,
+             const std::vector<Expr>& shape, DType dtype) {
+    // An index through a value the solver cannot see may move with anything: never a vector.
+    for (const Expr& i : idx)
+      if (mentions_opaque(i)) return -1;
+    int64_t bytes = dtype_bytes(dtype, 1);
+    if (bytes <= 0 || 16 % bytes != 0 || bytes >= 16) return uses_inner(idx) ? -1 : 0;
+    const int64_t w = 16 / bytes;
+    const std::string& inner = parallel_->vars.back();
+    Expr v = Var::make(Type::I64, inner);
+    Expr flat = idx[0];
+    for (size_t d = 1; d < idx.size(); ++d) flat = add(mul(flat, shape[d]), idx[d]);
+    Poly p;
+    bool poly = to_poly(flat, lets_, &p);
+    if (poly) {
+      bool uses = false;
+      for (auto& [m, c] : p) uses = uses || std::count(m.begin(), m.end(), inner);
+      if (!uses) return 0;  // a broadcast along the fastest axis: nothing to vectorize
+    } else if (!uses_inner(idx)) {
+      return 0;
+    }
+    std::string why;
+    if (poly) {
+      ProofResult pr;
+      pr.method = "affine";
+      if (!unit_stride(p, inner, &pr.outcome, &why)) {
+      } else if (aligned(p, inner, w, /*concrete=*/false)) {
+        pr.outcome = Outcome::Proved;
+      } else if (misaligned_by_constant(p, inner, w)) {
+        pr.outcome = Outcome::Disproved;
+        why = "offset by a constant not a multiple of " + std::to_string(w);
+      } else if (!o_.concrete.empty() && aligned(p, inner, w, /*concrete=*/true)) {
+        pr.outcome = Outcome::Proved;
+        pr.method = "affine@concrete";
+        pin_ = true;
+      } else {
+        why = "no divisibility fact aligns it";
+      }
+      AnalysisStats& st = r_->stats;
+      (pr.outcome == Outcome::Proved      ? st.proved
+       : pr.outcome == Outcome::Disproved ? st.disproved
+                                          : st.unknown)++;
+      r_->verdicts.push_back({"vector", buffer, what, pr, "", idx, shape});
+    } else {
+      Expr wv = make_i64(w);
+      struct Sub : IRMutator {
+        std::string n;
+        Expr by;
+        Expr mutate_expr(const Var* op, const Expr& self) override {
+          return op->name == n ? by : self;
+        }
+      } sub;
+      sub.n = inner;
+      sub.by = add(v, make_i64(1));
+      Expr goal = logical_and(
+          logical_and(lor(ne(floormod(v, wv), make_i64(0)), eq(floormod(flat, wv), make_i64(0))),
+                      eq(sub.mutate(flat), add(flat, make_i64(1)))),
+          eq(floormod(parallel_->extents.back(), wv), make_i64(0)));
+      ask("vector", buffer, what, goal, idx, shape);
+    }
+    bool ok = r_->verdicts.back().result.outcome == Outcome::Proved;
+    (ok ? r_->stats.vectorizable : r_->stats.scalar)++;
+    r_->verdicts.back().note = ok ? "vectorizable x" + std::to_string(w)
+                                  : "scalar" + (why.empty() ? "" : " (" + why + ")");
+    return ok ? static_cast<int>(w) : -1;
+  }
+
+  // Whether an index mentions the innermost parallel var, through lets too.
+  bool uses_inner(const std::vector<Expr>& idx) const {
+    const std::string& inner = parallel_->vars.back();
+    std::set<std::string> seen;
+    std::function<bool(const Expr&)> uses = [&](const Expr& e) {
+      if (uses_var(e, inner)) return true;
+      for (auto& [name, value] : lets_) {
+        if (seen.count(name) || !uses_var(e, name)) continue;
+        seen.insert(name);
+        if (uses(value)) return true;
+      }
+      return false;
+    };
+    for (const Expr& i : idx)
+      if (uses(i)) return true;
+    return false;
+  }
+
+  // Whether the innermost var appears exactly as the term 1·v. A constant coefficient other
+  // than 1 disproves contiguity; a symbolic one leaves it unknown.
+  static bool unit_stride(const Poly& p, const std::string& inner, Outcome* outcome,
+                          std::string* why) {
+    for (auto& [m, c] : p) {
+      if (!std::count(m.begin(), m.end(), inner)) continue;
+      if (m.size() == 1 && c == 1) continue;
+      *outcome = m.size() == 1 ? Outcome::Disproved : Outcome::Unknown;
+      *why = "stride along " + inner + " is not 1";
+      return false;
+    }
+    return true;
+  }
+
+  // Every term but 1·v and the constant is a multiple of w (without assumptions), and the
+  // constant is not: every group start is misaligned, whatever the dims.
+  bool misaligned_by_constant(const Poly& p, const std::string& inner, int64_t w) const {
+    auto c0 = p.find({});
+    if (c0 == p.end() || c0->second % w == 0) return false;
+    for (auto& [m, c] : p)
+      if (!m.empty() && !std::count(m.begin(), m.end(), inner) && c % w != 0) return false;
+    return true;
+  }
+
+  // Every term but 1·v a multiple of w, and the innermost extent too. A dim contributes its
+  // divisibility, or with `concrete` its value; other vars (blocks, loops) contribute nothing.
+  bool aligned(const Poly& p, const std::string& inner, int64_t w, bool concrete) const {
+    auto factor = [&](const std::string& var) -> __int128 {
+      if (concrete) {
+        auto it = o_.concrete.find(var);
+        if (it != o_.concrete.end()) return it->second;
+      }
+      for (const DimParam& dp : k_.sig.dims)
+        if (dp.name == var) return dp.bounds.divisible_by;
+      return 1;
+    };
+    Poly extent;
+    if (!to_poly(parallel_->extents.back(), lets_, &extent)) return false;
+    for (const Poly* q : {&p, const_cast<const Poly*>(&extent)}) {
+      for (auto& [m, c] : *q) {
+        if (q == &p && std::count(m.begin(), m.end(), inner)) continue;
+        __int128 div = c;
+        for (const std::string& a : m) div *= factor(a);
+        if (div % w != 0) return false;
+      }
+    }
+    return true;
+  }
+
+  const Kernel& k_;
+  const AnalysisOptions& o_;
+  AnalysisReport* r_;
+  std::vector<Expr> facts_;
+  std::map<std::string, Interval> ranges_;
+  std::map<std::string, Expr> lets_;
+  std::set<std::string> shared_vars_, opaque_;
+  std::vector<std::string> block_vars_;
+  const Parallel* parallel_ = nullptr;
+  // What the accesses of the Parallel being visited allow (ParallelLayout::provable).
+  struct ParallelFinding {
+    bool moving = false;   // some global access moves with the innermost var
+    bool ok = true;        // every such access is in bounds and vectorizable
+    bool blocked = false;  // a kept guard or a loop inside
+    int lanes = 16;        // the smallest of their lanes
+  } par_;
+  int inexact_depth_ = 0;
+
+ public:
+  bool pin_ = false;  // a guard or vector verdict needed the concrete shape
+};
+
+}  // namespace
+
+AnalysisStats& AnalysisStats::operator+=(const AnalysisStats& o) {
+  proved += o.proved;
+  unknown += o.unknown;
+  disproved += o.disproved;
+  z3_queries += o.z3_queries;
+  cache_hits += o.cache_hits;
+  z3_ms += o.z3_ms;
+  guards_removed += o.guards_removed;
+  guards_kept += o.guards_kept;
+  vectorizable += o.vectorizable;
+  scalar += o.scalar;
+  return *this;
+}
+
+std::string AnalysisReport::text() const {
+  std::string out = "proofs " + kernel + "\n";
+  for (const AccessVerdict& v : verdicts) {
+    out += "  " + v.question + " " + v.access + ": " + outcome_name(v.result.outcome) + " (" +
+           v.result.method;
+    if (v.result.method == "z3") out += ", " + std::to_string(v.result.steps) + " steps";
+    out += ")";
+    if (!v.note.empty()) out += " — " + v.note;
+    out += "\n";
+  }
+  // Wall time is left out on purpose: the dump must be byte-identical run to run.
+  const AnalysisStats& s = stats;
+  out += "  total: proved " + std::to_string(s.proved) + ", unknown " + std::to_string(s.unknown) +
+         ", disproved " + std::to_string(s.disproved) + "; guards removed " +
+         std::to_string(s.guards_removed) + ", kept " + std::to_string(s.guards_kept) +
+         "; vectorizable " + std::to_string(s.vectorizable) + ", scalar " +
+         std::to_string(s.scalar) + "\n";
+  return out;
+}
+
+Kernel analyze_accesses(const Kernel& kernel, const AnalysisOptions& options,
+                        AnalysisReport* report) {
+  AnalysisReport local;
+  AnalysisReport* r = report ? report : &local;
+  r->kernel = kernel.sig.name;
+  Kernel out = kernel;
+  Analyzer analyzer(kernel, options, r);
+  out.body = analyzer.mutate(kernel.body);
+  if (analyzer.pin_) {
+    r->pinned = true;
+    for (DimParam& d : out.sig.dims) {
+      auto it = options.concrete.find(d.name);
+      if (it != options.concrete.end()) d.bounds = {it->second, it->second, 1};
+    }
+  }
+  return out;
+}
+
+}  // namespace tilerun::compiler

@@ -1,0 +1,518 @@
+#include "compiler/ir/builder.h"
+
+#include <cctype>
+#include <cmath>
+#include <set>
+
+#include "compiler/base/check.h"
+#include "compiler/ir/tile_verifier.h"
+#include "tilerun/error.h"
+
+namespace tilerun::compiler {
+
+// What body() records into: a stack of open statement lists. A binder item (let, reduce)
+// takes the rest of its list as its body when the list closes.
+struct BuilderState {
+  struct Item {
+    Stmt stmt;
+    std::function<Stmt(Stmt)> bind;  // set for binders
+  };
+
+  Kernel kernel;
+  std::set<std::string> names;
+  std::vector<std::vector<Item>> frames;
+  int next_id = 0;
+  bool has_body = false;
+  int pending_width = 0;  // annotate_layout's width for the next parallel
+
+  ParallelLayout take_layout() {
+    ParallelLayout l;
+    if (pending_width) l = {.width = pending_width, .annotated = true};
+    pending_width = 0;
+    return l;
+  }
+
+  std::string fresh(const std::string& hint) { return hint + "." + std::to_string(next_id++); }
+
+  void append(Stmt s) {
+    if (frames.empty()) throw Error("statements can only be recorded inside KernelBuilder::body");
+    frames.back().push_back({std::move(s), nullptr});
+  }
+  void bind(std::function<Stmt(Stmt)> binder) {
+    if (frames.empty()) throw Error("statements can only be recorded inside KernelBuilder::body");
+    frames.back().push_back({Stmt(), std::move(binder)});
+  }
+  void push() { frames.emplace_back(); }
+  Stmt pop() {
+    std::vector<Item> items = std::move(frames.back());
+    frames.pop_back();
+    std::vector<Stmt> tail;
+    for (auto it = items.rbegin(); it != items.rend(); ++it) {
+      if (it->bind) {
+        tail = {it->bind(Seq::make(std::vector<Stmt>(tail.rbegin(), tail.rend())))};
+      } else {
+        tail.push_back(it->stmt);
+      }
+    }
+    return Seq::make(std::vector<Stmt>(tail.rbegin(), tail.rend()));
+  }
+
+  void declare(const std::string& name, const char* what) {
+    bool ident =
+        !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
+    for (char c : name) ident = ident && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+    if (!ident)
+      throw Error("kernel '" + kernel.sig.name + "': " + what + " name '" + name +
+                  "' is not an identifier");
+    if (!names.insert(name).second)
+      throw Error("kernel '" + kernel.sig.name + "': " + what + " name '" + name +
+                  "' is already used");
+  }
+};
+
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) { throw Error("tile builder: " + msg); }
+
+const Expr& need(const Val& v, const char* what) {
+  if (!v.defined()) fail(std::string("undefined value used as ") + what);
+  return v.expr();
+}
+
+void same_type(const Val& a, const Val& b, const char* op) {
+  need(a, op);
+  need(b, op);
+  if (a.type() != b.type())
+    fail(std::string("operands of '") + op + "' have types " + type_name(a.type()) + " and " +
+         type_name(b.type()) + "; convert explicitly (to_f32, to_i64, ...)");
+}
+
+Val arith(BinaryOp op, const Val& a, const Val& b) {
+  same_type(a, b, binary_op_name(op));
+  if (a.type() == Type::Bool) fail(std::string("arithmetic '") + binary_op_name(op) + "' on bool");
+  if (op == BinaryOp::Mod && is_float(a.type())) fail("'%' on f32");
+  // Integer constants fold (so `Val(8) * 2` is the constant extent 16 a fragment needs); f32
+  // never does: x + 0 is not x for x = -0, nor x * 0 zero for inf and NaN.
+  if (is_int(a.type())) {
+    switch (op) {
+      case BinaryOp::Add:
+        return add(a.expr(), b.expr());
+      case BinaryOp::Sub:
+        return sub(a.expr(), b.expr());
+      case BinaryOp::Mul:
+        return mul(a.expr(), b.expr());
+      case BinaryOp::Div:
+        return floordiv(a.expr(), b.expr());
+      case BinaryOp::Mod:
+        return floormod(a.expr(), b.expr());
+      default:
+        break;
+    }
+  }
+  return Binary::make(op, a.expr(), b.expr());
+}
+
+Val compare(BinaryOp op, const Val& a, const Val& b) {
+  same_type(a, b, binary_op_name(op));
+  return Binary::make(op, a.expr(), b.expr());
+}
+
+Val f32_call(CallOp op, std::vector<Val> args) {
+  std::vector<Expr> es;
+  for (const Val& v : args) {
+    need(v, call_op_name(op));
+    if (v.type() != Type::F32)
+      fail(std::string(call_op_name(op)) + " takes f32, got " + type_name(v.type()));
+    es.push_back(v.expr());
+  }
+  return Call::make(op, std::move(es));
+}
+
+std::vector<Expr> index_exprs(const std::vector<Val>& idx, const std::string& buffer) {
+  std::vector<Expr> out;
+  for (const Val& v : idx) {
+    need(v, "an index");
+    if (v.type() != Type::I64)
+      fail("index of '" + buffer + "' is " + type_name(v.type()) + ", expected i64 (to_i64)");
+    out.push_back(v.expr());
+  }
+  return out;
+}
+
+}  // namespace
+
+Expr Val::int_literal(int64_t v) { return make_i64(v); }
+Expr Val::float_literal(double v) { return make_f32(static_cast<float>(v)); }
+
+Val literal(Type t, double value) {
+  if (t == Type::F32) return make_f32(static_cast<float>(value));
+  if (t == Type::Bool) fail("a number used as a bool");
+  if (value != std::floor(value))
+    fail("non-integral number " + std::to_string(value) + " used as " + type_name(t));
+  return make_const(t, static_cast<int64_t>(value));
+}
+Val boolean(bool value) { return make_bool(value); }
+Val like(const Val& v, double number) { return literal(need(v, "an operand").type(), number); }
+
+Val operator+(const Val& a, const Val& b) { return arith(BinaryOp::Add, a, b); }
+Val operator-(const Val& a, const Val& b) { return arith(BinaryOp::Sub, a, b); }
+Val operator*(const Val& a, const Val& b) { return arith(BinaryOp::Mul, a, b); }
+Val operator/(const Val& a, const Val& b) { return arith(BinaryOp::Div, a, b); }
+Val operator%(const Val& a, const Val& b) { return arith(BinaryOp::Mod, a, b); }
+Val operator-(const Val& a) {
+  if (need(a, "-").type() == Type::Bool) fail("negating a bool");
+  return Unary::make(UnaryOp::Neg, a.expr());
+}
+Val operator==(const Val& a, const Val& b) { return compare(BinaryOp::Eq, a, b); }
+Val operator!=(const Val& a, const Val& b) { return compare(BinaryOp::Ne, a, b); }
+Val operator<(const Val& a, const Val& b) { return compare(BinaryOp::Lt, a, b); }
+Val operator<=(const Val& a, const Val& b) { return compare(BinaryOp::Le, a, b); }
+Val operator>(const Val& a, const Val& b) { return compare(BinaryOp::Gt, a, b); }
+Val operator>=(const Val& a, const Val& b) { return compare(BinaryOp::Ge, a, b); }
+
+Val operator&&(const Val& a, const Val& b) {
+  same_type(a, b, "&&");
+  if (a.type() != Type::Bool) fail("'&&' needs bools");
+  return Binary::make(BinaryOp::And, a.expr(), b.expr());
+}
+Val operator||(const Val& a, const Val& b) {
+  same_type(a, b, "||");
+  if (a.type() != Type::Bool) fail("'||' needs bools");
+  return Binary::make(BinaryOp::Or, a.expr(), b.expr());
+}
+Val operator!(const Val& a) {
+  if (need(a, "!").type() != Type::Bool) fail("'!' needs a bool");
+  return Unary::make(UnaryOp::Not, a.expr());
+}
+Val operator&(const Val& a, const Val& b) {
+  same_type(a, b, "&");
+  if (!is_int(a.type())) fail("'&' needs ints");
+  return Binary::make(BinaryOp::And, a.expr(), b.expr());
+}
+Val operator|(const Val& a, const Val& b) {
+  same_type(a, b, "|");
+  if (!is_int(a.type())) fail("'|' needs ints");
+  return Binary::make(BinaryOp::Or, a.expr(), b.expr());
+}
+Val operator^(const Val& a, const Val& b) {
+  same_type(a, b, "^");
+  if (!is_int(a.type())) fail("'^' needs ints");
+  return Binary::make(BinaryOp::Xor, a.expr(), b.expr());
+}
+
+Val ceildiv(const Val& a, const Val& b) {
+  same_type(a, b, "ceildiv");
+  if (!is_int(a.type())) fail("ceildiv needs ints");
+  return compiler::ceildiv(a.expr(), b.expr());
+}
+Val min(const Val& a, const Val& b) { return arith(BinaryOp::Min, a, b); }
+Val max(const Val& a, const Val& b) { return arith(BinaryOp::Max, a, b); }
+
+Val select(const Val& cond, const Val& if_true, const Val& if_false) {
+  if (need(cond, "select condition").type() != Type::Bool) fail("select condition is not bool");
+  same_type(if_true, if_false, "select");
+  return Select::make(cond.expr(), if_true.expr(), if_false.expr());
+}
+
+namespace {
+Val shift(BinaryOp op, const Val& a, const Val& bits) {
+  same_type(a, bits, binary_op_name(op));
+  if (!is_int(a.type())) fail("shifts need ints");
+  return Binary::make(op, a.expr(), bits.expr());
+}
+}  // namespace
+
+Val shl(const Val& a, const Val& bits) { return shift(BinaryOp::Shl, a, bits); }
+Val shr(const Val& a, const Val& bits) { return shift(BinaryOp::ShrA, a, bits); }
+Val shr_logical(const Val& a, const Val& bits) { return shift(BinaryOp::ShrL, a, bits); }
+
+Val fma(const Val& a, const Val& b, const Val& c) { return f32_call(CallOp::Fma, {a, b, c}); }
+Val sqrt(const Val& a) { return f32_call(CallOp::Sqrt, {a}); }
+Val rsqrt(const Val& a) { return f32_call(CallOp::Rsqrt, {a}); }
+Val exp(const Val& a) { return f32_call(CallOp::Exp, {a}); }
+Val log(const Val& a) { return f32_call(CallOp::Log, {a}); }
+Val tanh(const Val& a) { return f32_call(CallOp::Tanh, {a}); }
+Val sigmoid(const Val& a) { return f32_call(CallOp::Sigmoid, {a}); }
+
+Val abs(const Val& a) {
+  need(a, "abs");
+  if (a.type() == Type::F32) {
+    // Clearing the sign bit is exact for every input, NaN included.
+    Expr bits = Bitcast::make(Type::I32, a.expr());
+    return Bitcast::make(Type::F32, Binary::make(BinaryOp::And, bits, make_i32(0x7fffffff)));
+  }
+  if (!is_int(a.type())) fail("abs of a bool");
+  return select(a < like(a, 0), -a, a);
+}
+
+Val cast(Type t, const Val& a) {
+  need(a, "cast");
+  if (t == Type::Bool) fail("cast to bool: compare with zero instead");
+  if (a.type() == t) return a;
+  return Cast::make(t, a.expr());
+}
+
+Val bitcast(Type t, const Val& a) {
+  need(a, "bitcast");
+  if (type_bits(t) != type_bits(a.type()) || t == Type::Bool || a.type() == Type::Bool)
+    fail(std::string("bitcast from ") + type_name(a.type()) + " to " + type_name(t));
+  return Bitcast::make(t, a.expr());
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Ref::Ref(BuilderState* state, std::string buffer, std::vector<Expr> indices, Expr load)
+    : Val(std::move(load)),
+      state_(state),
+      buffer_(std::move(buffer)),
+      indices_(std::move(indices)) {}
+
+Ref& Ref::operator=(const Val& v) {
+  need(v, "a stored value");
+  if (v.type() != type())
+    fail("storing " + std::string(type_name(v.type())) + " into '" + buffer_ + "' of " +
+         type_name(type()));
+  state_->append(Store::make(buffer_, indices_, v.expr()));
+  return *this;
+}
+Ref& Ref::operator=(const Ref& r) { return *this = static_cast<const Val&>(r); }
+Ref& Ref::operator+=(const Val& v) { return *this = static_cast<const Val&>(*this) + v; }
+Ref& Ref::operator-=(const Val& v) { return *this = static_cast<const Val&>(*this) - v; }
+Ref& Ref::operator*=(const Val& v) { return *this = static_cast<const Val&>(*this) * v; }
+
+Buf::Buf(BuilderState* state, std::string name, DType dtype, int rank)
+    : state_(state), name_(std::move(name)), dtype_(dtype), rank_(rank) {}
+
+Ref Buf::at(const std::vector<Val>& idx) const {
+  TR_CHECK(state_ != nullptr, "using a default-constructed Buf");
+  if (static_cast<int>(idx.size()) != rank_)
+    fail("'" + name_ + "' has " + std::to_string(rank_) + " dims, indexed with " +
+         std::to_string(idx.size()));
+  std::vector<Expr> es = index_exprs(idx, name_);
+  Expr load = Load::make(compute_type(dtype_), name_, es);
+  return Ref(state_, name_, std::move(es), std::move(load));
+}
+
+BufRegion Buf::region(std::vector<Val> origin, std::vector<int64_t> extents) const {
+  if (static_cast<int>(origin.size()) != rank_ || static_cast<int>(extents.size()) != rank_)
+    fail("region of '" + name_ + "' needs " + std::to_string(rank_) + " origins and extents");
+  return BufRegion{name_, std::move(origin), std::move(extents)};
+}
+
+Buf::operator BufRegion() const {
+  TR_CHECK(state_ != nullptr, "using a default-constructed Buf");
+  const TileAlloc* a = find_alloc(state_->kernel, name_);
+  if (!a) fail("'" + name_ + "' is a global tensor: give a region(origin, extents)");
+  return BufRegion{name_, std::vector<Val>(a->shape.size(), Val(0)), a->shape};
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Val Scope::block_idx(int axis) const {
+  int n = static_cast<int>(state_->kernel.sig.grid.size());
+  if (axis < 0 || axis >= n)
+    fail("block_idx(" + std::to_string(axis) + ") of a " + std::to_string(n) + "-d grid");
+  return Var::make(Type::I64, kBlockIdx[axis]);
+}
+
+namespace {
+Buf alloc(BuilderState* st, const std::string& name, MemScope scope, DType dtype,
+          std::vector<int64_t> shape) {
+  st->declare(name, mem_scope_name(scope));
+  if (!dtype_supported(dtype))
+    fail("dtype " + std::string(dtype_name(dtype)) + " of '" + name + "' is not supported yet");
+  if (shape.empty()) fail("'" + name + "' needs at least one dim");
+  for (int64_t e : shape)
+    if (e <= 0) fail("'" + name + "' has a non-positive extent");
+  int rank = static_cast<int>(shape.size());
+  st->kernel.allocs.push_back({name, scope, dtype, std::move(shape)});
+  return Buf(st, name, dtype, rank);
+}
+
+std::vector<Expr> extents_of(const std::vector<Val>& es) {
+  std::vector<Expr> out;
+  for (const Val& e : es) {
+    if (need(e, "a loop extent").type() != Type::I64) fail("loop extents must be i64");
+    out.push_back(e.expr());
+  }
+  return out;
+}
+}  // namespace
+
+Buf Scope::alloc_shared(const std::string& name, DType dtype, std::vector<int64_t> shape) {
+  return alloc(state_, name, MemScope::Shared, dtype, std::move(shape));
+}
+Buf Scope::alloc_fragment(const std::string& name, DType dtype, std::vector<int64_t> shape) {
+  return alloc(state_, name, MemScope::Fragment, dtype, std::move(shape));
+}
+
+void Scope::parallel(const Val& extent, const std::function<void(Idx)>& body) {
+  std::vector<Expr> ext = extents_of({extent});
+  std::string i = state_->fresh("i");
+  state_->push();
+  body(Var::make(Type::I64, i));
+  state_->append(Parallel::make({i}, ext, state_->pop(), state_->take_layout()));
+}
+
+void Scope::parallel(const Val& e0, const Val& e1, const std::function<void(Idx, Idx)>& body) {
+  std::vector<Expr> ext = extents_of({e0, e1});
+  std::string i = state_->fresh("i"), j = state_->fresh("j");
+  state_->push();
+  body(Var::make(Type::I64, i), Var::make(Type::I64, j));
+  state_->append(Parallel::make({i, j}, ext, state_->pop(), state_->take_layout()));
+}
+
+void Scope::parallel(const Val& e0, const Val& e1, const Val& e2,
+                     const std::function<void(Idx, Idx, Idx)>& body) {
+  std::vector<Expr> ext = extents_of({e0, e1, e2});
+  std::string i = state_->fresh("i"), j = state_->fresh("j"), l = state_->fresh("l");
+  state_->push();
+  body(Var::make(Type::I64, i), Var::make(Type::I64, j), Var::make(Type::I64, l));
+  state_->append(Parallel::make({i, j, l}, ext, state_->pop(), state_->take_layout()));
+}
+
+void Scope::serial(const Val& extent, const std::function<void(Idx)>& body) {
+  std::vector<Expr> ext = extents_of({extent});
+  std::string k = state_->fresh("k");
+  state_->push();
+  body(Var::make(Type::I64, k));
+  state_->append(For::make(k, make_i64(0), ext[0], state_->pop()));
+}
+
+Val Scope::reduce(ReduceOp op, const Val& extent, const std::function<Val(Idx)>& value) {
+  Expr ext = extents_of({extent})[0];
+  std::string r = state_->fresh("r");
+  Val v = value(Var::make(Type::I64, r));
+  need(v, "a reduced value");
+  if (v.type() == Type::Bool) fail("reducing bools");
+  std::string name = state_->fresh(reduce_op_name(op));
+  Expr ve = v.expr();
+  state_->bind([=](Stmt body) { return Reduce::make(name, op, r, ext, ve, body); });
+  return Var::make(v.type(), name);
+}
+
+void Scope::if_then(const Val& cond, const std::function<void()>& then_body) {
+  if (need(cond, "a condition").type() != Type::Bool) fail("if condition is not bool");
+  state_->push();
+  then_body();
+  state_->append(IfThenElse::make(cond.expr(), state_->pop()));
+}
+
+void Scope::if_then_else(const Val& cond, const std::function<void()>& then_body,
+                         const std::function<void()>& else_body) {
+  if (need(cond, "a condition").type() != Type::Bool) fail("if condition is not bool");
+  state_->push();
+  then_body();
+  Stmt t = state_->pop();
+  state_->push();
+  else_body();
+  state_->append(IfThenElse::make(cond.expr(), t, state_->pop()));
+}
+
+Val Scope::let(const Val& value, const std::string& hint) {
+  Expr v = need(value, "a let value");
+  std::string name = state_->fresh(hint);
+  state_->bind([=](Stmt body) { return LetStmt::make(name, v, body); });
+  return Var::make(v.type(), name);
+}
+
+void Scope::copy(const BufRegion& dst, const BufRegion& src) {
+  if (dst.extents != src.extents)
+    fail("copy from '" + src.buffer + "' to '" + dst.buffer + "': extents differ");
+  auto region = [](const BufRegion& r) {
+    return Region{r.buffer, index_exprs(r.origin, r.buffer), r.extents};
+  };
+  state_->append(Copy::make(region(dst), region(src)));
+}
+
+void Scope::barrier() { state_->append(Barrier::make()); }
+
+// ---------------------------------------------------------------------------------------------
+
+KernelBuilder::KernelBuilder(std::string name) : state_(std::make_unique<BuilderState>()) {
+  state_->kernel.sig.name = std::move(name);
+}
+KernelBuilder::~KernelBuilder() = default;
+
+Dim KernelBuilder::dim(const std::string& name, DimBounds bounds) {
+  state_->declare(name, "dim");
+  if (bounds.min < 0 || bounds.max < bounds.min || bounds.divisible_by < 1)
+    throw Error("kernel '" + state_->kernel.sig.name + "': dim '" + name +
+                "' has empty or bad bounds");
+  state_->kernel.sig.dims.push_back({name, bounds});
+  return Dim(Var::make(Type::I64, name), name);
+}
+
+namespace {
+Buf add_buffer(BuilderState* st, const std::string& name, DType dtype,
+               const std::vector<Val>& shape, bool is_output) {
+  st->declare(name, is_output ? "output" : "input");
+  if (!dtype_supported(dtype))
+    throw Error("kernel '" + st->kernel.sig.name + "': dtype " + std::string(dtype_name(dtype)) +
+                " of '" + name + "' is not supported by the compiler yet");
+  std::vector<Expr> dims;
+  for (const Val& v : shape) {
+    if (need(v, "a shape extent").type() != Type::I64) fail("shape of '" + name + "' must be i64");
+    dims.push_back(v.expr());
+  }
+  st->kernel.sig.buffers.push_back({name, dtype, dims, is_output});
+  return Buf(st, name, dtype, static_cast<int>(shape.size()));
+}
+}  // namespace
+
+Buf KernelBuilder::input(const std::string& name, DType dtype, const std::vector<Val>& shape) {
+  return add_buffer(state_.get(), name, dtype, shape, false);
+}
+Buf KernelBuilder::output(const std::string& name, DType dtype, const std::vector<Val>& shape) {
+  return add_buffer(state_.get(), name, dtype, shape, true);
+}
+
+Val KernelBuilder::scalar(const std::string& name, Type type) {
+  state_->declare(name, "scalar");
+  if (type != Type::F32 && type != Type::I32 && type != Type::I64)
+    throw Error("kernel '" + state_->kernel.sig.name + "': scalar '" + name +
+                "' must be f32, i32 or i64");
+  state_->kernel.sig.scalars.push_back({name, type});
+  return Var::make(type, name);
+}
+
+void KernelBuilder::body(const std::vector<Val>& grid, int threads,
+                         const std::function<void(Scope&)>& fn) {
+  BuilderState& st = *state_;
+  const std::string& kname = st.kernel.sig.name;
+  if (st.has_body) throw Error("kernel '" + kname + "': body() called twice");
+  st.has_body = true;
+  try {
+    for (const Val& g : grid) {
+      if (need(g, "a grid extent").type() != Type::I64) fail("grid extents must be i64");
+      st.kernel.sig.grid.push_back(g.expr());
+    }
+    st.kernel.sig.threads = threads;
+    Scope scope(&st);
+    st.push();
+    fn(scope);
+    TR_CHECK(st.frames.size() == 1, "unbalanced builder frames");
+    st.kernel.body = st.pop();
+  } catch (const Error& e) {
+    if (e.message().rfind("kernel '", 0) == 0) throw;
+    throw Error("kernel '" + kname + "': " + e.message());
+  }
+}
+
+void Scope::annotate_layout(int width) {
+  if (width < 1 || width > 16 || (width & (width - 1)) != 0)
+    throw Error("kernel '" + state_->kernel.sig.name + "': annotate_layout width " +
+                std::to_string(width) + " (expected 1, 2, 4, 8 or 16)");
+  state_->pending_width = width;
+}
+
+Kernel KernelBuilder::build() {
+  if (!state_->has_body) throw Error("kernel '" + state_->kernel.sig.name + "': no body()");
+  if (state_->pending_width)
+    throw Error("kernel '" + state_->kernel.sig.name +
+                "': annotate_layout is not followed by a parallel");
+  verify_tile(state_->kernel);
+  return state_->kernel;
+}
+
+}  // namespace tilerun::compiler

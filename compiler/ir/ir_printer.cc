@@ -1,0 +1,247 @@
+#include "compiler/ir/ir_printer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "compiler/ir/ir_visitor.h"
+
+namespace tilerun::compiler {
+namespace {
+
+std::string float_text(float v) {
+  if (std::isnan(v)) return "f32(nan)";
+  if (std::isinf(v)) return v > 0 ? "f32(inf)" : "f32(-inf)";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  return std::string(buf) + "f";
+}
+
+std::string join(const std::vector<Expr>& es) {
+  std::string out;
+  for (size_t i = 0; i < es.size(); ++i) out += (i ? ", " : "") + to_string(es[i]);
+  return out;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out;
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out;
+}
+
+class Printer : public IRVisitor {
+ public:
+  std::ostringstream os;
+  int indent = 0;
+
+ protected:
+  void line_start() { os << std::string(indent * 2, ' '); }
+
+  void visit_expr(const IntImm* op) override {
+    if (op->type == Type::Bool) {
+      os << (op->value ? "true" : "false");
+    } else if (op->type == Type::I64) {
+      os << op->value;
+    } else {
+      os << type_name(op->type) << "(" << op->value << ")";
+    }
+  }
+  void visit_expr(const FloatImm* op) override { os << float_text(op->value); }
+  void visit_expr(const Var* op) override { os << op->name; }
+  void visit_expr(const Binary* op) override {
+    if (op->op == BinaryOp::Min || op->op == BinaryOp::Max) {
+      os << binary_op_name(op->op) << "(";
+      visit(op->a);
+      os << ", ";
+      visit(op->b);
+      os << ")";
+      return;
+    }
+    os << "(";
+    visit(op->a);
+    os << " " << binary_op_name(op->op) << " ";
+    visit(op->b);
+    os << ")";
+  }
+  void visit_expr(const Unary* op) override {
+    os << unary_op_name(op->op);
+    visit(op->a);
+  }
+  void visit_expr(const Select* op) override {
+    os << "select(";
+    visit(op->cond);
+    os << ", ";
+    visit(op->true_value);
+    os << ", ";
+    visit(op->false_value);
+    os << ")";
+  }
+  void visit_expr(const Cast* op) override {
+    os << type_name(op->type) << "(";
+    visit(op->value);
+    os << ")";
+  }
+  void visit_expr(const Bitcast* op) override {
+    os << "bitcast<" << type_name(op->type) << ">(";
+    visit(op->value);
+    os << ")";
+  }
+  void visit_expr(const Call* op) override {
+    os << call_op_name(op->op) << "(" << join(op->args) << ")";
+  }
+  void visit_expr(const Let* op) override {
+    os << "(let " << op->name << " = ";
+    visit(op->value);
+    os << " in ";
+    visit(op->body);
+    os << ")";
+  }
+  void visit_expr(const Load* op) override { os << op->buffer << "[" << join(op->indices) << "]"; }
+
+  void block(const Stmt& s) {
+    os << " {\n";
+    ++indent;
+    visit(s);
+    --indent;
+    line_start();
+    os << "}";
+  }
+
+  void visit_stmt(const Seq* op) override {
+    for (const Stmt& s : op->stmts) visit(s);
+  }
+  void visit_stmt(const LetStmt* op) override {
+    line_start();
+    os << "let " << op->name << " = " << to_string(op->value) << "\n";
+    visit(op->body);
+  }
+  void visit_stmt(const For* op) override {
+    line_start();
+    os << "for " << op->var << " in [" << to_string(op->min) << ", "
+       << to_string(add(op->min, op->extent)) << ")" << (op->vectorized ? " vectorized" : "");
+    block(op->body);
+    os << "\n";
+  }
+  void visit_stmt(const Parallel* op) override {
+    line_start();
+    os << "parallel ";
+    for (size_t i = 0; i < op->vars.size(); ++i)
+      os << (i ? ", " : "") << op->vars[i] << " in [0, " << to_string(op->extents[i]) << ")";
+    const ParallelLayout& l = op->layout;
+    if (l.width > 0)
+      os << " width " << l.width << (l.annotated ? " annotated" : "")
+         << (l.vectorize ? " vectorize" : "");
+    else if (l.annotated)
+      os << " annotated";
+    if (l.provable >= 0) os << " provable " << l.provable;
+    block(op->body);
+    os << "\n";
+  }
+  void visit_stmt(const Reduce* op) override {
+    line_start();
+    os << "let " << op->name << " = reduce_" << reduce_op_name(op->op) << " " << op->var
+       << " in [0, " << to_string(op->extent) << ") of " << to_string(op->value) << "\n";
+    visit(op->body);
+  }
+  void visit_stmt(const IfThenElse* op) override {
+    line_start();
+    os << "if " << to_string(op->cond);
+    block(op->then_case);
+    if (op->else_case.defined()) {
+      os << " else";
+      block(op->else_case);
+    }
+    os << "\n";
+  }
+  void visit_stmt(const Store* op) override {
+    line_start();
+    os << op->buffer << "[" << join(op->indices) << "] = " << to_string(op->value) << "\n";
+  }
+  void visit_stmt(const Assign* op) override {
+    line_start();
+    os << op->name << " := " << to_string(op->value) << "\n";
+  }
+  void visit_stmt(const Copy* op) override {
+    line_start();
+    auto region = [](const Region& r) {
+      std::string out = r.buffer + "[";
+      for (size_t i = 0; i < r.extents.size(); ++i)
+        out += (i ? ", " : "") + to_string(r.origin[i]) + " +: " + std::to_string(r.extents[i]);
+      return out + "]";
+    };
+    os << "copy " << region(op->dst) << " <- " << region(op->src) << "\n";
+  }
+  void visit_stmt(const Barrier*) override {
+    line_start();
+    os << "barrier\n";
+  }
+  void visit_stmt(const WarpShuffle* op) override {
+    line_start();
+    os << op->dst << " = shuffle_xor(" << op->src << ", " << op->lane_xor << ")\n";
+  }
+  void visit_stmt(const VectorMove* op) override {
+    line_start();
+    os << op->dst << "[" << to_string(op->dst_index) << " +: " << op->lanes << "] = " << op->src
+       << "[" << to_string(op->src_index) << " +: " << op->lanes << "]  // vector\n";
+  }
+};
+
+void print_signature(std::ostringstream& os, const KernelSignature& sig) {
+  for (const DimParam& d : sig.dims) {
+    os << "  dim " << d.name << " in [" << d.bounds.min << ", " << d.bounds.max << "]";
+    if (d.bounds.divisible_by != 1) os << " divisible_by " << d.bounds.divisible_by;
+    os << "\n";
+  }
+  for (const BufferParam& b : sig.buffers)
+    os << "  " << (b.is_output ? "output " : "input ") << b.name << ": " << dtype_name(b.dtype)
+       << "[" << join(b.shape) << "]\n";
+  for (const ScalarParam& s : sig.scalars)
+    os << "  scalar " << s.name << ": " << type_name(s.type) << "\n";
+}
+
+std::string body_text(const Stmt& body) { return "{\n" + to_string(body, 1) + "}\n"; }
+
+}  // namespace
+
+std::string to_string(const Expr& e) {
+  if (!e.defined()) return "<undefined>";
+  Printer p;
+  p.visit(e);
+  return p.os.str();
+}
+
+std::string to_string(const Stmt& s, int indent) {
+  if (!s.defined()) return "<undefined>\n";
+  Printer p;
+  p.indent = indent;
+  p.visit(s);
+  return p.os.str();
+}
+
+std::string print(const Kernel& k) {
+  std::ostringstream os;
+  os << "tile_kernel " << k.sig.name << "\n";
+  print_signature(os, k.sig);
+  for (const TileAlloc& a : k.allocs)
+    os << "  " << mem_scope_name(a.scope) << " " << a.name << ": " << dtype_name(a.dtype) << "["
+       << shape_text(a.shape) << "]\n";
+  os << "  grid [" << join(k.sig.grid) << "] threads " << k.sig.threads << "\n";
+  return os.str() + body_text(k.body);
+}
+
+std::string print(const SimtKernel& k) {
+  std::ostringstream os;
+  os << "simt_kernel " << k.sig.name << "\n";
+  print_signature(os, k.sig);
+  for (const SimtArray& a : k.shared)
+    os << "  shared " << a.name << ": " << dtype_name(a.dtype) << "[" << shape_text(a.shape)
+       << "]\n";
+  for (const SimtArray& a : k.local_arrays)
+    os << "  local " << a.name << ": " << dtype_name(a.dtype) << "[" << shape_text(a.shape)
+       << "]\n";
+  for (const SimtLocal& l : k.locals) os << "  var " << l.name << ": " << type_name(l.type) << "\n";
+  os << "  grid [" << join(k.sig.grid) << "] threads " << k.sig.threads << "\n";
+  return os.str() + body_text(k.body);
+}
+
+}  // namespace tilerun::compiler

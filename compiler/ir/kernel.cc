@@ -1,0 +1,44 @@
+#include "compiler/ir/kernel.h"
+
+#include "compiler/base/check.h"
+
+namespace tilerun::compiler {
+
+const char* mem_scope_name(MemScope s) { return s == MemScope::Shared ? "shared" : "fragment"; }
+
+int64_t SimtArray::size() const {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  return n;
+}
+
+namespace {
+template <class T>
+const T* find_named(const std::vector<T>& v, const std::string& name) {
+  for (const T& x : v)
+    if (x.name == name) return &x;
+  return nullptr;
+}
+}  // namespace
+
+const BufferParam* find_buffer(const KernelSignature& sig, const std::string& name) {
+  return find_named(sig.buffers, name);
+}
+const TileAlloc* find_alloc(const Kernel& k, const std::string& name) {
+  return find_named(k.allocs, name);
+}
+const SimtArray* find_shared(const SimtKernel& k, const std::string& name) {
+  return find_named(k.shared, name);
+}
+const SimtArray* find_local_array(const SimtKernel& k, const std::string& name) {
+  return find_named(k.local_arrays, name);
+}
+
+const SimtArray& vector_move_local(const SimtKernel& k, const VectorMove& move) {
+  const SimtArray* local = find_local_array(k, move.dst);
+  if (!local) local = find_local_array(k, move.src);
+  TR_CHECK(local != nullptr, "vector move without a local array");
+  return *local;
+}
+
+}  // namespace tilerun::compiler

@@ -1,0 +1,101 @@
+// A kernel at the two levels the compiler has so far: Kernel (Tile IR, what the builder makes)
+// and SimtKernel (SIMT IR, a per-thread program both backends consume). Both share the
+// signature: dims, global buffers and scalars, in parameter order, plus the grid and threads.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/ir.h"
+#include "tilerun/dtype.h"
+
+namespace tilerun::compiler {
+
+// What a dim may be bound to at launch: min <= value <= max and value % divisible_by == 0.
+struct DimBounds {
+  int64_t min = 1;
+  int64_t max = std::numeric_limits<int32_t>::max();
+  int64_t divisible_by = 1;
+};
+
+struct DimParam {
+  std::string name;
+  DimBounds bounds;
+};
+
+// A global tensor parameter, row-major, shape given as i64 expressions over the dims.
+struct BufferParam {
+  std::string name;
+  DType dtype;
+  std::vector<Expr> shape;
+  bool is_output = false;
+};
+
+struct ScalarParam {
+  std::string name;
+  Type type;  // F32, I32 or I64; passed as double at launch
+};
+
+enum class MemScope : uint8_t { Shared, Fragment };
+const char* mem_scope_name(MemScope s);
+
+// Tile IR on-chip storage: shared is one tile per block; a fragment is a tile distributed over
+// the block's threads (who holds which element is the thread mapping's decision).
+struct TileAlloc {
+  std::string name;
+  MemScope scope;
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+
+struct KernelSignature {
+  std::string name;
+  std::vector<DimParam> dims;
+  std::vector<BufferParam> buffers;
+  std::vector<ScalarParam> scalars;
+  std::vector<Expr> grid;  // 1..3 block counts, i64 expressions over the dims; grid[0] is x
+  int threads = 0;         // per block, a power of two
+};
+
+// Level 1.
+struct Kernel {
+  KernelSignature sig;
+  std::vector<TileAlloc> allocs;
+  Stmt body;
+};
+
+// Level 4 storage: shared arrays are per block; local arrays and locals are per thread.
+// Elements are `dtype`; loads/stores move storage_type(dtype) bits once lower_storage_types ran.
+struct SimtArray {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;  // row-major; local arrays are 1-d (per thread)
+  int64_t size() const;
+};
+
+struct SimtLocal {
+  std::string name;
+  Type type;
+};
+
+// Level 4.
+struct SimtKernel {
+  KernelSignature sig;
+  std::vector<SimtArray> shared;
+  std::vector<SimtArray> local_arrays;
+  std::vector<SimtLocal> locals;  // mutable scalars written by Assign
+  Stmt body;
+};
+
+// Lookups by name (nullptr when absent).
+const BufferParam* find_buffer(const KernelSignature& sig, const std::string& name);
+const TileAlloc* find_alloc(const Kernel& k, const std::string& name);
+const SimtArray* find_shared(const SimtKernel& k, const std::string& name);
+const SimtArray* find_local_array(const SimtKernel& k, const std::string& name);
+// The local-array side of a vector move (its dtype is the move's); an internal error if neither
+// side is one (the SIMT verifier refuses such a move).
+const SimtArray& vector_move_local(const SimtKernel& k, const VectorMove& move);
+
+}  // namespace tilerun::compiler

@@ -1,0 +1,201 @@
+#include "compiler/ir/tile_verifier.h"
+
+#include <algorithm>
+
+#include <map>
+
+#include "compiler/ir/ir_visitor.h"
+#include "tilerun/error.h"
+
+namespace tilerun::compiler {
+namespace {
+
+class TileVerifier : public IRVisitor {
+ public:
+  explicit TileVerifier(const Kernel& k) : k_(k) {}
+
+  void run() {
+    const KernelSignature& sig = k_.sig;
+    if (sig.grid.empty() || sig.grid.size() > 3) fail("the grid needs 1 to 3 dims");
+    if (sig.threads < 1 || sig.threads > 1024 || (sig.threads & (sig.threads - 1)) != 0)
+      fail("threads per block must be a power of two in [1, 1024], got " +
+           std::to_string(sig.threads));
+    for (const DimParam& d : sig.dims) define(d.name, Type::I64);
+    // Shapes and the grid may use dims only.
+    for (const BufferParam& b : sig.buffers)
+      for (const Expr& e : b.shape) check_expr(e, "the shape of '" + b.name + "'");
+    for (const Expr& g : sig.grid) check_expr(g, "the grid");
+    for (const ScalarParam& s : sig.scalars) define(s.name, s.type);
+    for (size_t i = 0; i < sig.grid.size(); ++i) define(kBlockIdx[i], Type::I64);
+    if (!k_.body.defined()) fail("no body");
+    visit(k_.body);
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& msg) const {
+    throw Error("kernel '" + k_.sig.name + "': " + msg);
+  }
+
+  void define(const std::string& name, Type t) {
+    if (!scope_.emplace(name, t).second) fail("name '" + name + "' is bound twice");
+  }
+  void undefine(const std::string& name) { scope_.erase(name); }
+
+  void check_expr(const Expr& e, const std::string& where) {
+    where_ = where;
+    visit(e);
+  }
+
+  struct Decl {
+    DType dtype;
+    int rank;
+    bool is_global, is_output, is_fragment;
+  };
+  Decl decl(const std::string& name) const {
+    if (const BufferParam* b = find_buffer(k_.sig, name))
+      return {b->dtype, static_cast<int>(b->shape.size()), true, b->is_output, false};
+    if (const TileAlloc* a = find_alloc(k_, name))
+      return {a->dtype, static_cast<int>(a->shape.size()), false, true,
+              a->scope == MemScope::Fragment};
+    fail("no buffer named '" + name + "'");
+  }
+
+  void check_access(const std::string& buffer, size_t nidx, const char* what) {
+    Decl d = decl(buffer);
+    if (static_cast<int>(nidx) != d.rank)
+      fail(std::string(what) + " of '" + buffer + "' with " + std::to_string(nidx) +
+           " indices, it has " + std::to_string(d.rank) + " dims");
+    if (d.is_fragment && parallel_depth_ == 0)
+      fail(std::string(what) + " of fragment '" + buffer +
+           "' outside a parallel loop (fragments live in the threads' registers)");
+  }
+
+  void visit_expr(const Var* op) override {
+    auto it = scope_.find(op->name);
+    if (it == scope_.end()) fail("'" + op->name + "' is used in " + where_ + " outside its scope");
+    if (it->second != op->type) fail("'" + op->name + "' used with the wrong type");
+  }
+  void visit_expr(const Let* op) override {
+    visit(op->value);
+    define(op->name, op->value.type());
+    visit(op->body);
+    undefine(op->name);
+  }
+  void visit_expr(const Load* op) override {
+    check_access(op->buffer, op->indices.size(), "read");
+    if (op->type != compute_type(decl(op->buffer).dtype))
+      fail("load of '" + op->buffer + "' with the wrong type");
+    if (in_reduce_value_ && decl(op->buffer).is_fragment)
+      fail("reduction over fragment '" + op->buffer +
+           "' (not supported by the fixed thread mapping)");
+    IRVisitor::visit_expr(op);
+  }
+
+  void visit_stmt(const LetStmt* op) override {
+    where_ = "a let";
+    visit(op->value);
+    define(op->name, op->value.type());
+    visit(op->body);
+    undefine(op->name);
+  }
+  void visit_stmt(const For* op) override {
+    where_ = "a serial loop's bounds";
+    visit(op->min);
+    visit(op->extent);
+    define(op->var, Type::I64);
+    visit(op->body);
+    undefine(op->var);
+  }
+  void visit_stmt(const Parallel* op) override {
+    if (parallel_depth_ > 0)
+      fail("parallel inside parallel (write one parallel over both extents)");
+    where_ = "a parallel loop's extents";
+    for (const Expr& e : op->extents) visit(e);
+    for (const std::string& v : op->vars) define(v, Type::I64);
+    ++parallel_depth_;
+    visit(op->body);
+    --parallel_depth_;
+    for (const std::string& v : op->vars) undefine(v);
+  }
+  void visit_stmt(const Reduce* op) override {
+    if (parallel_depth_ > 0) fail("reduce inside parallel (a reduction needs the whole block)");
+    if (if_depth_ > 0) fail("reduce inside if (a reduction needs every thread of the block)");
+    where_ = "a reduction";
+    visit(op->extent);
+    define(op->var, Type::I64);
+    in_reduce_value_ = true;
+    visit(op->value);
+    in_reduce_value_ = false;
+    undefine(op->var);
+    define(op->name, op->value.type());
+    visit(op->body);
+    undefine(op->name);
+  }
+  void visit_stmt(const IfThenElse* op) override {
+    where_ = "an if condition";
+    visit(op->cond);
+    ++if_depth_;
+    visit(op->then_case);
+    if (op->else_case.defined()) visit(op->else_case);
+    --if_depth_;
+  }
+  void visit_stmt(const Store* op) override {
+    check_access(op->buffer, op->indices.size(), "write");
+    Decl d = decl(op->buffer);
+    if (d.is_global && !d.is_output) fail("write to input '" + op->buffer + "'");
+    if (op->value.type() != compute_type(d.dtype))
+      fail("storing " + std::string(type_name(op->value.type())) + " into '" + op->buffer + "'");
+    where_ = "a store to '" + op->buffer + "'";
+    IRVisitor::visit_stmt(op);
+  }
+  void visit_stmt(const Assign* op) override { fail("Assign is SIMT IR, not Tile IR"); }
+  void visit_stmt(const Copy* op) override {
+    Decl dst = decl(op->dst.buffer), src = decl(op->src.buffer);
+    if (static_cast<int>(op->dst.origin.size()) != dst.rank ||
+        static_cast<int>(op->src.origin.size()) != src.rank)
+      fail("copy from '" + op->src.buffer + "' to '" + op->dst.buffer + "' with the wrong rank");
+    if (dst.is_global && !dst.is_output) fail("copy into input '" + op->dst.buffer + "'");
+    if (compute_type(dst.dtype) != compute_type(src.dtype))
+      fail("copy between '" + op->src.buffer + "' and '" + op->dst.buffer + "' of different types");
+    if (parallel_depth_ > 0) fail("copy inside parallel (a copy is itself a parallel loop)");
+    for (int64_t e : op->dst.extents)
+      if (e <= 0) fail("copy with a non-positive extent");
+    where_ = "a copy";
+    IRVisitor::visit_stmt(op);
+  }
+  void visit_stmt(const Barrier*) override {
+    if (parallel_depth_ > 0)
+      fail("barrier inside parallel (barriers need every thread of the block)");
+    if (if_depth_ > 0) fail("barrier inside if (barriers need every thread of the block)");
+  }
+  void visit_stmt(const WarpShuffle* op) override {
+    if (parallel_depth_ > 0 || if_depth_ > 0)
+      fail("shuffle inside parallel or if (a shuffle needs every thread of the block)");
+    const TileAlloc* d = find_alloc(k_, op->dst);
+    const TileAlloc* s = find_alloc(k_, op->src);
+    const std::vector<int64_t> one_each{k_.sig.threads};
+    if (!d || !s || d->scope != MemScope::Fragment || s->scope != MemScope::Fragment ||
+        d->shape != one_each || s->shape != one_each || d->dtype != s->dtype)
+      fail("shuffle between '" + op->dst + "' and '" + op->src +
+           "': both must be fragments of one dtype and shape [threads]");
+    if (op->lane_xor >= std::min(k_.sig.threads, 32))
+      fail("shuffle lane_xor " + std::to_string(op->lane_xor) + " leaves the warp");
+  }
+
+  const Kernel& k_;
+  std::map<std::string, Type> scope_;
+  std::string where_ = "the kernel";
+  int parallel_depth_ = 0, if_depth_ = 0;
+  bool in_reduce_value_ = false;
+};
+
+}  // namespace
+
+void verify_tile(const Kernel& kernel) {
+  for (const TileAlloc& a : kernel.allocs)
+    if (find_buffer(kernel.sig, a.name))
+      throw Error("kernel '" + kernel.sig.name + "': '" + a.name + "' declared twice");
+  TileVerifier(kernel).run();
+}
+
+}  // namespace tilerun::compiler

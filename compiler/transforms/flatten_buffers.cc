@@ -1,0 +1,54 @@
+#include "compiler/transforms/flatten_buffers.h"
+
+#include "compiler/base/check.h"
+#include "compiler/ir/ir_visitor.h"
+
+namespace tilerun::compiler {
+namespace {
+
+class Flattener : public IRMutator {
+ public:
+  explicit Flattener(const SimtKernel& k) : k_(k) {}
+
+ protected:
+  Expr mutate_expr(const Load* op, const Expr&) override {
+    bool changed = false;
+    std::vector<Expr> idx = mutate_all(op->indices, &changed);
+    return Load::make(op->type, op->buffer, {flat(op->buffer, idx)});
+  }
+  Stmt mutate_stmt(const Store* op, const Stmt&) override {
+    bool changed = false;
+    std::vector<Expr> idx = mutate_all(op->indices, &changed);
+    return Store::make(op->buffer, {flat(op->buffer, idx)}, mutate(op->value));
+  }
+
+ private:
+  Expr flat(const std::string& buffer, const std::vector<Expr>& idx) const {
+    std::vector<Expr> shape;
+    if (const BufferParam* b = find_buffer(k_.sig, buffer)) {
+      shape = b->shape;
+    } else if (const SimtArray* s = find_shared(k_, buffer)) {
+      for (int64_t e : s->shape) shape.push_back(make_i64(e));
+    } else {
+      TR_CHECK(find_local_array(k_, buffer), "unknown buffer '" + buffer + "'");
+      TR_CHECK(idx.size() == 1, "local arrays are 1-d");
+      return idx[0];
+    }
+    TR_CHECK(shape.size() == idx.size(), "index rank of '" + buffer + "'");
+    Expr out = idx[0];
+    for (size_t d = 1; d < idx.size(); ++d) out = add(mul(out, shape[d]), idx[d]);
+    return out;
+  }
+
+  const SimtKernel& k_;
+};
+
+}  // namespace
+
+SimtKernel flatten_buffers(const SimtKernel& kernel) {
+  SimtKernel out = kernel;
+  out.body = Flattener(kernel).mutate(kernel.body);
+  return out;
+}
+
+}  // namespace tilerun::compiler

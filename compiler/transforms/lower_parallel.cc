@@ -1,0 +1,170 @@
+#include "compiler/transforms/lower_parallel.h"
+
+#include <algorithm>
+#include <map>
+
+#include "compiler/ir/ir_printer.h"
+#include "compiler/ir/ir_visitor.h"
+#include "compiler/ir/names.h"
+#include "tilerun/error.h"
+
+namespace tilerun::compiler {
+namespace {
+
+class ParallelLowerer : public IRMutator {
+ public:
+  ParallelLowerer(const Kernel& k, NameGen* names) : k_(k), names_(names) {}
+
+ protected:
+  // Deals the elements by the Parallel's layout (ir.h ParallelLayout): with width W, thread t
+  // takes the W consecutive elements lin = (it·T + t)·W + lane, lane in [0, W) innermost as a
+  // `vectorized` loop when the layout says its accesses are proved vectors; the fragment local
+  // index is it·W + lane. Width 1 is the plain lin = it·T + t.
+  Stmt mutate_stmt(const Parallel* op, const Stmt&) override {
+    const int64_t threads = k_.sig.threads;
+    const int64_t width = std::max(op->layout.width, 1);
+    Expr n = make_i64(1);
+    for (const Expr& e : op->extents) n = mul(n, e);
+    // A single trip (n <= T·W) needs no loop: the iteration number is the constant 0.
+    Expr trips = ceildiv(n, make_i64(threads * width));
+    int64_t trips_const;
+    bool single = const_int(trips, &trips_const) && trips_const == 1;
+    std::string it = single ? "" : names_->fresh("it"), lin = names_->fresh("lin");
+    std::string lane = width > 1 ? names_->fresh("lane") : "";
+    Expr it_v = single ? make_i64(0) : Var::make(Type::I64, it);
+    Expr lin_v = Var::make(Type::I64, lin);
+    Expr lane_v = width > 1 ? Var::make(Type::I64, lane) : make_i64(0);
+
+    current_ = op;
+    iteration_ = width > 1 ? add(mul(it_v, make_i64(width)), lane_v) : it_v;
+    Stmt body = mutate(op->body);
+    current_ = nullptr;
+    // Peel the linear index into the loop's indices, innermost fastest.
+    Expr stride = make_i64(1);
+    for (size_t d = op->vars.size(); d-- > 0;) {
+      Expr idx = floordiv(lin_v, stride);
+      if (d > 0) idx = floormod(idx, op->extents[d]);
+      body = LetStmt::make(op->vars[d], idx, body);
+      stride = mul(stride, op->extents[d]);
+    }
+    Expr thread = add(mul(it_v, make_i64(threads)), Var::make(Type::I64, kThreadIdx));
+    int64_t n_const;
+    bool exact = const_int(n, &n_const) && n_const % (threads * width) == 0;
+    if (width == 1) {
+      if (!exact) body = IfThenElse::make(lt(lin_v, n), body);
+      body = LetStmt::make(lin, thread, body);
+    } else {
+      // n % W == 0 (infer_layouts), so a vector is either wholly inside or wholly outside.
+      std::string group = names_->fresh("group");
+      Expr group_v = Var::make(Type::I64, group);
+      body = LetStmt::make(lin, add(mul(group_v, make_i64(width)), lane_v), body);
+      body = For::make(lane, make_i64(0), make_i64(width), body, op->layout.vectorize);
+      if (!exact) body = IfThenElse::make(lt(mul(group_v, make_i64(width)), n), body);
+      body = LetStmt::make(group, thread, body);
+    }
+    return single ? body : For::make(it, make_i64(0), trips, body);
+  }
+
+  Expr mutate_expr(const Load* op, const Expr& self) override {
+    if (!is_fragment(op->buffer)) return IRMutator::mutate_expr(op, self);
+    check_fragment_access(op->buffer, op->indices);
+    return Load::make(op->type, op->buffer, {iteration_});
+  }
+
+  Stmt mutate_stmt(const Store* op, const Stmt& self) override {
+    if (!is_fragment(op->buffer)) return IRMutator::mutate_stmt(op, self);
+    check_fragment_access(op->buffer, op->indices);
+    return Store::make(op->buffer, {iteration_}, mutate(op->value));
+  }
+
+ private:
+  bool is_fragment(const std::string& name) const {
+    const TileAlloc* a = find_alloc(k_, name);
+    return a && a->scope == MemScope::Fragment;
+  }
+
+  void check_fragment_access(const std::string& name, const std::vector<Expr>& idx) const {
+    const TileAlloc* a = find_alloc(k_, name);
+    bool ok = current_ != nullptr && idx.size() == current_->vars.size();
+    for (size_t d = 0; ok && d < idx.size(); ++d) {
+      const Var* v = idx[d].as<Var>();
+      int64_t extent;
+      ok = v && v->name == current_->vars[d] && const_int(current_->extents[d], &extent) &&
+           extent == a->shape[d];
+    }
+    if (!ok) {
+      std::string at;
+      for (size_t d = 0; d < idx.size(); ++d) at += (d ? ", " : "") + to_string(idx[d]);
+      throw Error("kernel '" + k_.sig.name + "': fragment '" + name + "' accessed at [" + at +
+                  "]; with the fixed thread mapping a fragment must be indexed by exactly the "
+                  "enclosing parallel loop's indices, over a loop whose extents equal its shape");
+    }
+  }
+
+  const Kernel& k_;
+  NameGen* names_;
+  const Parallel* current_ = nullptr;
+  Expr iteration_;
+};
+
+// The width of the Parallels touching each fragment (infer_layouts made them agree).
+class FragmentWidths : public IRVisitor {
+ public:
+  explicit FragmentWidths(const Kernel& k) : k_(k) {}
+  std::map<std::string, int> width;
+
+ protected:
+  void visit_stmt(const Parallel* op) override {
+    current_ = std::max(op->layout.width, 1);
+    IRVisitor::visit_stmt(op);
+    current_ = 1;
+  }
+  void visit_expr(const Load* op) override {
+    note(op->buffer);
+    IRVisitor::visit_expr(op);
+  }
+  void visit_stmt(const Store* op) override {
+    note(op->buffer);
+    IRVisitor::visit_stmt(op);
+  }
+
+ private:
+  void note(const std::string& name) {
+    const TileAlloc* a = find_alloc(k_, name);
+    if (!a || a->scope != MemScope::Fragment) return;
+    auto [it, fresh] = width.emplace(name, current_);
+    if (!fresh && it->second != current_)
+      throw Error("kernel '" + k_.sig.name + "': fragment '" + name +
+                  "' is used by parallels of widths " + std::to_string(it->second) + " and " +
+                  std::to_string(current_) + " (infer_layouts must run first)");
+  }
+  const Kernel& k_;
+  int current_ = 1;
+};
+
+}  // namespace
+
+SimtKernel lower_parallel(const Kernel& kernel) {
+  NameGen names(kernel);
+  SimtKernel out;
+  out.sig = kernel.sig;
+  const int64_t threads = kernel.sig.threads;
+  FragmentWidths widths(kernel);
+  widths.visit(kernel.body);
+  for (const TileAlloc& a : kernel.allocs) {
+    if (a.scope == MemScope::Shared) {
+      out.shared.push_back({a.name, a.dtype, a.shape});
+    } else {
+      int64_t numel = 1;
+      for (int64_t e : a.shape) numel *= e;
+      auto it = widths.width.find(a.name);
+      const int64_t w = it == widths.width.end() ? 1 : it->second;
+      out.local_arrays.push_back(
+          {a.name, a.dtype, {(numel + threads * w - 1) / (threads * w) * w}});
+    }
+  }
+  out.body = ParallelLowerer(kernel, &names).mutate(kernel.body);
+  return out;
+}
+
+}  // namespace tilerun::compiler

@@ -1,0 +1,75 @@
+#include "compiler/transforms/lower_storage_types.h"
+
+#include "compiler/base/check.h"
+#include "compiler/ir/ir_visitor.h"
+#include "compiler/ir/names.h"
+#include "compiler/transforms/strict_math.h"
+
+namespace tilerun::compiler {
+namespace {
+
+class StorageLowerer : public IRMutator {
+ public:
+  StorageLowerer(const SimtKernel& k, NameGen* names) : k_(k), names_(names) {}
+
+ protected:
+  Expr mutate_expr(const Load* op, const Expr&) override {
+    DType d = dtype_of(op->buffer);
+    Expr raw = Load::make(storage_type(d), op->buffer, {mutate(op->indices[0])});
+    switch (d) {
+      case DType::BF16:
+        return bf16_bits_to_f32(raw);
+      case DType::F16:
+        return f16_bits_to_f32(raw, names_->fresh("f16"));
+      case DType::U8:
+        return Binary::make(BinaryOp::And, Cast::make(Type::I32, raw), make_i32(0xff));
+      default:
+        return raw;
+    }
+  }
+
+  Stmt mutate_stmt(const Store* op, const Stmt&) override {
+    DType d = dtype_of(op->buffer);
+    Expr v = mutate(op->value);
+    switch (d) {
+      case DType::BF16:
+        v = f32_to_bf16_bits(v, names_->fresh("bf16"));
+        break;
+      case DType::F16:
+        v = f32_to_f16_bits(v, names_->fresh("f16"));
+        break;
+      case DType::U8:
+        v = Cast::make(Type::I8, v);
+        break;
+      case DType::F32:
+        if (find_buffer(k_.sig, op->buffer)) v = canonicalize_nan(v, names_->fresh("nan"));
+        break;
+      default:
+        break;
+    }
+    return Store::make(op->buffer, {mutate(op->indices[0])}, v);
+  }
+
+ private:
+  DType dtype_of(const std::string& name) const {
+    if (const BufferParam* b = find_buffer(k_.sig, name)) return b->dtype;
+    if (const SimtArray* a = find_shared(k_, name)) return a->dtype;
+    const SimtArray* a = find_local_array(k_, name);
+    TR_CHECK(a, "unknown buffer '" + name + "'");
+    return a->dtype;
+  }
+
+  const SimtKernel& k_;
+  NameGen* names_;
+};
+
+}  // namespace
+
+SimtKernel lower_storage_types(const SimtKernel& kernel) {
+  NameGen names(kernel);
+  SimtKernel out = kernel;
+  out.body = StorageLowerer(kernel, &names).mutate(kernel.body);
+  return out;
+}
+
+}  // namespace tilerun::compiler

@@ -1,0 +1,163 @@
+#include "compiler/transforms/vectorize_accesses.h"
+
+#include <map>
+#include <set>
+
+#include "compiler/ir/ir_printer.h"
+#include "compiler/ir/ir_visitor.h"
+#include "compiler/ir/names.h"
+
+namespace tilerun::compiler {
+namespace {
+
+// Replaces Vars by expressions (lets inlined, the lane set to 0).
+class Substitute : public IRMutator {
+ public:
+  explicit Substitute(const std::map<std::string, Expr>& by) : by_(by) {}
+
+ protected:
+  Expr mutate_expr(const Var* op, const Expr& self) override {
+    auto it = by_.find(op->name);
+    return it == by_.end() ? self : mutate(it->second);
+  }
+
+ private:
+  const std::map<std::string, Expr>& by_;
+};
+
+// The names a statement binds (lets, loops) and whether an expression reads memory.
+class Bound : public IRVisitor {
+ public:
+  std::set<std::string> names;
+  bool loads = false;
+
+ protected:
+  void visit_stmt(const LetStmt* op) override {
+    names.insert(op->name);
+    IRVisitor::visit_stmt(op);
+  }
+  void visit_stmt(const For* op) override {
+    names.insert(op->var);
+    IRVisitor::visit_stmt(op);
+  }
+  void visit_expr(const Let* op) override {
+    names.insert(op->name);
+    IRVisitor::visit_expr(op);
+  }
+  void visit_expr(const Load* op) override {
+    loads = true;
+    IRVisitor::visit_expr(op);
+  }
+};
+
+bool mentions_any(const Expr& e, const std::set<std::string>& names) {
+  struct V : IRVisitor {
+    const std::set<std::string>* names;
+    bool found = false;
+    void visit_expr(const Var* op) override { found = found || names->count(op->name); }
+  } v;
+  v.names = &names;
+  v.visit(e);
+  return v.found;
+}
+
+// One lane loop's body: global accesses moving with the lane go through local arrays.
+class LaneLoop : public IRMutator {
+ public:
+  LaneLoop(SimtKernel* k, NameGen* names, const For* loop) : k_(k), names_(names), loop_(loop) {
+    Bound b;
+    b.visit(loop->body);
+    inner_ = b.names;
+    inner_.insert(loop->var);
+    lanes_ = static_cast<int>(loop->extent.as<IntImm>()->value);
+  }
+  std::vector<Stmt> before, after;
+
+ protected:
+  Stmt mutate_stmt(const LetStmt* op, const Stmt& self) override {
+    Expr v = mutate(op->value);
+    bool index_let = is_int(op->value.type());
+    if (index_let) lets_[op->name] = op->value;
+    Stmt b = mutate(op->body);
+    if (index_let) lets_.erase(op->name);
+    if (v.same_as(op->value) && b.same_as(op->body)) return self;
+    return LetStmt::make(op->name, v, b);
+  }
+
+  Expr mutate_expr(const Load* op, const Expr& self) override {
+    std::string tmp = vector_of(op->buffer, op->indices[0], /*store=*/false);
+    if (tmp.empty()) return IRMutator::mutate_expr(op, self);
+    return Load::make(op->type, tmp, {Var::make(Type::I64, loop_->var)});
+  }
+
+  Stmt mutate_stmt(const Store* op, const Stmt& self) override {
+    Expr v = mutate(op->value);
+    std::string tmp = vector_of(op->buffer, op->indices[0], /*store=*/true);
+    if (tmp.empty()) return v.same_as(op->value) ? self : Store::make(op->buffer, op->indices, v);
+    return Store::make(tmp, {Var::make(Type::I64, loop_->var)}, v);
+  }
+
+ private:
+  // The local array standing for buffer[index .. + lanes), or "" when the access stays scalar.
+  std::string vector_of(const std::string& buffer, const Expr& index, bool store) {
+    const BufferParam* b = find_buffer(k_->sig, buffer);
+    if (!b) return "";
+    Expr full = Substitute(lets_).mutate(index);
+    if (!uses_var(full, loop_->var)) return "";
+    std::map<std::string, Expr> first{{loop_->var, make_i64(0)}};
+    Expr base = Substitute(first).mutate(full);
+    Bound reads;
+    reads.visit(base);
+    if (reads.loads || mentions_any(base, inner_)) return "";
+    std::string key = (store ? "store " : "load ") + buffer + "[" + to_string(base) + "]";
+    auto it = arrays_.find(key);
+    if (it != arrays_.end()) return it->second;
+    std::string tmp = names_->fresh(buffer + (store ? ".out" : ".in"));
+    k_->local_arrays.push_back({tmp, b->dtype, {lanes_}});
+    if (store)
+      after.push_back(VectorMove::make(buffer, base, tmp, make_i64(0), lanes_));
+    else
+      before.push_back(VectorMove::make(tmp, make_i64(0), buffer, base, lanes_));
+    arrays_.emplace(key, tmp);
+    return tmp;
+  }
+
+  SimtKernel* k_;
+  NameGen* names_;
+  const For* loop_;
+  int lanes_ = 1;
+  std::set<std::string> inner_;
+  std::map<std::string, Expr> lets_;
+  std::map<std::string, std::string> arrays_;  // access key → local array
+};
+
+class Vectorizer : public IRMutator {
+ public:
+  Vectorizer(SimtKernel* k, NameGen* names) : k_(k), names_(names) {}
+
+ protected:
+  Stmt mutate_stmt(const For* op, const Stmt& self) override {
+    if (!op->vectorized) return IRMutator::mutate_stmt(op, self);
+    LaneLoop lanes(k_, names_, op);
+    Stmt body = lanes.mutate(op->body);
+    std::vector<Stmt> out = std::move(lanes.before);
+    out.push_back(For::make(op->var, op->min, op->extent, body, true));
+    out.insert(out.end(), lanes.after.begin(), lanes.after.end());
+    return Seq::make(std::move(out));
+  }
+
+ private:
+  SimtKernel* k_;
+  NameGen* names_;
+};
+
+}  // namespace
+
+SimtKernel vectorize_accesses(const SimtKernel& kernel) {
+  NameGen names(kernel);
+  SimtKernel out = kernel;
+  out.body = Vectorizer(&out, &names).mutate(kernel.body);
+  return out;
+}
+
+}  // namespace tilerun::compiler

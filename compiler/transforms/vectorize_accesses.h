@@ -1,0 +1,20 @@
+// Pass (SIMT IR, after lower_storage_types): in every `vectorized` lane loop (lower_parallel),
+// each global load or store whose index moves with the lane becomes one VectorMove of all
+// lanes between the buffer and a per-thread local array — loads before the loop, stores after
+// it — and inside the loop the lane reads or writes its element of that array.
+//
+// Sound because infer_layouts marks a loop vectorized only where analyze_accesses proved every
+// such access in bounds, contiguous along the innermost var (so along the lane), aligned to
+// lanes·bytes, and not under a guard or inner loop: the index at lane l is index(0) + l, and
+// each lane touches its own element, so hoisting the reads and sinking the writes changes no
+// value. An access whose first-lane index still names something bound inside the loop stays
+// scalar (never expected; kept as a safe fallback).
+#pragma once
+
+#include "compiler/ir/kernel.h"
+
+namespace tilerun::compiler {
+
+SimtKernel vectorize_accesses(const SimtKernel& kernel);
+
+}  // namespace tilerun::compiler

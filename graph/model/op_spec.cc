@@ -1,0 +1,187 @@
+#include "graph/model/op_spec.h"
+
+namespace tilerun::graph {
+
+namespace {
+
+using kernels::AttrKind;
+using kernels::AttrSpec;
+using kernels::OpSchema;
+
+// Keys every op entry has besides its attributes.
+const std::vector<std::string> kOpKeys = {"op", "in", "out"};
+
+// The name list of a scalar-or-sequence value: `in: x` and `in: [x, y]` both work, since most
+// ops have one output and writing `out: [y]` each time is noise.
+std::vector<const YamlNode*> name_list(const YamlNode& node, const std::string& what) {
+  std::vector<const YamlNode*> out;
+  if (node.is_null()) return out;
+  if (node.is_scalar()) return {&node};
+  if (!node.is_sequence())
+    throw Error(node.loc, "expected a tensor name or a sequence of names for " + what + ", found " +
+                              describe(node));
+  for (const YamlNode& item : node.items) {
+    if (!item.is_scalar())
+      throw Error(item.loc, "expected a tensor name in " + what + ", found " + describe(item));
+    out.push_back(&item);
+  }
+  return out;
+}
+
+std::string slot_list(const std::vector<std::string>& slots, int optional) {
+  std::vector<std::string> shown = slots;
+  for (size_t i = slots.size() - optional; i < slots.size(); ++i) shown[i] = "[" + slots[i] + "]";
+  return join(shown);
+}
+
+class AttrReader {
+ public:
+  AttrReader(const AttrSpec& spec, const std::string& op,
+             const std::map<std::string, int64_t>& dims)
+      : spec_(spec), op_(op), dims_(dims) {}
+
+  AttrValue read(const YamlNode& node) const {
+    switch (spec_.kind) {
+      case AttrKind::Int:
+        return read_int_value(node);
+      case AttrKind::Float:
+        return read_float_value(node);
+      case AttrKind::Bool:
+        if (std::optional<bool> b = as_bool(node)) return *b;
+        wrong(node);
+      case AttrKind::String:
+        if (!node.is_scalar()) wrong(node);
+        return node.text;
+      case AttrKind::IntList:
+        return read_list<int64_t>(node, [&](const YamlNode& n) { return read_int_value(n); });
+      case AttrKind::FloatList:
+        return read_list<double>(node, [&](const YamlNode& n) { return read_float_value(n); });
+      case AttrKind::StringList:
+        return read_list<std::string>(node, [&](const YamlNode& n) {
+          if (!n.is_scalar()) wrong(n);
+          return n.text;
+        });
+    }
+    wrong(node);
+  }
+
+ private:
+  [[noreturn]] void wrong(const YamlNode& node) const {
+    std::string expected(kernels::attr_kind_name(spec_.kind));
+    if (spec_.kind == AttrKind::Int || spec_.kind == AttrKind::IntList)
+      expected += " (a dim name is also accepted)";
+    throw Error(node.loc, "attribute '" + spec_.name + "' of op '" + op_ + "' expects " +
+                              article(spec_.kind) + expected + ", found " + describe(node));
+  }
+
+  static std::string article(AttrKind k) { return k == AttrKind::Int ? "an " : "a "; }
+
+  int64_t read_int_value(const YamlNode& node) const {
+    if (std::optional<int64_t> i = as_int(node)) return *i;
+    // Sizes such as a block or top-k often equal a dim; naming it keeps the file consistent.
+    if (node.is_scalar() && node.plain) {
+      auto it = dims_.find(node.text);
+      if (it != dims_.end()) return it->second;
+    }
+    wrong(node);
+  }
+
+  double read_float_value(const YamlNode& node) const {
+    if (std::optional<double> d = as_float(node)) return *d;
+    wrong(node);
+  }
+
+  template <typename T, typename F>
+  std::vector<T> read_list(const YamlNode& node, F element) const {
+    if (!node.is_sequence()) wrong(node);
+    std::vector<T> out;
+    for (const YamlNode& item : node.items) out.push_back(element(item));
+    return out;
+  }
+
+  const AttrSpec& spec_;
+  const std::string& op_;
+  const std::map<std::string, int64_t>& dims_;
+};
+
+}  // namespace
+
+OpSpec parse_op_spec(const YamlNode& node, size_t index, const std::string& layer,
+                     const kernels::OpRegistry& registry,
+                     const std::map<std::string, int64_t>& dims) {
+  std::string where = "op " + std::to_string(index) + " of layer '" + layer + "'";
+  expect_kind(node, YamlNode::Kind::Mapping, where);
+  OpSpec spec;
+  spec.loc = node.loc;
+
+  const YamlNode* op_node = nullptr;
+  for (const YamlEntry& e : node.entries)
+    if (e.key == "op") op_node = &e.value;
+  if (op_node == nullptr) throw Error(node.loc, "missing required key 'op' in " + where);
+  std::string type = read_string(*op_node, "the op type of " + where);
+  spec.schema = registry.find(type);
+  if (spec.schema == nullptr)
+    throw Error(op_node->loc, "unknown op " + quote(type) + did_you_mean(type, registry.names()) +
+                                  " (known ops: " + join(registry.names()) + ")");
+  const OpSchema& schema = *spec.schema;
+  where = "op " + std::to_string(index) + " (" + type + ") of layer '" + layer + "'";
+
+  const YamlNode* in_node = nullptr;
+  const YamlNode* out_node = nullptr;
+  std::map<std::string, const YamlNode*> given;  // attributes as written
+  for (const YamlEntry& e : node.entries) {
+    if (e.key == "op") continue;
+    if (e.key == "in") {
+      in_node = &e.value;
+    } else if (e.key == "out") {
+      out_node = &e.value;
+    } else if (schema.find_attr(e.key) != nullptr) {
+      given[e.key] = &e.value;
+    } else {
+      std::vector<std::string> keys = kOpKeys;
+      std::vector<std::string> attrs;
+      for (const AttrSpec& a : schema.attrs) keys.push_back(a.name), attrs.push_back(a.name);
+      throw Error(e.key_loc, "unknown attribute " + quote(e.key) + " for op '" + type + "'" +
+                                 did_you_mean(e.key, keys) + " (allowed keys: op, in, out" +
+                                 (attrs.empty() ? "; it has no attributes"
+                                                : "; its attributes: " + join(attrs)) +
+                                 ")");
+    }
+  }
+
+  if (in_node != nullptr) spec.inputs = name_list(*in_node, "the inputs of " + where);
+  size_t max_in = schema.inputs.size();
+  size_t min_in = max_in - schema.optional_inputs;
+  if (spec.inputs.size() < min_in || spec.inputs.size() > max_in) {
+    std::string count = min_in == max_in ? std::to_string(max_in)
+                                         : std::to_string(min_in) + " to " + std::to_string(max_in);
+    throw Error(in_node ? in_node->loc : node.loc,
+                "op '" + type + "' takes " + count + " input" + (max_in == 1 ? "" : "s") + " (" +
+                    slot_list(schema.inputs, schema.optional_inputs) + "), found " +
+                    std::to_string(spec.inputs.size()));
+  }
+
+  if (out_node == nullptr) throw Error(node.loc, "missing required key 'out' in " + where);
+  spec.outputs = name_list(*out_node, "the outputs of " + where);
+  if (spec.outputs.size() != schema.outputs.size())
+    throw Error(out_node->loc,
+                "op '" + type + "' produces " + std::to_string(schema.outputs.size()) + " output" +
+                    (schema.outputs.size() == 1 ? "" : "s") + " (" + join(schema.outputs) +
+                    "), found " + std::to_string(spec.outputs.size()));
+  for (const YamlNode* out : spec.outputs) read_identifier(*out, "an output of " + where);
+
+  for (const AttrSpec& a : schema.attrs) {
+    auto it = given.find(a.name);
+    if (it != given.end()) {
+      spec.attrs[a.name] = AttrReader(a, type, dims).read(*it->second);
+    } else if (a.default_value) {
+      spec.attrs[a.name] = *a.default_value;
+    } else {
+      throw Error(node.loc, "missing required attribute '" + a.name + "' (" +
+                                std::string(kernels::attr_kind_name(a.kind)) + ") of " + where);
+    }
+  }
+  return spec;
+}
+
+}  // namespace tilerun::graph

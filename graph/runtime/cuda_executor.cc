@@ -1,0 +1,439 @@
+// The CUDA executor: one device arena from the memory plan; each distinct kernel compiled once
+// (NVRTC behind the disk cache) and loaded once; each node's parameters packed once. A step is
+// either a tight loop of cuLaunchKernel over the pre-bound nodes (LaunchMode::Launch) or one
+// cuGraphLaunch per layer and direction of CUDA graphs built from the KernelGraph's real
+// dependencies (LaunchMode::Graph). Timing per layer: host µs spent issuing, device µs between
+// events recorded around it.
+#include <algorithm>
+#include <chrono>
+
+#include "compiler/base/check.h"
+#include "compiler/codegen/cuda_codegen.h"
+#include "compiler/codegen/launch_abi.h"
+#include "compiler/analysis/launch_traits.h"
+#include "compiler/analysis/launch_geometry.h"
+#include "compiler/codegen/nvrtc.h"
+#include "graph/runtime/cuda_driver.h"
+#include "graph/runtime/cupti.h"
+#include "graph/runtime/executor.h"
+
+namespace tilerun::graph {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Consecutive nodes of one layer and direction: what one CUDA graph (or one timed launch loop)
+// holds.
+struct Group {
+  int layer = 0;
+  Direction direction = Direction::Forward;
+  int begin = 0, end = 0;  // node range
+};
+
+std::vector<Group> group_nodes(const KernelGraph& g) {
+  std::vector<Group> groups;
+  for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
+    const KernelNode& n = g.nodes[i];
+    if (groups.empty() || groups.back().layer != n.layer || groups.back().direction != n.direction)
+      groups.push_back({n.layer, n.direction, i, i});
+    groups.back().end = i + 1;
+  }
+  return groups;
+}
+
+// Edges of a layer's graph between its launched nodes (`launched[j]`: node begin + j has a
+// non-empty grid), as local indices, with the transitive ones removed: a graph needs only the
+// edges no other path implies (the KernelGraph lists every hazard pair). Nodes with an empty grid
+// get no graph node and are left out here: they do no work, so no hazard passes through them.
+std::vector<std::vector<int>> graph_edges(const KernelGraph& g, const Group& grp,
+                                          const std::vector<bool>& launched) {
+  const int n = grp.end - grp.begin;
+  std::vector<std::vector<bool>> reach(n, std::vector<bool>(n, false));  // reach[j][i]: i before j
+  std::vector<std::vector<int>> out(n);
+  for (int j = 0; j < n; ++j) {
+    std::vector<int> deps;
+    for (int d : g.nodes[grp.begin + j].deps)
+      if (d >= grp.begin && d < grp.end && launched[d - grp.begin]) deps.push_back(d - grp.begin);
+    std::sort(deps.rbegin(), deps.rend());  // latest first: it implies the most
+    for (int i : deps) {
+      if (reach[j][i]) continue;
+      out[j].push_back(i);
+      reach[j][i] = true;
+      for (int k = 0; k < i; ++k)
+        if (reach[i][k]) reach[j][k] = true;
+    }
+    std::sort(out[j].begin(), out[j].end());
+  }
+  return out;
+}
+
+class CudaExecutor final : public Executor {
+ public:
+  CudaExecutor(const KernelGraph& g, const Model& model, const SessionOptions& options,
+               CompileStats& stats)
+      : graph_(g), model_(model), mode_(options.mode), pdl_(options.pdl) {
+    std::string why;
+    d_ = cuda_driver(&why);
+    if (!d_) throw Error(why, ErrorKind::Runtime);
+    check(d_->cuDeviceGet(&device_, 0), "cuDeviceGet", "device 0");
+    check(d_->cuDevicePrimaryCtxRetain(&ctx_, device_), "cuDevicePrimaryCtxRetain", "device 0");
+    check(d_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent", "device 0");
+
+    auto start = Clock::now();
+    std::vector<compiler::CudaBinary> binaries(g.kernels.size());
+    const std::string cache = compiler::default_cache_dir();
+    compile_kernels(g, options, stats, [&](size_t i, const compiler::SimtKernel& k) {
+      binaries[i] = compiler::compile_cuda(k, cache);
+    });
+    for (size_t k = 0; k < binaries.size(); ++k) {
+      CUmodule module = nullptr;
+      CUfunction fn = nullptr;
+      const std::string what = "kernel " + g.kernels[k]->sig.name;
+      check(d_->cuModuleLoadData(&module, binaries[k].cubin.data()), "cuModuleLoadData", what);
+      modules_.push_back(module);
+      check(d_->cuModuleGetFunction(&fn, module, binaries[k].name.c_str()), "cuModuleGetFunction",
+            what);
+      functions_.push_back(fn);
+    }
+    stats.compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    stats.kernels_distinct = static_cast<int>(binaries.size());
+    stats.kernels_total = static_cast<int>(g.nodes.size());
+
+    const size_t arena = static_cast<size_t>(std::max<int64_t>(g.plan.arena_bytes, 256));
+    check(d_->cuMemAlloc(&arena_, arena), "cuMemAlloc", "the arena");
+    check(d_->cuMemsetD8(arena_, 0, arena), "cuMemsetD8", "the arena");
+    check(d_->cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate", "the stream");
+
+    for (const KernelNode& node : g.nodes) {
+      const compiler::KernelSignature& sig = g.kernels[node.kernel]->sig;
+      compiler::KernelArgs args{.buffers = {}, .dims = node.dims, .scalars = node.scalars};
+      for (int t : node.buffers)
+        args.buffers.push_back(reinterpret_cast<void*>(arena_ + g.plan.offsets[t]));
+      geometry_.push_back(compiler::launch_geometry(sig, node.dims));
+      params_.push_back(compiler::pack_cuda_params(sig, args));
+    }
+    // Which edges may let the dependent launch early (PDL): from a producer whose whole grid is
+    // resident at once (a dependent parked behind a producer with blocks still queued would
+    // take their slots), to a light dependent (light_ below).
+    int sms = 0;
+    check(d_->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_),
+          "cuDeviceGetAttribute", "device 0");
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const compiler::LaunchGeometry& geo = geometry_[i];
+      int per_sm = 0;
+      if (!geo.empty())
+        check(d_->cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                  &per_sm, functions_[g.nodes[i].kernel], static_cast<int>(geo.threads), 0),
+              "cuOccupancyMaxActiveBlocksPerMultiprocessor", kernel_name(static_cast<int>(i)));
+      const int64_t blocks = geo.grid[0] * geo.grid[1] * geo.grid[2];
+      one_wave_.push_back(!geo.empty() && blocks <= int64_t{per_sm} * sms);
+      light_.push_back(!compiler::launch_traits(*g.kernels[g.nodes[i].kernel]).block_barriers);
+    }
+    groups_ = group_nodes(g);
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      CUevent a = nullptr, b = nullptr;
+      check(d_->cuEventCreate(&a, CU_EVENT_DEFAULT), "cuEventCreate", "timing");
+      check(d_->cuEventCreate(&b, CU_EVENT_DEFAULT), "cuEventCreate", "timing");
+      events_.push_back({a, b});
+    }
+    if (mode_ == LaunchMode::Graph)
+      for (const Group& grp : groups_) graphs_.push_back(build_graph(grp));
+  }
+
+  ~CudaExecutor() override {
+    if (!d_) return;
+    d_->cuCtxSetCurrent(ctx_);
+    if (stream_) d_->cuStreamSynchronize(stream_);
+    for (auto& [graph, exec] : graphs_) {
+      if (exec) d_->cuGraphExecDestroy(exec);
+      if (graph) d_->cuGraphDestroy(graph);
+    }
+    for (auto& [a, b] : events_) d_->cuEventDestroy(a), d_->cuEventDestroy(b);
+    if (stream_) d_->cuStreamDestroy(stream_);
+    if (arena_) d_->cuMemFree(arena_);
+    for (CUmodule m : modules_) d_->cuModuleUnload(m);
+    d_->cuDevicePrimaryCtxRelease(device_);
+  }
+
+  std::string device_name() const override { return "cuda"; }
+
+  void write_tensor(int tensor, const void* data, int64_t bytes) override {
+    check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "a tensor write");
+    check(d_->cuMemcpyHtoD(arena_ + graph_.plan.offsets[tensor], data, static_cast<size_t>(bytes)),
+          "cuMemcpyHtoD", "tensor " + graph_.ops.tensors[tensor].name);
+  }
+  void write_tensor_from_device(int tensor, const void* device_ptr, int64_t bytes) override {
+    const std::string& name = graph_.ops.tensors[tensor].name;
+    if (reinterpret_cast<uintptr_t>(device_ptr) % 16 != 0)
+      throw Error("tensor '" + name + "': device pointer " +
+                  std::to_string(reinterpret_cast<uintptr_t>(device_ptr)) +
+                  " is not 16-byte aligned");
+    check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "a tensor write");
+    check(d_->cuMemcpyDtoD(arena_ + graph_.plan.offsets[tensor],
+                           reinterpret_cast<CUdeviceptr>(device_ptr), static_cast<size_t>(bytes)),
+          "cuMemcpyDtoD", "tensor " + name);
+  }
+  void read_tensor(int tensor, void* data, int64_t bytes) const override {
+    check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "a tensor read");
+    check(d_->cuMemcpyDtoH(data, arena_ + graph_.plan.offsets[tensor], static_cast<size_t>(bytes)),
+          "cuMemcpyDtoH", "tensor " + graph_.ops.tensors[tensor].name);
+  }
+
+  // Every kernel of `direction` once, standalone and without PDL, so each kernel's duration is
+  // its own, queued behind a hold kernel that keeps the GPU busy while the host issues the pass
+  // (otherwise every kernel would wait for its own launch). Durations from CUPTI activity
+  // records (the GPU's timestamps) where libcupti is there, else from events around each
+  // launch, which add a few µs to 1-5 µs kernels.
+  std::vector<double> profile(Direction direction) override {
+    std::vector<int> which;
+    for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i)
+      if (graph_.nodes[i].direction == direction && !geometry_[i].empty()) which.push_back(i);
+    std::string why;
+    if (CuptiKernelTimer* cupti = CuptiKernelTimer::get(&why)) {
+      if (cupti->start(&why)) {
+        hold(20000 + 5000 * static_cast<unsigned long long>(which.size()));
+        for (int i : which) launch(i, false);
+        check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "profiling");
+        std::vector<KernelRecord> records = cupti->stop();
+        std::erase_if(records, [](const KernelRecord& r) { return r.name == "tilerun_hold"; });
+        if (records.size() == which.size()) {
+          std::vector<double> us(graph_.nodes.size(), 0.0);
+          for (size_t k = 0; k < which.size(); ++k) us[which[k]] = records[k].us;
+          profile_source_ = "CUPTI activity records";
+          return us;
+        }
+        why = "CUPTI returned " + std::to_string(records.size()) + " kernel records for " +
+              std::to_string(which.size()) + " launches";
+      }
+    }
+    profile_source_ = "events around each launch (" + why + ")";
+    return profile_with_events(which);
+  }
+
+  std::string profile_source() const override { return profile_source_; }
+
+  std::vector<double> profile_with_events(const std::vector<int>& which) {
+    std::vector<double> us(graph_.nodes.size(), 0.0);
+    std::vector<std::pair<CUevent, CUevent>> ev(which.size());
+    for (auto& [a, b] : ev) {
+      check(d_->cuEventCreate(&a, CU_EVENT_DEFAULT), "cuEventCreate", "profiling");
+      check(d_->cuEventCreate(&b, CU_EVENT_DEFAULT), "cuEventCreate", "profiling");
+    }
+    hold(20000 + 15000 * static_cast<unsigned long long>(which.size()));
+    for (size_t k = 0; k < which.size(); ++k) {
+      check(d_->cuEventRecord(ev[k].first, stream_), "cuEventRecord", "profiling");
+      launch(which[k], false);
+      check(d_->cuEventRecord(ev[k].second, stream_), "cuEventRecord", "profiling");
+    }
+    check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "profiling");
+    for (size_t k = 0; k < ev.size(); ++k) {
+      float ms = 0;
+      check(d_->cuEventElapsedTime(&ms, ev[k].first, ev[k].second), "cuEventElapsedTime",
+            kernel_name(which[k]));
+      us[which[k]] = ms * 1000.0;
+      d_->cuEventDestroy(ev[k].first);
+      d_->cuEventDestroy(ev[k].second);
+    }
+    return us;
+  }
+
+  std::vector<LayerTiming> run(Direction direction) override {
+    std::vector<LayerTiming> timings;
+    std::vector<size_t> ran;
+    for (size_t gi = 0; gi < groups_.size(); ++gi) {
+      const Group& grp = groups_[gi];
+      if (grp.direction != direction) continue;
+      // Host time covers only the calls that issue the layer, not the timing events around it.
+      check(d_->cuEventRecord(events_[gi].first, stream_), "cuEventRecord", "timing");
+      auto start = Clock::now();
+      if (mode_ == LaunchMode::Graph) {
+        check(d_->cuGraphLaunch(graphs_[gi].second, stream_), "cuGraphLaunch",
+              "layer " + model_.layers[grp.layer].name);
+      } else {
+        // PDL against the kernel launched before, when that one is a single wave.
+        int prev = -1;
+        for (int i = grp.begin; i < grp.end; ++i) {
+          if (geometry_[i].empty()) continue;
+          launch(i, pdl_ && prev >= 0 && one_wave_[prev] && light_[i]);
+          prev = i;
+        }
+      }
+      double host_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+      check(d_->cuEventRecord(events_[gi].second, stream_), "cuEventRecord", "timing");
+      timings.push_back({.layer = model_.layers[grp.layer].name,
+                         .direction = direction_name(direction),
+                         .kernels = grp.end - grp.begin,
+                         .host_us = host_us,
+                         .device_us = 0});
+      ran.push_back(gi);
+    }
+    check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize",
+          std::string(direction_name(direction)) + " step");
+    for (size_t r = 0; r < ran.size(); ++r) {
+      float ms = 0;
+      check(d_->cuEventElapsedTime(&ms, events_[ran[r]].first, events_[ran[r]].second),
+            "cuEventElapsedTime", "timing");
+      timings[r].device_us = ms * 1000.0;
+    }
+    return timings;
+  }
+
+ private:
+  // Spins one thread on the GPU for `ns` nanoseconds (capped at 50 ms).
+  void hold(unsigned long long ns) {
+    if (!hold_fn_) {
+      static const char* kSource =
+          "extern \"C\" __global__ void tilerun_hold(unsigned long long ns) {\n"
+          "  unsigned long long t0, t;\n"
+          "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t0));\n"
+          "  do { asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t)); } while (t - t0 < "
+          "ns);\n"
+          "}\n";
+      compiler::CubinResult bin = compiler::compile_cubin(
+          "tilerun_hold", kSource, compiler::strict_nvrtc_options(), compiler::default_cache_dir());
+      check(d_->cuModuleLoadData(&hold_module_, bin.cubin.data()), "cuModuleLoadData",
+            "kernel tilerun_hold");
+      modules_.push_back(hold_module_);
+      check(d_->cuModuleGetFunction(&hold_fn_, hold_module_, "tilerun_hold"), "cuModuleGetFunction",
+            "kernel tilerun_hold");
+    }
+    ns = std::min<unsigned long long>(ns, 50000000ull);
+    void* params[] = {&ns};
+    check(d_->cuLaunchKernel(hold_fn_, 1, 1, 1, 1, 1, 1, 0, stream_, params, nullptr),
+          "cuLaunchKernel", "kernel tilerun_hold");
+  }
+
+  void check(CUresult r, const char* call, const std::string& what) const {
+    cuda_check(r, call, what);
+  }
+
+  // One standalone launch, through cuLaunchKernelEx either way (with PDL: may start while its
+  // predecessor in the stream finishes, waiting in griddepcontrol.wait before touching what that
+  // one wrote). The kernel's name is built only on failure: this is the hot path of --mode launch.
+  void launch(int i, bool pdl) {
+    const compiler::LaunchGeometry& geo = geometry_[i];
+    if (geo.empty()) return;
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = static_cast<unsigned>(geo.grid[0]);
+    cfg.gridDimY = static_cast<unsigned>(geo.grid[1]);
+    cfg.gridDimZ = static_cast<unsigned>(geo.grid[2]);
+    cfg.blockDimX = static_cast<unsigned>(geo.threads);
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.hStream = stream_;
+    cfg.attrs = pdl ? &attr : nullptr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CUresult r = d_->cuLaunchKernelEx(&cfg, functions_[graph_.nodes[i].kernel],
+                                      params_[i].kernel_params(), nullptr);
+    if (r != CUDA_SUCCESS) check(r, "cuLaunchKernelEx", kernel_name(i));
+  }
+
+  std::string kernel_name(int i) const {
+    return "kernel " + graph_.kernels[graph_.nodes[i].kernel]->sig.name;
+  }
+
+  // One layer's CUDA graph: a kernel node per launched node, the real dependencies as edges
+  // (programmatic with PDL), and the layer's roots chained by launch-order edges.
+  std::pair<CUgraph, CUgraphExec> build_graph(const Group& grp) {
+    const std::string what = "layer " + model_.layers[grp.layer].name;
+    CUgraph graph = nullptr;
+    check(d_->cuGraphCreate(&graph, 0), "cuGraphCreate", what);
+    const int n = grp.end - grp.begin;
+    std::vector<bool> launched(n);
+    for (int j = 0; j < n; ++j) launched[j] = !geometry_[grp.begin + j].empty();
+    const std::vector<std::vector<int>> deps = graph_edges(graph_, grp, launched);
+    std::vector<CUgraphNode> nodes(n, nullptr);
+    int last_root = -1;
+    for (int j = 0; j < n; ++j) {
+      if (!launched[j]) continue;
+      const int i = grp.begin + j;
+      const compiler::LaunchGeometry& geo = geometry_[i];
+      CUDA_KERNEL_NODE_PARAMS p{};
+      p.func = functions_[graph_.nodes[i].kernel];
+      p.gridDimX = static_cast<unsigned>(geo.grid[0]);
+      p.gridDimY = static_cast<unsigned>(geo.grid[1]);
+      p.gridDimZ = static_cast<unsigned>(geo.grid[2]);
+      p.blockDimX = static_cast<unsigned>(geo.threads);
+      p.blockDimY = p.blockDimZ = 1;
+      p.kernelParams = params_[i].kernel_params();
+      check(d_->cuGraphAddKernelNode(&nodes[j], graph, nullptr, 0, &p), "cuGraphAddKernelNode",
+            kernel_name(i));
+      std::vector<CUgraphNode> from;
+      std::vector<CUgraphEdgeData> edges;
+      // With PDL the edges are programmatic: the dependent may launch once every block of its
+      // producer has passed griddepcontrol.launch_dependents, and waits in griddepcontrol.wait.
+      for (int d : deps[j]) {
+        CUgraphEdgeData e{};
+        if (pdl_ && one_wave_[grp.begin + d] && light_[i]) {
+          e.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+          e.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+        }
+        from.push_back(nodes[d]);
+        edges.push_back(e);
+      }
+      // A root after the first gets a launch-order edge from the root before it: it may start
+      // once every block of that one has begun; no completion or memory dependency (invisible to
+      // griddepcontrol.wait), so the roots still overlap. The graph then has one root: on the
+      // H200 a second root costs 0.6-1 µs of host time in every cuGraphLaunch, while the launch
+      // order changes nothing measurable on the device (bench/RESULTS.md).
+      if (deps[j].empty()) {
+        if (last_root >= 0) {
+          CUgraphEdgeData e{};
+          e.from_port = CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER;
+          e.type = CU_GRAPH_DEPENDENCY_TYPE_DEFAULT;
+          from.push_back(nodes[last_root]);
+          edges.push_back(e);
+        }
+        last_root = j;
+      }
+      if (from.empty()) continue;
+      std::vector<CUgraphNode> to(from.size(), nodes[j]);
+      check(d_->cuGraphAddDependencies(graph, from.data(), to.data(), edges.data(), from.size()),
+            "cuGraphAddDependencies", kernel_name(i));
+    }
+    CUgraphExec exec = nullptr;
+    check(d_->cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate", what);
+    // Upload now rather than in the first cuGraphLaunch (9-30 µs of host time otherwise, which
+    // the first step's timing would carry).
+    check(d_->cuGraphUpload(exec, stream_), "cuGraphUpload", what);
+    return {graph, exec};
+  }
+
+  const KernelGraph& graph_;
+  const Model& model_;
+  LaunchMode mode_;
+  bool pdl_;
+  std::string profile_source_;
+  std::vector<bool> one_wave_;  // per node: its grid fits on the device at once
+  // Per node: no barriers (elementwise work). Only such a kernel is launched early (PDL): one
+  // with barriers and few, heavy blocks (a matmul tile, a row reduction) placed while its
+  // producer still fills the SMs lands several blocks per SM and runs that much slower
+  // (the tiny model's forward layers: 20 -> 40 µs on the H200 with every edge programmatic).
+  std::vector<bool> light_;
+  const CudaDriver* d_ = nullptr;
+  CUdevice device_ = 0;
+  CUcontext ctx_ = nullptr;
+  CUstream stream_ = nullptr;
+  CUdeviceptr arena_ = 0;
+  std::vector<CUmodule> modules_;
+  CUmodule hold_module_ = nullptr;
+  CUfunction hold_fn_ = nullptr;
+  std::vector<CUfunction> functions_;
+  std::vector<compiler::LaunchGeometry> geometry_;
+  std::vector<compiler::CudaParams> params_;
+  std::vector<Group> groups_;
+  std::vector<std::pair<CUevent, CUevent>> events_;
+  std::vector<std::pair<CUgraph, CUgraphExec>> graphs_;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_cuda_executor(const KernelGraph& graph, const Model& model,
+                                             const SessionOptions& options, CompileStats& stats) {
+  return std::make_unique<CudaExecutor>(graph, model, options, stats);
+}
+
+}  // namespace tilerun::graph

@@ -1,0 +1,278 @@
+// tilerun::Session: model → OpGraph (autodiff) → KernelGraph (expand, plan) → an executor.
+#include "tilerun/session.h"
+#include "tilerun/tilerun.h"
+
+#include "compiler/base/check.h"
+#include "compiler/dump.h"
+#include "compiler/ir/kernel.h"
+#include "graph/autodiff.h"
+#include "graph/runtime/cuda_driver.h"
+#include "graph/runtime/executor.h"
+#include "graph/model/numeric_convert.h"
+#include "graph/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+namespace tilerun {
+
+const char* version() { return TILERUN_VERSION; }
+
+using graph::Direction;
+
+struct Session::Impl {
+  Model model;
+  SessionOptions options;
+  graph::KernelGraph graph;
+  CompileStats stats;
+  std::unique_ptr<graph::Executor> executor;
+  std::vector<LayerTiming> forward_timings, backward_timings;
+  std::vector<double> kernel_us;  // per node, from profile()
+  bool forward_done = false, backward_done = false;
+
+  int tensor_id(const std::string& name, const char* what) const {
+    int id = graph.ops.find(name);
+    if (id < 0) throw Error("model '" + model.name + "' has no " + what + " named '" + name + "'");
+    return id;
+  }
+
+  HostTensor read(int id) const {
+    const graph::GraphTensor& t = graph.ops.tensors[id];
+    HostTensor out{.dtype = t.type.dtype, .shape = t.type.shape, .data = {}};
+    out.data.resize(static_cast<size_t>(dtype_bytes(t.type.dtype, out.numel())));
+    executor->read_tensor(id, out.data.data(), static_cast<int64_t>(out.data.size()));
+    return out;
+  }
+};
+
+namespace {
+
+// One folder per distinct kernel, numbered in first-use order (names may repeat across shapes).
+void dump_kernels(const graph::KernelGraph& g, const std::string& dir) {
+  for (size_t k = 0; k < g.kernels.size(); ++k) {
+    char prefix[32];
+    std::snprintf(prefix, sizeof prefix, "%03zu_", k);
+    compiler::dump_kernel(*g.kernels[k],
+                          (std::filesystem::path(dir) / (prefix + g.kernels[k]->sig.name)).string(),
+                          graph::lower_options(g, k));
+  }
+}
+
+Device pick_device(Device requested) {
+  if (requested != Device::Auto) return requested;
+  return graph::cuda_driver() ? Device::Cuda : Device::Cpu;
+}
+
+}  // namespace
+
+Session::Session(const Model& model, SessionOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.model = model;
+  s.options = options;
+  Device device = pick_device(options.device);
+  if (device == Device::Cuda) {
+    std::string why;
+    if (!graph::cuda_driver(&why)) throw Error(why, ErrorKind::Runtime);
+  }
+  graph::OpGraph ops = graph::build_forward(s.model);
+  if (!options.forward_only) graph::append_backward(s.model, ops);
+  s.graph = graph::expand(std::move(ops));
+  if (!options.dump_dir.empty()) dump_kernels(s.graph, options.dump_dir);
+  s.executor = device == Device::Cuda
+                   ? graph::make_cuda_executor(s.graph, s.model, s.options, s.stats)
+                   : graph::make_cpu_executor(s.graph, s.model, s.options, s.stats);
+  set_tensors(initialize_tensors(s.model, options.seed));
+}
+
+Session::~Session() = default;
+
+const Model& Session::model() const { return impl_->model; }
+std::string Session::device_name() const { return impl_->executor->device_name(); }
+const CompileStats& Session::compile_stats() const { return impl_->stats; }
+int64_t Session::arena_bytes() const { return impl_->graph.plan.arena_bytes; }
+int64_t Session::tensor_bytes() const { return impl_->graph.plan.total_bytes; }
+
+void Session::set_tensor(const std::string& name, const HostTensor& value) {
+  Impl& s = *impl_;
+  int id = s.tensor_id(name, "input or weight");
+  const graph::GraphTensor& t = s.graph.ops.tensors[id];
+  if (t.kind != graph::TensorKind::Input && t.kind != graph::TensorKind::Weight)
+    throw Error("'" + name + "' is computed by the model; only inputs and weights can be set");
+  kernels::TensorType given{value.dtype, value.shape};
+  if (!(given == t.type))
+    throw Error("tensor '" + name + "' is " + kernels::to_string(given) + ", expected " +
+                kernels::to_string(t.type));
+  TR_CHECK(value.nbytes() == dtype_bytes(value.dtype, value.numel()), "HostTensor size");
+  s.executor->write_tensor(id, value.data.data(), value.nbytes());
+  s.forward_done = s.backward_done = false;
+}
+
+void Session::set_tensor_from_device(const std::string& name, const void* device_ptr) {
+  Impl& s = *impl_;
+  int id = s.tensor_id(name, "input or weight");
+  const graph::GraphTensor& t = s.graph.ops.tensors[id];
+  if (t.kind != graph::TensorKind::Input && t.kind != graph::TensorKind::Weight)
+    throw Error("'" + name + "' is computed by the model; only inputs and weights can be set");
+  int64_t n = 1;
+  for (int64_t d : t.type.shape) n *= d;
+  s.executor->write_tensor_from_device(id, device_ptr, dtype_bytes(t.type.dtype, n));
+  s.forward_done = s.backward_done = false;
+}
+
+void Session::set_tensors(const TensorMap& values) {
+  for (const auto& [name, value] : values) set_tensor(name, value);
+}
+
+void Session::forward() {
+  impl_->forward_timings = impl_->executor->run(Direction::Forward);
+  impl_->forward_done = true;
+  impl_->backward_done = false;
+}
+
+void Session::backward() {
+  if (impl_->options.forward_only)
+    throw Error("backward() on a session created with forward_only", ErrorKind::Runtime);
+  if (!impl_->forward_done)
+    throw Error("backward() needs the activations of a forward() first", ErrorKind::Runtime);
+  impl_->backward_timings = impl_->executor->run(Direction::Backward);
+  impl_->backward_done = true;
+}
+
+HostTensor Session::tensor(const std::string& name) const {
+  return impl_->read(impl_->tensor_id(name, "tensor"));
+}
+
+HostTensor Session::gradient(const std::string& name) const {
+  const Impl& s = *impl_;
+  if (!s.backward_done) throw Error("gradients are read after backward()", ErrorKind::Runtime);
+  int id = s.tensor_id(name, "input or weight");
+  auto it = s.graph.ops.grad.find(id);
+  graph::TensorKind k = s.graph.ops.tensors[id].kind;
+  if (it == s.graph.ops.grad.end() ||
+      (k != graph::TensorKind::Input && k != graph::TensorKind::Weight))
+    throw Error("'" + name + "' is not an input or weight, so it has no gradient");
+  return s.read(it->second);
+}
+
+TensorMap Session::outputs() const {
+  TensorMap out;
+  for (int id : impl_->graph.ops.outputs) out[impl_->graph.ops.tensors[id].name] = impl_->read(id);
+  return out;
+}
+
+TensorMap Session::gradients() const {
+  TensorMap out;
+  for (const auto& [x, dx] : impl_->graph.ops.grad) {
+    graph::TensorKind k = impl_->graph.ops.tensors[x].kind;
+    if (k == graph::TensorKind::Input || k == graph::TensorKind::Weight)
+      out[impl_->graph.ops.tensors[x].name] = gradient(impl_->graph.ops.tensors[x].name);
+  }
+  return out;
+}
+
+std::vector<LayerTiming> Session::timings() const {
+  const Impl& s = *impl_;
+  std::vector<LayerTiming> all = s.forward_timings;
+  all.insert(all.end(), s.backward_timings.begin(), s.backward_timings.end());
+  if (s.kernel_us.empty()) return all;
+  // Sum each layer's kernel durations from the profile pass into its row.
+  for (LayerTiming& t : all) {
+    t.kernels_us = 0;
+    for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
+      const graph::KernelNode& n = s.graph.nodes[i];
+      if (s.model.layers[n.layer].name == t.layer &&
+          graph::direction_name(n.direction) == t.direction)
+        t.kernels_us += s.kernel_us[i];
+    }
+    t.gap_us = t.kernels > 0 ? (t.device_us - t.kernels_us) / t.kernels : 0;
+  }
+  return all;
+}
+
+std::vector<KernelTiming> Session::profile() {
+  Impl& s = *impl_;
+  std::vector<double> fwd = s.executor->profile(Direction::Forward);
+  std::vector<double> bwd;
+  if (!s.options.forward_only) bwd = s.executor->profile(Direction::Backward);
+  s.kernel_us.assign(s.graph.nodes.size(), 0.0);
+  std::vector<KernelTiming> out;
+  for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
+    const graph::KernelNode& n = s.graph.nodes[i];
+    s.kernel_us[i] = n.direction == Direction::Forward ? fwd[i] : (bwd.empty() ? 0 : bwd[i]);
+    if (n.direction == Direction::Backward && bwd.empty()) continue;
+    out.push_back({.layer = s.model.layers[n.layer].name,
+                   .direction = graph::direction_name(n.direction),
+                   .kernel = s.graph.kernels[n.kernel]->sig.name,
+                   .us = s.kernel_us[i],
+                   .source = s.executor->profile_source()});
+  }
+  return out;
+}
+
+}  // namespace tilerun
+
+namespace tilerun {
+
+namespace {
+
+kernels::RefTensor to_ref(const HostTensor& t) {
+  kernels::RefTensor r{.shape = t.shape, .data = {}};
+  r.data.resize(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    r.data[i] = graph::load_element(t.dtype, t.data.data(), i);
+  return r;
+}
+
+double tolerance_for(DType t) { return t == DType::F32 ? 1e-4 : 2e-2; }
+
+// ||got - want|| / ||want||, with an absolute floor so an all-zero reference does not divide by
+// zero; NaN anywhere makes it infinite.
+double relative_l2(const kernels::RefTensor& got, const kernels::RefTensor& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.data.size(); ++i) {
+    double d = got.data[i] - want.data[i];
+    diff += d * d;
+    norm += want.data[i] * want.data[i];
+  }
+  double err = std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+  return std::isnan(err) ? INFINITY : err;
+}
+
+}  // namespace
+
+CheckResult Session::check() const {
+  const Impl& s = *impl_;
+  if (!s.forward_done) throw Error("check() needs a forward() first", ErrorKind::Runtime);
+  const graph::OpGraph& g = s.graph.ops;
+  std::vector<kernels::RefTensor> values(g.tensors.size());
+  for (size_t i = 0; i < g.tensors.size(); ++i)
+    if (g.tensors[i].kind == graph::TensorKind::Input ||
+        g.tensors[i].kind == graph::TensorKind::Weight)
+      values[i] = to_ref(s.read(static_cast<int>(i)));
+  values = graph::evaluate_reference(g, std::move(values));
+  CheckResult result;
+  auto compare = [&](int id, const std::string& label) {
+    double err = relative_l2(to_ref(s.read(id)), values[id]);
+    double tol = tolerance_for(g.tensors[id].type.dtype);
+    ++result.tensors_checked;
+    // Report the tensor furthest beyond (or closest to) its tolerance.
+    if (result.worst_tensor.empty() || err / tol > result.worst_error / result.tolerance) {
+      result.worst_tensor = label;
+      result.worst_error = err;
+      result.tolerance = tol;
+    }
+    if (!(err <= tol)) result.ok = false;
+  };
+  for (int id : g.outputs) compare(id, g.tensors[id].name);
+  if (s.backward_done)
+    for (const auto& [x, dx] : g.grad) {
+      graph::TensorKind k = g.tensors[x].kind;
+      if (k == graph::TensorKind::Input || k == graph::TensorKind::Weight)
+        compare(dx, "grad(" + g.tensors[x].name + ")");
+    }
+  return result;
+}
+
+}  // namespace tilerun

@@ -1,0 +1,46 @@
+// The driver is reached at run time: on a machine without libcuda.so.1 the program still runs
+// and cuda_driver() says "no CUDA device"; where the driver and a GPU exist it loads.
+#include "graph/runtime/cuda_driver.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include "tilerun/error.h"
+
+namespace tilerun::graph {
+namespace {
+
+TEST(CudaDriver, LoadsExactlyWhenTheDriverLibraryExists) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  std::string why;
+  const CudaDriver* d = cuda_driver(&why);
+  if (lib == nullptr) {
+    EXPECT_EQ(d, nullptr);
+    EXPECT_NE(why.find("no CUDA device"), std::string::npos) << why;
+    return;
+  }
+  dlclose(lib);
+  if (d == nullptr) {
+    EXPECT_NE(why.find("CUDA"), std::string::npos) << why;  // a driver but no usable device
+    return;
+  }
+  int count = 0;
+  ASSERT_EQ(d->cuDeviceGetCount(&count), CUDA_SUCCESS);
+  EXPECT_GT(count, 0);
+  EXPECT_NE(d->cuLaunchKernel, nullptr);
+  EXPECT_NE(d->cuGraphLaunch, nullptr);
+}
+
+TEST(CudaDriver, CheckNamesTheCallAndTheKernel) {
+  try {
+    cuda_check(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel", "kernel rmsnorm_fwd");
+    FAIL() << "cuda_check accepted an error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("cuLaunchKernel failed for kernel rmsnorm_fwd"), std::string::npos) << m;
+    EXPECT_EQ(e.exit_code(), 1);
+  }
+}
+
+}  // namespace
+}  // namespace tilerun::graph
