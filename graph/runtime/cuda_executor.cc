@@ -6,12 +6,13 @@
 // events recorded around it.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
+#include "compiler/analysis/launch_geometry.h"
+#include "compiler/analysis/launch_traits.h"
 #include "compiler/base/check.h"
 #include "compiler/codegen/cuda_codegen.h"
 #include "compiler/codegen/launch_abi.h"
-#include "compiler/analysis/launch_traits.h"
-#include "compiler/analysis/launch_geometry.h"
 #include "compiler/codegen/nvrtc.h"
 #include "graph/runtime/cuda_driver.h"
 #include "graph/runtime/cupti.h"
@@ -20,6 +21,17 @@
 namespace tilerun::graph {
 
 namespace {
+
+// A checking or profiling tool injected into the driver announces itself in the environment:
+// compute-sanitizer through NV_SANITIZER_INJECTION_* (13.0), CUPTI-based tools through
+// CUDA_INJECTION64_PATH.
+bool injected_tool_attached() {
+  for (const char* name : {"NV_SANITIZER_INJECTION_PORT_BASE", "CUDA_INJECTION64_PATH"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return true;
+  }
+  return false;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -397,8 +409,10 @@ class CudaExecutor final : public Executor {
     CUgraphExec exec = nullptr;
     check(d_->cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate", what);
     // Upload now rather than in the first cuGraphLaunch (9-30 µs of host time otherwise, which
-    // the first step's timing would carry).
-    check(d_->cuGraphUpload(exec, stream_), "cuGraphUpload", what);
+    // the first step's timing would carry). Not under an injected tool: with one attached, driver
+    // 580 dies with SIGSEGV inside cuGraphUpload of the backward graphs (H200, 2026-11-30); the
+    // first launch uploads instead.
+    if (!injected_tool_attached()) check(d_->cuGraphUpload(exec, stream_), "cuGraphUpload", what);
     return {graph, exec};
   }
 
