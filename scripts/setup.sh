@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make pkg-config libz3-dev llvm-16-dev libyaml-cpp-dev libeigen3-dev
-          libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev)
+          libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
+          clang-16 libclang-rt-16-dev libfuzzer-16-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,12 +20,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # The CUDA toolkit: nvcc on PATH, or the usual install location.
-if ! command -v nvcc >/dev/null 2>&1; then
-  for d in /usr/local/cuda /usr/local/cuda-13*; do
-    [ -x "$d/bin/nvcc" ] && export PATH="$d/bin:$PATH" && break
-  done
-fi
-command -v nvcc >/dev/null 2>&1 || { echo "setup: error: the CUDA 13 toolkit (nvcc) was not found; install it first" >&2; exit 1; }
+source scripts/cuda_path.sh
 
 build=${BUILD_DIR:-build}
 jobs=${JOBS:-$(nproc)}
