@@ -3,10 +3,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "compiler/analysis/layout.h"
 #include "compiler/codegen/cpu_backend.h"
 #include "compiler/codegen/cuda_codegen.h"
 #include "compiler/ir/ir_printer.h"
+#include "compiler/ir/layout.h"
 #include "compiler/lower.h"
 #include "tilerun/error.h"
 

@@ -317,7 +317,7 @@ Val Scope::block_idx(int axis) const {
 
 namespace {
 Buf alloc(BuilderState* st, const std::string& name, MemScope scope, DType dtype,
-          std::vector<int64_t> shape) {
+          std::vector<int64_t> shape, Layout layout = {}) {
   st->declare(name, mem_scope_name(scope));
   if (!dtype_supported(dtype))
     fail("dtype " + std::string(dtype_name(dtype)) + " of '" + name + "' is not supported yet");
@@ -325,7 +325,7 @@ Buf alloc(BuilderState* st, const std::string& name, MemScope scope, DType dtype
   for (int64_t e : shape)
     if (e <= 0) fail("'" + name + "' has a non-positive extent");
   int rank = static_cast<int>(shape.size());
-  st->kernel.allocs.push_back({name, scope, dtype, std::move(shape)});
+  st->kernel.allocs.push_back({name, scope, dtype, std::move(shape), std::move(layout)});
   return Buf(st, name, dtype, rank);
 }
 
@@ -341,6 +341,10 @@ std::vector<Expr> extents_of(const std::vector<Val>& es) {
 
 Buf Scope::alloc_shared(const std::string& name, DType dtype, std::vector<int64_t> shape) {
   return alloc(state_, name, MemScope::Shared, dtype, std::move(shape));
+}
+Buf Scope::alloc_shared(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                        Layout layout) {
+  return alloc(state_, name, MemScope::Shared, dtype, std::move(shape), std::move(layout));
 }
 Buf Scope::alloc_fragment(const std::string& name, DType dtype, std::vector<int64_t> shape) {
   return alloc(state_, name, MemScope::Fragment, dtype, std::move(shape));

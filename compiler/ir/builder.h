@@ -215,6 +215,10 @@ class Scope {
   Val block_idx(int axis) const;
 
   Buf alloc_shared(const std::string& name, DType dtype, std::vector<int64_t> shape);
+  // A shared tile whose coordinates map to offsets by `layout` (layout.h; same shape as the
+  // tile, injective; e.g. padded rows against bank conflicts, or a transposed tile), followed
+  // by lowering; the verifier refuses a layout that maps two coordinates to one offset.
+  Buf alloc_shared(const std::string& name, DType dtype, std::vector<int64_t> shape, Layout layout);
   Buf alloc_fragment(const std::string& name, DType dtype, std::vector<int64_t> shape);
 
   // Element-wise loop over [0, extent) (innermost argument fastest) spread over the threads.

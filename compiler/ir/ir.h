@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/ir/layout.h"
 #include "tilerun/dtype.h"
 
 namespace tilerun::compiler {
@@ -276,6 +277,9 @@ struct ParallelLayout {
   // guard or loop between it and the Parallel; 1 when none, 0 when nothing moves with it.
   int provable = -1;       // -1: not analysed
   bool vectorize = false;  // infer_layouts: width >= 2 and provable >= width
+  // infer_layouts: the thread-value layout lower_parallel follows (layout.h
+  // thread_value_layout); empty until then, and read as the default of `width` when empty.
+  Layout tv;
 };
 
 // Tile IR only: an element-wise loop nest over [0, extents) distributed over the block's

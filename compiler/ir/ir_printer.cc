@@ -33,6 +33,7 @@ class Printer : public IRVisitor {
  public:
   std::ostringstream os;
   int indent = 0;
+  int64_t k_threads_ = 0;  // the kernel's block size, when printing a whole kernel
 
  protected:
   void line_start() { os << std::string(indent * 2, ' '); }
@@ -134,6 +135,11 @@ class Printer : public IRVisitor {
     else if (l.annotated)
       os << " annotated";
     if (l.provable >= 0) os << " provable " << l.provable;
+    // The thread-value layout only where it is not the default of its width (the text of every
+    // kernel inference lays out stays as it was; a parser reads the absence as the default).
+    if (l.tv.rank() > 0 &&
+        !(l.width > 0 && k_threads_ > 0 && l.tv == thread_value_layout(k_threads_, l.width)))
+      os << " layout " << to_string(l.tv);
     block(op->body);
     os << "\n";
   }
@@ -199,7 +205,14 @@ void print_signature(std::ostringstream& os, const KernelSignature& sig) {
     os << "  scalar " << s.name << ": " << type_name(s.type) << "\n";
 }
 
-std::string body_text(const Stmt& body) { return "{\n" + to_string(body, 1) + "}\n"; }
+std::string body_text(const Stmt& body, int64_t threads) {
+  if (!body.defined()) return "{\n<undefined>\n}\n";
+  Printer p;
+  p.indent = 1;
+  p.k_threads_ = threads;
+  p.visit(body);
+  return "{\n" + p.os.str() + "}\n";
+}
 
 }  // namespace
 
@@ -224,9 +237,10 @@ std::string print(const Kernel& k) {
   print_signature(os, k.sig);
   for (const TileAlloc& a : k.allocs)
     os << "  " << mem_scope_name(a.scope) << " " << a.name << ": " << dtype_name(a.dtype) << "["
-       << shape_text(a.shape) << "]\n";
+       << shape_text(a.shape) << "]" << (a.layout.rank() ? " layout " + to_string(a.layout) : "")
+       << "\n";
   os << "  grid [" << join(k.sig.grid) << "] threads " << k.sig.threads << "\n";
-  return os.str() + body_text(k.body);
+  return os.str() + body_text(k.body, k.sig.threads);
 }
 
 std::string print(const SimtKernel& k) {
@@ -234,14 +248,14 @@ std::string print(const SimtKernel& k) {
   os << "simt_kernel " << k.sig.name << "\n";
   print_signature(os, k.sig);
   for (const SimtArray& a : k.shared)
-    os << "  shared " << a.name << ": " << dtype_name(a.dtype) << "[" << shape_text(a.shape)
-       << "]\n";
+    os << "  shared " << a.name << ": " << dtype_name(a.dtype) << "[" << shape_text(a.shape) << "]"
+       << (a.layout.rank() ? " layout " + to_string(a.layout) : "") << "\n";
   for (const SimtArray& a : k.local_arrays)
     os << "  local " << a.name << ": " << dtype_name(a.dtype) << "[" << shape_text(a.shape)
        << "]\n";
   for (const SimtLocal& l : k.locals) os << "  var " << l.name << ": " << type_name(l.type) << "\n";
   os << "  grid [" << join(k.sig.grid) << "] threads " << k.sig.threads << "\n";
-  return os.str() + body_text(k.body);
+  return os.str() + body_text(k.body, k.sig.threads);
 }
 
 }  // namespace tilerun::compiler

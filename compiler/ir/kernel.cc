@@ -7,6 +7,7 @@ namespace tilerun::compiler {
 const char* mem_scope_name(MemScope s) { return s == MemScope::Shared ? "shared" : "fragment"; }
 
 int64_t SimtArray::size() const {
+  if (layout.rank() > 0) return layout.cosize();  // a padded or swizzled tile's whole footprint
   int64_t n = 1;
   for (int64_t e : shape) n *= e;
   return n;

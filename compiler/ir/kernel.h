@@ -48,6 +48,9 @@ struct TileAlloc {
   MemScope scope;
   DType dtype;
   std::vector<int64_t> shape;
+  // Shared tiles: tile coordinate → element offset, followed by flatten_buffers. Empty means
+  // row-major (compact_row_major(shape)); a swizzled or padded tile states its layout here.
+  Layout layout;
 };
 
 struct KernelSignature {
@@ -71,7 +74,8 @@ struct Kernel {
 struct SimtArray {
   std::string name;
   DType dtype;
-  std::vector<int64_t> shape;  // row-major; local arrays are 1-d (per thread)
+  std::vector<int64_t> shape;  // local arrays are 1-d (per thread)
+  Layout layout;               // shared: as TileAlloc::layout (empty = row-major)
   int64_t size() const;
 };
 

@@ -191,10 +191,33 @@ class TileVerifier : public IRVisitor {
 
 }  // namespace
 
+// A stated tile layout must cover the tile's shape and send distinct coordinates to distinct
+// offsets (checked by enumeration: shared tiles are small), or two elements would share a slot.
+void verify_tile_layout(const Kernel& kernel, const TileAlloc& a) {
+  const Layout& l = a.layout;
+  auto fail = [&](const std::string& why) {
+    throw Error("kernel '" + kernel.sig.name + "': tile '" + a.name + "' layout " + to_string(l) +
+                ": " + why);
+  };
+  if (a.scope != MemScope::Shared) fail("only shared tiles take a layout");
+  if (l.shape != a.shape) fail("its shape is not the tile's");
+  for (int64_t d : l.stride)
+    if (d < 0) fail("negative strides are not supported");
+  if (l.cosize() > (int64_t{1} << 24)) fail("its footprint is over 2^24 elements");
+  std::vector<bool> used(static_cast<size_t>(l.cosize()));
+  for (int64_t i = 0; i < l.size(); ++i) {
+    const int64_t at = l(i);
+    if (used[static_cast<size_t>(at)]) fail("two coordinates share offset " + std::to_string(at));
+    used[static_cast<size_t>(at)] = true;
+  }
+}
+
 void verify_tile(const Kernel& kernel) {
-  for (const TileAlloc& a : kernel.allocs)
+  for (const TileAlloc& a : kernel.allocs) {
     if (find_buffer(kernel.sig, a.name))
       throw Error("kernel '" + kernel.sig.name + "': '" + a.name + "' declared twice");
+    if (a.layout.rank() > 0) verify_tile_layout(kernel, a);
+  }
   TileVerifier(kernel).run();
 }
 

@@ -2,6 +2,7 @@
 
 #include "compiler/base/check.h"
 #include "compiler/ir/ir_visitor.h"
+#include "compiler/ir/layout_index.h"
 
 namespace tilerun::compiler {
 namespace {
@@ -28,7 +29,10 @@ class Flattener : public IRMutator {
     if (const BufferParam* b = find_buffer(k_.sig, buffer)) {
       shape = b->shape;
     } else if (const SimtArray* s = find_shared(k_, buffer)) {
-      for (int64_t e : s->shape) shape.push_back(make_i64(e));
+      // A shared tile follows its layout; row-major when it states none.
+      const Layout l = s->layout.rank() > 0 ? s->layout : compact_row_major(s->shape);
+      TR_CHECK(l.rank() == static_cast<int>(idx.size()), "index rank of '" + buffer + "'");
+      return layout_index(l, idx);
     } else {
       TR_CHECK(find_local_array(k_, buffer), "unknown buffer '" + buffer + "'");
       TR_CHECK(idx.size() == 1, "local arrays are 1-d");

@@ -8,7 +8,7 @@
 #include "compiler/analysis/index_eval.h"
 #include "compiler/ir/ir_printer.h"
 #include "compiler/ir/ir_visitor.h"
-#include "compiler/analysis/layout.h"
+#include "compiler/ir/layout.h"
 #include "tilerun/error.h"
 
 namespace tilerun::compiler {
@@ -206,6 +206,8 @@ Kernel infer_layouts(const Kernel& kernel) {
       ParallelLayout& l = ms[i].layout;
       l.width = width;
       l.vectorize = width >= 2 && l.provable >= width;
+      // The layout lower_parallel follows: one round deals T·W elements, W per thread.
+      l.tv = thread_value_layout(kernel.sig.threads, width);
     }
   }
   Kernel out = kernel;

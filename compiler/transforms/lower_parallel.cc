@@ -1,28 +1,90 @@
 #include "compiler/transforms/lower_parallel.h"
 
 #include <algorithm>
+#include <climits>
 #include <map>
 
 #include "compiler/ir/ir_printer.h"
 #include "compiler/ir/ir_visitor.h"
+#include "compiler/ir/layout_index.h"
 #include "compiler/ir/names.h"
 #include "tilerun/error.h"
 
 namespace tilerun::compiler {
 namespace {
 
+// The thread-value layout a Parallel follows: inference's, or for IR written before inference
+// (or parsed without one) the default of its width.
+Layout effective_tv(const ParallelLayout& l, int64_t threads) {
+  return l.tv.rank() > 0 ? l.tv : thread_value_layout(threads, std::max(l.width, 1));
+}
+
+// A thread-value layout cut into its thread modes (sizes multiplying to T) and its value modes
+// (to W). Lowering needs the values innermost and the whole compact, so that one thread's W
+// values are consecutive (the vector moves) and the rounds tile the elements exactly.
+struct ModeSplit {
+  Layout threads, values;
+  int64_t width = 1;
+};
+
+ModeSplit split_modes(const Layout& tv, int64_t threads) {
+  ModeSplit out;
+  int m = 0;
+  int64_t t = 1;
+  for (; m < tv.rank() && t < threads; ++m) {
+    t *= tv.shape[m];
+    out.threads.shape.push_back(tv.shape[m]);
+    out.threads.stride.push_back(tv.stride[m]);
+  }
+  for (; m < tv.rank(); ++m) {
+    out.width *= tv.shape[m];
+    out.values.shape.push_back(tv.shape[m]);
+    out.values.stride.push_back(tv.stride[m]);
+  }
+  int64_t min_thread_stride = INT64_MAX, max_value_stride = 0;
+  for (int64_t d : out.threads.stride) min_thread_stride = std::min(min_thread_stride, d);
+  for (int64_t d : out.values.stride) max_value_stride = std::max(max_value_stride, d);
+  const bool ok = t == threads && is_compact(tv) && tv.size() == threads * out.width &&
+                  (out.values.rank() == 0 || max_value_stride < min_thread_stride);
+  if (!ok)
+    throw Error("thread-value layout " + to_string(tv) + " for " + std::to_string(threads) +
+                " threads: lowering follows compact layouts whose value modes are innermost");
+  // The value modes' offsets are relative to the thread's first value: strides divided down.
+  for (int64_t& d : out.threads.stride) d /= out.width;
+  return out;
+}
+
+// The coordinates of linear index `i` over the modes of `l` (mode 0 fastest); a single mode is
+// the index itself.
+std::vector<Expr> coords(const Layout& l, const Expr& i) {
+  if (l.rank() == 1) return {i};
+  std::vector<Expr> out;
+  int64_t below = 1;
+  for (int m = 0; m < l.rank(); ++m) {
+    Expr c = below == 1 ? i : floordiv(i, make_i64(below));
+    out.push_back(m + 1 < l.rank() ? floormod(c, make_i64(l.shape[m])) : c);
+    below *= l.shape[m];
+  }
+  return out;
+}
+
 class ParallelLowerer : public IRMutator {
  public:
   ParallelLowerer(const Kernel& k, NameGen* names) : k_(k), names_(names) {}
 
  protected:
-  // Deals the elements by the Parallel's layout (ir.h ParallelLayout): with width W, thread t
-  // takes the W consecutive elements lin = (it·T + t)·W + lane, lane in [0, W) innermost as a
-  // `vectorized` loop when the layout says its accesses are proved vectors; the fragment local
-  // index is it·W + lane. Width 1 is the plain lin = it·T + t.
+  // Deals the elements by the Parallel's thread-value layout (ir.h ParallelLayout::tv, from
+  // infer_layouts; layout.h thread_value_layout): round `it` covers the tile of T·W elements
+  // [it·T·W, (it+1)·T·W), thread t holds the values tv(t, v). The layout is followed through
+  // layout_index: for the compact layouts inference makes, (T,W):(W,1), that is the Horner chain
+  // group = it·T + t, lin = group·W + lane, with lane in [0, W) innermost as a `vectorized` loop
+  // when the layout says its accesses are proved vectors; the fragment local index is it·W +
+  // lane. Width 1, (T):(1), is the plain lin = it·T + t.
   Stmt mutate_stmt(const Parallel* op, const Stmt&) override {
     const int64_t threads = k_.sig.threads;
-    const int64_t width = std::max(op->layout.width, 1);
+    const Layout tv = effective_tv(op->layout, threads);
+    const ModeSplit split = split_modes(tv, threads);
+    const int64_t width = split.width;
     Expr n = make_i64(1);
     for (const Expr& e : op->extents) n = mul(n, e);
     // A single trip (n <= T·W) needs no loop: the iteration number is the constant 0.
@@ -47,7 +109,8 @@ class ParallelLowerer : public IRMutator {
       body = LetStmt::make(op->vars[d], idx, body);
       stride = mul(stride, op->extents[d]);
     }
-    Expr thread = add(mul(it_v, make_i64(threads)), Var::make(Type::I64, kThreadIdx));
+    Expr thread =
+        layout_index(split.threads, coords(split.threads, Var::make(Type::I64, kThreadIdx)), it_v);
     int64_t n_const;
     bool exact = const_int(n, &n_const) && n_const % (threads * width) == 0;
     if (width == 1) {
@@ -57,7 +120,8 @@ class ParallelLowerer : public IRMutator {
       // n % W == 0 (infer_layouts), so a vector is either wholly inside or wholly outside.
       std::string group = names_->fresh("group");
       Expr group_v = Var::make(Type::I64, group);
-      body = LetStmt::make(lin, add(mul(group_v, make_i64(width)), lane_v), body);
+      body = LetStmt::make(lin, layout_index(split.values, coords(split.values, lane_v), group_v),
+                           body);
       body = For::make(lane, make_i64(0), make_i64(width), body, op->layout.vectorize);
       if (!exact) body = IfThenElse::make(lt(mul(group_v, make_i64(width)), n), body);
       body = LetStmt::make(group, thread, body);
@@ -115,7 +179,8 @@ class FragmentWidths : public IRVisitor {
 
  protected:
   void visit_stmt(const Parallel* op) override {
-    current_ = std::max(op->layout.width, 1);
+    current_ = static_cast<int>(
+        split_modes(effective_tv(op->layout, k_.sig.threads), k_.sig.threads).width);
     IRVisitor::visit_stmt(op);
     current_ = 1;
   }
@@ -153,7 +218,7 @@ SimtKernel lower_parallel(const Kernel& kernel) {
   widths.visit(kernel.body);
   for (const TileAlloc& a : kernel.allocs) {
     if (a.scope == MemScope::Shared) {
-      out.shared.push_back({a.name, a.dtype, a.shape});
+      out.shared.push_back({a.name, a.dtype, a.shape, a.layout});
     } else {
       int64_t numel = 1;
       for (int64_t e : a.shape) numel *= e;

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "compiler/analysis/layout.h"
 #include "compiler/codegen/cpu_backend.h"
 #include "compiler/codegen/cuda_codegen.h"
 #include "compiler/ir/builder.h"
 #include "compiler/ir/ir_printer.h"
+#include "compiler/ir/layout.h"
 #include "compiler/lower.h"
 #include "compiler/transforms/infer_layouts.h"
 #include "tilerun/error.h"

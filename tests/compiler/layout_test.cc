@@ -4,7 +4,7 @@
 #include <random>
 #include <set>
 
-#include "compiler/analysis/layout.h"
+#include "compiler/ir/layout.h"
 #include "tilerun/error.h"
 
 namespace tilerun::compiler {

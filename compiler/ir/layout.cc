@@ -1,4 +1,4 @@
-#include "compiler/analysis/layout.h"
+#include "compiler/ir/layout.h"
 
 #include <algorithm>
 #include <numeric>
@@ -196,6 +196,25 @@ Layout fragment_layout(int64_t numel, int64_t threads, int64_t width) {
   if (width <= 1) return make_layout({threads, (numel + threads - 1) / threads}, {1, threads});
   const int64_t block = threads * width;
   return make_layout({threads, width, (numel + block - 1) / block}, {width, 1, block});
+}
+
+Layout thread_value_layout(int64_t threads, int64_t width) {
+  if (width <= 1) return make_layout({threads}, {1});
+  return make_layout({threads, width}, {width, 1});
+}
+
+bool is_compact(const Layout& l) {
+  std::vector<size_t> order(l.shape.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return l.stride[a] < l.stride[b]; });
+  int64_t expect = 1;
+  for (size_t m : order) {
+    if (l.shape[m] == 1) continue;  // a size-1 mode reaches only offset 0: any stride will do
+    if (l.stride[m] != expect) return false;
+    expect *= l.shape[m];
+  }
+  return true;
 }
 
 }  // namespace tilerun::compiler

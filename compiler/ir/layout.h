@@ -71,4 +71,16 @@ std::string to_string(const ComposedLayout& c);
 // (lane, round), flat modes (threads, W, R):(W, 1, threads·W), R = ceil(numel/(threads·W)).
 Layout fragment_layout(int64_t numel, int64_t threads, int64_t width = 1);
 
+// One round of a Parallel's thread mapping, the "thread-value" layout lowering follows: modes
+// over the thread index first (their sizes multiply to `threads`), then modes over the values
+// one thread holds per round (multiplying to `width`), mapped to the element offset inside the
+// round's tile of threads·width elements; round r covers [r·size, (r+1)·size). Width 1 is
+// (T):(1), width W is (T,W):(W,1): thread t holds the W consecutive elements t·W + v.
+Layout thread_value_layout(int64_t threads, int64_t width);
+
+// True when the layout is a bijection onto [0, size()) whose strides are the running products
+// of its shapes taken in increasing stride order (row-major, column-major, thread-value layouts;
+// not swizzled or strided ones). Such a layout evaluates as a Horner chain (layout_index.h).
+bool is_compact(const Layout& l);
+
 }  // namespace tilerun::compiler
