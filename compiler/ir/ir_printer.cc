@@ -65,7 +65,13 @@ class Printer : public IRVisitor {
   }
   void visit_expr(const Unary* op) override {
     os << unary_op_name(op->op);
+    // `-1f` is the literal; the negation of the literal 1f prints `-(1f)`, so that the parser
+    // (ir_parser.h) can tell the two apart.
+    const IntImm* i = op->a.as<IntImm>();
+    bool bare_number = op->a.as<FloatImm>() || (i && i->type == Type::I64);
+    if (bare_number) os << "(";
     visit(op->a);
+    if (bare_number) os << ")";
   }
   void visit_expr(const Select* op) override {
     os << "select(";
