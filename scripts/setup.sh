@@ -5,8 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake g++ make pkg-config libz3-dev llvm-16-dev libyaml-cpp-dev libeigen3-dev
-          libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev)
+# llvm-16-tools: lit, FileCheck and not, for the compiler's pass tests (tests/lit).
+packages=(cmake g++ make pkg-config libz3-dev llvm-16-dev llvm-16-tools libyaml-cpp-dev
+          libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -31,6 +31,11 @@ std::string usage() {
   return out + "\n";
 }
 
+// A mistake in the command line: the message and then the usage with the pass names.
+struct UsageError : Error {
+  using Error::Error;
+};
+
 std::vector<std::string> split_names(const std::string& list) {
   std::vector<std::string> out;
   if (list == "all") {
@@ -62,7 +67,7 @@ std::map<std::string, int64_t> parse_dims(const std::string& list) {
     char* end = nullptr;
     long long v = eq == std::string::npos ? 0 : std::strtoll(item.c_str() + eq + 1, &end, 10);
     if (eq == std::string::npos || eq == 0 || end == item.c_str() + eq + 1 || *end != '\0')
-      throw Error("--dims wants NAME=VALUE,..., not '" + item + "'");
+      throw UsageError("--dims wants NAME=VALUE,..., not '" + item + "'");
     out[item.substr(0, eq)] = v;
   }
   return out;
@@ -86,17 +91,17 @@ int run(int argc, char** argv) {
     } else if (a.rfind("--dims=", 0) == 0) {
       options.analysis.concrete = parse_dims(a.substr(7));
     } else if (a.size() > 1 && a[0] == '-') {
-      throw Error("unknown option '" + a + "'");
+      throw UsageError("unknown option '" + a + "'");
     } else if (file.empty()) {
       file = a;
     } else {
-      throw Error("more than one input file");
+      throw UsageError("more than one input file");
     }
   }
-  if (file.empty()) throw Error("no input file");
-  if (have_passes && passes.empty()) throw Error("--passes= names no pass");
+  if (file.empty()) throw UsageError("no input file");
+  if (have_passes && passes.empty()) throw UsageError("--passes= names no pass");
   for (const std::string& name : passes)
-    if (!find_pass(name)) throw Error("unknown pass '" + name + "'");
+    if (!find_pass(name)) throw UsageError("unknown pass '" + name + "'");
 
   std::string text = read_input(file);
   AnyKernel ir;
@@ -109,6 +114,16 @@ int run(int argc, char** argv) {
   } else {
     ir = parse_tile_kernel(text, file);
   }
+  // Each pass must read the level the previous one left (the forms within a level are the
+  // verifier's to check, with its own message).
+  bool tile = std::holds_alternative<Kernel>(ir);
+  for (const std::string& name : passes) {
+    const PassInfo* p = find_pass(name);
+    if (p->input.tile != tile)
+      throw UsageError("pass " + name + " reads " + (p->input.tile ? "Tile" : "SIMT") +
+                       " IR, and it gets " + (tile ? "Tile" : "SIMT") + " IR");
+    tile = p->output.tile;
+  }
   ir = run_passes(ir, passes, options);
   std::cout << std::visit([](const auto& k) { return print(k); }, ir);
   return 0;
@@ -119,10 +134,12 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << "tilerun-opt: " << e.what() << "\n" << usage();
+    return 2;
   } catch (const tilerun::Error& e) {
     // A parse error carries FILE:LINE:COL; the rest are the tool's own.
     std::cerr << (e.loc().valid() ? "" : "tilerun-opt: ") << e.what() << "\n";
-    if (e.kind() == tilerun::ErrorKind::Usage && !e.loc().valid()) std::cerr << usage();
     return e.exit_code();
   }
 }

@@ -47,66 +47,11 @@ bool equal_arrays(const std::vector<SimtArray>& a, const std::vector<SimtArray>&
   return true;
 }
 
-// The statement with every let's (and reduction's) scope reaching to the end of its block:
-// Seq{let x = v in A, B} becomes let x = v in Seq{A, B}. The two print the same (the text
-// closes a let's scope only at its block's end) and mean the same (names are unique).
-Stmt widen_lets(const Stmt& s);
-
-std::vector<Stmt> widen_all(const std::vector<Stmt>& stmts) {
-  std::vector<Stmt> out;
-  for (size_t i = 0; i < stmts.size(); ++i) {
-    const LetStmt* let = stmts[i].as<LetStmt>();
-    const Reduce* red = stmts[i].as<Reduce>();
-    if ((let || red) && i + 1 < stmts.size()) {
-      std::vector<Stmt> rest = {let ? let->body : red->body};
-      rest.insert(rest.end(), stmts.begin() + i + 1, stmts.end());
-      Stmt body = Seq::make(rest);
-      out.push_back(
-          let ? LetStmt::make(let->name, let->value, body)
-              : Reduce::make(red->name, red->op, red->var, red->extent, red->value, body));
-      out.back() = widen_lets(out.back());
-      return out;
-    }
-    out.push_back(widen_lets(stmts[i]));
-  }
-  return out;
-}
-
-Stmt widen_lets(const Stmt& s) {
-  if (!s.defined()) return s;
-  switch (s->kind) {
-    case StmtKind::Seq:
-      return Seq::make(widen_all(s.as<Seq>()->stmts));
-    case StmtKind::LetStmt: {
-      const LetStmt* x = s.as<LetStmt>();
-      return LetStmt::make(x->name, x->value, widen_lets(x->body));
-    }
-    case StmtKind::Reduce: {
-      const Reduce* x = s.as<Reduce>();
-      return Reduce::make(x->name, x->op, x->var, x->extent, x->value, widen_lets(x->body));
-    }
-    case StmtKind::For: {
-      const For* x = s.as<For>();
-      return For::make(x->var, x->min, x->extent, widen_lets(x->body), x->vectorized);
-    }
-    case StmtKind::Parallel: {
-      const Parallel* x = s.as<Parallel>();
-      return Parallel::make(x->vars, x->extents, widen_lets(x->body), x->layout);
-    }
-    case StmtKind::IfThenElse: {
-      const IfThenElse* x = s.as<IfThenElse>();
-      return IfThenElse::make(x->cond, widen_lets(x->then_case), widen_lets(x->else_case));
-    }
-    default:
-      return s;
-  }
-}
-
 bool equal_stmt(const Stmt& a, const Stmt& b);
 
 }  // namespace
 
-bool equal(const Stmt& a, const Stmt& b) { return equal_stmt(widen_lets(a), widen_lets(b)); }
+bool equal(const Stmt& a, const Stmt& b) { return equal_stmt(a, b); }
 
 bool equal(const Expr& a, const Expr& b) {
   if (!a.defined() || !b.defined()) return a.defined() == b.defined();

@@ -1,7 +1,5 @@
 // Structural equality of IR: same node kinds, types, names, constants (floats bit for bit) and
-// children, recursively, up to how far a let's scope reaches (Seq{let x = v in A, B} equals
-// let x = v in Seq{A, B}: one text, one meaning, since names are unique). The round-trip
-// tests' notion of "the parsed kernel is the kernel".
+// children, recursively. The round-trip tests' notion of "the parsed kernel is the kernel".
 #pragma once
 
 #include "compiler/ir/kernel.h"

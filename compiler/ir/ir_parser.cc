@@ -222,15 +222,19 @@ class Parser {
     std::vector<Stmt> out;
     while (!is("}") && peek().kind != TokKind::End) {
       if (is("let") && peek(1).kind == TokKind::Ident && is("=", 2)) {
-        out.push_back(let_stmt());
-        break;
+        bool rest = false;
+        out.push_back(let_stmt(&rest));
+        if (rest) break;
+        continue;
       }
       out.push_back(stmt());
     }
     return Seq::make(std::move(out));
   }
 
-  Stmt let_stmt() {
+  // `let x = v {...}` binds for its block; `let x = v` for the rest of the enclosing one, which
+  // it consumes (*rest = true).
+  Stmt let_stmt(bool* rest) {
     expect("let");
     std::string n = name("a name");
     expect("=");
@@ -245,12 +249,15 @@ class Parser {
       Expr extent = zero_based_extent();
       expect("of");
       Expr value = scoped({{var, Type::I64}}, [&] { return expr(); });
-      Stmt rest = scoped({{n, value.type()}}, [&] { return stmts(); });
-      return Reduce::make(n, op, var, extent, value, rest);
+      return Reduce::make(n, op, var, extent, value, let_body(n, value.type(), rest));
     }
     Expr value = expr();
-    Stmt rest = scoped({{n, value.type()}}, [&] { return stmts(); });
-    return LetStmt::make(n, value, rest);
+    return LetStmt::make(n, value, let_body(n, value.type(), rest));
+  }
+
+  Stmt let_body(const std::string& name, Type type, bool* rest) {
+    *rest = !is("{");
+    return scoped({{name, type}}, [&] { return *rest ? stmts() : block(); });
   }
 
   // `[0, E)`: the extent E of a range that starts at 0.

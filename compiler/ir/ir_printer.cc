@@ -113,12 +113,38 @@ class Printer : public IRVisitor {
     os << "}";
   }
 
+  // A let's scope runs to the end of its block. One followed by more statements of its Seq ends
+  // earlier, so its body is printed as a block of its own (`let x = v {...}`): the two shapes
+  // differ for the verifier and the backends (a per-thread let may not live across a barrier),
+  // and the parser (ir_parser.h) must tell them apart.
+  // A let's scope runs to the end of its block. One followed by more statements of its Seq ends
+  // earlier, so its body is printed as a block of its own (`let x = v {...}`): the two shapes
+  // differ for the verifier and the backends (a per-thread let may not live across a barrier),
+  // and the parser (ir_parser.h) must tell them apart.
   void visit_stmt(const Seq* op) override {
-    for (const Stmt& s : op->stmts) visit(s);
+    for (size_t i = 0; i < op->stmts.size(); ++i) {
+      const Stmt& s = op->stmts[i];
+      bool more = i + 1 < op->stmts.size();
+      if (const LetStmt* let = s.as<LetStmt>(); let && more) {
+        let_header(let);
+        block(let->body);
+        os << "\n";
+      } else if (const Reduce* red = s.as<Reduce>(); red && more) {
+        reduce_header(red);
+        block(red->body);
+        os << "\n";
+      } else {
+        visit(s);
+      }
+    }
+  }
+  void let_header(const LetStmt* op) {
+    line_start();
+    os << "let " << op->name << " = " << to_string(op->value);
   }
   void visit_stmt(const LetStmt* op) override {
-    line_start();
-    os << "let " << op->name << " = " << to_string(op->value) << "\n";
+    let_header(op);
+    os << "\n";
     visit(op->body);
   }
   void visit_stmt(const For* op) override {
@@ -143,10 +169,14 @@ class Printer : public IRVisitor {
     block(op->body);
     os << "\n";
   }
-  void visit_stmt(const Reduce* op) override {
+  void reduce_header(const Reduce* op) {
     line_start();
     os << "let " << op->name << " = reduce_" << reduce_op_name(op->op) << " " << op->var
-       << " in [0, " << to_string(op->extent) << ") of " << to_string(op->value) << "\n";
+       << " in [0, " << to_string(op->extent) << ") of " << to_string(op->value);
+  }
+  void visit_stmt(const Reduce* op) override {
+    reduce_header(op);
+    os << "\n";
     visit(op->body);
   }
   void visit_stmt(const IfThenElse* op) override {
