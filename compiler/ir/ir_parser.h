@@ -6,8 +6,9 @@
 // type from its binding (dims, loop and parallel variables i64, scalars and SIMT locals as
 // declared, lets and reductions as their value), a load's from its buffer's dtype: the compute
 // type in Tile IR and SIMT IR before lower_storage_types, the storage type after it.
-// `i32(5)` reads as the constant, `-5` and `-1.5f` as literals (the printer makes the same text
-// of a cast or negated constant; passes build the constants).
+// `-5` and `-1.5f` are literals (a negated literal prints `-(5)`), `i32(5)` the i32 constant (a
+// cast of the i64 constant prints `i32((5))`), and `let x = v {...}` binds for its block only (a
+// plain `let x = v` for the rest of the enclosing block).
 //
 // Every mistake is a tilerun::Error "FILE:LINE:COL: error: ..." at the offending token; the
 // result is not verified (tile_verifier.h / simt_verifier.h do that).

@@ -83,9 +83,12 @@ class Printer : public IRVisitor {
     os << ")";
   }
   void visit_expr(const Cast* op) override {
-    os << type_name(op->type) << "(";
+    // `i32(5)` is the i32 constant; a cast of the i64 constant 5 prints `i32((5))`.
+    const IntImm* i = op->value.as<IntImm>();
+    bool literal = i && i->type == Type::I64 && is_int(op->type);
+    os << type_name(op->type) << (literal ? "((" : "(");
     visit(op->value);
-    os << ")";
+    os << (literal ? "))" : ")");
   }
   void visit_expr(const Bitcast* op) override {
     os << "bitcast<" << type_name(op->type) << ">(";

@@ -87,7 +87,7 @@ struct Gen {
     if (depth <= 0 || rng.below(4) == 0)
       return rng.below(3) == 0 || ints.empty() ? int_literal() : rng.pick(ints);
     auto a = [&] { return i(depth - 1); };
-    switch (rng.below(14)) {
+    switch (rng.below(15)) {
       case 0:
         return a() + a();
       case 1:
@@ -115,6 +115,8 @@ struct Gen {
         return rng.coin() ? min(a(), a()) : max(a(), a());
       case 12:
         return to_i32(f(depth - 1));
+      case 13:  // a cast of an i64 constant, and negated constants: spellings of their own
+        return rng.coin() ? to_i32(Val(int64_t{rng.below(9) - 4})) : -int_literal();
       default:
         return abs(a());
     }
