@@ -2,7 +2,8 @@
 // (Tile IR as built), <name>.simt.txt (SIMT IR after the pipeline), <name>.ll (the LLVM IR
 // the CPU backend emits, before optimisation) and <name>.cu (the CUDA C++ the GPU backend
 // compiles), <name>.proofs.txt (index analysis verdicts, analyze_accesses.h, and the tiles'
-// layouts). Deterministic text; `dir` is created if needed.
+// layouts), <name>.passes.txt (the IR after every pass of pipeline(), lower.h). Deterministic text;
+// `dir` is created if needed.
 #pragma once
 
 #include <string>

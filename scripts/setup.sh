@@ -5,8 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake g++ make pkg-config libz3-dev llvm-16-dev libyaml-cpp-dev libeigen3-dev
-          libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
+# llvm-16-tools: lit, FileCheck and not, for the compiler's pass tests (tests/lit); clang-16 and
+# its runtimes for the libFuzzer targets (scripts/fuzz.sh).
+packages=(cmake g++ make pkg-config libz3-dev llvm-16-dev llvm-16-tools libyaml-cpp-dev
+          libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev python3
           clang-16 libclang-rt-16-dev libfuzzer-16-dev)
 missing=()
 for p in "${packages[@]}"; do

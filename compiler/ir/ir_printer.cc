@@ -66,7 +66,13 @@ class Printer : public IRVisitor {
   }
   void visit_expr(const Unary* op) override {
     os << unary_op_name(op->op);
+    // `-1f` is the literal; the negation of the literal 1f prints `-(1f)`, so that the parser
+    // (ir_parser.h) can tell the two apart.
+    const IntImm* i = op->a.as<IntImm>();
+    bool bare_number = op->a.as<FloatImm>() || (i && i->type == Type::I64);
+    if (bare_number) os << "(";
     visit(op->a);
+    if (bare_number) os << ")";
   }
   void visit_expr(const Select* op) override {
     os << "select(";
@@ -78,9 +84,12 @@ class Printer : public IRVisitor {
     os << ")";
   }
   void visit_expr(const Cast* op) override {
-    os << type_name(op->type) << "(";
+    // `i32(5)` is the i32 constant; a cast of the i64 constant 5 prints `i32((5))`.
+    const IntImm* i = op->value.as<IntImm>();
+    bool literal = i && i->type == Type::I64 && is_int(op->type);
+    os << type_name(op->type) << (literal ? "((" : "(");
     visit(op->value);
-    os << ")";
+    os << (literal ? "))" : ")");
   }
   void visit_expr(const Bitcast* op) override {
     os << "bitcast<" << type_name(op->type) << ">(";
@@ -108,12 +117,38 @@ class Printer : public IRVisitor {
     os << "}";
   }
 
+  // A let's scope runs to the end of its block. One followed by more statements of its Seq ends
+  // earlier, so its body is printed as a block of its own (`let x = v {...}`): the two shapes
+  // differ for the verifier and the backends (a per-thread let may not live across a barrier),
+  // and the parser (ir_parser.h) must tell them apart.
+  // A let's scope runs to the end of its block. One followed by more statements of its Seq ends
+  // earlier, so its body is printed as a block of its own (`let x = v {...}`): the two shapes
+  // differ for the verifier and the backends (a per-thread let may not live across a barrier),
+  // and the parser (ir_parser.h) must tell them apart.
   void visit_stmt(const Seq* op) override {
-    for (const Stmt& s : op->stmts) visit(s);
+    for (size_t i = 0; i < op->stmts.size(); ++i) {
+      const Stmt& s = op->stmts[i];
+      bool more = i + 1 < op->stmts.size();
+      if (const LetStmt* let = s.as<LetStmt>(); let && more) {
+        let_header(let);
+        block(let->body);
+        os << "\n";
+      } else if (const Reduce* red = s.as<Reduce>(); red && more) {
+        reduce_header(red);
+        block(red->body);
+        os << "\n";
+      } else {
+        visit(s);
+      }
+    }
+  }
+  void let_header(const LetStmt* op) {
+    line_start();
+    os << "let " << op->name << " = " << to_string(op->value);
   }
   void visit_stmt(const LetStmt* op) override {
-    line_start();
-    os << "let " << op->name << " = " << to_string(op->value) << "\n";
+    let_header(op);
+    os << "\n";
     visit(op->body);
   }
   void visit_stmt(const For* op) override {
@@ -143,10 +178,14 @@ class Printer : public IRVisitor {
     block(op->body);
     os << "\n";
   }
-  void visit_stmt(const Reduce* op) override {
+  void reduce_header(const Reduce* op) {
     line_start();
     os << "let " << op->name << " = reduce_" << reduce_op_name(op->op) << " " << op->var
-       << " in [0, " << to_string(op->extent) << ") of " << to_string(op->value) << "\n";
+       << " in [0, " << to_string(op->extent) << ") of " << to_string(op->value);
+  }
+  void visit_stmt(const Reduce* op) override {
+    reduce_header(op);
+    os << "\n";
     visit(op->body);
   }
   void visit_stmt(const IfThenElse* op) override {

@@ -1,0 +1,190 @@
+#include "compiler/ir/ir_equal.h"
+
+#include <cstring>
+
+namespace tilerun::compiler {
+namespace {
+
+bool equal_all(const std::vector<Expr>& a, const std::vector<Expr>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!equal(a[i], b[i])) return false;
+  return true;
+}
+
+bool equal_region(const Region& a, const Region& b) {
+  return a.buffer == b.buffer && equal_all(a.origin, b.origin) && a.extents == b.extents;
+}
+
+bool equal_sig(const KernelSignature& a, const KernelSignature& b) {
+  if (a.name != b.name || a.threads != b.threads || !equal_all(a.grid, b.grid)) return false;
+  if (a.dims.size() != b.dims.size() || a.buffers.size() != b.buffers.size() ||
+      a.scalars.size() != b.scalars.size())
+    return false;
+  for (size_t i = 0; i < a.dims.size(); ++i) {
+    const DimParam &x = a.dims[i], &y = b.dims[i];
+    if (x.name != y.name || x.bounds.min != y.bounds.min || x.bounds.max != y.bounds.max ||
+        x.bounds.divisible_by != y.bounds.divisible_by)
+      return false;
+  }
+  for (size_t i = 0; i < a.buffers.size(); ++i) {
+    const BufferParam &x = a.buffers[i], &y = b.buffers[i];
+    if (x.name != y.name || x.dtype != y.dtype || x.is_output != y.is_output ||
+        !equal_all(x.shape, y.shape))
+      return false;
+  }
+  for (size_t i = 0; i < a.scalars.size(); ++i)
+    if (a.scalars[i].name != b.scalars[i].name || a.scalars[i].type != b.scalars[i].type)
+      return false;
+  return true;
+}
+
+bool equal_arrays(const std::vector<SimtArray>& a, const std::vector<SimtArray>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].name != b[i].name || a[i].dtype != b[i].dtype || a[i].shape != b[i].shape ||
+        a[i].layout != b[i].layout)
+      return false;
+  return true;
+}
+
+bool equal_stmt(const Stmt& a, const Stmt& b);
+
+}  // namespace
+
+bool equal(const Stmt& a, const Stmt& b) { return equal_stmt(a, b); }
+
+bool equal(const Expr& a, const Expr& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  if (a->kind != b->kind || a.type() != b.type()) return false;
+  switch (a->kind) {
+    case ExprKind::IntImm:
+      return a.as<IntImm>()->value == b.as<IntImm>()->value;
+    case ExprKind::FloatImm:
+      return std::memcmp(&a.as<FloatImm>()->value, &b.as<FloatImm>()->value, sizeof(float)) == 0;
+    case ExprKind::Var:
+      return a.as<Var>()->name == b.as<Var>()->name;
+    case ExprKind::Binary: {
+      const Binary *x = a.as<Binary>(), *y = b.as<Binary>();
+      return x->op == y->op && equal(x->a, y->a) && equal(x->b, y->b);
+    }
+    case ExprKind::Unary: {
+      const Unary *x = a.as<Unary>(), *y = b.as<Unary>();
+      return x->op == y->op && equal(x->a, y->a);
+    }
+    case ExprKind::Select: {
+      const Select *x = a.as<Select>(), *y = b.as<Select>();
+      return equal(x->cond, y->cond) && equal(x->true_value, y->true_value) &&
+             equal(x->false_value, y->false_value);
+    }
+    case ExprKind::Cast:
+      return equal(a.as<Cast>()->value, b.as<Cast>()->value);
+    case ExprKind::Bitcast:
+      return equal(a.as<Bitcast>()->value, b.as<Bitcast>()->value);
+    case ExprKind::Call: {
+      const Call *x = a.as<Call>(), *y = b.as<Call>();
+      return x->op == y->op && equal_all(x->args, y->args);
+    }
+    case ExprKind::Let: {
+      const Let *x = a.as<Let>(), *y = b.as<Let>();
+      return x->name == y->name && equal(x->value, y->value) && equal(x->body, y->body);
+    }
+    case ExprKind::Load: {
+      const Load *x = a.as<Load>(), *y = b.as<Load>();
+      return x->buffer == y->buffer && equal_all(x->indices, y->indices);
+    }
+  }
+  return false;
+}
+
+namespace {
+bool equal_stmt(const Stmt& a, const Stmt& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  if (a->kind != b->kind) return false;
+  switch (a->kind) {
+    case StmtKind::Seq: {
+      const Seq *x = a.as<Seq>(), *y = b.as<Seq>();
+      if (x->stmts.size() != y->stmts.size()) return false;
+      for (size_t i = 0; i < x->stmts.size(); ++i)
+        if (!equal_stmt(x->stmts[i], y->stmts[i])) return false;
+      return true;
+    }
+    case StmtKind::LetStmt: {
+      const LetStmt *x = a.as<LetStmt>(), *y = b.as<LetStmt>();
+      return x->name == y->name && equal(x->value, y->value) && equal_stmt(x->body, y->body);
+    }
+    case StmtKind::For: {
+      const For *x = a.as<For>(), *y = b.as<For>();
+      return x->var == y->var && x->vectorized == y->vectorized && equal(x->min, y->min) &&
+             equal(x->extent, y->extent) && equal_stmt(x->body, y->body);
+    }
+    case StmtKind::Parallel: {
+      const Parallel *x = a.as<Parallel>(), *y = b.as<Parallel>();
+      const ParallelLayout &l = x->layout, &m = y->layout;
+      return x->vars == y->vars && equal_all(x->extents, y->extents) && l.width == m.width &&
+             l.annotated == m.annotated && l.provable == m.provable && l.vectorize == m.vectorize &&
+             // An empty thread-value layout reads as the default of its width (ir.h).
+             (l.tv.rank() == 0 || m.tv.rank() == 0 || l.tv == m.tv) &&
+             equal_stmt(x->body, y->body);
+    }
+    case StmtKind::Reduce: {
+      const Reduce *x = a.as<Reduce>(), *y = b.as<Reduce>();
+      return x->name == y->name && x->op == y->op && x->var == y->var &&
+             equal(x->extent, y->extent) && equal(x->value, y->value) &&
+             equal_stmt(x->body, y->body);
+    }
+    case StmtKind::IfThenElse: {
+      const IfThenElse *x = a.as<IfThenElse>(), *y = b.as<IfThenElse>();
+      return equal(x->cond, y->cond) && equal_stmt(x->then_case, y->then_case) &&
+             equal_stmt(x->else_case, y->else_case);
+    }
+    case StmtKind::Store: {
+      const Store *x = a.as<Store>(), *y = b.as<Store>();
+      return x->buffer == y->buffer && equal_all(x->indices, y->indices) &&
+             equal(x->value, y->value);
+    }
+    case StmtKind::Assign: {
+      const Assign *x = a.as<Assign>(), *y = b.as<Assign>();
+      return x->name == y->name && equal(x->value, y->value);
+    }
+    case StmtKind::Copy: {
+      const Copy *x = a.as<Copy>(), *y = b.as<Copy>();
+      return equal_region(x->dst, y->dst) && equal_region(x->src, y->src);
+    }
+    case StmtKind::Barrier:
+      return true;
+    case StmtKind::VectorMove: {
+      const VectorMove *x = a.as<VectorMove>(), *y = b.as<VectorMove>();
+      return x->dst == y->dst && x->src == y->src && x->lanes == y->lanes &&
+             equal(x->dst_index, y->dst_index) && equal(x->src_index, y->src_index);
+    }
+    case StmtKind::WarpShuffle: {
+      const WarpShuffle *x = a.as<WarpShuffle>(), *y = b.as<WarpShuffle>();
+      return x->dst == y->dst && x->src == y->src && x->lane_xor == y->lane_xor;
+    }
+  }
+  return false;
+}
+}  // namespace
+
+bool equal(const Kernel& a, const Kernel& b) {
+  if (!equal_sig(a.sig, b.sig) || a.allocs.size() != b.allocs.size()) return false;
+  for (size_t i = 0; i < a.allocs.size(); ++i) {
+    const TileAlloc &x = a.allocs[i], &y = b.allocs[i];
+    if (x.name != y.name || x.scope != y.scope || x.dtype != y.dtype || x.shape != y.shape ||
+        x.layout != y.layout)
+      return false;
+  }
+  return equal(a.body, b.body);
+}
+
+bool equal(const SimtKernel& a, const SimtKernel& b) {
+  if (!equal_sig(a.sig, b.sig) || !equal_arrays(a.shared, b.shared) ||
+      !equal_arrays(a.local_arrays, b.local_arrays) || a.locals.size() != b.locals.size())
+    return false;
+  for (size_t i = 0; i < a.locals.size(); ++i)
+    if (a.locals[i].name != b.locals[i].name || a.locals[i].type != b.locals[i].type) return false;
+  return equal(a.body, b.body);
+}
+
+}  // namespace tilerun::compiler
