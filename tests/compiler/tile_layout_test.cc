@@ -9,9 +9,12 @@
 
 #include "compiler/codegen/cpu_backend.h"
 #include "compiler/ir/builder.h"
+#include "compiler/ir/ir_equal.h"
+#include "compiler/ir/ir_parser.h"
 #include "compiler/ir/ir_printer.h"
 #include "compiler/ir/layout.h"
 #include "compiler/ir/layout_index.h"
+#include "compiler/ir/ir_visitor.h"
 #include "compiler/lower.h"
 #include "tilerun/error.h"
 
@@ -66,6 +69,11 @@ TEST(TileLayout, SharedTilesFollowTheirLayoutWithTheSameResults) {
     ASSERT_EQ(simt.shared.size(), 1u);
     EXPECT_EQ(simt.shared[0].size(), layout.rank() ? layout.cosize() : 1024);
     if (layout.rank()) EXPECT_NE(print(k).find("layout " + to_string(layout)), std::string::npos);
+    // The text form keeps the layout: parsing gives the same kernel, at both levels.
+    Kernel parsed = parse_tile_kernel(print(k), name + ".tile");
+    EXPECT_TRUE(equal(parsed, k));
+    EXPECT_EQ(print(parsed), print(k));
+    EXPECT_EQ(print(parse_simt_kernel(print(simt), name + ".simt")), print(simt));
   }
 }
 
@@ -104,12 +112,43 @@ TEST(TileLayout, ParallelsCarryTheThreadValueLayoutLoweringFollows) {
   EXPECT_NE(lowered.find("let group.0 = threadIdx.x"), std::string::npos) << lowered;
   EXPECT_NE(lowered.find("(group.0 * 4) + lane.0"), std::string::npos) << lowered;
 
+  // A thread-value layout other than the default, (8,32,4):(128,4,1): thread t0 + 8·t1 holds
+  // the 4 values from t0·128 + t1·4. It prints, parses back, and lowering follows it.
+  std::vector<std::string> front = {"lower_copies", "lower_reductions", "analyze_accesses",
+                                    "infer_layouts"};
+  Kernel inferred = std::get<Kernel>(run_passes(k, front));
+  EXPECT_EQ(print(inferred).find(" layout "), std::string::npos) << "the default is not printed";
+  struct SetTv : IRMutator {
+    Stmt mutate_stmt(const Parallel* op, const Stmt&) override {
+      ParallelLayout l = op->layout;
+      l.tv = make_layout({8, 32, 4}, {128, 4, 1});
+      return Parallel::make(op->vars, op->extents, mutate(op->body), l);
+    }
+  } set_tv;
+  Kernel permuted = inferred;
+  permuted.body = set_tv.mutate(inferred.body);
+  const std::string text = print(permuted);
+  ASSERT_NE(text.find("provable 4 layout (8,32,4):(128,4,1)"), std::string::npos) << text;
+  Kernel reparsed = parse_tile_kernel(text, "permuted.tile");
+  EXPECT_TRUE(equal(reparsed, permuted));
+  std::vector<std::string> back;
+  bool after = false;
+  for (const PassInfo& p : pipeline()) {
+    if (after) back.push_back(p.name);
+    after = after || std::string(p.name) == "infer_layouts";
+  }
+  SimtKernel simt = std::get<SimtKernel>(run_passes(reparsed, back));
+  EXPECT_NE(print(simt).find("(threadIdx.x % 8)"), std::string::npos) << print(simt);
+
   std::vector<float> in(4096), out(4096, 0.0f);
   std::mt19937 rng(std::random_device{}());
   std::uniform_real_distribution<float> u(-1, 1);
   for (float& v : in) v = u(rng);
   compile_cpu(k)->launch({{in.data(), out.data()}, {4096}, {}});
   for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], in[i] * 2.0f) << i;
+  std::vector<float> out2(4096, 0.0f);
+  compile_cpu(simt)->launch({{in.data(), out2.data()}, {4096}, {}});
+  EXPECT_EQ(out2, out);
 }
 
 TEST(TileLayout, LayoutIndexIsTheLayoutAsAFunction) {
