@@ -12,8 +12,10 @@ namespace tilerun::compiler {
 // directory, flushed to disk and checked, then renamed over `path` (which keeps its permissions;
 // a symbolic link is followed and its target replaced). A target that exists and is not a regular
 // file (/dev/null, /dev/full, a pipe) is written directly, and every write is checked.
-// Throws tilerun::Error (kind Runtime) "PATH: error: cannot write ...: REASON" on any failure; the
-// temporary file is removed and an existing file at `path` is left as it was.
+// Throws tilerun::Error (kind Runtime) "PATH: error: cannot open for writing: REASON" or
+// "PATH: error: cannot write the file: REASON" on any failure; the temporary file is removed and
+// an existing file at `path` is left as it was. (A process that wants a file-size limit reported
+// this way, rather than killed by SIGXFSZ, ignores that signal, as the CLI does.)
 // Pieces are views so that large buffers (tensor data) are written without a copy.
 void write_file_atomically(const std::string& path, const std::vector<std::string_view>& pieces);
 inline void write_file_atomically(const std::string& path, std::string_view contents) {
