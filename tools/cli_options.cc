@@ -201,10 +201,7 @@ Options parse_args(const std::vector<std::string>& args) {
   return o;
 }
 
-}  // namespace tilerun::cli
-
-namespace tilerun::cli {
-
+// The checks of check_options.
 namespace {
 
 namespace fs = std::filesystem;
@@ -215,7 +212,7 @@ std::string file_kind(mode_t mode) {
   if (S_ISCHR(mode)) return "a character device";
   if (S_ISBLK(mode)) return "a block device";
   if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
+  return "a special file";
 }
 
 // An input read with seeks must be a regular file; stat, unlike open, cannot block on a FIFO.
