@@ -119,7 +119,8 @@ TensorMap initialize_tensors(const Model& model, uint64_t seed) {
   return out;
 }
 
-TensorMap load_tensors(const Model& model, const std::string& safetensors_path, uint64_t seed) {
+TensorMap load_tensors(const Model& model, const std::string& safetensors_path, uint64_t seed,
+                       MissingTensors missing) {
   TensorMap file = read_safetensors(safetensors_path);
   const SourceLoc file_loc{safetensors_path};
 
@@ -136,6 +137,16 @@ TensorMap load_tensors(const Model& model, const std::string& safetensors_path, 
   if (!unknown.empty())
     throw Error(file_loc, "the file has tensors that are not inputs or weights of model '" +
                               model.name + "': " + unknown);
+
+  if (missing == MissingTensors::Refuse) {
+    std::string absent;
+    for (const TensorDecl& decl : model.tensors)
+      if (decl.role != TensorRole::Activation && !file.contains(decl.name))
+        absent += (absent.empty() ? "'" : ", '") + decl.name + "'";
+    if (!absent.empty())
+      throw Error(file_loc,
+                  "the file lacks inputs or weights of model '" + model.name + "': " + absent);
+  }
 
   TensorMap out;
   for (const TensorDecl& decl : model.tensors) {

@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compiler/base/atomic_file.h"
 #include "compiler/base/check.h"
 #include "tilerun/error.h"
 #include "tilerun/tensor.h"
@@ -359,18 +360,13 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
   }
   text.append((8 - text.size() % 8) % 8, ' ');
 
-  errno = 0;
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail(path, "cannot open for writing: " + errno_text());
   std::array<char, 8> len_bytes;
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<char>(uint64_t{text.size()} >> (8 * i));
-  out.write(len_bytes.data(), 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  std::vector<std::string_view> pieces = {std::string_view(len_bytes.data(), 8), text};
   for (const auto& [name, t] : tensors)
-    out.write(reinterpret_cast<const char*>(t.data.data()),
-              static_cast<std::streamsize>(t.nbytes()));
-  out.close();
-  if (!out) fail(path, "write failed: " + errno_text(), ErrorKind::Runtime);
+    pieces.emplace_back(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+  // A failed write (disk full, a size limit) must not leave a torn file or destroy a good one.
+  compiler::write_file_atomically(path, pieces);
 }
 
 }  // namespace tilerun

@@ -92,8 +92,14 @@ std::string model_summary(const Model& model);
 TensorMap initialize_tensors(const Model& model, uint64_t seed);
 // The same for one tensor (any role): its shape, dtype and values from `decl.init`.
 HostTensor initialize_tensor(const TensorDecl& decl, uint64_t seed);
+// What load_tensors does with an input or weight the file lacks.
+enum class MissingTensors {
+  Initialize,  // give it values from the initialiser with `seed`
+  Refuse,      // throw tilerun::Error naming every missing tensor
+};
 // Weights (and inputs) by name from a .safetensors file, checked against the model's dtypes and
-// shapes; tensors the file lacks come from the initialiser with `seed`.
-TensorMap load_tensors(const Model& model, const std::string& safetensors_path, uint64_t seed);
+// shapes; tensors the file lacks are handled as `missing` says.
+TensorMap load_tensors(const Model& model, const std::string& safetensors_path, uint64_t seed,
+                       MissingTensors missing = MissingTensors::Initialize);
 
 }  // namespace tilerun

@@ -1,6 +1,7 @@
 // The tilerun binary end to end: stdout, stderr and exit codes (0 success, 2 usage or model).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <nlohmann/json.hpp>
 
@@ -12,7 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "tilerun/tilerun.h"
+
 namespace {
+
+namespace fs = std::filesystem;
 
 struct Result {
   int exit_code = -1;
@@ -31,10 +36,14 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-// Runs the CLI with `args` (already shell-quoted where needed) through /bin/sh.
-Result run_cli(const std::string& args) {
+// Runs the CLI with `args` (already shell-quoted where needed) through /bin/sh; `prefix` is
+// shell text run before it in the same shell (a `cd`, a `ulimit`), `launcher` a command that
+// runs it (`timeout 60`).
+Result run_cli(const std::string& args, const std::string& prefix = "",
+               const std::string& launcher = "") {
   std::string err_path = temp_path("stderr");
-  std::string command = std::string("'") + TILERUN_CLI + "' " + args + " 2>'" + err_path + "'";
+  std::string command = "{ " + prefix + (prefix.empty() ? "" : "; ") + "exec " + launcher + " '" +
+                        TILERUN_CLI + "' " + args + "; } 2>'" + err_path + "'";
   Result r;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) {
@@ -301,6 +310,236 @@ TEST(CliTest, BadOptionValuesExitTwo) {
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     EXPECT_NE(r.err.find("error: option"), std::string::npos) << args << ": " << r.err;
   }
+}
+
+// A fresh empty folder for one test (removed by the caller).
+std::string temp_dir(const std::string& name) {
+  std::string dir = temp_path(name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+const std::string kTiny = TILERUN_SOURCE_DIR "/configs/tiny.yaml";
+
+TEST(CliTest, AnOptionsMissingValueIsAUsageError) {
+  // The next flag was taken as the value: a file "--check" appeared and the check was skipped.
+  std::string dir = temp_dir("missing_value");
+  for (const std::string args : {"--device cpu --save --check", "--dump-kernels --validate",
+                                 "--report --trace t.json", "--device cpu --save -x.st"}) {
+    Result r = run_cli("'" + kTiny + "' " + args, "cd '" + dir + "'");
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+    EXPECT_EQ(r.out, "") << args;
+    EXPECT_NE(r.err.find("error: option --"), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(entries(dir), std::vector<std::string>{}) << args;
+  }
+  Result r = run_cli("'" + kTiny + "' --save --check", "cd '" + dir + "'");
+  EXPECT_NE(r.err.find("option --save expects a value, found the option '--check'"),
+            std::string::npos)
+      << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(CliTest, ModeBothOnTheCpuIsAUsageErrorBeforeCompiling) {
+  Result r = run_cli("'" + kTiny + "' --device cpu --mode both");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.out, "");  // nothing compiled
+  EXPECT_NE(r.err.find("--mode both"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("needs a CUDA device"), std::string::npos) << r.err;
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (driver != nullptr) {
+    dlclose(driver);
+    return;  // --device auto picks the GPU here
+  }
+  Result a = run_cli("'" + kTiny + "' --mode both");
+  EXPECT_EQ(a.exit_code, 2) << a.err;
+  EXPECT_EQ(a.out, "");
+  EXPECT_NE(a.err.find("--device auto chose the CPU"), std::string::npos) << a.err;
+}
+
+TEST(CliTest, OutputsNeverOverwriteTheModelTheWeightsOrEachOther) {
+  std::string dir = temp_dir("same_path");
+  const std::string model = dir + "/m.yaml";
+  fs::copy_file(kTiny, model);
+  const std::string text = read_file(model);
+  fs::create_directory(dir + "/sub");
+  fs::create_symlink(model, dir + "/link.yaml");
+  struct Case {
+    std::string args, message;
+  };
+  const std::vector<Case> cases = {
+      {"--save '" + model + "'", "option --save would overwrite the model file"},
+      {"--report '" + dir + "/sub/../m.yaml'", "option --report would overwrite the model file"},
+      {"--trace '" + dir + "/link.yaml'", "option --trace would overwrite the model file"},
+      {"--save '" + dir + "/o' --report '" + dir + "/sub/../o'",
+       "options --save and --report name the same file"},
+      {"--report '" + dir + "/o' --trace '" + dir + "/./o'",
+       "options --report and --trace name the same file"},
+      {"--save '" + dir + "/sub'", "names a directory"},
+      {"--save '" + dir + "/nowhere/o'", "does not exist"},
+  };
+  for (const Case& c : cases) {
+    Result r = run_cli("'" + model + "' --device cpu " + c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
+    EXPECT_EQ(r.out, "") << c.args;  // refused before compiling
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << ": " << r.err;
+  }
+  EXPECT_EQ(read_file(model), text);
+  EXPECT_FALSE(fs::exists(dir + "/o"));
+  // /dev/null takes any number of outputs.
+  Result ok = run_cli("'" + model +
+                      "' --device cpu --forward-only --save /dev/null --report "
+                      "/dev/null --trace /dev/null");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  fs::remove_all(dir);
+}
+
+TEST(CliTest, WeightsMustBeARegularFile) {
+  // A FIFO was opened before the regular-file check, and the open blocked for ever.
+  std::string dir = temp_dir("weights_kind");
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const auto& [path, what] : std::vector<std::pair<std::string, std::string>>{
+           {fifo, "it is a FIFO, not a regular file"},
+           {dir, "it is a directory"},
+           {dir + "/absent", "No such file or directory"}}) {
+    Result r = run_cli("'" + kTiny + "' --device cpu --weights '" + path + "'", "", "timeout 60");
+    EXPECT_EQ(r.exit_code, 2) << path << ": " << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err.rfind(path + ": error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(what), std::string::npos) << r.err;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(CliTest, ValidateRefusesOutputsAndWeights) {
+  std::string dir = temp_dir("validate");
+  std::string weights = dir + "/w.safetensors";
+  tilerun::write_safetensors(weights, {});
+  for (const std::string flag : {"--save", "--report", "--trace", "--weights", "--dump-kernels"}) {
+    std::string path = flag == "--weights" ? weights : dir + "/out";
+    Result r = run_cli("'" + kTiny + "' --validate " + flag + " '" + path + "'");
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_NE(r.err.find("cannot be combined with " + flag), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(entries(dir), std::vector<std::string>{"w.safetensors"});
+  fs::remove_all(dir);
+}
+
+TEST(CliTest, AFailedWriteExitsOneAndKeepsTheOldFile) {
+  // A failed --save left a truncated file (destroying a good one); --report to a full device
+  // exited 0.
+  Result full = run_cli("'" + kTiny + "' --device cpu --forward-only --report /dev/full");
+  EXPECT_EQ(full.exit_code, 1) << full.err;
+  EXPECT_NE(full.err.find("/dev/full: error: cannot write the file: No space left on device"),
+            std::string::npos)
+      << full.err;
+  Result trace = run_cli("'" + kTiny + "' --device cpu --forward-only --trace /dev/full");
+  EXPECT_EQ(trace.exit_code, 1) << trace.err;
+
+  std::string dir = temp_dir("failed_write");
+  const std::string saved = dir + "/out.safetensors";
+  ASSERT_EQ(run_cli("'" + kTiny + "' --device cpu --seed 3 --save '" + saved + "'").exit_code, 0);
+  const std::string good = read_file(saved);
+  ASSERT_GT(good.size(), 1000000u);
+  // A file-size limit far below the file's size (in 512- or 1024-byte blocks, by shell).
+  Result r =
+      run_cli("'" + kTiny + "' --device cpu --seed 4 --save '" + saved + "'", "ulimit -f 64");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find(saved + ": error: cannot write the file: File too large"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(read_file(saved) == good) << "the good file was changed";
+  EXPECT_EQ(entries(dir), std::vector<std::string>{"out.safetensors"});  // no temporary left
+  fs::remove_all(dir);
+}
+
+TEST(CliTest, AWeightMissingFromTheFileIsAnErrorUnlessAllowed) {
+  // Missing tensors were silently filled by the initialiser.
+  std::string dir = temp_dir("missing_weight");
+  tilerun::Model model = tilerun::load_model(kTiny);
+  tilerun::TensorMap all = tilerun::initialize_tensors(model, 5);
+  tilerun::TensorMap partial = all;
+  partial.erase("block.1.w2");
+  partial.erase("x");
+  const std::string full_path = dir + "/all.safetensors", partial_path = dir + "/part.safetensors";
+  tilerun::write_safetensors(full_path, all);
+  tilerun::write_safetensors(partial_path, partial);
+  const std::string run = "'" + kTiny + "' --device cpu --forward-only ";
+
+  Result missing = run_cli(run + "--weights '" + partial_path + "'");
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_EQ(missing.out, "");  // refused before compiling
+  EXPECT_NE(missing.err.find("lacks inputs or weights of model 'tiny': 'x', 'block.1.w2'"),
+            std::string::npos)
+      << missing.err;
+
+  // Allowed, the missing ones come from the initialiser: with the file's seed, the same bits as
+  // a run without the file.
+  const std::string a = dir + "/a.safetensors", b = dir + "/b.safetensors",
+                    c = dir + "/c.safetensors";
+  Result allowed =
+      run_cli(run + "--seed 5 --allow-missing --weights '" + partial_path + "' --save '" + a + "'");
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.err;
+  EXPECT_EQ(run_cli(run + "--weights '" + full_path + "' --save '" + b + "'").exit_code, 0);
+  EXPECT_EQ(run_cli(run + "--seed 5 --save '" + c + "'").exit_code, 0);
+  EXPECT_EQ(read_file(a), read_file(c));
+  EXPECT_EQ(read_file(b), read_file(c));                     // the file's values, not seed 0's
+  EXPECT_EQ(run_cli(run + "--allow-missing").exit_code, 2);  // without --weights
+  fs::remove_all(dir);
+}
+
+TEST(CliTest, NonFiniteResultsWarnAndFailTheCheck) {
+  // f32 overflows to inf: a warning names the tensor (exit 0), and --check fails on it.
+  std::string path = write_model("inf.yaml",
+                                 "model: inf\n"
+                                 "dims: {N: 8}\n"
+                                 "inputs:\n"
+                                 "  x: {shape: [N], init: {constant: 1.0e30}}\n"
+                                 "layers:\n"
+                                 "  - name: l\n"
+                                 "    ops:\n"
+                                 "      - {op: scale, in: x, out: y, alpha: 1.0e10}\n"
+                                 "outputs: [l.y]\n");
+  Result r = run_cli("'" + path + "' --device cpu --forward-only");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("tilerun: warning: l.y holds NaN or Inf"), std::string::npos) << r.err;
+  Result c = run_cli("'" + path + "' --device cpu --forward-only --check");
+  EXPECT_EQ(c.exit_code, 1) << c.err;
+  EXPECT_NE(c.out.find("check: FAILED, l.y holds NaN or Inf"), std::string::npos) << c.out;
+  Result fine = run_cli("'" + kTiny + "' --device cpu --forward-only");
+  EXPECT_EQ(fine.err.find("warning"), std::string::npos) << fine.err;
+  std::remove(path.c_str());
+}
+
+TEST(CliTest, ControlCharactersInMessagesAreEscaped) {
+  // ESC sequences reached the terminal raw; a NUL cut the message short.
+  Result path = run_cli("\"$(printf 'bad\033[31m\a.yaml')\"");
+  EXPECT_EQ(path.exit_code, 2);
+  EXPECT_EQ(path.err.find('\x1b'), std::string::npos) << path.err;
+  EXPECT_EQ(path.err.find('\a'), std::string::npos) << path.err;
+  EXPECT_NE(path.err.find("bad\\x1b[31m\\x07.yaml: error: cannot open"), std::string::npos)
+      << path.err;
+  Result option = run_cli("'" + kTiny + "' --device \"$(printf 'x\033]0;t\007')\"");
+  EXPECT_EQ(option.exit_code, 2);
+  EXPECT_NE(option.err.find("found 'x\\x1b]0;t\\x07'"), std::string::npos) << option.err;
+
+  // YAML's "\0" and "\e" escapes put a NUL and an ESC into the model's name.
+  std::string model = write_model("nul.yaml", "model: \"a\\0b\\ec\"\ndims: {N: 2}\n");
+  Result nul = run_cli("'" + model + "' --validate");
+  EXPECT_EQ(nul.exit_code, 2);
+  EXPECT_NE(nul.err.find(":1:8: error: 'a\\x00b\\x1bc' is not a valid name for 'model'"),
+            std::string::npos)
+      << nul.err;
+  std::remove(model.c_str());
 }
 
 }  // namespace

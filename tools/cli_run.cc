@@ -1,0 +1,191 @@
+#include "tools/cli_run.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "graph/runtime/cuda_driver.h"
+#include "tools/cli_report.h"
+
+namespace tilerun::cli {
+
+namespace {
+
+void print_progress(const char* line) {
+  if (::isatty(2)) std::fprintf(stderr, "\r%s", printable(line).c_str());
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Where the run goes, decided before compiling: --mode both on the CPU is a usage mistake, and
+// a session given Auto would decide it only after the compile.
+Device resolve_device(const Options& o) {
+  Device device = o.device == "cpu"      ? Device::Cpu
+                  : o.device == "cuda"   ? Device::Cuda
+                  : graph::cuda_driver() ? Device::Cuda
+                                         : Device::Cpu;
+  if (o.mode == "both" && device == Device::Cpu)
+    throw Error(
+        "--mode both compares CUDA graph replay with standalone launches and needs a CUDA "
+        "device; there is none here (--device auto chose the CPU)");
+  return device;
+}
+
+SessionOptions session_options(const Options& o, Device device, LaunchMode mode) {
+  SessionOptions so;
+  so.device = device;
+  so.mode = mode;
+  so.pdl = o.pdl;
+  so.seed = o.seed;
+  so.dump_dir = o.dump_dir;
+  so.forward_only = o.forward_only;
+  so.progress = print_progress;
+  return so;
+}
+
+std::unique_ptr<Session> open_session(const Options& o, const Model& model, Device device,
+                                      LaunchMode mode, const TensorMap& weights) {
+  auto session = std::make_unique<Session>(model, session_options(o, device, mode));
+  if (::isatty(2)) std::fputs("\n", stderr);
+  print_compiled(model, *session);
+  session->set_tensors(weights);
+  return session;
+}
+
+// Runs the steps and reports each layer's median host and device time over them, the first
+// step left out as a warm-up when there are more (it may pay one-time costs: caches, clocks).
+std::vector<LayerRow> time_steps(Session& session, const Options& o) {
+  std::vector<LayerRow> rows;
+  std::vector<std::vector<double>> host, device;
+  for (int step = 0; step < o.steps; ++step) {
+    session.forward();
+    if (!o.forward_only) session.backward();
+    std::vector<LayerTiming> timings = session.timings();
+    if (rows.empty()) {
+      rows.resize(timings.size());
+      host.resize(timings.size());
+      device.resize(timings.size());
+    }
+    if (step == 0 && o.steps > 1) continue;
+    for (size_t i = 0; i < timings.size(); ++i) {
+      if (rows[i].samples++ == 0) rows[i].t = timings[i];
+      host[i].push_back(timings[i].host_us);
+      device[i].push_back(timings[i].device_us);
+    }
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i].t.host_us = median(host[i]);
+    rows[i].t.device_us = median(device[i]);
+  }
+  return rows;
+}
+
+// One more step kernel by kernel gives each layer's own kernel time, and so its gaps. Run after
+// every timed step of every session: CUPTI, once attached, slows the driver calls that follow.
+std::vector<KernelTiming> add_profile(Session& session, std::vector<LayerRow>& rows) {
+  std::vector<KernelTiming> kernels = session.profile();
+  std::vector<LayerTiming> profiled = session.timings();
+  for (size_t i = 0; i < rows.size() && i < profiled.size(); ++i) {
+    rows[i].t.kernels_us = profiled[i].kernels_us;
+    rows[i].t.gap_us = rows[i].t.kernels > 0
+                           ? (rows[i].t.device_us - rows[i].t.kernels_us) / rows[i].t.kernels
+                           : 0;
+  }
+  return kernels;
+}
+
+TensorMap results(const Session& session, bool forward_only) {
+  TensorMap all = session.outputs();
+  if (!forward_only)
+    for (auto& [name, t] : session.gradients()) all["grad." + name] = std::move(t);
+  return all;
+}
+
+// The first tensor whose bytes differ, or "" when every tensor is bit-identical.
+std::string first_difference(const TensorMap& a, const TensorMap& b) {
+  for (const auto& [name, t] : a) {
+    auto it = b.find(name);
+    if (it == b.end() || it->second.data != t.data) return name;
+  }
+  return a.size() == b.size() ? "" : "(tensor count)";
+}
+
+// Element i of a float tensor has every exponent bit set: a NaN or an infinity. Integer and
+// FP4 tensors are always finite; F8E4M3 has no infinity, and its NaN is S.1111.111.
+bool non_finite_at(DType dtype, const uint8_t* data, int64_t i) {
+  auto bits16 = [&] {
+    uint16_t b;
+    std::memcpy(&b, data + 2 * i, 2);
+    return b;
+  };
+  switch (dtype) {
+    case DType::F32: {
+      uint32_t b;
+      std::memcpy(&b, data + 4 * i, 4);
+      return (b & 0x7f800000u) == 0x7f800000u;
+    }
+    case DType::BF16:
+      return (bits16() & 0x7f80u) == 0x7f80u;
+    case DType::F16:
+      return (bits16() & 0x7c00u) == 0x7c00u;
+    case DType::F8E4M3:
+      return (data[i] & 0x7fu) == 0x7fu;
+    case DType::E8M0:
+      return data[i] == 0xffu;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool RunResult::failed() const {
+  return !difference.empty() || (check && (!check->ok || !non_finite.empty()));
+}
+
+std::string first_non_finite(const TensorMap& tensors) {
+  for (const auto& [name, t] : tensors) {
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i)
+      if (non_finite_at(t.dtype, t.data.data(), i)) return name;
+  }
+  return "";
+}
+
+RunResult run_steps(const Options& o, const Model& model) {
+  const Device device = resolve_device(o);
+  // Read and checked against the model before the compile, so a bad file costs nothing.
+  TensorMap weights;
+  if (!o.weights.empty())
+    weights = load_tensors(model, o.weights, o.seed,
+                           o.allow_missing ? MissingTensors::Initialize : MissingTensors::Refuse);
+  const bool both = o.mode == "both";
+  auto session = open_session(o, model, device,
+                              o.mode == "launch" ? LaunchMode::Launch : LaunchMode::Graph, weights);
+  RunResult r;
+  r.device = session->device_name();
+  r.stats = session->compile_stats();
+  r.arena_bytes = session->arena_bytes();
+  r.tensor_bytes = session->tensor_bytes();
+  r.rows = time_steps(*session, o);
+  std::unique_ptr<Session> standalone;
+  if (both) {
+    standalone = open_session(o, model, device, LaunchMode::Launch, weights);
+    r.launch_rows = time_steps(*standalone, o);
+  }
+  r.profile = add_profile(*session, r.rows);  // after every session's timed steps
+  r.results = results(*session, o.forward_only);
+  if (both) r.difference = first_difference(r.results, results(*standalone, o.forward_only));
+  r.non_finite = first_non_finite(r.results);
+  if (o.check) r.check = session->check();
+  return r;
+}
+
+}  // namespace tilerun::cli
