@@ -263,7 +263,8 @@ double rms_of(const std::vector<const kernels::RefTensor*>& tensors) {
   for (const kernels::RefTensor* t : tensors)
     for (double v : t->data)
       if (std::isfinite(v)) sum += v * v, ++n;
-  return n ? std::sqrt(sum / static_cast<double>(n)) : 0.0;
+  double rms = n ? std::sqrt(sum / static_cast<double>(n)) : 0.0;
+  return std::isfinite(rms) ? rms : 0.0;  // values near DBL_MAX: no floor rather than an inf one
 }
 
 // ||got - want|| / max(||want||, floor * sqrt(n)): relative where the reference is of the
