@@ -57,12 +57,14 @@ class RuleEmitter {
     for (int in : fwd_.inputs) in_types.push_back(g_.tensors[in].type);
     for (const kernels::GradOp& gop : schema->gradient(in_types, fwd_.attrs, needs)) emit_op(gop);
     // Accumulate each produced input gradient into the running gradient of that input.
+    // One op may read a tensor in several slots (x*x): each slot's contribution is its own sum,
+    // named after the slot so the names stay distinct.
     for (size_t i = 0; i < fwd_.inputs.size(); ++i) {
       auto it = names_.find("dx" + std::to_string(i));
       if (!needs[i]) continue;
       TR_CHECK(it != names_.end(),
                fwd_.type + "'s gradient rule did not produce dx" + std::to_string(i));
-      accumulate(fwd_.inputs[i], it->second);
+      accumulate(fwd_.inputs[i], it->second, i);
     }
   }
 
@@ -74,7 +76,7 @@ class RuleEmitter {
     int y = fwd_.outputs[i];
     auto it = grad_.find(y);
     if (it != grad_.end()) return it->second;
-    GraphTensor t{.name = "grad." + g_.tensors[y].name,
+    GraphTensor t{.name = g_.unique_name("grad." + g_.tensors[y].name),
                   .type = g_.tensors[y].type,
                   .kind = TensorKind::Gradient};
     int id = g_.add_tensor(t);
@@ -110,7 +112,7 @@ class RuleEmitter {
                .loc = fwd_.loc};
     int op_id = static_cast<int>(g_.ops.size());
     for (size_t i = 0; i < gop.outputs.size(); ++i) {
-      GraphTensor t{.name = prefix + gop.outputs[i],
+      GraphTensor t{.name = g_.unique_name(prefix + gop.outputs[i]),
                     .type = out_types[i],
                     .kind = TensorKind::Gradient,
                     .producer = op_id};
@@ -123,14 +125,15 @@ class RuleEmitter {
 
   // grad[x] += contribution, as a new tensor so that the summation order is the fixed reverse
   // op order.
-  void accumulate(int x, int contribution) {
+  void accumulate(int x, int contribution, size_t slot) {
     auto it = grad_.find(x);
     if (it == grad_.end()) {
       grad_[x] = contribution;
       return;
     }
     int op_id = static_cast<int>(g_.ops.size());
-    GraphTensor t{.name = "grad." + std::to_string(op_index_) + ".sum." + g_.tensors[x].name,
+    GraphTensor t{.name = g_.unique_name("grad." + std::to_string(op_index_) + ".sum" +
+                                         std::to_string(slot) + "." + g_.tensors[x].name),
                   .type = g_.tensors[x].type,
                   .kind = TensorKind::Gradient,
                   .producer = op_id};
@@ -162,6 +165,8 @@ class RuleEmitter {
 
 OpGraph build_forward(const Model& model) {
   OpGraph g;
+  std::map<std::string, const TensorDecl*> decls;  // Model::find_tensor is a linear scan
+  for (const TensorDecl& t : model.tensors) decls.emplace(t.name, &t);
   for (const TensorDecl& t : model.tensors) {
     if (t.role == TensorRole::Activation) continue;  // added when their producer is
     g.add_tensor({.name = t.name, .type = {t.dtype, t.shape}, .kind = kind_of(t.role)});
@@ -180,8 +185,9 @@ OpGraph build_forward(const Model& model) {
       }
       int op_id = static_cast<int>(g.ops.size());
       for (const std::string& out : d.outputs) {
-        const TensorDecl* decl = model.find_tensor(out);
-        TR_CHECK(decl != nullptr, "checked model writes undeclared tensor " + out);
+        auto decl_it = decls.find(out);
+        TR_CHECK(decl_it != decls.end(), "checked model writes undeclared tensor " + out);
+        const TensorDecl* decl = decl_it->second;
         op.outputs.push_back(g.add_tensor({.name = out,
                                            .type = {decl->dtype, decl->shape},
                                            .kind = TensorKind::Activation,
@@ -215,7 +221,7 @@ void append_backward(const Model& model, OpGraph& g) {
   for (size_t i = 0; i < req.size(); ++i) {
     TensorKind k = g.tensors[i].kind;
     if ((k == TensorKind::Input || k == TensorKind::Weight) && !g.grad.count(static_cast<int>(i))) {
-      int id = g.add_tensor({.name = "grad." + g.tensors[i].name,
+      int id = g.add_tensor({.name = g.unique_name("grad." + g.tensors[i].name),
                              .type = g.tensors[i].type,
                              .kind = TensorKind::Gradient});
       g.grad[static_cast<int>(i)] = id;

@@ -1,4 +1,10 @@
+#include <algorithm>
+#include <limits>
+#include <map>
+
+#include "compiler/analysis/launch_geometry.h"
 #include "compiler/base/check.h"
+#include "compiler/ir/kernel.h"
 #include "graph/kernel_graph.h"
 
 namespace tilerun::graph {
@@ -25,6 +31,62 @@ std::vector<bool> persistent_tensors(const OpGraph& g) {
   }
   return p;
 }
+
+// Which nodes are ancestors of which, through read-after-write edges, in O(n · kWindow / 64):
+// exactly for the kWindow nodes before each node (a bit set), and beyond that through `floor`,
+// the longest prefix of the program that is entirely among a node's ancestors. An older
+// ancestor outside both is missed, which only makes the memory plan reuse less, never wrongly.
+class Ancestry {
+ public:
+  static constexpr int kWindowWords = 32;  // 2048 nodes
+
+  explicit Ancestry(const std::vector<std::vector<int>>& preds)
+      : floor_(preds.size(), -1), bits_(preds.size() * kWindowWords, 0) {
+    for (size_t j = 0; j < preds.size(); ++j) {
+      const int v = static_cast<int>(j);
+      int floor = -1;
+      for (int p : preds[j]) {
+        if (p >= v) continue;
+        set(v, p);
+        // p's own ancestors, word by word where the windows overlap.
+        const int64_t base_v = base_word(v), base_p = base_word(p);
+        for (int w = 0; w < kWindowWords; ++w) {
+          int64_t word = base_p + w;
+          if (word >= base_v && word < base_v + kWindowWords)
+            bits_[j * kWindowWords + (word - base_v)] |= bits_[p * kWindowWords + w];
+        }
+        floor = std::max(floor, floor_[p] == p - 1 ? p : floor_[p]);
+      }
+      while (floor + 1 < v && in_window(floor + 1, v)) {
+        if (!test(floor + 1, v)) break;
+        ++floor;
+      }
+      floor_[j] = floor;
+    }
+  }
+
+  bool is_ancestor(int u, int v) const {
+    if (u >= v) return false;
+    if (u <= floor_[v]) return true;
+    return in_window(u, v) && test(u, v);
+  }
+
+ private:
+  // Node v's window: the kWindowWords 64-node words ending with the one holding v - 1.
+  static int64_t base_word(int v) { return std::max<int64_t>(0, (v - 1) / 64 - kWindowWords + 1); }
+  static bool in_window(int u, int v) { return u >= 0 && u / 64 >= base_word(v); }
+  bool test(int u, int v) const {
+    return bits_[static_cast<size_t>(v) * kWindowWords + (u / 64 - base_word(v))] >> (u % 64) & 1;
+  }
+  void set(int v, int u) {
+    if (in_window(u, v))
+      bits_[static_cast<size_t>(v) * kWindowWords + (u / 64 - base_word(v))] |= uint64_t{1}
+                                                                                << (u % 64);
+  }
+
+  std::vector<int> floor_;
+  std::vector<uint64_t> bits_;
+};
 
 struct Access {
   std::vector<int> reads, writes;
@@ -62,6 +124,7 @@ class Expander {
                          .producer = op_id}));
     for (const kernels::KernelCall& call : ex.calls) {
       TR_CHECK(call.kernel != nullptr, op.type + " expanded to a call without a kernel");
+      check_limits(op, call, scratch);
       KernelNode node{.kernel = kernel_index(call.kernel),
                       .dims = call.dims,
                       .scalars = call.scalars,
@@ -93,12 +156,42 @@ class Expander {
     }
   }
 
+  // The kernels index with 32-bit integers and launch within CUDA's grid limits: a tensor or a
+  // grid beyond them would wrap silently (and show up, if at all, as a race found in the
+  // proofs), so it is an error here, at the op's YAML position, naming the limit.
+  void check_limits(const GraphOp& op, const kernels::KernelCall& call,
+                    const std::vector<int>& scratch) const {
+    const std::string what = "op '" + op.type + "' (" + direction_name(op.direction) + ")";
+    for (const kernels::KernelArg& a : call.buffers) {
+      int t = a.kind == kernels::KernelArg::Kind::Input    ? op.inputs.at(a.index)
+              : a.kind == kernels::KernelArg::Kind::Output ? op.outputs.at(a.index)
+                                                           : scratch.at(a.index);
+      int64_t n = 1;
+      for (int64_t d : g_.tensors[t].type.shape)
+        if (__builtin_mul_overflow(n, d, &n)) n = INT64_MAX;
+      if (n > kMaxIndexedElements)
+        throw Error(op.loc,
+                    what + ": tensor '" + g_.tensors[t].name + "' " +
+                        kernels::to_string(g_.tensors[t].type) + " has " + std::to_string(n) +
+                        " elements; kernel '" + call.kernel->sig.name +
+                        "' indexes with 32-bit integers, limit " +
+                        std::to_string(kMaxIndexedElements) + " elements per tensor",
+                    ErrorKind::Usage);
+    }
+    try {
+      compiler::launch_geometry(call.kernel->sig, call.dims);
+    } catch (const Error& e) {
+      throw Error(op.loc, what + ": " + e.message(), ErrorKind::Usage);
+    }
+  }
+
+  static constexpr int64_t kMaxIndexedElements = std::numeric_limits<int32_t>::max();
+
   // Identical kernels (the same shared Kernel object) are compiled once.
   int kernel_index(const std::shared_ptr<const compiler::Kernel>& k) {
-    for (size_t i = 0; i < kg_.kernels.size(); ++i)
-      if (kg_.kernels[i] == k) return static_cast<int>(i);
-    kg_.kernels.push_back(k);
-    return static_cast<int>(kg_.kernels.size()) - 1;
+    auto [it, added] = kernel_ids_.emplace(k.get(), static_cast<int>(kg_.kernels.size()));
+    if (added) kg_.kernels.push_back(k);
+    return it->second;
   }
 
   void plan() {
@@ -123,63 +216,112 @@ class Expander {
     // every node touching that one is an ancestor (through read-after-write edges) of the
     // node that first touches this one. Then the hazard edges reuse implies are already
     // implied by the data, and independent branches stay free to overlap.
-    const size_t n = kg_.nodes.size();
-    std::vector<std::vector<uint64_t>> ancestors(n, std::vector<uint64_t>((n + 63) / 64, 0));
-    for (size_t j = 0; j < n; ++j)
-      for (size_t i = 0; i < j; ++i) {
-        bool raw = false;
-        for (int w : access_[i].writes)
-          for (int r : access_[j].reads) raw = raw || w == r;
-        if (!raw) continue;
-        ancestors[j][i / 64] |= uint64_t{1} << (i % 64);
-        for (size_t k = 0; k < ancestors[j].size(); ++k) ancestors[j][k] |= ancestors[i][k];
-      }
-    std::vector<std::vector<int>> users(g_.tensors.size());
-    for (size_t node = 0; node < n; ++node)
+    Ancestry ancestry(read_after_write_preds());
+    users_.assign(g_.tensors.size(), {});
+    for (size_t node = 0; node < kg_.nodes.size(); ++node)
       for (int t : kg_.nodes[node].buffers)
-        if (users[t].empty() || users[t].back() != static_cast<int>(node))
-          users[t].push_back(static_cast<int>(node));
+        if (users_[t].empty() || users_[t].back() != static_cast<int>(node))
+          users_[t].push_back(static_cast<int>(node));
     auto ordered = [&](int a, int b) {
-      if (users[a].empty() || users[b].empty()) return true;  // never touched: no hazard
-      const std::vector<uint64_t>& before = ancestors[users[b].front()];
-      for (int u : users[a])
-        if (!(before[u / 64] >> (u % 64) & 1)) return false;
+      if (users_[a].empty() || users_[b].empty()) return true;  // never touched: no hazard
+      const int v = users_[b].front();
+      for (int u : users_[a])
+        if (!ancestry.is_ancestor(u, v)) return false;
       return true;
     };
     kg_.plan = plan_memory(uses, ordered);
     bytes_ = std::move(uses);
   }
 
-  bool share_bytes(int a, int b) const {
-    if (a == b) return true;
-    int64_t a0 = kg_.plan.offsets[a], b0 = kg_.plan.offsets[b];
-    return a0 < b0 + bytes_[b].bytes && b0 < a0 + bytes_[a].bytes;
+  // Per node, the earlier nodes that wrote a tensor it touches (read after write).
+  std::vector<std::vector<int>> read_after_write_preds() const {
+    std::vector<std::vector<int>> writers(g_.tensors.size()), preds(kg_.nodes.size());
+    for (size_t j = 0; j < kg_.nodes.size(); ++j) {
+      for (int r : access_[j].reads)
+        preds[j].insert(preds[j].end(), writers[r].begin(), writers[r].end());
+      for (int w : access_[j].writes)
+        if (writers[w].empty() || writers[w].back() != static_cast<int>(j))
+          writers[w].push_back(static_cast<int>(j));
+    }
+    return preds;
   }
 
-  bool any_shared(const std::vector<int>& xs, const std::vector<int>& ys) const {
-    for (int x : xs)
-      for (int y : ys)
-        if (share_bytes(x, y)) return true;
-    return false;
-  }
-
-  // j depends on an earlier i when i writes what j reads (a true dependency) or when j
-  // overwrites bytes i reads or writes (the plan reused them): in graph mode the two may not run
-  // at the same time.
+  // j depends on an earlier i when i writes what j reads (a true dependency), when j writes what
+  // i read or wrote, or when j touches bytes the plan gave to a tensor i touched before (reuse):
+  // in graph mode the two may not run at the same time. Per tensor, every earlier access of the
+  // same tensor that conflicts is listed; across tensors sharing bytes, the accesses of the
+  // previous occupant of those bytes (older occupants are ordered before that one by the reuse
+  // rule, through nodes listed here). Linear in the accesses, O(n log n) with the byte map.
   void add_dependencies() {
-    for (size_t j = 0; j < kg_.nodes.size(); ++j)
-      for (size_t i = 0; i < j; ++i) {
-        const Access &a = access_[i], &b = access_[j];
-        if (any_shared(a.writes, b.reads) || any_shared(a.writes, b.writes) ||
-            any_shared(a.reads, b.writes))
-          kg_.nodes[j].deps.push_back(static_cast<int>(i));
+    const size_t tensors = g_.tensors.size();
+    std::vector<std::vector<int>> readers(tensors), writers(tensors);
+    for (size_t j = 0; j < kg_.nodes.size(); ++j) {
+      std::vector<int>& deps = kg_.nodes[j].deps;
+      for (int r : access_[j].reads) deps.insert(deps.end(), writers[r].begin(), writers[r].end());
+      for (int w : access_[j].writes) {
+        deps.insert(deps.end(), writers[w].begin(), writers[w].end());
+        deps.insert(deps.end(), readers[w].begin(), readers[w].end());
       }
+      for (int r : access_[j].reads) readers[r].push_back(static_cast<int>(j));
+      for (int w : access_[j].writes) writers[w].push_back(static_cast<int>(j));
+    }
+    // Reuse: tensors in order of their first use; each previous occupant's accesses conflict
+    // with this tensor's where one of the two writes.
+    std::vector<int> order;
+    for (size_t t = 0; t < tensors; ++t)
+      if (!users_[t].empty() && !kg_.persistent[t]) order.push_back(static_cast<int>(t));
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      return std::pair(users_[a].front(), a) < std::pair(users_[b].front(), b);
+    });
+    std::map<int64_t, std::pair<int64_t, int>> occupant;  // byte segment begin -> (end, tensor)
+    for (int y : order) {
+      if (bytes_[y].bytes == 0) continue;
+      const int64_t begin = kg_.plan.offsets[y], end = begin + bytes_[y].bytes;
+      std::vector<int> previous;
+      auto it = occupant.upper_bound(begin);
+      if (it != occupant.begin()) --it;
+      while (it != occupant.end() && it->first < end) {
+        auto [seg_end, x] = it->second;
+        const int64_t seg_begin = it->first;
+        if (seg_end <= begin) {
+          ++it;
+          continue;
+        }
+        previous.push_back(x);
+        it = occupant.erase(it);
+        if (seg_begin < begin) occupant[seg_begin] = {begin, x};
+        if (seg_end > end) occupant[end] = {seg_end, x};
+      }
+      occupant[begin] = {end, y};
+      std::sort(previous.begin(), previous.end());
+      previous.erase(std::unique(previous.begin(), previous.end()), previous.end());
+      for (int x : previous) {
+        for (int j : readers[y]) add_edges(writers[x], j);
+        for (int j : writers[y]) {
+          add_edges(writers[x], j);
+          add_edges(readers[x], j);
+        }
+      }
+    }
+    for (KernelNode& node : kg_.nodes) {
+      std::sort(node.deps.begin(), node.deps.end());
+      node.deps.erase(std::unique(node.deps.begin(), node.deps.end()), node.deps.end());
+    }
+    for (size_t j = 0; j < kg_.nodes.size(); ++j)
+      std::erase(kg_.nodes[j].deps, static_cast<int>(j));
+  }
+
+  void add_edges(const std::vector<int>& from, int j) {
+    for (int i : from)
+      if (i < j) kg_.nodes[j].deps.push_back(i);
   }
 
   KernelGraph& kg_;
   OpGraph& g_;
   std::vector<Access> access_;
   std::vector<BufferUse> bytes_;
+  std::vector<std::vector<int>> users_;  // per tensor: the nodes touching it, in order
+  std::map<const compiler::Kernel*, int> kernel_ids_;
 };
 
 }  // namespace

@@ -7,15 +7,20 @@ namespace tilerun::graph {
 const char* direction_name(Direction d) { return d == Direction::Forward ? "forward" : "backward"; }
 
 int OpGraph::find(const std::string& name) const {
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (tensors[i].name == name) return static_cast<int>(i);
-  return -1;
+  auto it = index_.find(name);
+  return it == index_.end() ? -1 : it->second;
 }
 
 int OpGraph::add_tensor(GraphTensor t) {
-  TR_CHECK(find(t.name) < 0, "tensor added twice: " + t.name);
+  const int id = static_cast<int>(tensors.size());
+  TR_CHECK(index_.emplace(t.name, id).second, "tensor added twice: " + t.name);
   tensors.push_back(std::move(t));
-  return static_cast<int>(tensors.size()) - 1;
+  return id;
+}
+
+std::string OpGraph::unique_name(std::string base) const {
+  while (find(base) >= 0) base += "'";
+  return base;
 }
 
 }  // namespace tilerun::graph

@@ -46,8 +46,13 @@ struct OpGraph {
   std::map<int, int> grad;   // tensor id -> the id of its gradient (inputs and weights after
                              // autodiff; intermediates too while it runs)
 
-  int find(const std::string& name) const;  // -1 when there is none
-  int add_tensor(GraphTensor t);
+  int find(const std::string& name) const;  // -1 when there is none; O(log n)
+  int add_tensor(GraphTensor t);            // the name must be new
+  // `base`, or `base` with a "'" suffix repeated until no tensor has that name.
+  std::string unique_name(std::string base) const;
+
+ private:
+  std::map<std::string, int, std::less<>> index_;  // name -> id, kept by add_tensor
 };
 
 }  // namespace tilerun::graph

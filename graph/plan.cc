@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <queue>
+#include <set>
 
 #include "compiler/base/check.h"
 
@@ -21,6 +23,106 @@ bool live_together(const std::vector<BufferUse>& buffers, int a, int b,
   return ordered && !ordered(a, b) && !ordered(b, a);
 }
 
+// The bytes of buffers whose life is over, by offset: each segment remembers its last occupant,
+// whose uses must all come before a new occupant's (the `ordered` rule). Adjacent segments merge
+// into one gap; a new buffer takes the front of the smallest gap that holds it (best fit).
+class FreeSpace {
+ public:
+  explicit FreeSpace(const std::function<bool(int, int)>& ordered) : ordered_(ordered) {}
+
+  void release(int64_t begin, int64_t end, int owner) {
+    segments_[begin] = {end, owner};
+    // Merge with the gap that ends at `begin` and the one that starts at `end`.
+    auto it = gap_ending_at_.find(begin);
+    int64_t gap_begin = begin, gap_end = end;
+    if (it != gap_ending_at_.end()) {
+      gap_begin = it->second;
+      erase_gap(gap_begin, begin);
+    }
+    auto next = gaps_by_begin_.find(end);
+    if (next != gaps_by_begin_.end()) {
+      gap_end = next->second;
+      erase_gap(end, gap_end);
+    }
+    insert_gap(gap_begin, gap_end);
+  }
+
+  // The offset of the smallest gap whose first `size` bytes `id` may take, or -1. Looks at a
+  // bounded number of gaps so that a pool of gaps nobody may take (their last occupant runs
+  // on a branch parallel to everything after it) costs no more than a fixed price per buffer.
+  int64_t take(int id, int64_t size) {
+    constexpr int kMaxTries = 64;
+    int tries = 0;
+    for (auto it = by_size_.lower_bound({size, INT64_MIN});
+         it != by_size_.end() && tries < kMaxTries; ++it, ++tries) {
+      int64_t begin = it->second;
+      if (!may_take(id, begin, begin + size)) continue;
+      int64_t end = begin + it->first;
+      erase_gap(begin, end);
+      if (begin + size < end) insert_gap(begin + size, end);
+      cut_segments(begin, begin + size);
+      return begin;
+    }
+    return -1;
+  }
+
+  // The gap that ends at `top`, when `id` may take all of it: the buffer can start there and
+  // grow the arena by less.
+  int64_t take_tail(int id, int64_t top) {
+    auto it = gap_ending_at_.find(top);
+    if (it == gap_ending_at_.end() || !may_take(id, it->second, top)) return -1;
+    int64_t begin = it->second;
+    erase_gap(begin, top);
+    cut_segments(begin, top);
+    return begin;
+  }
+
+ private:
+  struct Segment {
+    int64_t end;
+    int owner;
+  };
+
+  bool may_take(int id, int64_t begin, int64_t end) const {
+    if (!ordered_) return true;
+    for (auto it = segments_.lower_bound(begin); it != segments_.end() && it->first < end; ++it)
+      if (!ordered_(it->second.owner, id)) return false;
+    return true;
+  }
+
+  // Segments are aligned to the arena alignment and gaps split only at buffer sizes, so a taken
+  // range starts and ends on segment boundaries or inside one segment, which is split.
+  void cut_segments(int64_t begin, int64_t end) {
+    auto it = segments_.lower_bound(begin);
+    while (it != segments_.end() && it->first < end) {
+      Segment seg = it->second;
+      it = segments_.erase(it);
+      if (seg.end > end) {
+        segments_[end] = seg;
+        break;
+      }
+    }
+  }
+
+  void insert_gap(int64_t begin, int64_t end) {
+    gaps_by_begin_[begin] = end;
+    gap_ending_at_[end] = begin;
+    by_size_.insert({end - begin, begin});
+  }
+
+  void erase_gap(int64_t begin, int64_t end) {
+    gaps_by_begin_.erase(begin);
+    gap_ending_at_.erase(end);
+    by_size_.erase({end - begin, begin});
+  }
+
+  const std::function<bool(int, int)>& ordered_;
+  std::map<int64_t, Segment> segments_;            // free bytes by offset, with their last occupant
+  std::map<int64_t, int64_t> gaps_by_begin_;       // merged free ranges: begin -> end
+  std::map<int64_t, int64_t> gap_ending_at_;       // end -> begin
+  std::set<std::pair<int64_t, int64_t>> by_size_;  // (size, begin): smallest first, then lowest
+};
+
 }  // namespace
 
 MemoryPlan plan_memory(const std::vector<BufferUse>& buffers,
@@ -38,33 +140,36 @@ MemoryPlan plan_memory(const std::vector<BufferUse>& buffers,
     if (x.bytes != y.bytes) return x.bytes > y.bytes;
     return a < b;
   });
-  std::vector<int> placed;
+  // Persistent buffers are live with everything: they pack from offset 0. The others are placed
+  // in order of first use; before each, the buffers whose last use lies before its first use
+  // give their bytes back, and it takes them if `ordered` allows (O(n log n) overall).
+  FreeSpace free_space(ordered);
+  using Ending = std::pair<int, int>;  // (last use, buffer)
+  std::priority_queue<Ending, std::vector<Ending>, std::greater<>> live;
+  int64_t top = 0;
   for (int id : order) {
     const BufferUse& buf = buffers[id];
     TR_CHECK(buf.bytes >= 0 && buf.first <= buf.last, "malformed buffer use");
     int64_t size = align_up(std::max<int64_t>(buf.bytes, 1));
     plan.total_bytes += size;
-    // Occupied ranges of the placed buffers live at the same time, sorted by offset.
-    std::vector<std::pair<int64_t, int64_t>> busy;
-    for (int other : placed)
-      if (live_together(buffers, id, other, ordered))
-        busy.push_back({plan.offsets[other], plan.offsets[other] + align_up(std::max<int64_t>(
-                                                                       buffers[other].bytes, 1))});
-    std::sort(busy.begin(), busy.end());
-    // Best fit: the smallest gap that holds it; otherwise after the last busy range.
-    int64_t best = -1, best_gap = INT64_MAX, cursor = 0;
-    for (const auto& [begin, end] : busy) {
-      if (begin - cursor >= size && begin - cursor < best_gap) {
-        best = cursor;
-        best_gap = begin - cursor;
+    int64_t at = -1;
+    if (!buf.persistent) {
+      while (!live.empty() && live.top().first < buf.first) {
+        int done = live.top().second;
+        live.pop();
+        int64_t begin = plan.offsets[done];
+        free_space.release(begin, begin + align_up(std::max<int64_t>(buffers[done].bytes, 1)),
+                           done);
       }
-      cursor = std::max(cursor, end);
+      at = free_space.take(id, size);
+      if (at < 0) at = free_space.take_tail(id, top);
+      live.push({buf.last, id});
     }
-    if (best < 0) best = cursor;
-    plan.offsets[id] = best;
-    plan.arena_bytes = std::max(plan.arena_bytes, best + size);
-    placed.push_back(id);
+    if (at < 0) at = top;
+    plan.offsets[id] = at;
+    top = std::max(top, at + size);
   }
+  plan.arena_bytes = top;
   return plan;
 }
 

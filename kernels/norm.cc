@@ -34,7 +34,8 @@ std::vector<TensorType> infer_rmsnorm_grad(const std::vector<TensorType>& in, co
 const AttrSpec kEps{.name = "eps",
                     .kind = AttrKind::Float,
                     .default_value = AttrValue{1e-6},
-                    .doc = "added to the mean square"};
+                    .doc = "added to the mean square",
+                    .positive = true};
 
 // 1 / sqrt(mean(x[r, :]^2) + eps) of each row r.
 std::vector<double> inv_rms(const RefTensor& x, double eps) {

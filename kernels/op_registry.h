@@ -44,6 +44,7 @@ struct AttrSpec {
   AttrKind kind = AttrKind::Int;
   std::optional<AttrValue> default_value;  // none: the attribute is required
   std::string doc;
+  bool positive = false;  // Float/Int: the value must be > 0 (checked at its YAML position)
 };
 
 // Thrown by an op's inference for a shape or dtype its inputs may not have. The message names

@@ -27,9 +27,12 @@
 // and is then rounded once to the tensor's dtype as graph/numeric_convert.h defines (nearest,
 // ties to even; f8e4m3 and fp4e2m1 saturate; integers round to nearest even and saturate).
 #include <map>
+#include <set>
 #include <string_view>
 
 #include "graph/model/numeric_convert.h"
+#include "graph/model/safetensors.h"
+#include "graph/model/yaml_util.h"
 #include "tilerun/error.h"
 #include "tilerun/model.h"
 
@@ -121,32 +124,46 @@ TensorMap initialize_tensors(const Model& model, uint64_t seed) {
 
 TensorMap load_tensors(const Model& model, const std::string& safetensors_path, uint64_t seed,
                        MissingTensors missing) {
-  TensorMap file = read_safetensors(safetensors_path);
   const SourceLoc file_loc{safetensors_path};
-
   std::map<std::string, const TensorDecl*> decls;
   for (const TensorDecl& decl : model.tensors) decls.emplace(decl.name, &decl);
-  // A misspelt name must not pass silently, its tensor quietly replaced by random values.
-  std::string unknown;
-  for (const auto& [name, t] : file) {
-    auto it = decls.find(name);
-    if (it != decls.end() && it->second->role != TensorRole::Activation) continue;
-    unknown += (unknown.empty() ? "'" : ", '") + name + "'";
-    if (it != decls.end()) unknown += " (an activation, computed by the model)";
-  }
-  if (!unknown.empty())
-    throw Error(file_loc, "the file has tensors that are not inputs or weights of model '" +
-                              model.name + "': " + unknown);
 
-  if (missing == MissingTensors::Refuse) {
-    std::string absent;
-    for (const TensorDecl& decl : model.tensors)
-      if (decl.role != TensorRole::Activation && !file.contains(decl.name))
-        absent += (absent.empty() ? "'" : ", '") + decl.name + "'";
-    if (!absent.empty())
-      throw Error(file_loc,
-                  "the file lacks inputs or weights of model '" + model.name + "': " + absent);
-  }
+  // The header against the model before any data is read: a file whose header promises
+  // gigabytes for a tensor the model declares small is refused at the cost of its header.
+  auto check_header = [&](const std::vector<graph::SafetensorsEntry>& entries) {
+    // A misspelt name must not pass silently, its tensor quietly replaced by random values.
+    std::string unknown;
+    for (const graph::SafetensorsEntry& e : entries) {
+      auto it = decls.find(e.name);
+      if (it != decls.end() && it->second->role != TensorRole::Activation) continue;
+      unknown += (unknown.empty() ? "'" : ", '") + graph::escape_text(e.name) + "'";
+      if (it != decls.end()) unknown += " (an activation, computed by the model)";
+    }
+    if (!unknown.empty())
+      throw Error(file_loc, "the file has tensors that are not inputs or weights of model '" +
+                                model.name + "': " + unknown);
+    for (const graph::SafetensorsEntry& e : entries) {
+      const TensorDecl& decl = *decls.at(e.name);
+      if (e.dtype == decl.dtype && e.shape == decl.shape) continue;
+      std::string where = decl.loc.file.empty() ? "" : " (" + decl.loc.str() + ")";
+      throw Error(file_loc, "tensor '" + decl.name + "' is " + type_str(e.dtype, e.shape) +
+                                " in the file, but the model declares it " +
+                                type_str(decl.dtype, decl.shape) + where);
+    }
+    // Missing tensors, also before any data is read.
+    if (missing == MissingTensors::Refuse) {
+      std::set<std::string> present;
+      for (const graph::SafetensorsEntry& e : entries) present.insert(e.name);
+      std::string absent;
+      for (const TensorDecl& decl : model.tensors)
+        if (decl.role != TensorRole::Activation && !present.contains(decl.name))
+          absent += (absent.empty() ? "'" : ", '") + graph::escape_text(decl.name) + "'";
+      if (!absent.empty())
+        throw Error(file_loc,
+                    "the file lacks inputs or weights of model '" + model.name + "': " + absent);
+    }
+  };
+  TensorMap file = graph::read_safetensors_checked(safetensors_path, nullptr, check_header);
 
   TensorMap out;
   for (const TensorDecl& decl : model.tensors) {
@@ -155,13 +172,6 @@ TensorMap load_tensors(const Model& model, const std::string& safetensors_path, 
     if (it == file.end()) {
       out.emplace(decl.name, initialize_tensor(decl, seed));
       continue;
-    }
-    const HostTensor& t = it->second;
-    if (t.dtype != decl.dtype || t.shape != decl.shape) {
-      std::string where = decl.loc.file.empty() ? "" : " (" + decl.loc.str() + ")";
-      throw Error(file_loc, "tensor '" + decl.name + "' is " + type_str(t.dtype, t.shape) +
-                                " in the file, but the model declares it " +
-                                type_str(decl.dtype, decl.shape) + where);
     }
     out.emplace(decl.name, std::move(it->second));
   }

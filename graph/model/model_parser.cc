@@ -138,7 +138,10 @@ TensorDecl ModelParser::read_tensor(const YamlEntry& entry, TensorRole role,
   t.dtype = m_.dtype;
   if (const YamlNode* n = r.find("dtype")) t.dtype = read_dtype(*n, "the dtype of " + what);
   t.shape = read_shape(r.required("shape"), full_name, m_.dims, t.dims);
-  if (const YamlNode* n = r.find("init")) t.init = read_init(*n, full_name);
+  if (const YamlNode* n = r.find("init")) {
+    t.init = read_init(*n, full_name);
+    check_init_range(*n, t.init, t.dtype, full_name);
+  }
   return t;
 }
 
@@ -219,6 +222,10 @@ LayerSpec ModelParser::read_layer(const YamlNode& node, size_t index) {
                               what + " is repeated; expected fewer");
 
   if (const YamlNode* n = r.find("carry")) {
+    if (!spec.repeated)
+      throw Error(n->loc, "carry of " + what +
+                              " without 'repeat': a carry feeds repetition i-1 into repetition i; "
+                              "expected 'repeat: N' next to it");
     expect_kind(*n, YamlNode::Kind::Mapping, "the carry of " + what);
     std::vector<std::string> outputs;
     for (const auto& [name, _] : spec.producer) outputs.push_back(name);

@@ -1,5 +1,8 @@
 #include "graph/model/op_spec.h"
 
+#include <cmath>
+#include <limits>
+
 namespace tilerun::graph {
 
 namespace {
@@ -77,18 +80,34 @@ class AttrReader {
   static std::string article(AttrKind k) { return k == AttrKind::Int ? "an " : "a "; }
 
   int64_t read_int_value(const YamlNode& node) const {
-    if (std::optional<int64_t> i = as_int(node)) return *i;
+    std::optional<int64_t> i = as_int(node);
     // Sizes such as a block or top-k often equal a dim; naming it keeps the file consistent.
-    if (node.is_scalar() && node.plain) {
+    if (!i && node.is_scalar() && node.plain) {
       auto it = dims_.find(node.text);
-      if (it != dims_.end()) return it->second;
+      if (it != dims_.end()) i = it->second;
     }
-    wrong(node);
+    if (!i) wrong(node);
+    check_sign(node, static_cast<double>(*i));
+    return *i;
   }
 
+  // Every kernel takes its scalars as f32: a NaN, an infinity or a value that rounds to one
+  // would only show up as NaN outputs, so it is refused here, at its position.
   double read_float_value(const YamlNode& node) const {
-    if (std::optional<double> d = as_float(node)) return *d;
-    wrong(node);
+    std::optional<double> d = as_float(node);
+    if (!d) wrong(node);
+    if (!std::isfinite(*d) || std::abs(*d) > std::numeric_limits<float>::max())
+      throw Error(node.loc, "attribute '" + spec_.name + "' of op '" + op_ + "' is " +
+                                describe(node) + "; expected a finite number within f32 range");
+    check_sign(node, *d);
+    return *d;
+  }
+
+  void check_sign(const YamlNode& node, double v) const {
+    if (spec_.positive && !(v > 0))
+      throw Error(node.loc, "attribute '" + spec_.name + "' of op '" + op_ + "' is " +
+                                describe(node) + "; expected a positive number (" + spec_.doc +
+                                ")");
   }
 
   template <typename T, typename F>

@@ -15,7 +15,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -25,6 +27,7 @@
 
 #include "compiler/base/atomic_file.h"
 #include "compiler/base/check.h"
+#include "graph/model/safetensors.h"
 #include "tilerun/error.h"
 #include "tilerun/tensor.h"
 
@@ -97,35 +100,70 @@ struct Entry {
   uint64_t end = 0;
 };
 
-// Parses the header, refusing duplicate keys at any level: JSON leaves them undefined and
-// nlohmann would silently keep the last one, so "w" given twice would hide a mistake. A real
-// header nests three levels deep; the depth limit keeps "[[[[..." from costing gigabytes.
-json parse_header(const std::string& path, const std::string& text) {
-  constexpr int kMaxDepth = 8;
-  struct TooDeep {};
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth > kMaxDepth) throw TooDeep{};
-    if (event == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      open_objects.pop_back();
-    } else if (event == json::parse_event_t::key && parsed.is_string()) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (!open_objects.back().insert(key).second && duplicate.empty()) duplicate = key;
-    }
+// A first pass over the header's JSON that only checks its structure: duplicate keys at any level
+// (JSON leaves them undefined and nlohmann would silently keep the last one, so "w" given twice
+// would hide a mistake) and the nesting depth (a real header nests three levels; the limit keeps
+// "[[[[..." from costing gigabytes). A SAX pass is O(n log n); nlohmann's parser callback, which
+// did this before, rescans the open object for every key (quadratic: 40k entries took 10 s).
+class HeaderShapeCheck : public nlohmann::json_sax<json> {
+ public:
+  static constexpr int kMaxDepth = 8;
+
+  std::string error;  // empty: the structure is fine
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    keys_.emplace_back();
+    return deeper();
+  }
+  bool key(string_t& k) override {
+    if (keys_.back().insert(k).second) return true;
+    error = "header has the key '" + k + "' twice";
+    return false;
+  }
+  bool end_object() override {
+    keys_.pop_back();
+    --depth_;
     return true;
-  };
+  }
+  bool start_array(std::size_t) override { return deeper(); }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error = std::string("header is not valid JSON: ") + e.what();
+    return false;
+  }
+
+ private:
+  bool deeper() {
+    if (++depth_ <= kMaxDepth + 1) return true;
+    error = "header nests deeper than " + std::to_string(kMaxDepth) + " levels";
+    return false;
+  }
+
+  int depth_ = 0;
+  std::vector<std::set<std::string>> keys_;
+};
+
+// Parses the header once its structure passed HeaderShapeCheck.
+json parse_header(const std::string& path, const std::string& text) {
+  HeaderShapeCheck check;
+  if (!json::sax_parse(text, &check) || !check.error.empty())
+    fail(path, check.error.empty() ? "header is not valid JSON" : check.error);
   json header;
   try {
-    header = json::parse(text, check);
+    header = json::parse(text);
   } catch (const json::exception& e) {
     fail(path, std::string("header is not valid JSON: ") + e.what());
-  } catch (const TooDeep&) {
-    fail(path, "header nests deeper than " + std::to_string(kMaxDepth) + " levels");
   }
-  if (!duplicate.empty()) fail(path, "header has the key '" + duplicate + "' twice");
   if (!header.is_object()) fail(path, "header is not a JSON object");
   return header;
 }
@@ -196,11 +234,11 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
 
 // Applies "tilerun.dtype.<name>" metadata: the true dtype of a tensor stored as bytes.
 void restore_dtype(const std::string& path, const std::string& name, const std::string& value,
-                   std::vector<Entry>& entries) {
-  auto it =
-      std::find_if(entries.begin(), entries.end(), [&](const Entry& e) { return e.name == name; });
+                   std::vector<Entry>& entries, const std::map<std::string, size_t>& index) {
+  auto found = index.find(name);
   std::string key = std::string(kDTypeKeyPrefix) + name;
-  if (it == entries.end()) fail(path, "metadata '" + key + "' names no tensor in the file");
+  if (found == index.end()) fail(path, "metadata '" + key + "' names no tensor in the file");
+  auto it = entries.begin() + static_cast<std::ptrdiff_t>(found->second);
   auto bad = [&](const std::string& message) {
     fail(path, tensor_label(name) + ": metadata '" + key + "' = '" + value + "': " + message);
   };
@@ -237,12 +275,18 @@ std::string errno_text() { return errno ? std::strerror(errno) : "unknown error"
 
 }  // namespace
 
-TensorMap read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+namespace graph {
+
+TensorMap read_safetensors_checked(
+    const std::string& path, std::map<std::string, std::string>* metadata,
+    const std::function<void(const std::vector<SafetensorsEntry>&)>& check_header) {
   std::error_code ec;
   errno = 0;
+  // Before opening: opening a FIFO would block until a writer comes.
+  if (!std::filesystem::exists(path, ec)) fail(path, "cannot open file: no such file");
+  if (!std::filesystem::is_regular_file(path, ec)) fail(path, "cannot read: not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open file: " + errno_text());
-  if (!std::filesystem::is_regular_file(path, ec)) fail(path, "cannot read: not a regular file");
   uint64_t file_bytes = std::filesystem::file_size(path, ec);
   if (ec) fail(path, "cannot read file size: " + ec.message());
 
@@ -285,26 +329,44 @@ TensorMap read_safetensors(const std::string& path, std::map<std::string, std::s
         user_metadata[k] = v.get<std::string>();
     }
   }
-  for (const auto& [name, value] : dtype_overrides) restore_dtype(path, name, value, entries);
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < entries.size(); ++i) index.emplace(entries[i].name, i);
+  for (const auto& [name, value] : dtype_overrides)
+    restore_dtype(path, name, value, entries, index);
   check_overlaps(path, entries);
+  if (check_header) {
+    std::vector<SafetensorsEntry> found;
+    found.reserve(entries.size());
+    for (const Entry& e : entries) found.push_back({e.name, e.dtype, e.shape});
+    check_header(found);  // before a byte of tensor data is allocated or read
+  }
 
   // Read in file order, so the file is scanned once front to back.
   std::sort(entries.begin(), entries.end(),
             [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
   TensorMap tensors;
+  uint64_t at = buffer_start;  // where the stream is; a seek drops its buffer, so only on a gap
+  in.seekg(static_cast<std::streamoff>(at));
   for (Entry& e : entries) {
     HostTensor t;
     t.dtype = e.dtype;
     t.shape = std::move(e.shape);
     t.data.resize(e.end - e.begin);
-    in.seekg(static_cast<std::streamoff>(buffer_start + e.begin));
+    if (at != buffer_start + e.begin) in.seekg(static_cast<std::streamoff>(buffer_start + e.begin));
+    at = buffer_start + e.end;
     if (!in.read(reinterpret_cast<char*>(t.data.data()),
                  static_cast<std::streamsize>(t.data.size())))
       fail(path, tensor_label(e.name) + ": data truncated (the file shrank while being read?)");
-    tensors.emplace(e.name, std::move(t));
+    tensors.emplace_hint(tensors.end(), e.name, std::move(t));
   }
   if (metadata) *metadata = std::move(user_metadata);
   return tensors;
+}
+
+}  // namespace graph
+
+TensorMap read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  return graph::read_safetensors_checked(path, metadata, nullptr);
 }
 
 TensorMap read_safetensors(const std::string& path) { return read_safetensors(path, nullptr); }

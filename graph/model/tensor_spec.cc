@@ -1,6 +1,9 @@
 #include "graph/model/tensor_spec.h"
 
 #include <cmath>
+#include <sstream>
+
+#include "graph/model/numeric_convert.h"
 
 namespace tilerun::graph {
 
@@ -138,6 +141,63 @@ Initializer read_init(const YamlNode& node, const std::string& tensor) {
                         did_you_mean(kind, kInitNames) + "; " + expected);
   }
   return init;
+}
+
+namespace {
+
+// The finite values `dtype` holds, [lo, hi]; IEEE types also take what rounds to their largest
+// finite value.
+bool dtype_holds(DType dtype, double v) {
+  switch (dtype) {
+    case DType::F32:
+      return std::isfinite(f32_bits_to_double(round_to_f32_bits(v)));
+    case DType::BF16:
+      return std::isfinite(bf16_to_double(round_to_bf16(v)));
+    case DType::F16:
+      return std::isfinite(f16_to_double(round_to_f16(v)));
+    case DType::F8E4M3:
+      return std::abs(v) <= 448;
+    case DType::FP4E2M1:
+      return std::abs(v) <= 6;
+    case DType::E8M0:
+      return std::abs(v) <= 0x1p127;
+    case DType::I32:
+      return v >= -0x1p31 && v <= 0x1p31 - 1;
+    case DType::I64:
+      return v >= -0x1p63 && v < 0x1p63;
+    case DType::U8:
+      return v >= 0 && v <= 255;
+  }
+  return false;
+}
+
+}  // namespace
+
+void check_init_range(const YamlNode& node, const Initializer& init, DType dtype,
+                      const std::string& tensor) {
+  auto refuse = [&](const std::string& what, double v) {
+    std::ostringstream value;
+    value << v;
+    throw Error(node.loc, what + " " + value.str() + " in the init of '" + tensor +
+                              "' is beyond the range of " + std::string(dtype_name(dtype)) +
+                              "; expected a value the dtype can hold");
+  };
+  switch (init.kind) {
+    case Initializer::Kind::Zeros:
+    case Initializer::Kind::Ones:
+      return;
+    case Initializer::Kind::Constant:
+      if (!dtype_holds(dtype, init.a)) refuse("the constant", init.a);
+      return;
+    case Initializer::Kind::Uniform:
+      if (!dtype_holds(dtype, init.a)) refuse("low", init.a);
+      if (!dtype_holds(dtype, init.b)) refuse("high", init.b);
+      return;
+    case Initializer::Kind::Normal:
+      if (!dtype_holds(dtype, init.a)) refuse("mean", init.a);
+      if (!dtype_holds(dtype, init.b)) refuse("std", init.b);
+      return;
+  }
 }
 
 }  // namespace tilerun::graph

@@ -28,5 +28,10 @@ std::vector<int64_t> read_shape(const YamlNode& node, const std::string& tensor,
                                 const DimList& dims, std::vector<std::string>& written);
 // zeros | ones | normal | uniform | {normal: {mean, std}} | {uniform: {low, high}} | {constant: v}
 Initializer read_init(const YamlNode& node, const std::string& tensor);
+// Refuses (at `node`, the init as written) an initialiser whose values `dtype` cannot hold: a
+// constant, uniform bounds or a normal's mean and std beyond the type's finite range (1e300 in
+// f32 would be inf, 300 in u8 would saturate to 255).
+void check_init_range(const YamlNode& node, const Initializer& init, DType dtype,
+                      const std::string& tensor);
 
 }  // namespace tilerun::graph

@@ -168,11 +168,31 @@ class TreeBuilder : public YAML::EventHandler {
 // exception through yaml-cpp) once its scanner runs more than `max_ahead` bytes past the last
 // event. yaml-cpp queues every token while a possible flow key is open, so "[[[[..." costs a few
 // hundred bytes of memory per character before the first event arrives; real model files need
-// a few dozen bytes of look-ahead.
+// a few dozen bytes of look-ahead. Only bytes that can make tokens count: whitespace and
+// whole-line comments queue nothing, and a long comment block between two events (a licence,
+// notes) is ordinary in a model file.
 class LookaheadGuard : public std::streambuf {
  public:
   LookaheadGuard(const std::string& text, const TreeBuilder& builder, size_t max_ahead)
-      : text_(text), builder_(builder), max_ahead_(max_ahead) {}
+      : text_(text), builder_(builder), max_ahead_(max_ahead), significant_(text.size() + 1, 0) {
+    // significant_[i]: how many of the first i bytes are neither whitespace nor in a line whose
+    // first non-blank character is '#'.
+    bool line_start = true, in_comment = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+      char c = text[i];
+      if (c == '\n') {
+        line_start = true;
+        in_comment = false;
+      } else if (line_start && c == '#') {
+        in_comment = true;
+        line_start = false;
+      } else if (c != ' ' && c != '\t' && c != '\r') {
+        line_start = false;
+      }
+      bool counts = !in_comment && c != ' ' && c != '\t' && c != '\r' && c != '\n';
+      significant_[i + 1] = significant_[i] + (counts ? 1 : 0);
+    }
+  }
 
   bool tripped() const { return tripped_; }
   // The last event before the input was cut: the unfinished value starts after it.
@@ -181,7 +201,8 @@ class LookaheadGuard : public std::streambuf {
  protected:
   int_type underflow() override {
     if (pos_ >= text_.size()) return traits_type::eof();
-    if (pos_ > builder_.last_event_pos() + max_ahead_) {
+    size_t last = std::min(builder_.last_event_pos(), text_.size());
+    if (significant_[pos_] > significant_[last] + max_ahead_) {
       tripped_ = true;
       cut_after_ = builder_.last_event_mark();
       return traits_type::eof();
@@ -198,6 +219,7 @@ class LookaheadGuard : public std::streambuf {
   const std::string& text_;
   const TreeBuilder& builder_;
   size_t max_ahead_;
+  std::vector<size_t> significant_;
   size_t pos_ = 0;
   bool tripped_ = false;
   YAML::Mark cut_after_;
@@ -264,12 +286,27 @@ std::string_view kind_name(YamlNode::Kind kind) {
   return "?";
 }
 
+std::string escape_text(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      constexpr char kHex[] = "0123456789abcdef";
+      out += {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string quote(std::string_view text) {
   constexpr size_t kMax = 40;  // keep one-line errors readable whatever the file holds
-  std::string out = "'";
-  for (size_t i = 0; i < text.size() && i < kMax; ++i)
-    out += text[i] == '\n' ? "\\n" : std::string(1, text[i]);
-  return out + (text.size() > kMax ? "...'" : "'");
+  return "'" + escape_text(text.substr(0, kMax)) + (text.size() > kMax ? "...'" : "'");
 }
 
 std::string describe(const YamlNode& node) {
@@ -283,12 +320,20 @@ void expect_kind(const YamlNode& node, YamlNode::Kind kind, std::string_view wha
 }
 
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
+  // Bounded cost whatever the file holds: a typo of a name is a few edits, so a candidate whose
+  // length differs by more than that is skipped, and words past kMaxWord characters (no name is
+  // that long) get only the prefix test. Then each distance costs at most kMaxWord^2 steps.
+  constexpr size_t kMaxWord = 64;
+  const size_t max_edits = std::max<size_t>(1, word.size() / 3);
   const std::string* best = nullptr;
   size_t best_distance = 0;
   for (const std::string& c : candidates) {
-    size_t d = edit_distance(word, c);
+    size_t length_gap = word.size() > c.size() ? word.size() - c.size() : c.size() - word.size();
+    size_t d = word.size() <= kMaxWord && c.size() <= kMaxWord && length_gap <= max_edits
+                   ? edit_distance(word, c)
+                   : std::max(word.size(), c.size());
     // A typo is a couple of edits; a prefix ("epsilon" for "eps") is a likely abbreviation.
-    bool close = d <= std::max<size_t>(1, word.size() / 3) && d < word.size();
+    bool close = d <= max_edits && d < word.size();
     bool prefix = std::min(word.size(), c.size()) >= 2 &&
                   (word.starts_with(c) || std::string_view(c).starts_with(word));
     if (!close && !prefix) continue;

@@ -52,8 +52,12 @@ struct YamlEntry {
 YamlNode parse_yaml(const std::string& text, const std::string& file,
                     const YamlLimits& limits = {});
 
-// Text as it appears in an error: in single quotes, cut to 40 characters, newlines escaped.
+// Text as it appears in an error: in single quotes, cut to 40 characters, control characters
+// and NUL escaped (escape_text).
 std::string quote(std::string_view text);
+// `text` with newline and tab as \n, \t and every other control character (NUL, ESC, BEL, DEL)
+// as \xNN, so a name read from a file can neither cut a message nor drive the terminal.
+std::string escape_text(std::string_view text);
 // How a node reads in an error: "a mapping", "a sequence", "nothing (null)", "'text'".
 std::string describe(const YamlNode& node);
 std::string_view kind_name(YamlNode::Kind kind);  // "a mapping", ...

@@ -43,6 +43,35 @@ TEST(MemoryPlan, LiveBuffersNeverOverlap) {
   }
 }
 
+// With `ordered` (here: every step of a is an ancestor of b's first step in a random DAG, the
+// rule graph/expand uses), no two buffers that may run at the same time share bytes, and a
+// buffer takes bytes of an earlier one only when ordered after it.
+TEST(MemoryPlan, ReuseOnlyAlongTheOrder) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int trial = 0; trial < 100; ++trial) {
+    const int steps = 2 + trial % 40;
+    std::vector<std::vector<bool>> anc(steps, std::vector<bool>(steps, false));  // anc[j][i]
+    for (int j = 1; j < steps; ++j)
+      for (int i = 0; i < j; ++i)
+        if (rng() % 3 == 0) {
+          anc[j][i] = true;
+          for (int k = 0; k < i; ++k) anc[j][k] = anc[j][k] || anc[i][k];
+        }
+    std::vector<BufferUse> bufs = random_buffers(rng, 1 + trial % 80, steps);
+    auto ordered = [&](int a, int b) {
+      for (int u = bufs[a].first; u <= bufs[a].last; ++u)
+        if (!anc[bufs[b].first][u]) return false;
+      return true;
+    };
+    MemoryPlan plan = plan_memory(bufs, ordered);
+    for (size_t a = 0; a < bufs.size(); ++a)
+      for (size_t b = a + 1; b < bufs.size(); ++b)
+        EXPECT_FALSE(plan_conflicts(bufs, plan, a, b, ordered))
+            << "buffers " << a << " and " << b << " trial " << trial;
+    EXPECT_LE(plan.arena_bytes, plan.total_bytes);
+  }
+}
+
 TEST(MemoryPlan, DeterministicAndReusing) {
   std::mt19937_64 rng(std::random_device{}());
   std::vector<BufferUse> bufs = random_buffers(rng, 50, 30);

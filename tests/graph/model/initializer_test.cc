@@ -2,12 +2,14 @@
 // rounds through (against independent references), and load_tensors' checks.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <random>
@@ -603,6 +605,56 @@ TEST_F(LoadTensorsTest, UnknownTensorsAreNamed) {
   EXPECT_NE(what.find("not inputs or weights of model 'small'"), std::string::npos) << what;
   EXPECT_NE(what.find("'wieght'"), std::string::npos) << what;
   EXPECT_NE(what.find("'y' (an activation"), std::string::npos) << what;
+}
+
+// The header is compared with the model before any data is read: a (sparse) file whose header
+// gives 'x' 2^40 bytes is refused by its shape at the cost of the header, not read in full (that
+// was std::bad_alloc, or a terabyte of reading).
+TEST_F(LoadTensorsTest, HeaderIsCheckedAgainstTheModelBeforeTheData) {
+  const uint64_t huge = uint64_t{1} << 40;
+  std::string header = "{\"x\":{\"dtype\":\"U8\",\"shape\":[" + std::to_string(huge) +
+                       "],\"data_offsets\":[0," + std::to_string(huge) + "]}}";
+  {
+    std::ofstream out(path_, std::ios::binary);
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>(header.size() >> (8 * i)));
+    out << header;
+  }
+  std::error_code ec;
+  fs::resize_file(path_, 8 + header.size() + huge, ec);  // sparse: no disk used
+  if (ec) GTEST_SKIP() << "no sparse 1 TiB file here: " << ec.message();
+  try {
+    load_tensors(small_model(), path_, 0);
+    ADD_FAILURE() << "a 1 TiB tensor was accepted";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("tensor 'x' is u8 [1099511627776] in the file, but the model declares it "
+                        "f32 [4, 8]"),
+              std::string::npos)
+        << what;
+  }
+}
+
+// Names from the file are echoed with control characters escaped.
+TEST_F(LoadTensorsTest, UnknownNamesWithControlCharactersAreEscaped) {
+  Model m = small_model();
+  TensorMap file;
+  std::string name = std::string("w\0\x1b[2J", 6);
+  file[name] = initialize_tensor(decl("w", TensorRole::Weight, DType::U8, {2}), 0);
+  std::string what = load_error(m, file);
+  EXPECT_NE(what.find("'w\\x00\\x1b[2J'"), std::string::npos) << what;
+  EXPECT_EQ(what.find('\x1b'), std::string::npos) << what;
+}
+
+// A FIFO is refused as not a regular file, without opening it (opening blocks for a writer).
+TEST_F(LoadTensorsTest, FifoIsRefusedWithoutBlocking) {
+  std::string fifo = (dir_ / "fifo.safetensors").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    load_tensors(small_model(), fifo, 0);
+    ADD_FAILURE() << "a FIFO was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(LoadTensorsTest, MissingFileIsAnError) {

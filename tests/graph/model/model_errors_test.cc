@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -334,6 +335,88 @@ TEST(ModelErrorsTest, NodeCountBounded) {
 TEST(ModelErrorsTest, ExplicitTagsRefused) {
   expect_error(with_line(2, "dims: {T: !!int 4, D: 8}"),
                "m.yaml:2:11: error:", "explicit YAML tag");
+}
+
+TEST(ModelErrorsTest, AttributeValuesOutOfTheirDomain) {
+  for (const char* eps : {".nan", "-1.0e-6", "0", ".inf"})
+    expect_error(
+        with_line(10, std::string("      - {op: rmsnorm, in: [x, g], out: h, eps: ") + eps + "}"),
+        "m.yaml:10:48: error:", "attribute 'eps' of op 'rmsnorm' is");
+  expect_error(with_line(10, "      - {op: rmsnorm, in: [x, g], out: h, eps: -1.0e-6}"),
+               "m.yaml:10:48: error:", "expected a positive number");
+  // A factor no f32 can hold (the kernels take scalars as f32) is refused, not turned into inf.
+  expect_error(with_line(11, "      - {op: scale, in: h, out: y, alpha: 1.0e300}"),
+               "m.yaml:11:43: error:", "expected a finite number within f32 range");
+  EXPECT_NO_THROW(parse_model(
+      with_line(10, "      - {op: rmsnorm, in: [x, g], out: h, eps: 1.0e-5}"), "m.yaml"));
+}
+
+TEST(ModelErrorsTest, InitialValuesBeyondTheDtypesRange) {
+  expect_error(with_line(8, "      g: {shape: [D], init: {constant: 1.0e300}}"),
+               "m.yaml:8:29: error:",
+               "the constant 1e+300 in the init of 'b.g' is beyond the range "
+               "of f32");
+  expect_error(with_line(8, "      g: {shape: [D], init: {uniform: {low: -1.0e39, high: 0}}}"),
+               "m.yaml:8:29: error:", "low -1e+39 in the init of 'b.g' is beyond the range of f32");
+  expect_error(
+      with_line(8, "      g: {shape: [D], dtype: bf16, init: {normal: {mean: 0, std: 1.0e39}}}"),
+      "m.yaml:8:42: error:", "std 1e+39 in the init of 'b.g' is beyond the range of bf16");
+  expect_error(with_line(4, "  x: {shape: [T, D], dtype: f16, init: {constant: 70000}}"),
+               "m.yaml:4:40: error:", "beyond the range of f16");
+  EXPECT_NO_THROW(
+      parse_model(with_line(8, "      g: {shape: [D], init: {constant: 3.0e38}}"), "m.yaml"));
+}
+
+TEST(ModelErrorsTest, CarryWithoutRepeat) {
+  expect_error(with_line(6, "  - name: b\n    carry: {x: y}"),
+               "m.yaml:7:12: error:", "carry of layer 'b' without 'repeat'");
+}
+
+// A name is echoed with its control characters escaped: a NUL must not cut the message, an
+// escape sequence must not reach the terminal.
+TEST(ModelErrorsTest, ControlCharactersInNamesAreEscaped) {
+  try {
+    parse_model(with_line(1, "model: \"a\\0b\\e[31mc\\x07\""), "m.yaml");
+    FAIL() << "a name with control characters was accepted";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_EQ(std::strlen(e.what()), what.size()) << "a NUL in the message";
+    EXPECT_NE(what.find("'a\\x00b\\x1b[31mc\\x07' is not a valid name for 'model'"),
+              std::string::npos)
+        << what;
+    for (char c : what) EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20 && c != '\n') << what;
+  }
+}
+
+// Comments between two YAML events are not look-ahead: an 80 KB licence block parses.
+TEST(ModelErrorsTest, LongCommentBlockParses) {
+  std::string comment;
+  for (int i = 0; i < 1100; ++i) comment += "# " + std::string(78, 'c') + "\n";
+  ASSERT_GT(comment.size(), size_t{80} << 10);
+  Model m = parse_model(with_line(9, comment + "    ops:"), "m.yaml");
+  EXPECT_EQ(m.layers.at(0).ops.size(), 2u);
+  Model top = parse_model(comment + base(), "m.yaml");
+  EXPECT_EQ(top.name, "m");
+}
+
+// "Did you mean" stays cheap whatever the names: 200 candidates of 60 KB and an unknown 60 KB
+// word were an hour of edit distances; short typos are still found.
+TEST(ModelErrorsTest, DidYouMeanIsBounded) {
+  std::vector<std::string> long_names;
+  for (int i = 0; i < 200; ++i) long_names.push_back(std::string(60000, 'a' + i % 26) + "x");
+  EXPECT_EQ(graph::did_you_mean(std::string(60000, '_'), long_names), "");
+  // A long candidate that the word starts with is still offered.
+  EXPECT_NE(graph::did_you_mean(long_names[3] + "yz", long_names), "");
+  EXPECT_EQ(graph::did_you_mean("epsilon", {"eps", "alpha"}), "; did you mean 'eps'?");
+  EXPECT_EQ(graph::did_you_mean("wieght", {"weight", "x"}), "; did you mean 'weight'?");
+  EXPECT_EQ(graph::did_you_mean("zzzzzz", {"weight", "x"}), "");
+  // The unknown-tensor path of the parser with many inputs and a 60 KB name.
+  std::string text = "model: m\ndims: {T: 4}\ninputs:\n";
+  for (int i = 0; i < 200; ++i)
+    text += "  in" + std::to_string(i) + "_" + std::string(200, 'n') + ": {shape: [T]}\n";
+  text += "layers:\n  - name: b\n    ops:\n      - {op: scale, in: " + std::string(60000, 'z') +
+          ", out: y, alpha: 2.0}\noutputs: [b.y]\n";
+  expect_error(text, "m.yaml:207:25: error:", "unknown tensor 'zzzz");
 }
 
 TEST(ModelErrorsTest, MissingFile) {

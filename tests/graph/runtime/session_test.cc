@@ -171,6 +171,44 @@ TEST(TinyPlan, ReuseAddsNoOrderingBeyondTheData) {
 namespace tilerun {
 namespace {
 
+// The gradient of a lone rmsnorm under 0.5 * sum(y^2) is ~0 (y's norm does not depend on x's
+// scale): the executor's answer is rounding noise, and the check must judge that noise against
+// the step's scale, not against the ~0 reference (it used to report a MISMATCH).
+TEST(Session, CheckAcceptsANearZeroGradient) {
+  Model m = parse_model(
+      "model: lone\ndims: {T: 16, D: 256}\ninputs:\n  x: {shape: [T, D]}\nlayers:\n"
+      "  - name: n\n    weights:\n      g: {shape: [D], init: ones}\n    ops:\n"
+      "      - {op: rmsnorm, in: [x, g], out: y}\noutputs: [n.y]\n",
+      "lone.yaml");
+  Session s(m, {.device = Device::Cpu, .seed = fresh_seed()});
+  s.forward();
+  s.backward();
+  CheckResult c = s.check();
+  EXPECT_TRUE(c.ok) << c.worst_tensor << " error " << c.worst_error << " > " << c.tolerance;
+  EXPECT_EQ(c.tensors_checked, 3);
+}
+
+// A model larger than the machine's memory is refused before compiling or allocating, with
+// what it needs and what there is (it used to be std::bad_alloc after compiling).
+TEST(Session, ModelLargerThanMemoryIsRefusedUpFront) {
+  // 512 weights of 2^30 f32 elements (4 GiB each, each within the 32-bit index): 2 TiB.
+  Model m = parse_model(
+      "model: huge\ndims: {T: 32768, D: 32768}\ninputs:\n  x: {shape: [T, D]}\nlayers:\n"
+      "  - name: b\n    repeat: 512\n    carry: {x: y}\n    weights:\n      w: {shape: [T, D]}\n"
+      "    ops:\n      - {op: add, in: [x, w], out: y}\noutputs: [b.y]\n",
+      "huge.yaml");
+  try {
+    Session s(m, {.device = Device::Cpu, .forward_only = true});
+    FAIL() << "a 2 TiB model was accepted";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::Runtime);
+    EXPECT_NE(what.find("model 'huge' needs "), std::string::npos) << what;
+    EXPECT_NE(what.find(" TiB, "), std::string::npos) << what;
+    EXPECT_NE(what.find(" available (arena "), std::string::npos) << what;
+  }
+}
+
 TEST(Session, DevicePointersNeedACudaSession) {
   Session s(tiny(), {.device = Device::Cpu});
   int fake = 0;
