@@ -44,6 +44,7 @@ options:
                            layer, device spans per kernel from a profiling pass)
   --dump-kernels DIR       write each kernel's Tile IR, SIMT IR and generated code
   --validate               only check the model and print its summary
+  --list-ops               print every op: inputs, outputs, attributes, dtypes (no MODEL needed)
   -h, --help               show this help and exit
   --version                print the version and exit
   --                       treat every later argument as the model path
@@ -52,7 +53,8 @@ exit codes: 0 success, 1 run-time failure or --check mismatch, 2 bad usage or ba
 )";
 
 struct Options {
-  bool help = false, version = false, validate = false, forward_only = false, check = false;
+  bool help = false, version = false, list_ops = false, validate = false, forward_only = false,
+       check = false;
   std::string model_path, device = "auto", mode = "graph", weights, save, report, dump_dir, trace;
   bool pdl = true;
   int steps = 1;
@@ -102,6 +104,8 @@ Options parse_args(const std::vector<std::string>& args) {
       o.help = true;
     } else if (a == "--version") {
       o.version = true;
+    } else if (a == "--list-ops") {
+      o.list_ops = true;
     } else if (a == "--validate") {
       o.validate = true;
     } else if (a == "--forward-only") {
@@ -437,6 +441,10 @@ int run(const std::vector<std::string>& args) {
   }
   if (o.version) {
     std::printf("tilerun %s\n", tilerun::version());
+    return 0;
+  }
+  if (o.list_ops) {
+    std::fputs(tilerun::op_catalog_text().c_str(), stdout);
     return 0;
   }
   if (o.model_path.empty()) throw tilerun::Error("no model given\n" + std::string(kUsage));
