@@ -1,11 +1,8 @@
-// Elementwise ops: add, mul, scale, silu, and silu's backward op silu_grad. Each is one tile
-// kernel over the tensors seen as flat arrays.
+// Elementwise ops: add, mul, scale, silu, and silu's backward op silu_grad. Each is one flat
+// map kernel (kernels/map_kernel.h) over the tensors seen as flat arrays.
 #include <cmath>
 
-#include "compiler/ir/builder.h"
-#include "kernels/expand_util.h"
-#include "kernels/families.h"
-#include "kernels/kernel_cache.h"
+#include "kernels/map_kernel.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
@@ -13,8 +10,6 @@
 namespace tilerun::kernels {
 
 namespace {
-
-namespace cc = tilerun::compiler;
 
 std::vector<TensorType> infer_binary(const std::vector<TensorType>& in, const Attrs&) {
   expect_float(in[0], "a");
@@ -105,68 +100,7 @@ std::vector<GradOp> grad_silu(const std::vector<TensorType>&, const Attrs&,
 
 // ---- Tile kernels --------------------------------------------------------------------------
 
-// 256 threads per block. A tensor of fewer than kManyElements elements takes one element per
-// thread, so that even a small one spreads over many blocks (and SMs); a larger one takes 4 per
-// thread (1024 per block), enough work to amortise a block's start-up. Either way each element
-// is computed alone, so the choice never changes a result.
-constexpr int kThreads = 256;
-constexpr int64_t kManyElements = int64_t{1} << 16;
-int64_t per_thread(int64_t n) { return n < kManyElements ? 1 : 4; }
-
-// The element function: inputs' values at one element (as f32) and the scalars.
-using MapFn = std::function<cc::Val(cc::Scope&, const std::vector<cc::Val>& in,
-                                    const std::vector<cc::Val>& scalars)>;
-
-struct MapOp {
-  std::string name;
-  int arity = 1;
-  std::vector<std::string> scalar_attrs;  // f32 scalar parameters, from these attributes
-  MapFn fn;
-};
-
-// out[e] = fn(in0[e], in1[e], ..., scalars) for e in [0, N), `ept` elements per thread.
-// Parameters: in0.., out; N; scalars.
-std::string map_name(const MapOp& op, int64_t ept) {
-  return ept == 1 ? op.name : op.name + "_x" + std::to_string(ept);
-}
-
-cc::Kernel build_map(const MapOp& op, DType dtype, int64_t ept) {
-  cc::KernelBuilder kb(map_name(op, ept) + "_" + std::string(dtype_name(dtype)));
-  cc::Dim n = kb.dim("N");
-  std::vector<cc::Buf> in;
-  for (int i = 0; i < op.arity; ++i) in.push_back(kb.input("in" + std::to_string(i), dtype, {n}));
-  cc::Buf out = kb.output("out", dtype, {n});
-  std::vector<cc::Val> scalars;
-  for (const std::string& a : op.scalar_attrs) scalars.push_back(kb.scalar_f32(a));
-  const int64_t per_block = kThreads * ept;
-  kb.body({cc::ceildiv(n, per_block)}, kThreads, [&](cc::Scope& s) {
-    cc::Idx base = s.block_idx(0) * per_block;
-    s.parallel(per_block, [&](cc::Idx i) {
-      cc::Idx e = base + i;
-      s.if_then(e < n, [&] {
-        std::vector<cc::Val> v;
-        for (const cc::Buf& b : in) v.push_back(s.let(b(e), "v"));
-        out(e) = op.fn(s, v, scalars);
-      });
-    });
-  });
-  return kb.build();
-}
-
-ExpandFn expand_map(std::shared_ptr<KernelCache> cache, MapOp op) {
-  return [cache, op](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
-                     const Attrs& attrs) {
-    DType dtype = out[0].dtype;
-    int64_t n = numel(out[0]), ept = per_thread(n);
-    KernelCall call{.kernel = cache->get(kernel_key(map_name(op, ept), dtype),
-                                         [&] { return build_map(op, dtype, ept); }),
-                    .dims = {n}};
-    for (int i = 0; i < op.arity; ++i) call.buffers.push_back(input_slot(i));
-    call.buffers.push_back(output_slot(0));
-    for (const std::string& a : op.scalar_attrs) call.scalars.push_back(attr_float(attrs, a));
-    return OpExpansion{.calls = {call}};
-  };
-}
+namespace cc = tilerun::compiler;
 
 const MapOp kAdd{"add", 2, {}, [](cc::Scope&, const auto& v, const auto&) { return v[0] + v[1]; }};
 const MapOp kMul{"mul", 2, {}, [](cc::Scope&, const auto& v, const auto&) { return v[0] * v[1]; }};
@@ -191,7 +125,16 @@ void register_elementwise(OpRegistry& registry) {
                 .infer = infer_binary,
                 .reference = ref_add,
                 .gradient = grad_add,
-                .expand = expand_map(cache, kAdd)});
+                .expand = expand_map(cache, kAdd),
+                // Sizes 1, 33x130 (no tile multiple), 1025 (a ragged last block), and past 2^16
+                // elements (4 per thread).
+                .tests = {.kernel = {{{{1}, {1}}},
+                                     {{{33, 130}, {33, 130}}},
+                                     {{{1025}, {1025}}},
+                                     {{{(1 << 20) + 5}, {(1 << 20) + 5}}}},
+                          .gradient = {{{{7, 3}, {7, 3}}}},
+                          .examples = {{.inputs = {{{2}, {1, -2.5}}, {{2}, {0.5, 2.5}}},
+                                        .outputs = {{{2}, {1.5, 0}}}}}}});
   registry.add({.name = "mul",
                 .doc = "out = a * b (same shape)",
                 .inputs = {"a", "b"},
@@ -199,7 +142,11 @@ void register_elementwise(OpRegistry& registry) {
                 .infer = infer_binary,
                 .reference = ref_mul,
                 .gradient = grad_mul,
-                .expand = expand_map(cache, kMul)});
+                .expand = expand_map(cache, kMul),
+                .tests = {.kernel = {{{{7}, {7}}}, {{{3, 7, 130}, {3, 7, 130}}}},
+                          .gradient = {{{{33}, {33}}}},
+                          .examples = {{.inputs = {{{3}, {1.5, -2, 0}}, {{3}, {4, 0.25, -7}}},
+                                        .outputs = {{{3}, {6, -0.5, -0.0}}}}}}});
   registry.add({.name = "scale",
                 .doc = "out = alpha * x",
                 .inputs = {"x"},
@@ -208,7 +155,12 @@ void register_elementwise(OpRegistry& registry) {
                 .infer = infer_unary,
                 .reference = ref_scale,
                 .gradient = grad_scale,
-                .expand = expand_map(cache, kScale)});
+                .expand = expand_map(cache, kScale),
+                .tests = {.kernel = {{{{130, 33}}, {{"alpha", -1.7}}}, {{{1}}, {{"alpha", 3.0}}}},
+                          .gradient = {{{{2, 3, 5}}, {{"alpha", -1.7}}}},
+                          .examples = {{.inputs = {{{2}, {1.5, -3}}},
+                                        .attrs = {{"alpha", 2.0}},
+                                        .outputs = {{{2}, {3, -6}}}}}}});
   registry.add({.name = "silu",
                 .doc = "out = x * sigmoid(x)",
                 .inputs = {"x"},
@@ -216,14 +168,23 @@ void register_elementwise(OpRegistry& registry) {
                 .infer = infer_unary,
                 .reference = ref_silu,
                 .gradient = grad_silu,
-                .expand = expand_map(cache, kSilu)});
-  registry.add({.name = "silu_grad",
-                .doc = "dx = dy * d silu(x)/dx (the backward op of silu)",
-                .inputs = {"x", "dy"},
-                .outputs = {"dx"},
-                .infer = infer_silu_grad,
-                .reference = ref_silu_grad,
-                .expand = expand_map(cache, kSiluGrad)});
+                .expand = expand_map(cache, kSilu),
+                .tests = {.kernel = {{{{7, 130}}, {}, -12, 12}, {{{1025}}, {}, -40, 40}},
+                          .gradient = {{{{7, 5}}}},
+                          // silu(1) = 1 / (1 + e^-1).
+                          .examples = {{.inputs = {{{2}, {0, 1}}},
+                                        .outputs = {{{2}, {0, 0.7310585786300049}}}}}}});
+  registry.add(
+      {.name = "silu_grad",
+       .doc = "dx = dy * d silu(x)/dx (the backward op of silu)",
+       .inputs = {"x", "dy"},
+       .outputs = {"dx"},
+       .infer = infer_silu_grad,
+       .reference = ref_silu_grad,
+       .expand = expand_map(cache, kSiluGrad),
+       // silu'(0) = 1/2.
+       .tests = {.kernel = {{{{7, 130}, {7, 130}}, {}, -12, 12}, {{{1}, {1}}}},
+                 .examples = {{.inputs = {{{1}, {0}}, {{1}, {3}}}, .outputs = {{{1}, {1.5}}}}}}});
 }
 
 }  // namespace tilerun::kernels

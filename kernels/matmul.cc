@@ -1,8 +1,10 @@
-// Matrix multiplication, with optional transposes of either operand.
+// Matrix multiplication, with optional transposes of either operand: 32x32 (or, below 128 such
+// tiles, 16x16) tiles, 4x4 outputs per thread, K split over up to 8 thread groups of the block
+// (group g takes every k with (k / 16) % G == g), their tiles added in group order;
+// double-buffered shared tiles, the next step prefetched into registers.
 #include "compiler/base/check.h"
 #include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
-#include "kernels/families.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
@@ -294,22 +296,54 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
 
 void register_matmul(OpRegistry& registry) {
   auto cache = std::make_shared<KernelCache>();
-  registry.add({.name = "matmul",
-                .doc = "c = op(a) @ op(b), op = optional transpose",
-                .inputs = {"a", "b"},
-                .outputs = {"c"},
-                .attrs = {{.name = "transpose_a",
-                           .kind = AttrKind::Bool,
-                           .default_value = AttrValue{false},
-                           .doc = "use a^T"},
-                          {.name = "transpose_b",
-                           .kind = AttrKind::Bool,
-                           .default_value = AttrValue{false},
-                           .doc = "use b^T"}},
-                .infer = infer_matmul,
-                .reference = ref_matmul,
-                .gradient = grad_matmul,
-                .expand = expand_matmul(cache)});
+  registry.add(
+      {.name = "matmul",
+       .doc = "c = op(a) @ op(b), op = optional transpose",
+       .inputs = {"a", "b"},
+       .outputs = {"c"},
+       .attrs = {{.name = "transpose_a",
+                  .kind = AttrKind::Bool,
+                  .default_value = AttrValue{false},
+                  .doc = "use a^T"},
+                 {.name = "transpose_b",
+                  .kind = AttrKind::Bool,
+                  .default_value = AttrValue{false},
+                  .doc = "use b^T"}},
+       .infer = infer_matmul,
+       .reference = ref_matmul,
+       .gradient = grad_matmul,
+       .expand = expand_matmul(cache),
+       .tests = {.kernel =
+                     {
+                         {{{1, 1}, {1, 1}}},
+                         {{{7, 130}, {130, 33}}},
+                         {{{130, 33}, {130, 7}}, {{"transpose_a", true}}},
+                         {{{33, 7}, {130, 7}}, {{"transpose_b", true}}},
+                         {{{7, 130}, {33, 7}}, {{"transpose_a", true}, {"transpose_b", true}}},
+                         {{{64, 96}, {96, 32}}},  // exact tile multiples
+                         {{{33, 1}, {1, 130}}},
+                         // Long K over a small output: 16x16 tiles, K split over 8 groups of
+                         // the block (ragged).
+                         {{{33, 700}, {700, 40}}},
+                         {{{700, 33}, {700, 40}}, {{"transpose_a", true}}},
+                         {{{33, 700}, {40, 700}}, {{"transpose_b", true}}},
+                         {{{700, 33}, {40, 700}}, {{"transpose_a", true}, {"transpose_b", true}}},
+                         {{{20, 1100}, {1100, 18}}},
+                         // Enough 32x32 tiles: the large tiling, one K group and four.
+                         {{{130, 33}, {33, 1000}}},
+                         {{{130, 300}, {1000, 300}}, {{"transpose_b", true}}},
+                         {{{300, 1000}, {300, 130}}, {{"transpose_a", true}}},
+                     },
+                 .gradient =
+                     {
+                         {{{3, 5}, {5, 4}}},
+                         {{{5, 3}, {5, 4}}, {{"transpose_a", true}}},
+                         {{{3, 5}, {4, 5}}, {{"transpose_b", true}}},
+                         {{{5, 3}, {4, 5}}, {{"transpose_a", true}, {"transpose_b", true}}},
+                         {{{1, 1}, {1, 7}}},
+                     },
+                 .examples = {{.inputs = {{{2, 2}, {1, 2, 3, 4}}, {{2, 1}, {5, 6}}},
+                               .outputs = {{{2, 1}, {17, 39}}}}}}});
 }
 
 }  // namespace tilerun::kernels

@@ -1,9 +1,10 @@
-// Normalisations: rmsnorm and its backward op rmsnorm_grad, over the last axis (rows).
+// Normalisations over the last axis (rows): rmsnorm, one block per row; and its backward op
+// rmsnorm_grad, dx fused with per-RB-row dgamma partial sums (RB = 1 up to 256 rows, doubling to
+// 16), then a column sum in 16 fixed row groups.
 #include <cmath>
 
 #include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
-#include "kernels/families.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
@@ -280,23 +281,49 @@ ExpandFn expand_rmsnorm_grad(std::shared_ptr<KernelCache> cache) {
 
 void register_norm(OpRegistry& registry) {
   auto cache = std::make_shared<KernelCache>();
-  registry.add({.name = "rmsnorm",
-                .doc = "y = x * rsqrt(mean(x^2, last axis) + eps) * gamma",
-                .inputs = {"x", "gamma"},
-                .outputs = {"y"},
-                .attrs = {kEps},
-                .infer = infer_rmsnorm,
-                .reference = ref_rmsnorm,
-                .gradient = grad_rmsnorm,
-                .expand = expand_rmsnorm(cache)});
-  registry.add({.name = "rmsnorm_grad",
-                .doc = "(dx, dgamma) of rmsnorm from (x, gamma, dy) (the backward op of rmsnorm)",
-                .inputs = {"x", "gamma", "dy"},
-                .outputs = {"dx", "dgamma"},
-                .attrs = {kEps},
-                .infer = infer_rmsnorm_grad,
-                .reference = ref_rmsnorm_grad,
-                .expand = expand_rmsnorm_grad(cache)});
+  registry.add(
+      {.name = "rmsnorm",
+       .doc = "y = x * rsqrt(mean(x^2, last axis) + eps) * gamma",
+       .inputs = {"x", "gamma"},
+       .outputs = {"y"},
+       .attrs = {kEps},
+       .infer = infer_rmsnorm,
+       .reference = ref_rmsnorm,
+       .gradient = grad_rmsnorm,
+       .expand = expand_rmsnorm(cache),
+       .tests = {.kernel = {{{{1, 1}, {1}}},
+                            {{{7, 33}, {33}}},
+                            {{{130, 7}, {7}}, {{"eps", 1e-5}}},
+                            {{{2, 3, 130}, {130}}}},
+                 .gradient = {{{{5, 7}, {7}}},
+                              {{{2, 3, 9}, {9}}, {{"eps", 0.5}}},
+                              {{{1}, {1}}, {{"eps", 0.1}}}},
+                 // rms([3, 4]) = sqrt(12.5).
+                 .examples = {{.inputs = {{{1, 2}, {3, 4}}, {{2}, {1, 2}}},
+                               .attrs = {{"eps", 0.0}},
+                               .outputs = {{{1, 2}, {0.848528137423857, 2.262741699796952}}}}}}});
+  registry.add(
+      {.name = "rmsnorm_grad",
+       .doc = "(dx, dgamma) of rmsnorm from (x, gamma, dy) (the backward op of rmsnorm)",
+       .inputs = {"x", "gamma", "dy"},
+       .outputs = {"dx", "dgamma"},
+       .attrs = {kEps},
+       .infer = infer_rmsnorm_grad,
+       .reference = ref_rmsnorm_grad,
+       .expand = expand_rmsnorm_grad(cache),
+       .tests = {.kernel =
+                     {
+                         {{{1, 1}, {1}, {1, 1}}, {{"eps", 0.1}}},
+                         {{{7, 33}, {33}, {7, 33}}},
+                         {{{33, 130}, {130}, {33, 130}}},  // 33 row partials, 9 column blocks
+                         {{{130, 7}, {7}, {130, 7}}, {{"eps", 1e-5}}},
+                         {{{1001, 33}, {33}, {1001, 33}}},  // 4 rows per partial, last ragged
+                     },
+                 // x = [3, 4], i = 1/sqrt(12.5): dx = [16/25, -12/25] i, dgamma = [3i, 0].
+                 .examples = {{.inputs = {{{1, 2}, {3, 4}}, {{2}, {1, 1}}, {{1, 2}, {1, 0}}},
+                               .attrs = {{"eps", 0.0}},
+                               .outputs = {{{1, 2}, {0.18101933598375616, -0.13576450198781712}},
+                                           {{2}, {0.848528137423857, 0}}}}}}});
 }
 
 }  // namespace tilerun::kernels

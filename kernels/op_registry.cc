@@ -4,9 +4,13 @@
 #include <sstream>
 
 #include "compiler/base/check.h"
-#include "kernels/families.h"
 
 namespace tilerun::kernels {
+
+// One registration function per family (kernels/families.def).
+#define TILERUN_OP_FAMILY(name) void register_##name(OpRegistry& registry);
+#include "kernels/families.def"
+#undef TILERUN_OP_FAMILY
 
 std::string to_string(const TensorType& t) {
   std::ostringstream os;
@@ -70,10 +74,9 @@ std::vector<std::string> OpRegistry::names() const {
 const OpRegistry& op_registry() {
   static const OpRegistry registry = [] {
     OpRegistry r;
-    register_elementwise(r);
-    register_norm(r);
-    register_softmax(r);
-    register_matmul(r);
+#define TILERUN_OP_FAMILY(name) register_##name(r);
+#include "kernels/families.def"
+#undef TILERUN_OP_FAMILY
     return r;
   }();
   return registry;

@@ -1,7 +1,8 @@
 // The op registry: per op, its attribute schema, shape/dtype inference, a double-precision
-// reference and (from later issues) its gradient rule and tile kernels. Each op family registers
-// its ops from one explicit function (kernels/register_all.cc), never from static initialisers,
-// which vanish when a static library is linked into another program.
+// reference, its gradient rule, its tile kernels and the cases the shared test suites run. Each op
+// family registers its ops from one explicit function, `register_<family>`, named once in
+// kernels/families.def; never from static initialisers, which vanish when a static library is
+// linked into another program.
 #pragma once
 
 #include <functional>
@@ -88,6 +89,39 @@ struct OpExpansion {
   std::vector<KernelCall> calls;
 };
 
+// One case of the shared test suites (tests/kernels/, the GPU identity test): the op's input
+// shapes and attributes; the inputs are fresh random values in [lo, hi).
+// (Members default to {} so that cases written positionally, `{{{7, 5}}}`, compile without
+// -Wmissing-field-initializers noise.)
+struct OpTestCase {
+  std::vector<std::vector<int64_t>> shapes = {};
+  Attrs attrs = {};
+  double lo = -2, hi = 2;
+  // Random values nearer to zero than this are drawn again: keeps finite differences off a kink
+  // at 0 (max(x, 0)) without weakening the check elsewhere.
+  double min_abs = 0;
+};
+
+// A worked example: literal inputs and the outputs the reference must give (to 1e-12 relative),
+// written out by hand, so a reference is checked against something other than itself.
+struct OpExample {
+  std::vector<RefTensor> inputs = {};
+  Attrs attrs = {};
+  std::vector<RefTensor> outputs = {};
+};
+
+// What the shared suites run for an op. Kernel cases run once per dtype of the op (CPU JIT
+// against the reference, NVRTC to cubin, GPU against CPU bit for bit); gradient cases check the
+// gradient rule against finite differences, O(size^2) in double, so they are small.
+struct OpTests {
+  std::vector<OpTestCase> kernel = {};
+  std::vector<OpTestCase> gradient = {};
+  std::vector<OpExample> examples = {};
+};
+
+// The floating-point element types every op of the first families accepts.
+inline const std::vector<DType> kFloatTypes = {DType::F32, DType::BF16, DType::F16};
+
 struct OpSchema {
   std::string name;
   std::string doc;
@@ -95,6 +129,10 @@ struct OpSchema {
   int optional_inputs = 0;           // how many trailing inputs may be left out
   std::vector<std::string> outputs;  // output slot names, in order
   std::vector<AttrSpec> attrs;
+  // The element types the op accepts (every input and output has the same one; an op that mixes
+  // them, FP4 weights with E8M0 scales, will need one list per slot); inference refuses the
+  // others (a test checks that it does).
+  std::vector<DType> dtypes = kFloatTypes;
 
   // Output types from input types and (defaults-filled) attributes; throws ShapeError.
   std::function<std::vector<TensorType>(const std::vector<TensorType>&, const Attrs&)> infer;
@@ -112,6 +150,10 @@ struct OpSchema {
   std::function<OpExpansion(const std::vector<TensorType>& inputs,
                             const std::vector<TensorType>& outputs, const Attrs&)>
       expand;
+
+  // The cases the shared test suites run (see OpTests); a test requires kernel cases for every
+  // op with kernels and gradient cases for every op with a gradient rule.
+  OpTests tests;
 
   const AttrSpec* find_attr(std::string_view attr) const;
 };

@@ -1,10 +1,9 @@
-// Softmax over the last axis, and its backward op softmax_grad.
+// Softmax over the last axis, and its backward op softmax_grad: one block per row.
 #include <algorithm>
 #include <cmath>
 
 #include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
-#include "kernels/families.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
@@ -125,7 +124,14 @@ void register_softmax(OpRegistry& registry) {
                 .infer = infer_softmax,
                 .reference = ref_softmax,
                 .gradient = grad_softmax,
-                .expand = expand_rows(cache, "softmax", 1, build_softmax)});
+                .expand = expand_rows(cache, "softmax", 1, build_softmax),
+                .tests = {.kernel = {{{{1, 1}}},
+                                     {{{7, 33}}, {}, -30, 30},
+                                     {{{130, 7}}},
+                                     {{{2, 33, 130}}, {}, -80, 80}},
+                          .gradient = {{{{3, 7}}}, {{{1, 1}}}, {{{2, 2, 5}}}},
+                          .examples = {{.inputs = {{{1, 2}, {0, 1.0986122886681098}}},  // ln 3
+                                        .outputs = {{{1, 2}, {0.25, 0.75}}}}}}});
   registry.add(
       {.name = "softmax_grad",
        .doc = "dx = y * (dy - sum(y * dy)) over the last axis (the backward op of softmax)",
@@ -133,7 +139,10 @@ void register_softmax(OpRegistry& registry) {
        .outputs = {"dx"},
        .infer = infer_softmax_grad,
        .reference = ref_softmax_grad,
-       .expand = expand_rows(cache, "softmax_grad", 2, build_softmax_grad)});
+       .expand = expand_rows(cache, "softmax_grad", 2, build_softmax_grad),
+       .tests = {.kernel = {{{{1, 1}, {1, 1}}}, {{{7, 33}, {7, 33}}}, {{{33, 130}, {33, 130}}}},
+                 .examples = {{.inputs = {{{2}, {0.25, 0.75}}, {{2}, {1, 0}}},
+                               .outputs = {{{2}, {0.1875, -0.1875}}}}}}});
 }
 
 }  // namespace tilerun::kernels

@@ -13,7 +13,8 @@ LAYERS = [
     # (rank, path prefix)
     (0, "include/tilerun/dtype.h"), (0, "include/tilerun/error.h"),
     (0, "include/tilerun/tensor.h"), (0, "include/tilerun/model.h"),
-    (0, "include/tilerun/run_options.h"), (0, "compiler/base/"),
+    (0, "include/tilerun/run_options.h"), (0, "include/tilerun/ops.h"),
+    (0, "compiler/base/"),
     (1, "compiler/ir/"),
     (2, "compiler/analysis/"),
     (3, "compiler/transforms/"),

@@ -103,6 +103,9 @@ constexpr std::array kOptions = {
                [](Options& o, std::string_view, const std::string&) { o.help = true; }},
     OptionSpec{"--version", "", "", Value::None, "print the version and exit",
                [](Options& o, std::string_view, const std::string&) { o.version = true; }},
+    OptionSpec{"--list-ops", "", "", Value::None,
+               "print every op: inputs, outputs, attributes, dtypes (no MODEL needed)",
+               [](Options& o, std::string_view, const std::string&) { o.list_ops = true; }},
 };
 
 const OptionSpec* find_option(std::string_view arg) {

@@ -29,6 +29,10 @@ int run(const std::vector<std::string>& args) {
     std::printf("tilerun %s\n", tilerun::version());
     return 0;
   }
+  if (o.list_ops) {
+    std::fputs(tilerun::op_catalog_text().c_str(), stdout);
+    return 0;
+  }
   if (o.model_path.empty()) throw tilerun::Error("no model given\n" + usage());
   check_options(o);
   tilerun::Model model = tilerun::load_model(o.model_path);

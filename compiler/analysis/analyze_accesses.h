@@ -1,4 +1,4 @@
-// The index analysis (DESIGN.md "Analysis"): on Tile IR after lower_reductions, every global and
+// The index analysis (compiler/README.md, pipeline step analyze_accesses): on Tile IR after lower_reductions, every global and
 // shared load/store index map becomes integer constraints over block indices, parallel element
 // coordinates, loop variables and dims (bounds, divisibility), asked through index_solver.h:
 //   in_bounds  each access, under its guards                          (reported)

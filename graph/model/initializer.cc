@@ -24,7 +24,7 @@
 //             (Irwin–Hall: the sum of 12 uniforms minus 6 has mean 0 and variance 1, range
 //             [-6, 6); no libm function is involved, so no platform's exp/log can differ)
 //
-// and is then rounded once to the tensor's dtype as graph/numeric_convert.h defines (nearest,
+// and is then rounded once to the tensor's dtype as graph/model/numeric_convert.h defines (nearest,
 // ties to even; f8e4m3 and fp4e2m1 saturate; integers round to nearest even and saturate).
 #include <map>
 #include <set>

@@ -5,6 +5,7 @@
 #include "tilerun/dtype.h"
 #include "tilerun/error.h"
 #include "tilerun/model.h"
+#include "tilerun/ops.h"
 #include "tilerun/run_options.h"
 #include "tilerun/session.h"
 #include "tilerun/tensor.h"

@@ -6,8 +6,11 @@
 
 #include <cstdlib>
 #include <random>
+#include <sstream>
 
 #include "graph/runtime/cuda_driver.h"
+#include "kernels/op_catalog.h"
+#include "tests/kernels/test_util.h"
 #include "tilerun/tilerun.h"
 
 namespace tilerun {
@@ -74,6 +77,80 @@ TEST_F(GpuSession, EveryOpFamilyBitIdenticalToTheCpu) {
   CheckResult c = gpu.check();
   EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
 }
+
+// Every op of every family, on each of its kernel cases (its family's `tests.kernel`) and dtypes:
+// a one-op model run forward (and backward, where the op has a gradient rule) on the CPU and the
+// GPU gives the same bits. The model is parsed before the skip, so CI checks it is well formed.
+struct OpParam {
+  kernels::testing::OpCase kase;
+  DType dtype = DType::F32;
+};
+
+std::ostream& operator<<(std::ostream& os, const OpParam& p) {
+  return os << p.kase << " " << dtype_name(p.dtype);
+}
+
+std::vector<OpParam> op_params() {
+  std::vector<OpParam> out;
+  for (const kernels::testing::OpCase& c : kernels::testing::registry_cases(/*gradient=*/false))
+    for (DType dtype : kernels::testing::schema_of(c.op).dtypes) out.push_back({c, dtype});
+  return out;
+}
+
+// inputs x0, x1, ... uniform in the case's range; one layer `l` with the op; outputs l.y0, ...
+std::string one_op_model(const OpParam& p) {
+  const kernels::OpSchema& schema = kernels::testing::schema_of(p.kase.op);
+  std::ostringstream y;
+  y << "model: " << p.kase.name() << "\ndtype: " << dtype_name(p.dtype) << "\ninputs:\n";
+  std::string ins, outs, names;
+  for (size_t i = 0; i < p.kase.c.shapes.size(); ++i) {
+    y << "  x" << i << ": {shape: [";
+    for (size_t d = 0; d < p.kase.c.shapes[i].size(); ++d)
+      y << (d ? ", " : "") << p.kase.c.shapes[i][d];
+    y << "], init: {uniform: {low: " << p.kase.c.lo << ", high: " << p.kase.c.hi << "}}}\n";
+    ins += (i ? ", x" : "x") + std::to_string(i);
+  }
+  for (size_t i = 0; i < schema.outputs.size(); ++i) {
+    outs += (i ? ", y" : "y") + std::to_string(i);
+    names += (i ? ", l.y" : "l.y") + std::to_string(i);
+  }
+  y << "layers:\n  - name: l\n    ops:\n      - {op: " << p.kase.op << ", in: [" << ins
+    << "], out: [" << outs << "]";
+  for (const auto& [name, value] : p.kase.c.attrs)
+    y << ", " << name << ": " << kernels::attr_value_text(value);
+  y << "}\noutputs: [" << names << "]\n";
+  return y.str();
+}
+
+class GpuOpIdentity : public ::testing::TestWithParam<OpParam> {};
+
+TEST_P(GpuOpIdentity, BitIdenticalToTheCpu) {
+  const OpParam& p = GetParam();
+  std::string yaml = one_op_model(p);
+  SCOPED_TRACE(yaml);
+  Model model = parse_model(yaml, p.kase.name() + ".yaml");
+  std::string why;
+  if (!graph::cuda_driver(&why)) GTEST_SKIP() << why;
+  bool backward = static_cast<bool>(kernels::testing::schema_of(p.kase.op).gradient);
+  uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  Session cpu(model, {.device = Device::Cpu, .seed = seed, .forward_only = !backward});
+  Session gpu(model, {.device = Device::Cuda, .seed = seed, .forward_only = !backward});
+  auto run = [&](Session& s) {
+    if (!backward) {
+      s.forward();
+      return s.outputs();
+    }
+    return step(s);
+  };
+  expect_bit_identical(run(cpu), run(gpu), "gpu vs cpu");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, GpuOpIdentity, ::testing::ValuesIn(op_params()),
+                         [](const ::testing::TestParamInfo<OpParam>& info) {
+                           return info.param.kase.name() + "_" +
+                                  std::string(dtype_name(info.param.dtype));
+                         });
 
 TEST_F(GpuSession, PdlOnAndOffBitIdentical) {
   uint64_t seed = std::random_device{}();

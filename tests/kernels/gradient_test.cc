@@ -15,26 +15,6 @@ using testing::schema_of;
 using testing::types_of;
 using testing::with_defaults;
 
-struct GradCase {
-  std::string op;
-  std::vector<std::vector<int64_t>> shapes;  // of the inputs
-  Attrs attrs;
-};
-
-std::ostream& operator<<(std::ostream& os, const GradCase& c) {
-  os << c.op;
-  for (const auto& s : c.shapes) os << " " << to_string(TensorType{DType::F32, s});
-  for (const auto& [name, v] : c.attrs) {
-    os << " " << name << "=";
-    std::visit(
-        [&](const auto& x) {
-          if constexpr (std::is_arithmetic_v<std::decay_t<decltype(x)>>) os << x;
-        },
-        v);
-  }
-  return os;
-}
-
 // Runs a gradient rule: binds xi, yi, dyi, then each backward op's reference. Each op's outputs
 // must have the types its inference promises. Returns every bound value by name.
 std::map<std::string, RefTensor> run_rule(const std::vector<GradOp>& rule,
@@ -80,20 +60,21 @@ double loss(const std::string& op, const std::vector<RefTensor>& x, const Attrs&
   return l;
 }
 
-class GradientTest : public ::testing::TestWithParam<GradCase> {
+class GradientTest : public ::testing::TestWithParam<testing::OpCase> {
  protected:
   void SetUp() override { RecordProperty("seed", std::to_string(testing::test_seed())); }
   std::mt19937_64 rng_{testing::test_seed()};
 };
 
 TEST_P(GradientTest, MatchesFiniteDifferences) {
-  const GradCase& c = GetParam();
-  const OpSchema& schema = schema_of(c.op);
-  ASSERT_TRUE(schema.gradient) << c.op << " has no gradient rule";
+  const std::string& op = GetParam().op;
+  const OpTestCase& c = GetParam().c;
+  const OpSchema& schema = schema_of(op);
+  ASSERT_TRUE(schema.gradient) << op << " has no gradient rule";
   const Attrs attrs = with_defaults(schema, c.attrs);
   std::vector<RefTensor> x;
-  for (const auto& s : c.shapes) x.push_back(random_tensor(rng_, s));
-  std::vector<RefTensor> y = run_reference(c.op, x, attrs);
+  for (const auto& s : c.shapes) x.push_back(random_tensor(rng_, s, c));
+  std::vector<RefTensor> y = run_reference(op, x, attrs);
   std::vector<RefTensor> w;
   for (const RefTensor& t : y) w.push_back(random_tensor(rng_, t.shape));
 
@@ -106,7 +87,7 @@ TEST_P(GradientTest, MatchesFiniteDifferences) {
       std::vector<RefTensor> xp = x, xm = x;
       xp[i].data[e] += h;
       xm[i].data[e] -= h;
-      g.data[e] = (loss(c.op, xp, attrs, w) - loss(c.op, xm, attrs, w)) / (2 * h);
+      g.data[e] = (loss(op, xp, attrs, w) - loss(op, xm, attrs, w)) / (2 * h);
     }
     fd.push_back(g);
   }
@@ -132,23 +113,23 @@ TEST_P(GradientTest, MatchesFiniteDifferences) {
   EXPECT_TRUE(schema.gradient(types_of(x), attrs, std::vector<bool>(n, false)).empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ops, GradientTest,
-    ::testing::Values(
-        GradCase{"add", {{7, 3}, {7, 3}}, {}}, GradCase{"mul", {{33}, {33}}, {}},
-        GradCase{"scale", {{2, 3, 5}}, {{"alpha", -1.7}}}, GradCase{"silu", {{7, 5}}, {}},
-        GradCase{"rmsnorm", {{5, 7}, {7}}, {}},
-        GradCase{"rmsnorm", {{2, 3, 9}, {9}}, {{"eps", 0.5}}},
-        GradCase{"rmsnorm", {{1}, {1}}, {{"eps", 0.1}}}, GradCase{"softmax", {{3, 7}}, {}},
-        GradCase{"softmax", {{1, 1}}, {}}, GradCase{"softmax", {{2, 2, 5}}, {}},
-        GradCase{"matmul", {{3, 5}, {5, 4}}, {}},
-        GradCase{"matmul", {{5, 3}, {5, 4}}, {{"transpose_a", true}}},
-        GradCase{"matmul", {{3, 5}, {4, 5}}, {{"transpose_b", true}}},
-        GradCase{"matmul", {{5, 3}, {4, 5}}, {{"transpose_a", true}, {"transpose_b", true}}},
-        GradCase{"matmul", {{1, 1}, {1, 7}}, {}}),
-    [](const ::testing::TestParamInfo<GradCase>& info) {
-      return info.param.op + "_" + std::to_string(info.index);
-    });
+INSTANTIATE_TEST_SUITE_P(Ops, GradientTest,
+                         ::testing::ValuesIn(testing::registry_cases(/*gradient=*/true)),
+                         [](const ::testing::TestParamInfo<testing::OpCase>& info) {
+                           return info.param.name();
+                         });
+
+// Every op with a gradient rule has gradient cases in its family file; an op without one has
+// none (they would test nothing).
+TEST(GradientCoverage, EveryRuleHasACase) {
+  for (const std::string& name : op_registry().names()) {
+    const OpSchema& s = *op_registry().find(name);
+    EXPECT_EQ(static_cast<bool>(s.gradient), !s.tests.gradient.empty())
+        << name
+        << (s.gradient ? " has a gradient rule but no gradient case"
+                       : " has gradient cases but no gradient rule");
+  }
+}
 
 }  // namespace
 }  // namespace tilerun::kernels

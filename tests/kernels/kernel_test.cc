@@ -1,13 +1,12 @@
-// Every op's kernels, forward and backward, through the CPU JIT on fresh random inputs of odd,
-// non-tile-multiple sizes, against the double-precision reference: outputs poisoned with NaN
-// first, within a per-dtype tolerance (f32: relative L2 <= 1e-5), and bit-identical results
-// from two launches.
+// Every op's kernels, forward and backward, through the CPU JIT on fresh random inputs of the
+// shapes its family lists (odd, non-tile-multiple sizes), in each of its dtypes, against the
+// double-precision reference: outputs poisoned with NaN first, within a per-dtype tolerance
+// (f32: relative L2 <= 1e-5), and bit-identical results from two launches.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <set>
-#include <tuple>
 
 #include "compiler/codegen/cuda_codegen.h"
 #include "compiler/ir/builder.h"
@@ -71,25 +70,35 @@ KernelRunner& runner() {
   return ::testing::AssertionSuccess();
 }
 
-struct KernelCase {
-  std::string op;
-  std::vector<std::vector<int64_t>> shapes;  // of the inputs
-  Attrs attrs;
-  double lo = -2, hi = 2;  // input range
+// One kernel case of an op (its family's `tests.kernel`) in one of the op's dtypes.
+struct KernelParam {
+  testing::OpCase kase;
+  DType dtype = DType::F32;
 };
 
-class KernelTest : public ::testing::TestWithParam<std::tuple<KernelCase, DType>> {
+std::ostream& operator<<(std::ostream& os, const KernelParam& p) {
+  return os << p.kase << " " << dtype_name(p.dtype);
+}
+
+std::vector<KernelParam> kernel_params() {
+  std::vector<KernelParam> out;
+  for (const testing::OpCase& c : testing::registry_cases(/*gradient=*/false))
+    for (DType dtype : testing::schema_of(c.op).dtypes) out.push_back({c, dtype});
+  return out;
+}
+
+class KernelTest : public ::testing::TestWithParam<KernelParam> {
  protected:
   void SetUp() override { RecordProperty("seed", std::to_string(testing::test_seed())); }
-  const KernelCase& kase() const { return std::get<0>(GetParam()); }
-  DType dtype() const { return std::get<1>(GetParam()); }
+  const std::string& op() const { return GetParam().kase.op; }
+  const OpTestCase& kase() const { return GetParam().kase.c; }
+  DType dtype() const { return GetParam().dtype; }
 
   // Random inputs, rounded to the dtype so the reference sees exactly what the kernel reads.
   std::vector<RefTensor> inputs() {
     std::vector<RefTensor> in;
     for (const auto& s : kase().shapes)
-      in.push_back(
-          testing::rounded(dtype(), testing::random_tensor(rng_, s, kase().lo, kase().hi)));
+      in.push_back(testing::rounded(dtype(), testing::random_tensor(rng_, s, kase())));
     return in;
   }
 
@@ -98,8 +107,8 @@ class KernelTest : public ::testing::TestWithParam<std::tuple<KernelCase, DType>
 
 TEST_P(KernelTest, MatchesReference) {
   std::vector<RefTensor> in = inputs();
-  std::vector<RefTensor> want = testing::run_reference(kase().op, in, kase().attrs);
-  std::vector<Bytes> got = runner().run(kase().op, in, kase().attrs, dtype(), kNaN);
+  std::vector<RefTensor> want = testing::run_reference(op(), in, kase().attrs);
+  std::vector<Bytes> got = runner().run(op(), in, kase().attrs, dtype(), kNaN);
   ASSERT_EQ(got.size(), want.size());
   double scale = 0;
   for (const RefTensor& t : in)
@@ -112,78 +121,24 @@ TEST_P(KernelTest, MatchesReference) {
 // Two launches (with different poison) give the same bits.
 TEST_P(KernelTest, Deterministic) {
   std::vector<RefTensor> in = inputs();
-  std::vector<Bytes> a = runner().run(kase().op, in, kase().attrs, dtype(), kNaN);
-  std::vector<Bytes> b = runner().run(kase().op, in, kase().attrs, dtype(), 1234.5);
+  std::vector<Bytes> a = runner().run(op(), in, kase().attrs, dtype(), kNaN);
+  std::vector<Bytes> b = runner().run(op(), in, kase().attrs, dtype(), 1234.5);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_TRUE(a[i].data == b[i].data) << "output " << i << " differs between launches";
 }
 
-// Sizes: 1, 7, 33, 130 (none a multiple of a tile), and one past a block's 1024 elements.
-const std::vector<KernelCase> kCases = {
-    {"add", {{1}, {1}}},
-    {"add", {{33, 130}, {33, 130}}},
-    {"add", {{1025}, {1025}}},
-    {"mul", {{7}, {7}}},
-    {"mul", {{3, 7, 130}, {3, 7, 130}}},
-    {"scale", {{130, 33}}, {{"alpha", -1.7}}},
-    {"scale", {{1}}, {{"alpha", 3.0}}},
-    {"silu", {{7, 130}}, {}, -12, 12},
-    {"silu", {{1025}}, {}, -40, 40},
-    {"silu_grad", {{7, 130}, {7, 130}}, {}, -12, 12},
-    {"silu_grad", {{1}, {1}}},
-    {"rmsnorm", {{1, 1}, {1}}},
-    {"rmsnorm", {{7, 33}, {33}}},
-    {"rmsnorm", {{130, 7}, {7}}, {{"eps", 1e-5}}},
-    {"rmsnorm", {{2, 3, 130}, {130}}},
-    {"rmsnorm_grad", {{1, 1}, {1}, {1, 1}}, {{"eps", 0.1}}},
-    {"rmsnorm_grad", {{7, 33}, {33}, {7, 33}}},
-    {"rmsnorm_grad", {{33, 130}, {130}, {33, 130}}},  // 33 row partials, 9 column blocks
-    {"rmsnorm_grad", {{130, 7}, {7}, {130, 7}}, {{"eps", 1e-5}}},
-    {"rmsnorm_grad", {{1001, 33}, {33}, {1001, 33}}},  // 4 rows per partial, the last ragged
-    {"softmax", {{1, 1}}},
-    {"softmax", {{7, 33}}, {}, -30, 30},
-    {"softmax", {{130, 7}}},
-    {"softmax", {{2, 33, 130}}, {}, -80, 80},
-    {"softmax_grad", {{1, 1}, {1, 1}}},
-    {"softmax_grad", {{7, 33}, {7, 33}}},
-    {"softmax_grad", {{33, 130}, {33, 130}}},
-    {"matmul", {{1, 1}, {1, 1}}},
-    {"matmul", {{7, 130}, {130, 33}}},
-    {"matmul", {{130, 33}, {130, 7}}, {{"transpose_a", true}}},
-    {"matmul", {{33, 7}, {130, 7}}, {{"transpose_b", true}}},
-    {"matmul", {{7, 130}, {33, 7}}, {{"transpose_a", true}, {"transpose_b", true}}},
-    {"matmul", {{64, 96}, {96, 32}}},  // exact tile multiples
-    {"matmul", {{33, 1}, {1, 130}}},
-    // Long K over a small output: 16x16 tiles, K split over 8 groups of the block (ragged).
-    {"matmul", {{33, 700}, {700, 40}}},
-    {"matmul", {{700, 33}, {700, 40}}, {{"transpose_a", true}}},
-    {"matmul", {{33, 700}, {40, 700}}, {{"transpose_b", true}}},
-    {"matmul", {{700, 33}, {40, 700}}, {{"transpose_a", true}, {"transpose_b", true}}},
-    {"matmul", {{20, 1100}, {1100, 18}}},
-    // Enough 32x32 tiles: the large tiling, one K group and four.
-    {"matmul", {{130, 33}, {33, 1000}}},
-    {"matmul", {{130, 300}, {1000, 300}}, {{"transpose_b", true}}},
-    {"matmul", {{300, 1000}, {300, 130}}, {{"transpose_a", true}}},
-    {"add", {{(1 << 20) + 5}, {(1 << 20) + 5}}},  // 4 elements per thread
-};
-
-INSTANTIATE_TEST_SUITE_P(Ops, KernelTest,
-                         ::testing::Combine(::testing::ValuesIn(kCases),
-                                            ::testing::Values(DType::F32, DType::BF16, DType::F16)),
-                         [](const ::testing::TestParamInfo<KernelTest::ParamType>& info) {
-                           return std::get<0>(info.param).op + "_" +
-                                  std::string(dtype_name(std::get<1>(info.param))) + "_" +
-                                  std::to_string(info.index);
+INSTANTIATE_TEST_SUITE_P(Ops, KernelTest, ::testing::ValuesIn(kernel_params()),
+                         [](const ::testing::TestParamInfo<KernelParam>& info) {
+                           return info.param.kase.name() + "_" +
+                                  std::string(dtype_name(info.param.dtype));
                          });
 
-// Every registered op has kernels and at least one case above.
+// Every registered op has kernels and at least one kernel case in its family file.
 TEST(KernelCoverage, EveryOpHasKernelsAndACase) {
-  std::set<std::string> tested;
-  for (const KernelCase& c : kCases) tested.insert(c.op);
   for (const std::string& name : op_registry().names()) {
     EXPECT_TRUE(op_registry().find(name)->expand) << name << " has no kernels";
-    EXPECT_TRUE(tested.count(name)) << name << " has no kernel test case";
+    EXPECT_FALSE(op_registry().find(name)->tests.kernel.empty()) << name << " has no kernel case";
   }
 }
 
@@ -191,20 +146,19 @@ TEST(KernelCoverage, EveryOpHasKernelsAndACase) {
 // sm_90a cubin; no device needed), so a kernel the CPU runs is never one the GPU path rejects.
 TEST(CudaCompile, EveryKernelCompilesToCubin) {
   std::set<const compiler::Kernel*> seen;
-  for (const KernelCase& c : kCases)
-    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
-      const OpSchema& schema = testing::schema_of(c.op);
-      Attrs attrs = testing::with_defaults(schema, c.attrs);
-      std::vector<TensorType> in;
-      for (const auto& s : c.shapes) in.push_back({dtype, s});
-      OpExpansion ex = schema.expand(in, schema.infer(in, attrs), attrs);
-      for (const KernelCall& call : ex.calls) {
-        if (!seen.insert(call.kernel.get()).second) continue;
-        compiler::CudaBinary bin = compiler::compile_cuda(*call.kernel, "");
-        EXPECT_FALSE(bin.cubin.empty()) << call.kernel->sig.name;
-        std::printf("[ nvrtc    ] %-28s %8.1f ms\n", call.kernel->sig.name.c_str(), bin.compile_ms);
-      }
+  for (const KernelParam& p : kernel_params()) {
+    const OpSchema& schema = testing::schema_of(p.kase.op);
+    Attrs attrs = testing::with_defaults(schema, p.kase.c.attrs);
+    std::vector<TensorType> in;
+    for (const auto& s : p.kase.c.shapes) in.push_back({p.dtype, s});
+    OpExpansion ex = schema.expand(in, schema.infer(in, attrs), attrs);
+    for (const KernelCall& call : ex.calls) {
+      if (!seen.insert(call.kernel.get()).second) continue;
+      compiler::CudaBinary bin = compiler::compile_cuda(*call.kernel, "");
+      EXPECT_FALSE(bin.cubin.empty()) << call.kernel->sig.name;
+      std::printf("[ nvrtc    ] %-28s %8.1f ms\n", call.kernel->sig.name.c_str(), bin.compile_ms);
     }
+  }
 }
 
 // A matmul's summation order depends only on the shape (never the grid): the kernel the

@@ -1,6 +1,9 @@
 // Each op's double-precision reference against an independent computation (Eigen matrices or
-// Jacobians written out) on fresh random inputs of odd sizes, plus the new ops' inference.
+// Jacobians written out) on fresh random inputs of odd sizes, plus the new ops' inference; and,
+// for every registered op, its family's worked examples, reference against inference on every
+// kernel case, and inference accepting exactly the dtypes the op lists.
 #include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/op_registry.h"
@@ -164,6 +167,110 @@ TEST(BackwardOpInference, ShapesAndErrors) {
   EXPECT_THROW(r.find("silu_grad")->infer({x, bad}, {}), ShapeError);
   EXPECT_THROW(r.find("softmax_grad")->infer({x, bad}, {}), ShapeError);
   EXPECT_THROW(r.find("rmsnorm_grad")->infer({x, g, bad}, {{"eps", 1e-6}}), ShapeError);
+}
+
+// ---- Every registered op, from its family's test cases ---------------------------------------
+
+// Equal to 1e-12 relative (1e-300 absolute), NaN where NaN is expected, and zeros of the same sign:
+// an example is written out by hand, so it pins the details (relu(-0) = +0).
+::testing::AssertionResult same_values(const RefTensor& got, const RefTensor& want) {
+  if (got.shape != want.shape) return ::testing::AssertionFailure() << "shape mismatch";
+  for (size_t i = 0; i < got.data.size(); ++i) {
+    double g = got.data[i], w = want.data[i];
+    bool ok = std::isnan(w) ? std::isnan(g)
+                            : std::abs(g - w) <= 1e-12 * std::abs(w) + 1e-300 &&
+                                  (w != 0 || std::signbit(g) == std::signbit(w));
+    if (!ok) return ::testing::AssertionFailure() << "element " << i << ": " << g << ", want " << w;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+struct ExampleParam {
+  std::string op;
+  int index = 0;
+};
+
+std::ostream& operator<<(std::ostream& os, const ExampleParam& p) {
+  return os << p.op << " example " << p.index;
+}
+
+std::vector<ExampleParam> example_params() {
+  std::vector<ExampleParam> out;
+  for (const std::string& op : op_registry().names())
+    for (size_t i = 0; i < op_registry().find(op)->tests.examples.size(); ++i)
+      out.push_back({op, static_cast<int>(i)});
+  return out;
+}
+
+class ReferenceExample : public ::testing::TestWithParam<ExampleParam> {};
+
+TEST_P(ReferenceExample, GivesTheWrittenOutputs) {
+  const OpExample& ex = testing::schema_of(GetParam().op).tests.examples[GetParam().index];
+  std::vector<RefTensor> got = run_reference(GetParam().op, ex.inputs, ex.attrs);
+  ASSERT_EQ(got.size(), ex.outputs.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(same_values(got[i], ex.outputs[i])) << "output " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, ReferenceExample, ::testing::ValuesIn(example_params()),
+                         [](const ::testing::TestParamInfo<ExampleParam>& info) {
+                           return info.param.op + "_example" + std::to_string(info.param.index);
+                         });
+
+class ReferenceCase : public ::testing::TestWithParam<testing::OpCase> {
+ protected:
+  void SetUp() override { RecordProperty("seed", std::to_string(testing::test_seed())); }
+  std::mt19937_64 rng_{testing::test_seed()};
+};
+
+// The reference's outputs have the shapes inference promises, are finite on finite inputs, and
+// come out the same twice.
+TEST_P(ReferenceCase, AgreesWithInference) {
+  const OpSchema& s = testing::schema_of(GetParam().op);
+  Attrs attrs = testing::with_defaults(s, GetParam().c.attrs);
+  std::vector<RefTensor> in;
+  for (const auto& shape : GetParam().c.shapes)
+    in.push_back(random_tensor(rng_, shape, GetParam().c));
+  std::vector<RefTensor> got = s.reference(in, attrs);
+  EXPECT_EQ(testing::types_of(got), s.infer(testing::types_of(in), attrs));
+  for (const RefTensor& t : got)
+    EXPECT_TRUE(
+        std::all_of(t.data.begin(), t.data.end(), [](double v) { return std::isfinite(v); }));
+  std::vector<RefTensor> again = s.reference(in, attrs);
+  ASSERT_EQ(again.size(), got.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(again[i].data, got[i].data) << "output " << i;
+}
+
+// Inference accepts every dtype the op lists (outputs of the same dtype) and refuses the others
+// with a ShapeError, so the dtypes `tilerun --list-ops` prints are the ones that work.
+TEST_P(ReferenceCase, InferenceAcceptsExactlyTheListedDtypes) {
+  const OpSchema& s = testing::schema_of(GetParam().op);
+  Attrs attrs = testing::with_defaults(s, GetParam().c.attrs);
+  for (DType dtype : testing::kAllDTypes) {
+    std::vector<TensorType> in;
+    for (const auto& shape : GetParam().c.shapes) in.push_back({dtype, shape});
+    bool listed = std::find(s.dtypes.begin(), s.dtypes.end(), dtype) != s.dtypes.end();
+    if (listed) {
+      for (const TensorType& t : s.infer(in, attrs)) EXPECT_EQ(t.dtype, dtype) << dtype_name(dtype);
+    } else {
+      EXPECT_THROW(s.infer(in, attrs), ShapeError) << dtype_name(dtype);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, ReferenceCase,
+                         ::testing::ValuesIn(testing::registry_cases(/*gradient=*/false)),
+                         [](const ::testing::TestParamInfo<testing::OpCase>& info) {
+                           return info.param.name();
+                         });
+
+// Every op has a reference and at least one worked example in its family file.
+TEST(ReferenceCoverage, EveryOpHasAReferenceAndAnExample) {
+  for (const std::string& name : op_registry().names()) {
+    const OpSchema& s = *op_registry().find(name);
+    EXPECT_TRUE(s.reference) << name << " has no reference";
+    EXPECT_FALSE(s.tests.examples.empty()) << name << " has no worked example";
+  }
 }
 
 }  // namespace

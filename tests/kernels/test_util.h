@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,6 +31,59 @@ inline RefTensor random_tensor(std::mt19937_64& rng, std::vector<int64_t> shape,
   for (double& v : t.data) v = u(rng);
   return t;
 }
+
+// A random tensor for one test case: values in [c.lo, c.hi), none nearer to zero than c.min_abs.
+inline RefTensor random_tensor(std::mt19937_64& rng, std::vector<int64_t> shape,
+                               const OpTestCase& c) {
+  RefTensor t = random_tensor(rng, std::move(shape), c.lo, c.hi);
+  std::uniform_real_distribution<double> u(c.lo, c.hi);
+  for (double& v : t.data)
+    while (std::abs(v) < c.min_abs) v = u(rng);
+  return t;
+}
+
+// One test case of one op, named for ctest: "rmsnorm_case2".
+struct OpCase {
+  std::string op;
+  int index = 0;
+  OpTestCase c;
+  std::string name() const { return op + "_case" + std::to_string(index); }
+};
+
+// "rmsnorm_case1: [5,7] [7] eps=0.5": for gtest's messages about a parameter.
+inline std::ostream& operator<<(std::ostream& os, const OpCase& c) {
+  os << c.name() << ":";
+  for (const auto& s : c.c.shapes) {
+    os << " [";
+    for (size_t d = 0; d < s.size(); ++d) os << (d ? "," : "") << s[d];
+    os << "]";
+  }
+  for (const auto& [name, v] : c.c.attrs) {
+    os << " " << name << "=";
+    std::visit(
+        [&](const auto& x) {
+          if constexpr (std::is_arithmetic_v<std::decay_t<decltype(x)>>) os << x;
+        },
+        v);
+  }
+  return os;
+}
+
+// Every op's kernel (or gradient) test cases, in op name order: the shared suites run over these.
+inline std::vector<OpCase> registry_cases(bool gradient) {
+  std::vector<OpCase> out;
+  for (const std::string& op : op_registry().names()) {
+    const OpTests& t = op_registry().find(op)->tests;
+    const std::vector<OpTestCase>& cases = gradient ? t.gradient : t.kernel;
+    for (size_t i = 0; i < cases.size(); ++i) out.push_back({op, static_cast<int>(i), cases[i]});
+  }
+  return out;
+}
+
+// Every dtype there is (to check that an op refuses those it does not list).
+inline const std::vector<DType> kAllDTypes = {DType::F32,    DType::BF16,    DType::F16,
+                                              DType::F8E4M3, DType::I32,     DType::I64,
+                                              DType::U8,     DType::FP4E2M1, DType::E8M0};
 
 inline const OpSchema& schema_of(const std::string& op) {
   const OpSchema* s = op_registry().find(op);

@@ -103,7 +103,7 @@ TEST(InitializerTest, SameSeedSameBytesOtherSeedOrNameOtherBytes) {
   EXPECT_EQ(initialize_tensors(only_x, 1234)["x"].data, a["x"].data);
 }
 
-// The generator exactly as the comment atop graph/initializer.cc documents it, written again
+// The generator exactly as the comment atop graph/model/initializer.cc documents it, written again
 // here; plus values computed by an independent Python script from the same text.
 uint64_t doc_mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -231,7 +231,7 @@ TEST(InitializerTest, BadShapeNamesTheTensor) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// Conversions, each against a reference that shares no code with graph/numeric_convert.cc.
+// Conversions, each against a reference that shares no code with graph/model/numeric_convert.cc.
 
 // Round-to-nearest-even by search: codes 0..max_code (positive, increasing in value) decoded by
 // `decode`; the neighbours of |x| compared by exact double differences, a tie going to the even

@@ -164,7 +164,7 @@ void expect(const TensorType& got, DType dtype, size_t rank, const std::string& 
                      std::string(dtype_name(dtype)) + " of rank " + std::to_string(rank));
 }
 
-// The shapes these ops check are the V4 ones (V4_LAYER.md); the op names are stand-ins.
+// The shapes these ops check are the V4-style layer's (issue 16); the op names are stand-ins.
 OpRegistry v4_registry() {
   OpRegistry r;
   // mHC pre: streams [T,n,D] → mixed input [T,D], post weights [T,n], combination [T,n,n].

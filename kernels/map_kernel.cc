@@ -1,0 +1,62 @@
+#include "kernels/map_kernel.h"
+
+namespace tilerun::kernels {
+
+namespace {
+
+namespace cc = tilerun::compiler;
+
+// 256 threads per block. A tensor of fewer than kManyElements elements takes one element per
+// thread, so that even a small one spreads over many blocks (and SMs); a larger one takes 4 per
+// thread (1024 per block), enough work to amortise a block's start-up. Either way each element
+// is computed alone, so the choice never changes a result.
+constexpr int kThreads = 256;
+constexpr int64_t kManyElements = int64_t{1} << 16;
+int64_t per_thread(int64_t n) { return n < kManyElements ? 1 : 4; }
+
+std::string map_name(const MapOp& op, int64_t ept) {
+  return ept == 1 ? op.name : op.name + "_x" + std::to_string(ept);
+}
+
+// out[e] = fn(in0[e], in1[e], ..., scalars) for e in [0, N), `ept` elements per thread.
+cc::Kernel build_map(const MapOp& op, DType dtype, int64_t ept) {
+  cc::KernelBuilder kb(map_name(op, ept) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim n = kb.dim("N");
+  std::vector<cc::Buf> in;
+  for (int i = 0; i < op.arity; ++i) in.push_back(kb.input("in" + std::to_string(i), dtype, {n}));
+  cc::Buf out = kb.output("out", dtype, {n});
+  std::vector<cc::Val> scalars;
+  for (const std::string& a : op.scalar_attrs) scalars.push_back(kb.scalar_f32(a));
+  const int64_t per_block = kThreads * ept;
+  kb.body({cc::ceildiv(n, per_block)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(0) * per_block;
+    s.parallel(per_block, [&](cc::Idx i) {
+      cc::Idx e = base + i;
+      s.if_then(e < n, [&] {
+        std::vector<cc::Val> v;
+        for (const cc::Buf& b : in) v.push_back(s.let(b(e), "v"));
+        out(e) = op.fn(s, v, scalars);
+      });
+    });
+  });
+  return kb.build();
+}
+
+}  // namespace
+
+ExpandFn expand_map(std::shared_ptr<KernelCache> cache, MapOp op) {
+  return [cache, op](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
+                     const Attrs& attrs) {
+    DType dtype = out[0].dtype;
+    int64_t n = numel(out[0]), ept = per_thread(n);
+    KernelCall call{.kernel = cache->get(kernel_key(map_name(op, ept), dtype),
+                                         [&] { return build_map(op, dtype, ept); }),
+                    .dims = {n}};
+    for (int i = 0; i < op.arity; ++i) call.buffers.push_back(input_slot(i));
+    call.buffers.push_back(output_slot(0));
+    for (const std::string& a : op.scalar_attrs) call.scalars.push_back(attr_float(attrs, a));
+    return OpExpansion{.calls = {call}};
+  };
+}
+
+}  // namespace tilerun::kernels

@@ -1,0 +1,31 @@
+// The flat elementwise kernel shared by the ops that map elements one by one (add, silu, ...):
+// out[e] = fn(in0[e], in1[e], ..., scalars) over tensors seen as flat arrays.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/builder.h"
+#include "kernels/expand_util.h"
+#include "kernels/kernel_cache.h"
+
+namespace tilerun::kernels {
+
+// The element function: the inputs' values at one element (as f32) and the scalars.
+using MapFn = std::function<compiler::Val(compiler::Scope&, const std::vector<compiler::Val>& in,
+                                          const std::vector<compiler::Val>& scalars)>;
+
+struct MapOp {
+  std::string name;  // the kernel's name: "silu" gives silu_f32, silu_x4_bf16, ...
+  int arity = 1;
+  std::vector<std::string> scalar_attrs;  // f32 scalar parameters, from these attributes
+  MapFn fn;
+};
+
+// The expansion of a map op: one kernel (built once per dtype and elements-per-thread in `cache`)
+// with parameters in0.., out; N; scalars.
+ExpandFn expand_map(std::shared_ptr<KernelCache> cache, MapOp op);
+
+}  // namespace tilerun::kernels
