@@ -9,7 +9,8 @@
 namespace tilerun::cli {
 
 struct Options {
-  bool help = false, version = false, list_ops = false, validate = false, forward_only = false, check = false;
+  bool help = false, version = false, list_ops = false, validate = false, forward_only = false,
+       check = false;
   bool allow_missing = false;  // --weights may lack tensors: the initialiser fills them
   std::string model_path, device = "auto", mode = "graph";
   std::string weights, save, report, dump_dir, trace;  // paths; empty = not given

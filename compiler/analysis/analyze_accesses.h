@@ -1,6 +1,7 @@
-// The index analysis (compiler/README.md, pipeline step analyze_accesses): on Tile IR after lower_reductions, every global and
-// shared load/store index map becomes integer constraints over block indices, parallel element
-// coordinates, loop variables and dims (bounds, divisibility), asked through index_solver.h:
+// The index analysis (compiler/README.md, pipeline step analyze_accesses): on Tile IR after
+// lower_reductions, every global and shared load/store index map becomes integer constraints over
+// block indices, parallel element coordinates, loop variables and dims (bounds, divisibility),
+// asked through index_solver.h:
 //   in_bounds  each access, under its guards                          (reported)
 //   guard      an integer `if` condition holds everywhere it is reached → the guard is removed
 //   unique     a store's (block, element) → address map is injective; disproved → tilerun::Error

@@ -1,5 +1,5 @@
-// CuTe-style layouts (compiler/README.md, "Layouts"): a Layout is (Shape, Stride), a function from a
-// coordinate (or its colexicographic linear index) to an index. Modes are flat: a nested CuTe
+// CuTe-style layouts (compiler/README.md, "Layouts"): a Layout is (Shape, Stride), a function from
+// a coordinate (or its colexicographic linear index) to an index. Modes are flat: a nested CuTe
 // layout and its flattening are the same function of the linear index, so the algebra keeps
 // them flat. One printed notation, `(4,8):(8,1)`, in printers, errors and tests.
 #pragma once
