@@ -358,7 +358,8 @@ constexpr float kHardestReductions[] = {
 
 // Every non-negative f32 (negatives follow bitwise: sin(-x) = -sin(x), cos(-x) = cos(x) by
 // construction, checked above). ~2^31 evaluations of each, minutes: run it by hand with
-// --gtest_also_run_disabled_tests --gtest_filter='*Exhaustive*'.
+// --gtest_also_run_disabled_tests --gtest_filter='*Exhaustive*'. Last run (2026-11-30, commit
+// 91083db): sin 0.722 ulp max at 0x1.bb12fap+83, cos 0.721 at 0x1.08bd02p+127.
 TEST(StrictMath, DISABLED_SinCosExhaustive) {
   SinCos f;
   std::vector<float> x;
