@@ -230,6 +230,8 @@ Val fma(const Val& a, const Val& b, const Val& c) { return f32_call(CallOp::Fma,
 Val sqrt(const Val& a) { return f32_call(CallOp::Sqrt, {a}); }
 Val rsqrt(const Val& a) { return f32_call(CallOp::Rsqrt, {a}); }
 Val exp(const Val& a) { return f32_call(CallOp::Exp, {a}); }
+Val sin(const Val& a) { return f32_call(CallOp::Sin, {a}); }
+Val cos(const Val& a) { return f32_call(CallOp::Cos, {a}); }
 Val log(const Val& a) { return f32_call(CallOp::Log, {a}); }
 Val tanh(const Val& a) { return f32_call(CallOp::Tanh, {a}); }
 Val sigmoid(const Val& a) { return f32_call(CallOp::Sigmoid, {a}); }

@@ -133,6 +133,8 @@ Val fma(const Val& a, const Val& b, const Val& c);  // a * b + c, one rounding
 Val sqrt(const Val& a);                             // IEEE
 Val rsqrt(const Val& a);
 Val exp(const Val& a);
+Val sin(const Val& a);  // radians, any f32: argument reduction is exact (strict_math.h)
+Val cos(const Val& a);
 Val log(const Val& a);
 Val tanh(const Val& a);
 Val sigmoid(const Val& a);

@@ -160,6 +160,10 @@ const char* call_op_name(CallOp op) {
       return "sigmoid";
     case CallOp::Rsqrt:
       return "rsqrt";
+    case CallOp::Sin:
+      return "sin";
+    case CallOp::Cos:
+      return "cos";
   }
   return "?";
 }

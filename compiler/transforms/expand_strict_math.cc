@@ -26,6 +26,10 @@ class StrictMathExpander : public IRMutator {
         return strict_sigmoid(c->args[0], names_->fresh("sigmoid"));
       case CallOp::Rsqrt:
         return strict_rsqrt(c->args[0], names_->fresh("rsqrt"));
+      case CallOp::Sin:
+        return strict_sin(c->args[0], names_->fresh("sin"));
+      case CallOp::Cos:
+        return strict_cos(c->args[0], names_->fresh("cos"));
       case CallOp::Fma:
       case CallOp::Sqrt:
         return e;

@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "compiler/ir/builder.h"
 
@@ -198,6 +201,182 @@ Expr strict_rsqrt(const Expr& x_in, const std::string& p) {
                 })
       .expr();
 }
+
+// ---------------------------------------------------------------------------------------------
+// sin and cos: x = n·π/2 + r exactly enough that r keeps ≥ 31 correct bits for every f32, then
+// sin or cos of r by n mod 4. The numbers behind the error argument (worst cancellation, the
+// size of each term) come from an exhaustive scan of all f32 with 2/π to 400 bits
+// (tests/compiler/sincos_reduction_scan.cc).
+namespace {
+
+// Let-bindings collected in order and wrapped around the result at the end, so a long
+// derivation reads as a list of named steps instead of nested lambdas.
+class LetChain {
+ public:
+  explicit LetChain(std::string prefix) : prefix_(std::move(prefix)) {}
+  Val operator()(const std::string& name, const Val& value) {
+    binds_.emplace_back(prefix_ + "." + name, value.expr());
+    return Var::make(value.type(), binds_.back().first);
+  }
+  Val wrap(const Val& body) const {
+    Expr e = body.expr();
+    for (auto it = binds_.rbegin(); it != binds_.rend(); ++it)
+      e = Let::make(it->first, it->second, e);
+    return e;
+  }
+
+ private:
+  std::string prefix_;
+  std::vector<std::pair<std::string, Expr>> binds_;
+};
+
+Val L(int64_t v) { return Val(make_i64(v)); }
+
+// |x| = n·π/2 + hi + lo with |hi + lo| ≤ π/4 + 0.004 and lo below half an ulp of hi.
+struct Reduction {
+  Val n, hi, lo;  // n: i32, only n mod 4 is used
+};
+
+// π/2 = kPio2[0] + kPio2[1] + kPio2[2] + δ, each part the f32 nearest what is left; |δ| < 2^-76.
+constexpr float kPio2[3] = {0x1.921fb6p+0f, -0x1.777a5cp-25f, -0x1.ee59dap-50f};
+// Below this Cody–Waite reduces (n ≤ 83443 < 2^16.35); from it on, Payne–Hanek.
+constexpr float kPayneHanekFrom = 131072.0f;  // 2^17
+
+// Cody–Waite for a < 2^17 (a = |x|). Every step is exact except the three roundings in `tail`;
+// the total error is below 2^-54 (n·|δ| < 2^-59.9, each rounding < 2^-56), while the exhaustive
+// scan shows |r| ≥ 2^-27.8 for every f32 in [π/4, 2^17): ≤ 0.13 ulp of r at worst.
+Reduction cody_waite(LetChain& let, const Val& a) {
+  // nf = round(a·c), c = f32(2/π): a·c < 2^22, so adding 1.5·2^23 rounds it to an integer whose
+  // value sits in t's low mantissa bits. c's error moves a·c by < 2^17·2^-26 = 2^-9, so
+  // |a·2/π - nf| < 1/2 + 2^-9 and |r| < π/4 + 0.004 (the polynomials cover |r| ≤ 0.79).
+  Val t = let("t", fma(a, F(0x1.45f306p-1f), F(kRoundMagic)));
+  Val nf = let("nf", t - F(kRoundMagic));
+  // Exact: for nf ≥ 1, a ≥ π/4 is a multiple of 2^-24 and nf·P1 of 2^-23, and the difference,
+  // |r| + nf·|π/2 - P1| < 0.79 + 2^16.35·2^-24.45 < 1, fits in 24 bits. nf = 0: r1 = a.
+  Val r1 = let("r1", fma(-nf, F(kPio2[0]), a));
+  // nf·P2 and nf·P3 as exact pairs (the fma gives each product's rounding error, representable
+  // since both products are ≥ 2^-50 when nf ≥ 1, far above underflow).
+  Val p2h = let("p2h", nf * F(kPio2[1]));
+  Val p2l = let("p2l", fma(nf, F(kPio2[1]), -p2h));
+  Val p3h = let("p3h", nf * F(kPio2[2]));
+  Val p3l = fma(nf, F(kPio2[2]), -p3h);
+  // s + es = r1 - p2h exactly (2Sum: r1 and p2h can be of any relative size here).
+  Val s = let("s", r1 - p2h);
+  Val bb = let("bb", s - r1);
+  Val es = (r1 - (s - bb)) + (-p2h - bb);
+  // The small terms: |es| ≤ ulp(s)/2, |p2l| < 2^-32, |p3h| < 2^-32.7, |p3l| < 2^-57; three
+  // roundings of partial sums below 2^-31, each < 2^-56.
+  Val tail = let("tail", ((es - p2l) - p3h) - p3l);
+  // Fast2Sum: |s| > |tail| because |r| ≥ 2^-27.8 whenever nf ≥ 1 (tail = 0 when nf = 0).
+  Val hi = let("hi", s + tail);
+  return {bits_of(t) - I(0x4b400000), hi, tail - (hi - s)};
+}
+
+// The bits of 2/π after the binary point (2/π = 0.a2f9836e...₁₆), enough for every window.
+constexpr uint32_t kTwoOverPi[7] = {0xa2f9836e, 0x4e441529, 0xfc2757d1, 0xf534ddc0,
+                                    0xdb629599, 0x3c439041, 0xfe5163ab};
+// Window k: bits [8k, 8k + 32) of the stream "24 zero bits, then the bits of 2/π".
+constexpr uint32_t two_over_pi_window(int k) {
+  uint32_t w = 0;
+  for (int i = 0; i < 32; ++i) {
+    int pos = 8 * k + i - 24;  // 0 is the 2^-1 bit of 2/π
+    w = (w << 1) | (pos < 0 ? 0u : (kTwoOverPi[pos / 32] >> (31 - pos % 32)) & 1u);
+  }
+  return w;
+}
+static_assert(two_over_pi_window(0) == 0xa2u && two_over_pi_window(3) == 0xa2f9836eu &&
+              two_over_pi_window(23) == 0x3c439041u);
+
+// Payne–Hanek for a ≥ 2^17 (ia = bits of a; the same steps as ARM optimized-routines' sinf
+// reduce_large). With a = M·2^(E-150), M < 2^24, s = E mod 8, M' = M·2^s, k = E/8 - 16:
+//   a·2/π mod 4 = M'·W·2^-94 mod 4 + ε,  W = windows k, k+4, k+8 as one 96-bit number,
+// because the 2/π bits before the window give multiples of 4 (M is an integer) and those
+// after it add ε ∈ [0, 2^-63). The value times 2^62, bits [32, 96) of the 127-bit M'·W, is
+// formed in wrapping 64-bit arithmetic from three M'·w products (M' < 2^31, w < 2^32: each
+// < 2^63); dropping M'·w2's low 32 bits costs < 2^-62. So f·2^-62 = a·2/π - n to within
+// 1.5·2^-62, and the scan's smallest |a·2/π - n| for a ≥ 2^17 is 2^-29.86: ≥ 31 correct bits.
+Reduction payne_hanek(LetChain& let, const Val& ia) {
+  Val m = let("m", shl(to_i64((ia & I(0x7fffff)) | I(0x800000)), to_i64(shr_c(ia, 23) & I(7))));
+  // The window index is 4 bits of ia; pick each word by a select tree on them (no tables in
+  // the IR). Below 2^17 the result is unused (below 2, E < 128, the index is meaningless).
+  Val k = let("k", shr_c(ia, 26) & I(15));
+  Val bit[4];
+  for (int b = 0; b < 4; ++b) bit[b] = let("k" + std::to_string(b), (k & I(1 << b)) != I(0));
+  std::function<Val(int, int, int)> pick = [&](int word, int first, int level) -> Val {
+    if (level < 0) return L(two_over_pi_window(first + 4 * word));
+    return select(bit[level], pick(word, first + (1 << level), level - 1),
+                  pick(word, first, level - 1));
+  };
+  Val w0 = pick(0, 0, 3), w1 = pick(1, 0, 3), w2 = pick(2, 0, 3);
+  Val res = let("res", shl(m * w0, L(32)) + m * w1 + shr_logical(m * w2, L(32)));
+  // n = round(res / 2^62) mod 4; f = res - n·2^62 ∈ [-2^61, 2^61) is the signed remainder.
+  Val n = let("quadrant", shr_logical(res + L(int64_t{1} << 61), L(62)));
+  Val f = let("f", res - shl(n, L(62)));
+  // f = fh + fl: fh = f rounded to f32, the rest exact in i64 (|f - fh| ≤ 2^37), then rounded
+  // (relative 2^-48 of f). r = f·(π/2·2^-62), with that constant as ch + cl (relative 2^-49.7)
+  // and fh·ch as an exact pair: (hi, lo) carries r to ~2^-46 beyond the reduction's error.
+  Val fh = let("fh", to_f32(f));
+  Val fl = to_f32(f - to_i64(fh));
+  const float ch = 0x1.921fb6p-62f, cl = -0x1.777a5cp-87f;
+  Val rh = let("rh", fh * F(ch));
+  Val rl = let("rl", fma(fh, F(ch), -rh) + fma(fh, F(cl), fl * F(ch)));
+  Val hi = let("phhi", rh + rl);  // Fast2Sum: |rl| < 2^-23·|rh|
+  return {to_i32(n), hi, rl - (hi - rh)};
+}
+
+// sin(hi + lo), |hi| ≤ 0.79: hi + hi³·S(hi²) + lo·(1 - hi²/2). S is a minimax fit with f32
+// coefficients (relative error of the polynomial < 2^-32 on |r| ≤ 0.79); the correction
+// term is < 0.11·|hi|, so its few roundings cost < 0.3 ulp before the final addition's 0.5.
+Val sin_poly(const Val& hi, const Val& lo, const Val& z) {
+  Val s = F(0x1.7d9d14p-19f);
+  for (float c : {-0x1.a05f56p-13f, 0x1.11117ap-7f, -0x1.555556p-3f}) s = fma(s, z, F(c));
+  return hi + fma(hi * z, s, fma(F(-0.5f) * z, lo, lo));
+}
+
+// cos(hi + lo) = 1 - z/2 + z²·C(z) - hi·lo with z = hi² kept exact as zh + zl, and 1 - zh/2 as
+// w plus its exact error (Fast2Sum, 1 ≥ zh/2): all but the final addition is below 0.02 of
+// the result, so the error is the final rounding plus < 0.05 ulp. C: minimax, < 2^-32.
+Val cos_poly(LetChain& let, const Val& hi, const Val& lo, const Val& zh) {
+  Val zl = fma(hi, hi, -zh);
+  Val hz = let("hz", F(0.5f) * zh);
+  Val w = let("w", F(1.0f) - hz);
+  Val werr = (F(1.0f) - w) - hz;
+  Val c = F(0x1.9a5f94p-16f);
+  for (float coef : {-0x1.6c0e1ep-10f, 0x1.55554ep-5f}) c = fma(c, zh, F(coef));
+  return w + fma(zh * zh, c, werr - (F(0.5f) * zl + hi * lo));
+}
+
+Expr sin_or_cos(const Expr& x_in, const std::string& p, bool is_cos) {
+  LetChain let(p);
+  Val x = let("x", Val(x_in));
+  Val ix = let("ix", bits_of(x));
+  Val ia = let("ia", ix & I(0x7fffffff));
+  Val a = from_bits(ia);
+  // Both reductions are computed (the IR has no branches inside an expression); a select keeps
+  // one. Neither can trap or misbehave on the other's inputs, inf and NaN included.
+  Reduction cw = cody_waite(let, a);
+  Reduction ph = payne_hanek(let, ia);
+  Val small = let("small", a < F(kPayneHanekFrom));
+  Val n = let("n", select(small, cw.n, ph.n));
+  Val hi = let("r", select(small, cw.hi, ph.hi));
+  Val lo = let("rlo", select(small, cw.lo, ph.lo));
+  Val z = let("z", hi * hi);
+  Val sin_r = sin_poly(hi, lo, z);
+  Val cos_r = cos_poly(let, hi, lo, z);
+  // sin|x| by q = n mod 4: sin r, cos r, -sin r, -cos r; cos|x| is the same table at q = n + 1.
+  // sin is odd: x's sign bit is flipped in at the end, so sin(-0) = -0 and sin(-x) = -sin(x).
+  Val q = let("q", is_cos ? n + I(1) : n);
+  Val y = select((q & I(1)) == I(0), sin_r, cos_r);
+  Val sign = shl_c(q & I(2), 30);
+  if (!is_cos) sign = sign ^ (ix & I(INT32_MIN));
+  Val out = from_bits(bits_of(y) ^ sign);
+  return let.wrap(select(ia < I(0x7f800000), out, canonical_nan())).expr();
+}
+
+}  // namespace
+
+Expr strict_sin(const Expr& x, const std::string& prefix) { return sin_or_cos(x, prefix, false); }
+Expr strict_cos(const Expr& x, const std::string& prefix) { return sin_or_cos(x, prefix, true); }
 
 namespace {
 Expr min_max(const Expr& a_in, const Expr& b_in, bool is_min, const std::string& p) {

@@ -24,6 +24,7 @@ namespace {
 using cudatest::bit_ops_kernel;
 using cudatest::ragged_elementwise_kernel;
 using cudatest::row_reduction_kernel;
+using cudatest::sin_cos_kernel;
 using cudatest::tiled_matmul_kernel;
 
 size_t count_of(const std::string& text, const std::string& what) {
@@ -49,6 +50,7 @@ const Named kKernels[] = {
     {"row_reduction", row_reduction_kernel},
     {"tiled_matmul", tiled_matmul_kernel},
     {"bit_ops", bit_ops_kernel},
+    {"sin_cos", sin_cos_kernel},
 };
 
 TEST(CudaCodegen, SourceIsDeterministicAndSelfContained) {
@@ -67,7 +69,7 @@ TEST(CudaCodegen, SourceIsDeterministicAndSelfContained) {
         << a;
     // No libdevice math and no fast intrinsics: only the strict helpers and _rn operations.
     for (const char* banned : {"expf", "logf", "tanhf", "sqrtf", "__expf", "__logf", "fminf",
-                               "fmaxf", "__saturatef", "rsqrtf"})
+                               "fmaxf", "__saturatef", "rsqrtf", "sinf(", "cosf(", "sincosf("})
       EXPECT_EQ(a.find(banned), std::string::npos) << banned;
   }
 }

@@ -268,6 +268,10 @@ TEST_F(CudaKernelTest, BitLevelSemantics) {
   run_case({"N=3000", cudatest::bit_ops_kernel(), {3000}, {}, true});
 }
 
+TEST_F(CudaKernelTest, SinCosBothReductions) {
+  run_case({"N=2^20", cudatest::sin_cos_kernel(), {1 << 20}, {}, true});
+}
+
 // The compiler's shared test kernels (tests/compiler/test_kernels.h), one test each.
 TEST_F(CudaKernelTest, Axpb) {
   run_case({"axpb", testing::axpb_kernel(), {1000}, {1.5, -0.25}, true});

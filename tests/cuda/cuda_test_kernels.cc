@@ -123,4 +123,24 @@ Kernel bit_ops_kernel() {
   return kb.build();
 }
 
+Kernel sin_cos_kernel() {
+  KernelBuilder kb("sin_cos");
+  Dim N = kb.dim("N");
+  Buf x = kb.input("x", DType::F32, {N});
+  Buf sn = kb.output("s", DType::F32, {N}), cs = kb.output("c", DType::F32, {N});
+  kb.body({ceildiv(N, 128)}, 128, [&](Scope& s) {
+    Idx base = s.block_idx(0) * 128;
+    s.parallel(128, [&](Idx j) {
+      Idx i = base + j;
+      s.if_then(i < N, [&] {
+        Val hashed = bitcast(Type::F32, to_i32(i) * -1640531535);  // Knuth's 2654435761
+        Val v = s.let(select(i % 2 == 0, x(i), hashed), "v");
+        sn(i) = sin(v);
+        cs(i) = cos(v);
+      });
+    });
+  });
+  return kb.build();
+}
+
 }  // namespace tilerun::compiler::cudatest

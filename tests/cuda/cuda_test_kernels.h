@@ -20,5 +20,8 @@ Kernel tiled_matmul_kernel();
 // arithmetic shifts, bitcasts, strict min/max on NaN and signed zeros, sign-bit negation,
 // int → f32 rounding, u8 stores.
 Kernel bit_ops_kernel();
+// s = sin(v), c = cos(v) with v = x at even indices and, at odd ones, the f32 whose bits are a
+// hash of the index (every binade up to 3.4e38, NaN and inf): both argument reductions.
+Kernel sin_cos_kernel();
 
 }  // namespace tilerun::compiler::cudatest
