@@ -43,7 +43,7 @@ struct Gen {
     if (depth <= 0 || rng.below(4) == 0)
       return rng.below(3) == 0 || floats.empty() ? float_literal() : rng.pick(floats);
     auto a = [&] { return f(depth - 1); };
-    switch (rng.below(18)) {
+    switch (rng.below(20)) {
       case 0:
         return a() + a();
       case 1:
@@ -78,6 +78,10 @@ struct Gen {
         return to_f32(i(depth - 1));
       case 16:
         return bitcast(Type::F32, i(depth - 1) & literal(Type::I32, 0x3fffffff));
+      case 17:
+        return sin(a());
+      case 18:
+        return cos(a());
       default:
         return s.let(a(), "t");
     }
