@@ -40,6 +40,7 @@ options:
   --save FILE              write outputs and gradients ("grad.NAME") as .safetensors
   --report FILE            write a JSON report
   --pdl on|off             programmatic dependent launch between kernels (CUDA; default on)
+  --profile on|off         time kernels with CUPTI (on, default) or with events only (off)
   --trace FILE             write a Chrome/Perfetto trace of a step (host and device spans per
                            layer, device spans per kernel from a profiling pass)
   --dump-kernels DIR       write each kernel's Tile IR, SIMT IR and generated code
@@ -54,7 +55,7 @@ exit codes: 0 success, 1 run-time failure or --check mismatch, 2 bad usage or ba
 struct Options {
   bool help = false, version = false, validate = false, forward_only = false, check = false;
   std::string model_path, device = "auto", mode = "graph", weights, save, report, dump_dir, trace;
-  bool pdl = true;
+  bool pdl = true, profile = true;
   int steps = 1;
   uint64_t seed = 0;
 };
@@ -125,6 +126,8 @@ Options parse_args(const std::vector<std::string>& args) {
       o.report = value();
     } else if (a == "--pdl") {
       o.pdl = one_of(a, value(), {"on", "off"}) == "on";
+    } else if (a == "--profile") {
+      o.profile = one_of(a, value(), {"on", "off"}) == "on";
     } else if (a == "--trace") {
       o.trace = value();
     } else if (a == "--dump-kernels") {
@@ -225,6 +228,7 @@ tilerun::SessionOptions session_options(const Options& o, tilerun::LaunchMode mo
                                    : tilerun::Device::Auto;
   so.mode = mode;
   so.pdl = o.pdl;
+  so.profile = o.profile;
   so.seed = o.seed;
   so.dump_dir = o.dump_dir;
   so.forward_only = o.forward_only;
