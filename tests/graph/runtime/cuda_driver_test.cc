@@ -1,6 +1,7 @@
 // The driver is reached at run time: on a machine without libcuda.so.1 the program still runs
 // and cuda_driver() says "no CUDA device"; where the driver and a GPU exist it loads.
 #include "graph/runtime/cuda_driver.h"
+#include "graph/runtime/cupti.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -58,6 +59,15 @@ TEST(CudaDriver, AnAttachedToolIsRecognisedFromWhatItExports) {
   ::setenv("CUDA_INJECTION64_PATH", "", 1);  // set but empty: nothing is injected
   EXPECT_EQ(attached_cuda_tool(), "");
   ::unsetenv("CUDA_INJECTION64_PATH");
+}
+
+TEST(CudaDriver, CuptiStepsAsideForAnAttachedSanitizer) {
+  ::setenv("NV_SANITIZER_INJECTION_PORT_BASE", "49152", 1);
+  std::string why;
+  EXPECT_EQ(CuptiKernelTimer::get(&why), nullptr);
+  EXPECT_EQ(why,
+            "CUPTI stepped aside: compute-sanitizer (NV_SANITIZER_INJECTION_PORT_BASE is set)");
+  ::unsetenv("NV_SANITIZER_INJECTION_PORT_BASE");
 }
 
 }  // namespace
