@@ -89,6 +89,9 @@ constexpr std::array kOptions = {
     OptionSpec{"--pdl", "", "on|off", Value::Choice,
                "programmatic dependent launch between kernels (CUDA; default on)",
                [](Options& o, std::string_view, const std::string& v) { o.pdl = v == "on"; }},
+    OptionSpec{"--profile", "", "on|off", Value::Choice,
+               "time the profiling pass's kernels with CUPTI (on, default) or events (off)",
+               [](Options& o, std::string_view, const std::string& v) { o.profile = v == "on"; }},
     OptionSpec{"--trace", "", "FILE", Value::Path,
                "write a Chrome/Perfetto trace of a step (host and device spans per\n"
                "layer, device spans per kernel from a profiling pass)",

@@ -15,6 +15,7 @@ struct Options {
   std::string model_path, device = "auto", mode = "graph";
   std::string weights, save, report, dump_dir, trace;  // paths; empty = not given
   bool pdl = true;
+  bool profile = true;  // --profile off: the profiling pass times kernels with events only
   int steps = 1;
   uint64_t seed = 0;
 };

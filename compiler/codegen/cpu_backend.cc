@@ -17,9 +17,10 @@
 #endif
 #include <mutex>
 
+#include "compiler/analysis/launch_geometry.h"
 #include "compiler/base/check.h"
 #include "compiler/codegen/cpu_codegen.h"
-#include "compiler/analysis/launch_geometry.h"
+#include "compiler/codegen/fault_injection.h"
 #include "compiler/lower.h"
 #include "tilerun/error.h"
 
@@ -143,6 +144,12 @@ std::unique_ptr<CpuKernel> compile_cpu(const SimtKernel& kernel) {
              "looking up process symbols"));
   llvm::orc::ThreadSafeModule tsm(std::move(mod.module), std::move(mod.context));
   check(impl->jit->addIRModule(std::move(tsm)), "adding '" + kernel.sig.name + "' to the JIT");
+  // A test-injected failure (TILERUN_FAULT=LLJIT::lookup:N) stands for the machine-code step
+  // failing: a clear error naming the kernel, with the JIT released by `impl`.
+  if (inject_fault("LLJIT::lookup"))
+    throw Error("LLVM failed to compile kernel " + kernel.sig.name +
+                    ": LLJIT::lookup: injected fault (TILERUN_FAULT)",
+                ErrorKind::Runtime);
   auto addr = unwrap(impl->jit->lookup(kCpuEntryName), "linking '" + kernel.sig.name + "'");
   impl->entry = addr.toPtr<CpuEntry>();
 

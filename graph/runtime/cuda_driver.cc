@@ -2,11 +2,58 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+
+#include "compiler/codegen/fault_injection.h"
 #include "tilerun/error.h"
 
 namespace tilerun::graph {
 
 namespace {
+
+// The entry points a test can make fail (compiler/codegen/fault_injection.h), one of each kind
+// a session depends on: allocation, module load, graph build and instantiation, launch,
+// synchronisation, copies. Each fails with the error the real call gives for that kind.
+// clang-format off
+#define TILERUN_FAULTABLE_DRIVER_FUNCTIONS(X)                                                 \
+  X(cuMemAlloc, CUDA_ERROR_OUT_OF_MEMORY) X(cuModuleLoadData, CUDA_ERROR_INVALID_IMAGE)     \
+  X(cuModuleGetFunction, CUDA_ERROR_NOT_FOUND) X(cuStreamCreate, CUDA_ERROR_OUT_OF_MEMORY)  \
+  X(cuEventCreate, CUDA_ERROR_OUT_OF_MEMORY) X(cuGraphCreate, CUDA_ERROR_OUT_OF_MEMORY)     \
+  X(cuGraphAddKernelNode, CUDA_ERROR_INVALID_VALUE)                                         \
+  X(cuGraphInstantiateWithFlags, CUDA_ERROR_INVALID_VALUE)                                  \
+  X(cuGraphUpload, CUDA_ERROR_OUT_OF_MEMORY) X(cuLaunchKernel, CUDA_ERROR_LAUNCH_FAILED)    \
+  X(cuLaunchKernelEx, CUDA_ERROR_LAUNCH_FAILED) X(cuGraphLaunch, CUDA_ERROR_LAUNCH_FAILED)  \
+  X(cuStreamSynchronize, CUDA_ERROR_LAUNCH_FAILED)                                         \
+  X(cuCtxSynchronize, CUDA_ERROR_LAUNCH_FAILED)                                            \
+  X(cuMemcpyHtoD, CUDA_ERROR_INVALID_VALUE) X(cuMemcpyDtoH, CUDA_ERROR_INVALID_VALUE)
+// clang-format on
+
+// The real entry points behind the fault-injecting wrappers.
+struct RealCalls {
+#define TILERUN_DECLARE_REAL(name, code) decltype(&::name) name = nullptr;
+  TILERUN_FAULTABLE_DRIVER_FUNCTIONS(TILERUN_DECLARE_REAL)
+#undef TILERUN_DECLARE_REAL
+};
+RealCalls g_real;
+
+// Set by a wrapper that failed a call on purpose, read (and cleared) by cuda_check on the same
+// thread, so the message says the failure was injected.
+thread_local bool t_injected = false;
+
+// Puts a wrapper in front of each faultable entry point: disarmed, it costs one atomic load.
+void install_fault_wrappers(CudaDriver& d) {
+#define TILERUN_WRAP(name, code)          \
+  g_real.name = d.name;                   \
+  d.name = [](auto... args) -> CUresult { \
+    if (compiler::inject_fault(#name)) {  \
+      t_injected = true;                  \
+      return code;                        \
+    }                                     \
+    return g_real.name(args...);          \
+  };
+  TILERUN_FAULTABLE_DRIVER_FUNCTIONS(TILERUN_WRAP)
+#undef TILERUN_WRAP
+}
 
 struct LoadedDriver {
   CudaDriver driver;
@@ -53,6 +100,7 @@ LoadedDriver load() {
     out.why = "no CUDA device";
     return out;
   }
+  install_fault_wrappers(d);
   out.ok = true;
   return out;
 }
@@ -73,8 +121,29 @@ void cuda_check(CUresult result, const char* call, const std::string& what) {
     d->cuGetErrorName(result, &name);
     d->cuGetErrorString(result, &text);
   }
-  throw Error(std::string(call) + " failed for " + what + ": " + name + " (" + text + ")",
+  const bool injected = t_injected;
+  t_injected = false;
+  throw Error(std::string(call) + " failed for " + what + ": " + name + " (" + text + ")" +
+                  (injected ? " [injected by TILERUN_FAULT]" : ""),
               ErrorKind::Runtime);
+}
+
+std::string attached_cuda_tool() {
+  // What each tool exports to the process it starts (a path's name decides nothing).
+  static const struct {
+    const char* variable;
+    const char* tool;
+  } kSigns[] = {
+      {"NV_SANITIZER_INJECTION_PORT_BASE", "compute-sanitizer"},
+      {"NV_SANITIZER_INJECTION_PORT_RANGE_BEGIN", "compute-sanitizer"},
+      {"NV_COMPUTE_PROFILER_PERFWORKS_DIR", "Nsight Compute"},
+      {"NSYS_PROFILING_SESSION_ID", "Nsight Systems"},
+      {"CUDA_INJECTION64_PATH", "a CUDA injection library"},
+  };
+  for (const auto& sign : kSigns)
+    if (const char* v = std::getenv(sign.variable); v && *v)
+      return std::string(sign.tool) + " (" + sign.variable + " is set)";
+  return "";
 }
 
 }  // namespace tilerun::graph

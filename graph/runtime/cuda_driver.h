@@ -18,8 +18,8 @@ namespace tilerun::graph {
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute)      \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                          \
   X(cuLaunchKernel) X(cuLaunchKernelEx)                                                   \
-  X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)              \
-  X(cuMemsetD8) X(cuMemsetD8Async)                                                        \
+  X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD) X(cuMemcpyDtoH)             \
+  X(cuMemcpyDtoD) X(cuMemsetD8) X(cuMemsetD8Async)                                        \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)                             \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)               \
   X(cuEventElapsedTime)                                                                   \
@@ -39,7 +39,15 @@ struct CudaDriver {
 const CudaDriver* cuda_driver(std::string* why = nullptr);
 
 // Throws tilerun::Error (kind Runtime) "CALL failed for WHAT: CUDA_ERROR_X (message)" unless
-// result is CUDA_SUCCESS.
+// result is CUDA_SUCCESS. The allocation, module load, graph, launch, synchronisation and copy
+// entry points of cuda_driver() fail on purpose where a test armed TILERUN_FAULT
+// (compiler/codegen/fault_injection.h); the message then says so.
 void cuda_check(CUresult result, const char* call, const std::string& what);
+
+// The tool attached to the CUDA driver of this process (compute-sanitizer, Nsight Compute or
+// Systems, any CUDA injection library), from the variables it exports to the process it starts,
+// e.g. "compute-sanitizer (NV_SANITIZER_INJECTION_PORT_BASE is set)"; "" when none. Profiling
+// (CUPTI) steps aside for it: two tools subscribed to one driver is unsupported.
+std::string attached_cuda_tool();
 
 }  // namespace tilerun::graph

@@ -22,17 +22,6 @@ namespace tilerun::graph {
 
 namespace {
 
-// A checking or profiling tool injected into the driver announces itself in the environment:
-// compute-sanitizer through NV_SANITIZER_INJECTION_* (13.0), CUPTI-based tools through
-// CUDA_INJECTION64_PATH.
-bool injected_tool_attached() {
-  for (const char* name : {"NV_SANITIZER_INJECTION_PORT_BASE", "CUDA_INJECTION64_PATH"}) {
-    const char* v = std::getenv(name);
-    if (v != nullptr && *v != '\0') return true;
-  }
-  return false;
-}
-
 using Clock = std::chrono::steady_clock;
 
 // Consecutive nodes of one layer and direction: what one CUDA graph (or one timed launch loop)
@@ -84,10 +73,31 @@ class CudaExecutor final : public Executor {
  public:
   CudaExecutor(const KernelGraph& g, const Model& model, const SessionOptions& options,
                CompileStats& stats)
-      : graph_(g), model_(model), mode_(options.mode), pdl_(options.pdl) {
+      : graph_(g),
+        model_(model),
+        mode_(options.mode),
+        pdl_(options.pdl),
+        cupti_(options.profile),
+        tool_(attached_cuda_tool()) {
     std::string why;
     d_ = cuda_driver(&why);
     if (!d_) throw Error(why, ErrorKind::Runtime);
+    // A failure part way (out of memory, a module that does not load, a graph that does not
+    // instantiate) releases whatever was made so far: no destructor runs for a constructor that
+    // throws.
+    try {
+      acquire(g, options, stats);
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+
+  ~CudaExecutor() override { release(); }
+
+  // The constructor's work: every handle it makes is recorded in a member as soon as it exists,
+  // so release() frees it on any path.
+  void acquire(const KernelGraph& g, const SessionOptions& options, CompileStats& stats) {
     check(d_->cuDeviceGet(&device_, 0), "cuDeviceGet", "device 0");
     check(d_->cuDevicePrimaryCtxRetain(&ctx_, device_), "cuDevicePrimaryCtxRetain", "device 0");
     check(d_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent", "device 0");
@@ -144,33 +154,43 @@ class CudaExecutor final : public Executor {
     }
     groups_ = group_nodes(g);
     for (size_t i = 0; i < groups_.size(); ++i) {
-      CUevent a = nullptr, b = nullptr;
-      check(d_->cuEventCreate(&a, CU_EVENT_DEFAULT), "cuEventCreate", "timing");
-      check(d_->cuEventCreate(&b, CU_EVENT_DEFAULT), "cuEventCreate", "timing");
-      events_.push_back({a, b});
+      events_.push_back({nullptr, nullptr});
+      check(d_->cuEventCreate(&events_.back().first, CU_EVENT_DEFAULT), "cuEventCreate", "timing");
+      check(d_->cuEventCreate(&events_.back().second, CU_EVENT_DEFAULT), "cuEventCreate", "timing");
     }
     if (mode_ == LaunchMode::Graph)
-      for (const Group& grp : groups_) graphs_.push_back(build_graph(grp));
+      for (const Group& grp : groups_) build_graph(grp);
   }
 
-  ~CudaExecutor() override {
-    if (!d_) return;
+  // Frees every handle made so far (results ignored: on a failed device they fail too).
+  void release() {
+    if (!ctx_) return;
     d_->cuCtxSetCurrent(ctx_);
     if (stream_) d_->cuStreamSynchronize(stream_);
     for (auto& [graph, exec] : graphs_) {
       if (exec) d_->cuGraphExecDestroy(exec);
       if (graph) d_->cuGraphDestroy(graph);
     }
-    for (auto& [a, b] : events_) d_->cuEventDestroy(a), d_->cuEventDestroy(b);
+    for (auto& [a, b] : events_) {
+      if (a) d_->cuEventDestroy(a);
+      if (b) d_->cuEventDestroy(b);
+    }
     if (stream_) d_->cuStreamDestroy(stream_);
     if (arena_) d_->cuMemFree(arena_);
     for (CUmodule m : modules_) d_->cuModuleUnload(m);
     d_->cuDevicePrimaryCtxRelease(device_);
+    graphs_.clear();
+    events_.clear();
+    modules_.clear();
+    stream_ = nullptr;
+    arena_ = 0;
+    ctx_ = nullptr;
   }
 
   std::string device_name() const override { return "cuda"; }
 
   void write_tensor(int tensor, const void* data, int64_t bytes) override {
+    ensure_usable();
     check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "a tensor write");
     check(d_->cuMemcpyHtoD(arena_ + graph_.plan.offsets[tensor], data, static_cast<size_t>(bytes)),
           "cuMemcpyHtoD", "tensor " + graph_.ops.tensors[tensor].name);
@@ -181,12 +201,14 @@ class CudaExecutor final : public Executor {
       throw Error("tensor '" + name + "': device pointer " +
                   std::to_string(reinterpret_cast<uintptr_t>(device_ptr)) +
                   " is not 16-byte aligned");
+    ensure_usable();
     check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "a tensor write");
     check(d_->cuMemcpyDtoD(arena_ + graph_.plan.offsets[tensor],
                            reinterpret_cast<CUdeviceptr>(device_ptr), static_cast<size_t>(bytes)),
           "cuMemcpyDtoD", "tensor " + name);
   }
   void read_tensor(int tensor, void* data, int64_t bytes) const override {
+    ensure_usable();
     check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "a tensor read");
     check(d_->cuMemcpyDtoH(data, arena_ + graph_.plan.offsets[tensor], static_cast<size_t>(bytes)),
           "cuMemcpyDtoH", "tensor " + graph_.ops.tensors[tensor].name);
@@ -198,15 +220,21 @@ class CudaExecutor final : public Executor {
   // records (the GPU's timestamps) where libcupti is there, else from events around each
   // launch, which add a few µs to 1-5 µs kernels.
   std::vector<double> profile(Direction direction) override {
+    ensure_usable();
     std::vector<int> which;
     for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i)
       if (graph_.nodes[i].direction == direction && !geometry_[i].empty()) which.push_back(i);
-    std::string why;
-    if (CuptiKernelTimer* cupti = CuptiKernelTimer::get(&why)) {
+    std::string why = "CUPTI turned off: SessionOptions::profile";
+    if (CuptiKernelTimer* cupti = cupti_ ? CuptiKernelTimer::get(&why) : nullptr) {
       if (cupti->start(&why)) {
-        hold(20000 + 5000 * static_cast<unsigned long long>(which.size()));
-        for (int i : which) launch(i, false);
-        check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "profiling");
+        try {
+          hold(20000 + 5000 * static_cast<unsigned long long>(which.size()));
+          for (int i : which) launch(i, false);
+          check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "profiling");
+        } catch (...) {
+          cupti->stop();  // no activity collection left running after a failed pass
+          throw;
+        }
         std::vector<KernelRecord> records = cupti->stop();
         std::erase_if(records, [](const KernelRecord& r) { return r.name == "tilerun_hold"; });
         if (records.size() == which.size()) {
@@ -227,7 +255,18 @@ class CudaExecutor final : public Executor {
 
   std::vector<double> profile_with_events(const std::vector<int>& which) {
     std::vector<double> us(graph_.nodes.size(), 0.0);
-    std::vector<std::pair<CUevent, CUevent>> ev(which.size());
+    // Destroyed on every path, a failed launch or synchronisation included.
+    struct Events {
+      const CudaDriver* d;
+      std::vector<std::pair<CUevent, CUevent>> pairs;
+      ~Events() {
+        for (auto& [a, b] : pairs) {
+          if (a) d->cuEventDestroy(a);
+          if (b) d->cuEventDestroy(b);
+        }
+      }
+    } events{d_, std::vector<std::pair<CUevent, CUevent>>(which.size(), {nullptr, nullptr})};
+    std::vector<std::pair<CUevent, CUevent>>& ev = events.pairs;
     for (auto& [a, b] : ev) {
       check(d_->cuEventCreate(&a, CU_EVENT_DEFAULT), "cuEventCreate", "profiling");
       check(d_->cuEventCreate(&b, CU_EVENT_DEFAULT), "cuEventCreate", "profiling");
@@ -244,13 +283,12 @@ class CudaExecutor final : public Executor {
       check(d_->cuEventElapsedTime(&ms, ev[k].first, ev[k].second), "cuEventElapsedTime",
             kernel_name(which[k]));
       us[which[k]] = ms * 1000.0;
-      d_->cuEventDestroy(ev[k].first);
-      d_->cuEventDestroy(ev[k].second);
     }
     return us;
   }
 
   std::vector<LayerTiming> run(Direction direction) override {
+    ensure_usable();
     std::vector<LayerTiming> timings;
     std::vector<size_t> ran;
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
@@ -316,8 +354,20 @@ class CudaExecutor final : public Executor {
           "cuLaunchKernel", "kernel tilerun_hold");
   }
 
+  // A failed driver call leaves the device's state unknown (a step half issued, a sticky
+  // context error): every later step, copy or profile is refused, naming the first failure.
   void check(CUresult r, const char* call, const std::string& what) const {
-    cuda_check(r, call, what);
+    if (r == CUDA_SUCCESS) return;
+    try {
+      cuda_check(r, call, what);
+    } catch (const Error& e) {
+      if (broken_.empty()) broken_ = e.message();
+      throw;
+    }
+  }
+
+  void ensure_usable() const {
+    if (!broken_.empty()) throw Error("session is unusable after: " + broken_, ErrorKind::Runtime);
   }
 
   // One standalone launch, through cuLaunchKernelEx either way (with PDL: may start while its
@@ -347,12 +397,14 @@ class CudaExecutor final : public Executor {
     return "kernel " + graph_.kernels[graph_.nodes[i].kernel]->sig.name;
   }
 
-  // One layer's CUDA graph: a kernel node per launched node, the real dependencies as edges
+  // One layer's CUDA graph, appended to graphs_ as soon as it exists (so release() frees it if a
+  // later call fails): a kernel node per launched node, the real dependencies as edges
   // (programmatic with PDL), and the layer's roots chained by launch-order edges.
-  std::pair<CUgraph, CUgraphExec> build_graph(const Group& grp) {
+  void build_graph(const Group& grp) {
     const std::string what = "layer " + model_.layers[grp.layer].name;
-    CUgraph graph = nullptr;
-    check(d_->cuGraphCreate(&graph, 0), "cuGraphCreate", what);
+    graphs_.push_back({nullptr, nullptr});
+    check(d_->cuGraphCreate(&graphs_.back().first, 0), "cuGraphCreate", what);
+    CUgraph graph = graphs_.back().first;
     const int n = grp.end - grp.begin;
     std::vector<bool> launched(n);
     for (int j = 0; j < n; ++j) launched[j] = !geometry_[grp.begin + j].empty();
@@ -391,8 +443,11 @@ class CudaExecutor final : public Executor {
       // griddepcontrol.wait), so the roots still overlap. The graph then has one root: on the
       // H200 a second root costs 0.6-1 µs of host time in every cuGraphLaunch, while the launch
       // order changes nothing measurable on the device (bench/RESULTS.md).
+      // Under an attached tool the roots stay unchained: a launch-order edge only orders the
+      // roots' starts, and compute-sanitizer died (SIGSEGV) on graph mode with backward layers,
+      // the graphs with several roots, and nowhere else (issue 12).
       if (deps[j].empty()) {
-        if (last_root >= 0) {
+        if (last_root >= 0 && tool_.empty()) {
           CUgraphEdgeData e{};
           e.from_port = CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER;
           e.type = CU_GRAPH_DEPENDENCY_TYPE_DEFAULT;
@@ -406,21 +461,24 @@ class CudaExecutor final : public Executor {
       check(d_->cuGraphAddDependencies(graph, from.data(), to.data(), edges.data(), from.size()),
             "cuGraphAddDependencies", kernel_name(i));
     }
-    CUgraphExec exec = nullptr;
-    check(d_->cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate", what);
+    check(d_->cuGraphInstantiateWithFlags(&graphs_.back().second, graph, 0), "cuGraphInstantiate",
+          what);
     // Upload now rather than in the first cuGraphLaunch (9-30 µs of host time otherwise, which
-    // the first step's timing would carry). Not under an injected tool: with one attached, driver
-    // 580 dies with SIGSEGV inside cuGraphUpload of the backward graphs (H200, 2026-11-30); the
-    // first launch uploads instead.
-    if (!injected_tool_attached()) check(d_->cuGraphUpload(exec, stream_), "cuGraphUpload", what);
-    return {graph, exec};
+    // the first step's timing would carry). Not under an attached tool: with compute-sanitizer
+    // 13 on driver 580, the process died with SIGSEGV inside cuGraphUpload of the backward graphs
+    // (backtrace taken on the H200, 2026-11-30); the first launch uploads instead.
+    if (tool_.empty())
+      check(d_->cuGraphUpload(graphs_.back().second, stream_), "cuGraphUpload", what);
   }
 
   const KernelGraph& graph_;
   const Model& model_;
   LaunchMode mode_;
   bool pdl_;
+  bool cupti_;        // SessionOptions::profile: CUPTI may time the profiling pass
+  std::string tool_;  // attached_cuda_tool(): "" when no tool is attached to the driver
   std::string profile_source_;
+  mutable std::string broken_;  // the first failed driver call's message; "" while usable
   std::vector<bool> one_wave_;  // per node: its grid fits on the device at once
   // Per node: no barriers (elementwise work). Only such a kernel is launched early (PDL): one
   // with barriers and few, heavy blocks (a matmul tile, a row reduction) placed while its

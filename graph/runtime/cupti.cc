@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "graph/runtime/cuda_driver.h"
+
 namespace tilerun::graph {
 namespace {
 
@@ -16,6 +18,7 @@ struct Api {
   decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
   decltype(&cuptiActivityFlushAll) flush_all = nullptr;
   decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
+  decltype(&cuptiGetResultString) result_string = nullptr;  // optional, for messages
 };
 
 std::mutex g_mu;
@@ -66,6 +69,7 @@ Api* load() {
       reinterpret_cast<decltype(a.register_callbacks)>(dlsym(h, "cuptiActivityRegisterCallbacks"));
   a.flush_all = reinterpret_cast<decltype(a.flush_all)>(dlsym(h, "cuptiActivityFlushAll"));
   a.next_record = reinterpret_cast<decltype(a.next_record)>(dlsym(h, "cuptiActivityGetNextRecord"));
+  a.result_string = reinterpret_cast<decltype(a.result_string)>(dlsym(h, "cuptiGetResultString"));
   if (!a.enable || !a.disable || !a.register_callbacks || !a.flush_all || !a.next_record) {
     g_why = "libcupti lacks the activity API";
     return nullptr;
@@ -86,6 +90,13 @@ Api* api() {
 
 CuptiKernelTimer* CuptiKernelTimer::get(std::string* why) {
   static CuptiKernelTimer timer;
+  // A tool already attached to the driver (compute-sanitizer hooks it much as CUPTI does) and
+  // CUPTI subscribing beside it is unsupported (at best CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_
+  // SUPPORTED): step aside before libcupti is even opened.
+  if (std::string tool = attached_cuda_tool(); !tool.empty()) {
+    if (why) *why = "CUPTI stepped aside: " + tool;
+    return nullptr;
+  }
   if (api()) return &timer;
   if (why) *why = g_why;
   return nullptr;
@@ -99,7 +110,13 @@ bool CuptiKernelTimer::start(std::string* why) {
   CUptiResult r = api()->register_callbacks(buffer_requested, buffer_completed);
   if (r == CUPTI_SUCCESS) r = api()->enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   if (r != CUPTI_SUCCESS) {
-    if (why) *why = "cuptiActivityEnable failed (" + std::to_string(static_cast<int>(r)) + ")";
+    // CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, _NOT_INITIALIZED, ...: another tool holds
+    // the driver's callbacks; the caller times with events instead.
+    const char* text = nullptr;
+    if (api()->result_string) api()->result_string(r, &text);
+    if (why)
+      *why = "cuptiActivityEnable failed: " +
+             (text ? std::string(text) : "CUPTI error " + std::to_string(static_cast<int>(r)));
     return false;
   }
   return true;

@@ -1,7 +1,8 @@
 // Kernel durations from CUPTI activity records, for the profiling pass: the GPU's own start and
 // end timestamps of every kernel, without the events that would add their own microseconds
 // around 1-5 µs kernels. libcupti is opened at run time (never linked), so binaries start
-// without it; where it is missing or refuses, callers fall back to events.
+// without it; where it is missing or refuses, or another tool (compute-sanitizer, Nsight) is
+// attached to the driver, callers fall back to events.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,8 @@ struct KernelRecord {
 
 class CuptiKernelTimer {
  public:
-  // The process-wide timer, or nullptr with `why` saying what is missing.
+  // The process-wide timer, or nullptr with `why` saying what is missing or which tool is
+  // attached (then libcupti is not loaded at all).
   static CuptiKernelTimer* get(std::string* why = nullptr);
 
   // Starts collecting kernel records (launches from now on).

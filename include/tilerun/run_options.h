@@ -18,6 +18,10 @@ struct SessionOptions {
   // Programmatic dependent launch: a kernel's prologue overlaps its predecessor's tail (CUDA
   // only). Outputs are bit-identical either way.
   bool pdl = true;
+  // Session::profile() on a GPU: true times each kernel from CUPTI activity records (events
+  // where libcupti is missing or a tool such as compute-sanitizer is attached); false never
+  // loads CUPTI and times each kernel with events around its launch.
+  bool profile = true;
   uint64_t seed = 0;          // for tensors not bound explicitly (the documented initialiser)
   std::string dump_dir;       // non-empty: write each kernel's IR and code there
   bool forward_only = false;  // compile no backward kernels (backward() is then an error)
