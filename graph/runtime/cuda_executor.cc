@@ -9,7 +9,6 @@
 #include <cstdlib>
 
 #include "compiler/analysis/launch_geometry.h"
-#include "compiler/analysis/launch_traits.h"
 #include "compiler/base/check.h"
 #include "compiler/codegen/cuda_codegen.h"
 #include "compiler/codegen/launch_abi.h"
@@ -17,57 +16,14 @@
 #include "graph/runtime/cuda_driver.h"
 #include "graph/runtime/cupti.h"
 #include "graph/runtime/executor.h"
+#include "graph/runtime/graph_topology.h"
+#include "graph/runtime/pdl_policy.h"
 
 namespace tilerun::graph {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Consecutive nodes of one layer and direction: what one CUDA graph (or one timed launch loop)
-// holds.
-struct Group {
-  int layer = 0;
-  Direction direction = Direction::Forward;
-  int begin = 0, end = 0;  // node range
-};
-
-std::vector<Group> group_nodes(const KernelGraph& g) {
-  std::vector<Group> groups;
-  for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
-    const KernelNode& n = g.nodes[i];
-    if (groups.empty() || groups.back().layer != n.layer || groups.back().direction != n.direction)
-      groups.push_back({n.layer, n.direction, i, i});
-    groups.back().end = i + 1;
-  }
-  return groups;
-}
-
-// Edges of a layer's graph between its launched nodes (`launched[j]`: node begin + j has a
-// non-empty grid), as local indices, with the transitive ones removed: a graph needs only the
-// edges no other path implies (the KernelGraph lists every hazard pair). Nodes with an empty grid
-// get no graph node and are left out here: they do no work, so no hazard passes through them.
-std::vector<std::vector<int>> graph_edges(const KernelGraph& g, const Group& grp,
-                                          const std::vector<bool>& launched) {
-  const int n = grp.end - grp.begin;
-  std::vector<std::vector<bool>> reach(n, std::vector<bool>(n, false));  // reach[j][i]: i before j
-  std::vector<std::vector<int>> out(n);
-  for (int j = 0; j < n; ++j) {
-    std::vector<int> deps;
-    for (int d : g.nodes[grp.begin + j].deps)
-      if (d >= grp.begin && d < grp.end && launched[d - grp.begin]) deps.push_back(d - grp.begin);
-    std::sort(deps.rbegin(), deps.rend());  // latest first: it implies the most
-    for (int i : deps) {
-      if (reach[j][i]) continue;
-      out[j].push_back(i);
-      reach[j][i] = true;
-      for (int k = 0; k < i; ++k)
-        if (reach[i][k]) reach[j][k] = true;
-    }
-    std::sort(out[j].begin(), out[j].end());
-  }
-  return out;
-}
 
 class CudaExecutor final : public Executor {
  public:
@@ -135,9 +91,7 @@ class CudaExecutor final : public Executor {
       geometry_.push_back(compiler::launch_geometry(sig, node.dims));
       params_.push_back(compiler::pack_cuda_params(sig, args));
     }
-    // Which edges may let the dependent launch early (PDL): from a producer whose whole grid is
-    // resident at once (a dependent parked behind a producer with blocks still queued would
-    // take their slots), to a light dependent (light_ below).
+    // The facts the PDL policy (pdl_policy.h) decides each edge from.
     int sms = 0;
     check(d_->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_),
           "cuDeviceGetAttribute", "device 0");
@@ -148,9 +102,7 @@ class CudaExecutor final : public Executor {
         check(d_->cuOccupancyMaxActiveBlocksPerMultiprocessor(
                   &per_sm, functions_[g.nodes[i].kernel], static_cast<int>(geo.threads), 0),
               "cuOccupancyMaxActiveBlocksPerMultiprocessor", kernel_name(static_cast<int>(i)));
-      const int64_t blocks = geo.grid[0] * geo.grid[1] * geo.grid[2];
-      one_wave_.push_back(!geo.empty() && blocks <= int64_t{per_sm} * sms);
-      light_.push_back(!compiler::launch_traits(*g.kernels[g.nodes[i].kernel]).block_barriers);
+      pdl_facts_.push_back(pdl_facts(*g.kernels[g.nodes[i].kernel], geo, per_sm, sms));
     }
     groups_ = group_nodes(g);
     for (size_t i = 0; i < groups_.size(); ++i) {
@@ -305,7 +257,7 @@ class CudaExecutor final : public Executor {
         int prev = -1;
         for (int i = grp.begin; i < grp.end; ++i) {
           if (geometry_[i].empty()) continue;
-          launch(i, pdl_ && prev >= 0 && one_wave_[prev] && light_[i]);
+          launch(i, prev >= 0 && programmatic_edge(pdl_, pdl_facts_[prev], pdl_facts_[i]));
           prev = i;
         }
       }
@@ -431,7 +383,7 @@ class CudaExecutor final : public Executor {
       // producer has passed griddepcontrol.launch_dependents, and waits in griddepcontrol.wait.
       for (int d : deps[j]) {
         CUgraphEdgeData e{};
-        if (pdl_ && one_wave_[grp.begin + d] && light_[i]) {
+        if (programmatic_edge(pdl_, pdl_facts_[grp.begin + d], pdl_facts_[i])) {
           e.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
           e.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
         }
@@ -478,13 +430,8 @@ class CudaExecutor final : public Executor {
   bool cupti_;        // SessionOptions::profile: CUPTI may time the profiling pass
   std::string tool_;  // attached_cuda_tool(): "" when no tool is attached to the driver
   std::string profile_source_;
-  mutable std::string broken_;  // the first failed driver call's message; "" while usable
-  std::vector<bool> one_wave_;  // per node: its grid fits on the device at once
-  // Per node: no barriers (elementwise work). Only such a kernel is launched early (PDL): one
-  // with barriers and few, heavy blocks (a matmul tile, a row reduction) placed while its
-  // producer still fills the SMs lands several blocks per SM and runs that much slower
-  // (the tiny model's forward layers: 20 -> 40 µs on the H200 with every edge programmatic).
-  std::vector<bool> light_;
+  mutable std::string broken_;       // the first failed driver call's message; "" while usable
+  std::vector<PdlFacts> pdl_facts_;  // per node
   const CudaDriver* d_ = nullptr;
   CUdevice device_ = 0;
   CUcontext ctx_ = nullptr;

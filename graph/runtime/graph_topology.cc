@@ -1,0 +1,40 @@
+#include "graph/runtime/graph_topology.h"
+
+#include <algorithm>
+
+namespace tilerun::graph {
+
+std::vector<Group> group_nodes(const KernelGraph& g) {
+  std::vector<Group> groups;
+  for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
+    const KernelNode& n = g.nodes[i];
+    if (groups.empty() || groups.back().layer != n.layer || groups.back().direction != n.direction)
+      groups.push_back({n.layer, n.direction, i, i});
+    groups.back().end = i + 1;
+  }
+  return groups;
+}
+
+std::vector<std::vector<int>> graph_edges(const KernelGraph& g, const Group& grp,
+                                          const std::vector<bool>& launched) {
+  const int n = grp.end - grp.begin;
+  std::vector<std::vector<bool>> reach(n, std::vector<bool>(n, false));  // reach[j][i]: i before j
+  std::vector<std::vector<int>> out(n);
+  for (int j = 0; j < n; ++j) {
+    std::vector<int> deps;
+    for (int d : g.nodes[grp.begin + j].deps)
+      if (d >= grp.begin && d < grp.end && launched[d - grp.begin]) deps.push_back(d - grp.begin);
+    std::sort(deps.rbegin(), deps.rend());  // latest first: it implies the most
+    for (int i : deps) {
+      if (reach[j][i]) continue;
+      out[j].push_back(i);
+      reach[j][i] = true;
+      for (int k = 0; k < i; ++k)
+        if (reach[i][k]) reach[j][k] = true;
+    }
+    std::sort(out[j].begin(), out[j].end());
+  }
+  return out;
+}
+
+}  // namespace tilerun::graph

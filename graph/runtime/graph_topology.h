@@ -1,0 +1,29 @@
+// The shape of a step's CUDA graphs: which kernel nodes form one graph (a layer in one
+// direction) and which edges between them a graph needs.
+#pragma once
+
+#include <vector>
+
+#include "graph/kernel_graph.h"
+
+namespace tilerun::graph {
+
+// Consecutive nodes of one layer and direction: what one CUDA graph (or one timed launch loop)
+// holds.
+struct Group {
+  int layer = 0;
+  Direction direction = Direction::Forward;
+  int begin = 0, end = 0;  // node range
+};
+
+// The groups in node order.
+std::vector<Group> group_nodes(const KernelGraph& g);
+
+// Edges of a layer's graph between its launched nodes (`launched[j]`: node begin + j has a
+// non-empty grid), as local indices, with the transitive ones removed: a graph needs only the
+// edges no other path implies (the KernelGraph lists every hazard pair). Nodes with an empty grid
+// get no graph node and are left out here: they do no work, so no hazard passes through them.
+std::vector<std::vector<int>> graph_edges(const KernelGraph& g, const Group& grp,
+                                          const std::vector<bool>& launched);
+
+}  // namespace tilerun::graph
