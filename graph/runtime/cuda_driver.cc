@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
+#include <string_view>
 
 #include "compiler/codegen/fault_injection.h"
 #include "tilerun/error.h"
@@ -61,21 +62,30 @@ struct LoadedDriver {
   std::string why;
 };
 
+// The ABI version each entry point is asked for: the toolkit's, except where that version
+// changed the signature behind the name the headers declare. CUDA 13 hands out
+// cuCtxSynchronize_v2(CUcontext) for "cuCtxSynchronize", while cuda.h declares the no-argument
+// cuCtxSynchronize(void) (called through the newer pointer, the argument register holds garbage:
+// CUDA_ERROR_CONTEXT_IS_DESTROYED on the H200).
+int abi_version(const char* name) {
+  return std::string_view(name) == "cuCtxSynchronize" ? 12000 : CUDA_VERSION;
+}
+
 LoadedDriver load() {
   LoadedDriver out;
   CudaDriver& d = out.driver;
   bool missing = false;
-#define TILERUN_LOAD(name)                                                                        \
-  {                                                                                               \
-    void* fn = nullptr;                                                                           \
-    cudaDriverEntryPointQueryResult status{};                                                     \
-    if (cudaGetDriverEntryPointByVersion(#name, &fn, CUDA_VERSION, cudaEnableDefault, &status) != \
-            cudaSuccess ||                                                                        \
-        status != cudaDriverEntryPointSuccess || fn == nullptr) {                                 \
-      if (!missing) out.why = std::string("CUDA driver lacks ") + #name;                          \
-      missing = true;                                                                             \
-    }                                                                                             \
-    d.name = reinterpret_cast<decltype(d.name)>(fn);                                              \
+#define TILERUN_LOAD(name)                                                                  \
+  {                                                                                         \
+    void* fn = nullptr;                                                                     \
+    cudaDriverEntryPointQueryResult status{};                                               \
+    if (cudaGetDriverEntryPointByVersion(#name, &fn, abi_version(#name), cudaEnableDefault, \
+                                         &status) != cudaSuccess ||                         \
+        status != cudaDriverEntryPointSuccess || fn == nullptr) {                           \
+      if (!missing) out.why = std::string("CUDA driver lacks ") + #name;                    \
+      missing = true;                                                                       \
+    }                                                                                       \
+    d.name = reinterpret_cast<decltype(d.name)>(fn);                                        \
   }
   // Without libcuda.so.1 the runtime cannot even find cuInit: report that plainly.
   void* probe = nullptr;

@@ -91,6 +91,9 @@ TEST_F(GpuFaults, AFailedBuildNamesTheCallFreesEverythingAndTheNextSessionWorks)
       {"cuMemcpyHtoD:2", "cuMemcpyHtoD", LaunchMode::Graph},
   };
   for (const BuildFault& f : faults) {
+    // Under an attached tool (compute-sanitizer) graphs are not uploaded at build (see
+    // cuda_executor.cc), so there is no cuGraphUpload call to fail.
+    if (std::string(f.call) == "cuGraphUpload" && !graph::attached_cuda_tool().empty()) continue;
     const size_t before = free_bytes();
     compiler::set_faults(f.spec);
     const std::string m = message_of(

@@ -189,7 +189,12 @@ TEST_F(CubinCache, ConcurrentThreadsWritingOneEntryAgree) {
 TEST_F(CubinCache, ConcurrentProcessesWritingOneEntryStayWhole) {
   // Three writers remove and compile one entry over and over at once (nvrtc_cache_writer.cc).
   const std::string salt = std::to_string(std::random_device{}() % 1000000);
+  // The writer beside this test binary (a staged copy on a GPU host), else the build's.
   std::string writer = NVRTC_CACHE_WRITER;
+  std::error_code ec;
+  const std::filesystem::path beside =
+      std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "nvrtc_cache_writer";
+  if (!ec && std::filesystem::exists(beside)) writer = beside.string();
   std::vector<pid_t> children(3);
   std::vector<std::string> logs;
   for (size_t c = 0; c < children.size(); ++c) {
