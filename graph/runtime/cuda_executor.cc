@@ -13,6 +13,7 @@
 #include "compiler/codegen/cuda_codegen.h"
 #include "compiler/codegen/launch_abi.h"
 #include "compiler/codegen/nvrtc.h"
+#include "graph/resources.h"
 #include "graph/runtime/cuda_driver.h"
 #include "graph/runtime/cupti.h"
 #include "graph/runtime/executor.h"
@@ -57,6 +58,11 @@ class CudaExecutor final : public Executor {
     check(d_->cuDeviceGet(&device_, 0), "cuDeviceGet", "device 0");
     check(d_->cuDevicePrimaryCtxRetain(&ctx_, device_), "cuDevicePrimaryCtxRetain", "device 0");
     check(d_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent", "device 0");
+    // A model too large for the GPU is refused before compiling, naming what it needs.
+    size_t free_bytes = 0, total_bytes = 0;
+    check(d_->cuMemGetInfo(&free_bytes, &total_bytes), "cuMemGetInfo", "device 0");
+    require_memory(std::max<int64_t>(g.plan.arena_bytes, 256), static_cast<int64_t>(free_bytes),
+                   "model '" + model_.name + "'", "the arena, device memory");
 
     auto start = Clock::now();
     std::vector<compiler::CudaBinary> binaries(g.kernels.size());
