@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 source scripts/cuda_path.sh
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 jobs=${JOBS:-$(nproc)}
-targets=(fuzz_model fuzz_safetensors)
+targets=(fuzz_model fuzz_safetensors fuzz_ir_parser fuzz_cli)
 if [ ! -f "$build/CMakeCache.txt" ]; then
   CC=clang-16 CXX=clang++-16 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DTILERUN_FUZZ=ON -DTILERUN_BUILD_TESTS=OFF -DTILERUN_BUILD_BENCH=OFF ${CMAKE_ARGS:-}
@@ -23,8 +23,11 @@ if [ "${1:-}" = "--long" ]; then
   status=0
   for t in "${targets[@]}"; do
     mkdir -p "$build/long/$t"
-    seeds=(tests/fuzz/corpus/${t#fuzz_})
-    [ "$t" = fuzz_model ] && seeds+=(configs configs/bench)
+    case $t in
+      fuzz_model) seeds=(tests/fuzz/corpus/model configs configs/bench) ;;
+      fuzz_ir_parser) seeds=(tests/lit) ;;
+      *) seeds=(tests/fuzz/corpus/${t#fuzz_}) ;;
+    esac
     (cd "$build/long/$t" && "../../tests/fuzz/$t" -runs="$runs" -max_len=65536 -timeout=10 \
        -rss_limit_mb=4096 -print_final_stats=1 corpus "${seeds[@]/#/../../../}" \
        2>&1 | tail -25 > "../$t.log") || status=1
