@@ -25,7 +25,7 @@ if [ "${1:-}" = "--long" ]; then
     mkdir -p "$build/long/$t"
     case $t in
       fuzz_model) seeds=(tests/fuzz/corpus/model configs configs/bench) ;;
-      fuzz_ir_parser) seeds=(tests/lit) ;;
+      fuzz_ir_parser) seeds=(tests/lit tests/fuzz/corpus/ir) ;;
       *) seeds=(tests/fuzz/corpus/${t#fuzz_}) ;;
     esac
     (cd "$build/long/$t" && "../../tests/fuzz/$t" -runs="$runs" -max_len=65536 -timeout=10 \

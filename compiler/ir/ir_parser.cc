@@ -102,6 +102,20 @@ class Parser {
     next();
     return true;
   }
+  // Nesting of blocks and expressions is bounded, so hostile text is an error rather than a
+  // stack overflow (found by fuzz_ir_parser: thousands of nested negations). Kernels the
+  // compiler prints nest far less, strict math expansions included.
+  static constexpr int kMaxDepth = 1000;
+  int depth_ = 0;
+  struct Nesting {
+    Parser& p;
+    Nesting(Parser& parser, const Token& at) : p(parser) {
+      if (++p.depth_ > kMaxDepth)
+        p.fail(at, "nested more than " + std::to_string(kMaxDepth) + " levels deep");
+    }
+    ~Nesting() { --p.depth_; }
+  };
+
   [[noreturn]] void fail(const Token& t, const std::string& msg) const {
     throw Error(SourceLoc{file_, t.line, t.col}, msg);
   }
@@ -232,6 +246,7 @@ class Parser {
   }
 
   Stmt block() {
+    Nesting nest(*this, peek());
     expect("{");
     Stmt s = stmts();
     expect("}");
@@ -492,6 +507,7 @@ class Parser {
 
   Expr expr() {
     const Token& t = peek();
+    Nesting nest(*this, t);
     switch (t.kind) {
       case TokKind::Int:
         return make_i64(integer("an integer"));

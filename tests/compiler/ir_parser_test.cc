@@ -157,6 +157,12 @@ TEST(IrParser, ErrorsNameFileLineAndColumn) {
             "no error");
   EXPECT_EQ(parse_error(std::string(kHeader) + "{\n  for i in [0, N) vectorized {\n  }\n}\n"),
             "bad.tir:6:16: error: a vectorized loop has a constant extent");
+  // Hostile nesting is an error, not a stack overflow (fuzz_ir_parser found the crash).
+  const std::string deep =
+      std::string(kHeader) + "{\n  y[0] = " + std::string(5000, '-') + "1f\n}\n";
+  EXPECT_EQ(parse_error(deep), "bad.tir:6:1009: error: nested more than 1000 levels deep");
+  EXPECT_EQ(parse_error(std::string(kHeader) + "{\n  y[0] = " + std::string(900, '-') + "1f\n}\n"),
+            "no error");
 }
 
 }  // namespace
