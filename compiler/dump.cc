@@ -1,10 +1,9 @@
 #include "compiler/dump.h"
 
 #include <filesystem>
-#include <fstream>
 
+#include "compiler/base/atomic_file.h"
 #include "compiler/base/check.h"
-#include "compiler/ir/layout.h"
 #include "compiler/codegen/cpu_backend.h"
 #include "compiler/codegen/cuda_codegen.h"
 #include "compiler/ir/ir_printer.h"
@@ -14,10 +13,10 @@
 
 namespace tilerun::compiler {
 namespace {
+// Each dump file whole or not at all (a full disk or a size limit is an error naming the file,
+// and a file left by an earlier dump stays as it was).
 void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  if (!out) throw Error("cannot write '" + path.string() + "'", ErrorKind::Runtime);
+  write_file_atomically(path.string(), text);
 }
 
 // The IR after every pass of the pipeline, in table order, each under a heading that names the
