@@ -138,6 +138,8 @@ bool non_finite_at(DType dtype, const uint8_t* data, int64_t i) {
       return (bits16() & 0x7c00u) == 0x7c00u;
     case DType::F8E4M3:
       return (data[i] & 0x7fu) == 0x7fu;
+    case DType::F8E5M2:
+      return (data[i] & 0x7cu) == 0x7cu;
     case DType::E8M0:
       return data[i] == 0xffu;
     default:

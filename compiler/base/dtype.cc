@@ -11,7 +11,7 @@ struct DTypeInfo {
   int bits;
   bool is_float;
 };
-constexpr std::array<DTypeInfo, 9> kDTypes = {{
+constexpr std::array<DTypeInfo, 10> kDTypes = {{
     {DType::F32, "f32", 32, true},
     {DType::BF16, "bf16", 16, true},
     {DType::F16, "f16", 16, true},
@@ -21,6 +21,7 @@ constexpr std::array<DTypeInfo, 9> kDTypes = {{
     {DType::U8, "u8", 8, false},
     {DType::FP4E2M1, "fp4e2m1", 4, true},
     {DType::E8M0, "e8m0", 8, true},
+    {DType::F8E5M2, "f8e5m2", 8, true},
 }};
 const DTypeInfo& info(DType t) { return kDTypes[static_cast<size_t>(t)]; }
 }  // namespace

@@ -51,6 +51,9 @@ bool dtype_supported(DType d) {
     case DType::I32:
     case DType::I64:
     case DType::U8:
+    case DType::F8E4M3:
+    case DType::F8E5M2:
+    case DType::E8M0:
       return true;
     default:
       return false;
@@ -62,6 +65,9 @@ Type compute_type(DType d) {
     case DType::F32:
     case DType::BF16:
     case DType::F16:
+    case DType::F8E4M3:
+    case DType::F8E5M2:
+    case DType::E8M0:
       return Type::F32;
     case DType::I32:
     case DType::U8:
@@ -83,6 +89,9 @@ Type storage_type(DType d) {
     case DType::I32:
       return Type::I32;
     case DType::U8:
+    case DType::F8E4M3:
+    case DType::F8E5M2:
+    case DType::E8M0:
       return Type::I8;
     case DType::I64:
       return Type::I64;

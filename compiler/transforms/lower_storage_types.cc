@@ -3,6 +3,7 @@
 #include "compiler/base/check.h"
 #include "compiler/ir/ir_visitor.h"
 #include "compiler/ir/names.h"
+#include "compiler/transforms/narrow_float.h"
 #include "compiler/transforms/strict_math.h"
 
 namespace tilerun::compiler {
@@ -23,6 +24,10 @@ class StorageLowerer : public IRMutator {
         return f16_bits_to_f32(raw, names_->fresh("f16"));
       case DType::U8:
         return Binary::make(BinaryOp::And, Cast::make(Type::I32, raw), make_i32(0xff));
+      case DType::F8E4M3:
+      case DType::F8E5M2:
+      case DType::E8M0:
+        return narrow_float_to_f32(d, Cast::make(Type::I32, raw), names_->fresh("f8"));
       default:
         return raw;
     }
@@ -40,6 +45,11 @@ class StorageLowerer : public IRMutator {
         break;
       case DType::U8:
         v = Cast::make(Type::I8, v);
+        break;
+      case DType::F8E4M3:
+      case DType::F8E5M2:
+      case DType::E8M0:
+        v = Cast::make(Type::I8, f32_to_narrow_float(d, v, names_->fresh("f8")));
         break;
       case DType::F32:
         if (find_buffer(k_.sig, op->buffer)) v = canonicalize_nan(v, names_->fresh("nan"));

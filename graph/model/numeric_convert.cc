@@ -86,6 +86,8 @@ constexpr Encoding kBF16 = {{7, -126, 127}, 15, 0x7F7F, 0x7F80, 0x7FC0};
 constexpr Encoding kF16 = {{10, -14, 15}, 15, 0x7BFF, 0x7C00, 0x7E00};
 // 0x7F would be exponent 8 with fraction 7, which e4m3 spends on NaN: max_code stops below it.
 constexpr Encoding kF8E4M3 = {{3, -6, 8}, 7, 0x7E, 0x7E, 0x7F};
+// e5m2 is f16 with 8 fewer fraction bits: overflow gives infinity, NaN is canonical (0x7E).
+constexpr Encoding kF8E5M2 = {{2, -14, 15}, 7, 0x7B, 0x7C, 0x7E};
 constexpr Encoding kFP4E2M1 = {{1, 0, 2}, 3, 0x7, 0x7, 0x7};
 
 // The finite value of an IEEE-like code (sign bit above `exp_bits` exponent bits).
@@ -112,6 +114,7 @@ uint32_t round_to_f32_bits(double x) { return encode(x, kF32); }
 uint16_t round_to_bf16(double x) { return static_cast<uint16_t>(encode(x, kBF16)); }
 uint16_t round_to_f16(double x) { return static_cast<uint16_t>(encode(x, kF16)); }
 uint8_t round_to_f8e4m3(double x) { return static_cast<uint8_t>(encode(x, kF8E4M3)); }
+uint8_t round_to_f8e5m2(double x) { return static_cast<uint8_t>(encode(x, kF8E5M2)); }
 uint8_t round_to_fp4e2m1(double x) { return static_cast<uint8_t>(encode(x, kFP4E2M1)); }
 
 uint8_t round_to_e8m0(double x) {
@@ -162,6 +165,15 @@ double f8e4m3_to_double(uint8_t bits) {
   return decode_finite(bits, 3, 4, 7);
 }
 
+double f8e5m2_to_double(uint8_t bits) {
+  if ((bits & 0x7C) == 0x7C) {
+    if (bits & 0x3) return std::numeric_limits<double>::quiet_NaN();
+    return bits & 0x80 ? -std::numeric_limits<double>::infinity()
+                       : std::numeric_limits<double>::infinity();
+  }
+  return decode_finite(bits, 2, 5, 15);
+}
+
 double fp4e2m1_to_double(uint8_t code) { return decode_finite(code & 0xF, 1, 2, 1); }
 
 double e8m0_to_double(uint8_t bits) {
@@ -179,6 +191,9 @@ void store_element(DType dtype, uint8_t* data, int64_t index, double value) {
       return put_le(data + 2 * index, round_to_f16(value), 2);
     case DType::F8E4M3:
       data[index] = round_to_f8e4m3(value);
+      return;
+    case DType::F8E5M2:
+      data[index] = round_to_f8e5m2(value);
       return;
     case DType::E8M0:
       data[index] = round_to_e8m0(value);
@@ -216,6 +231,8 @@ double load_element(DType dtype, const uint8_t* data, int64_t index) {
       return f16_to_double(static_cast<uint16_t>(get_le(data + 2 * index, 2)));
     case DType::F8E4M3:
       return f8e4m3_to_double(data[index]);
+    case DType::F8E5M2:
+      return f8e5m2_to_double(data[index]);
     case DType::E8M0:
       return e8m0_to_double(data[index]);
     case DType::I32:

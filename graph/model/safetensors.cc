@@ -47,11 +47,12 @@ struct FileCode {
   std::string_view code;
 };
 // FP4E2M1 has no code of its own: it is stored as U8.
-constexpr std::array<FileCode, 8> kFileCodes = {{
+constexpr std::array<FileCode, 9> kFileCodes = {{
     {DType::F32, "F32"},
     {DType::BF16, "BF16"},
     {DType::F16, "F16"},
     {DType::F8E4M3, "F8_E4M3"},
+    {DType::F8E5M2, "F8_E5M2"},
     {DType::I32, "I32"},
     {DType::I64, "I64"},
     {DType::U8, "U8"},

@@ -157,6 +157,8 @@ bool dtype_holds(DType dtype, double v) {
       return std::isfinite(f16_to_double(round_to_f16(v)));
     case DType::F8E4M3:
       return std::abs(v) <= 448;
+    case DType::F8E5M2:
+      return std::isfinite(f8e5m2_to_double(round_to_f8e5m2(v)));
     case DType::FP4E2M1:
       return std::abs(v) <= 6;
     case DType::E8M0:

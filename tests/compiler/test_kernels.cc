@@ -56,6 +56,31 @@ Kernel mixed_dtype_kernel() {
   return kb.build();
 }
 
+Kernel narrow_float_kernel() {
+  KernelBuilder kb("narrow_float");
+  Dim N = kb.dim("N");
+  Buf c4 = kb.input("c4", DType::F8E4M3, {N}), c5 = kb.input("c5", DType::F8E5M2, {N});
+  Buf cs = kb.input("cs", DType::E8M0, {N}), x = kb.input("x", DType::F32, {N});
+  Buf d4 = kb.output("d4", DType::F32, {N}), d5 = kb.output("d5", DType::F32, {N});
+  Buf ds = kb.output("ds", DType::F32, {N});
+  Buf q4 = kb.output("q4", DType::F8E4M3, {N}), q5 = kb.output("q5", DType::F8E5M2, {N});
+  Buf qs = kb.output("qs", DType::E8M0, {N});
+  kb.body({ceildiv(N, 128)}, 128, [&](Scope& s) {
+    Idx base = s.block_idx(0) * 128;
+    s.parallel(128, [&](Idx i) {
+      s.if_then(base + i < N, [&] {
+        d4(base + i) = c4(base + i);
+        d5(base + i) = c5(base + i);
+        ds(base + i) = cs(base + i);
+        q4(base + i) = x(base + i);
+        q5(base + i) = x(base + i);
+        qs(base + i) = x(base + i);
+      });
+    });
+  });
+  return kb.build();
+}
+
 Kernel softmax_kernel() {
   KernelBuilder kb("softmax");
   Dim T = kb.dim("T"), D = kb.dim("D", {.min = 1, .max = 1 << 16});

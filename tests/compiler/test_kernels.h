@@ -11,6 +11,9 @@ Kernel axpb_kernel();
 Kernel math_kernel();
 // y_bf16 = x_bf16 * s + h_f16 (bf16/f16 loads, RNE stores).
 Kernel mixed_dtype_kernel();
+// The 8-bit float formats: d4/d5/ds[i] = the f32 value of the f8e4m3/f8e5m2/e8m0 code c4/c5/cs[i],
+// and q4/q5/qs[i] = x[i] rounded to each format (narrow_float.h).
+Kernel narrow_float_kernel();
 // Row softmax over [T, D]: a max and a sum reduction per row.
 Kernel softmax_kernel();
 // The rmsnorm forward of the builder's documentation.

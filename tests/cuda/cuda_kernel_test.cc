@@ -75,6 +75,9 @@ class Inputs {
           break;
         }
         case DType::U8:
+        case DType::F8E4M3:
+        case DType::F8E5M2:
+        case DType::E8M0:
           put<uint8_t>(out, i, static_cast<uint8_t>(rng_()));
           break;
         default:
@@ -280,6 +283,10 @@ TEST_F(CudaKernelTest, StrictMath) { run_case({"math", testing::math_kernel(), {
 // NaN inputs reach f32_to_f16_bits through arithmetic, whose NaN sign differs by hardware.
 TEST_F(CudaKernelTest, MixedDtypes) {
   run_case({"mixed_dtype", testing::mixed_dtype_kernel(), {1000}, {0.375}, true});
+}
+// Every code decoded, specials and random f32 rounded to f8e4m3, f8e5m2 and e8m0.
+TEST_F(CudaKernelTest, NarrowFloats) {
+  run_case({"narrow_float", testing::narrow_float_kernel(), {1 << 16}, {}, true});
 }
 TEST_F(CudaKernelTest, Softmax) {
   run_case({"softmax", testing::softmax_kernel(), {6, 500}, {}, false});

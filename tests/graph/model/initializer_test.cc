@@ -211,6 +211,7 @@ TEST(InitializerTest, ConstantKindsInEveryDType) {
       {DType::U8, {K::Constant, 300.0}, {255, 255}},
       {DType::FP4E2M1, {K::Constant, -1.5}, {0xbb}},  // code 0xb = -1.5, both nibbles
       {DType::E8M0, {K::Ones}, {127, 127}},
+      {DType::F8E5M2, {K::Constant, 1e6}, {0x7c, 0x7c}},  // overflows to +inf
   };
   for (const Case& c : cases) {
     HostTensor t = initialize_tensor(decl("c", TensorRole::Weight, c.dtype, {2}, c.init), 3);
@@ -522,7 +523,7 @@ TEST(ConvertTest, ElementsPackLittleEndianAndFp4LowNibbleFirst) {
   store_element(DType::I64, buf.data(), 0, -1.0);
   EXPECT_EQ(buf, std::vector<uint8_t>(8, 0xFF));
   for (DType t : {DType::F32, DType::BF16, DType::F16, DType::F8E4M3, DType::I32, DType::I64,
-                  DType::U8, DType::FP4E2M1, DType::E8M0}) {
+                  DType::U8, DType::FP4E2M1, DType::E8M0, DType::F8E5M2}) {
     store_element(t, buf.data(), 0, 4.0);  // exact in every type
     EXPECT_EQ(load_element(t, buf.data(), 0), 4.0) << dtype_name(t);
   }
