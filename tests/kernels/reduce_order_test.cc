@@ -1,0 +1,160 @@
+// The reduce family's summation order (kernels/reduce_kernel.h): the row kernel (a contiguous
+// axis) and the column kernel (a strided axis) give the same bits; a row's result does not
+// depend on how many rows there are; sums follow the lane order exactly (emulated in float); and
+// attribute mistakes are ShapeErrors naming the operand and what was expected.
+#include <cstring>
+#include <limits>
+
+#include "kernels/reduce_kernel.h"
+#include "tests/kernels/kernel_runner.h"
+
+namespace tilerun::kernels {
+namespace {
+
+using testing::Bytes;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+testing::KernelRunner& runner() {
+  static testing::KernelRunner* r = new testing::KernelRunner;
+  return *r;
+}
+
+const std::vector<std::string> kOps = {"reduce_sum", "reduce_mean",      "reduce_max",
+                                       "reduce_min", "reduce_logsumexp", "reduce_l2",
+                                       "reduce_l1"};
+
+Attrs over(std::vector<int64_t> axes) { return {{"axes", std::move(axes)}}; }
+
+// The names of the kernels an op expands to for f32 inputs of `shape`.
+std::string kernels_of(const std::string& op, const std::vector<int64_t>& shape, const Attrs& a) {
+  const OpSchema& s = testing::schema_of(op);
+  Attrs attrs = testing::with_defaults(s, a);
+  std::vector<TensorType> in = {{DType::F32, shape}};
+  std::string names;
+  for (const KernelCall& c : s.expand(in, s.infer(in, attrs), attrs).calls)
+    names += c.kernel->sig.name + " ";
+  return names;
+}
+
+RefTensor transposed(const RefTensor& x) {  // [P, K] -> [K, P]
+  RefTensor t{.shape = {x.shape[1], x.shape[0]}, .data = x.data};
+  for (int64_t p = 0; p < x.shape[0]; ++p)
+    for (int64_t k = 0; k < x.shape[1]; ++k)
+      t.data[k * x.shape[0] + p] = x.data[p * x.shape[1] + k];
+  return t;
+}
+
+class ReduceOrder : public ::testing::Test {
+ protected:
+  void SetUp() override { RecordProperty("seed", std::to_string(testing::test_seed())); }
+  RefTensor random(std::vector<int64_t> shape) {
+    return testing::rounded(DType::F32, testing::random_tensor(rng_, std::move(shape)));
+  }
+  std::mt19937_64 rng_{testing::test_seed()};
+};
+
+// x [P, K] over axis 1 takes the row kernel; its transpose [K, P] over axis 0 the column kernel.
+TEST_F(ReduceOrder, RowAndColumnKernelsGiveTheSameBits) {
+  for (int64_t k : {64, 129, 300, 1000}) {
+    RefTensor x = random({5, k});
+    for (const std::string& op : kOps) {
+      SCOPED_TRACE(op + " K=" + std::to_string(k));
+      ASSERT_NE(kernels_of(op, x.shape, over({1})).find("_row_"), std::string::npos);
+      ASSERT_NE(kernels_of(op, {k, 5}, over({0})).find("_col_"), std::string::npos);
+      for (DType dt : {DType::F32, DType::BF16}) {
+        Bytes row = runner().run(op, {x}, over({1}), dt, kNaN)[0];
+        Bytes col = runner().run(op, {transposed(x)}, over({0}), dt, kNaN)[0];
+        EXPECT_EQ(row.data, col.data) << dtype_name(dt);
+      }
+    }
+  }
+}
+
+// The first row's result is the same alone and among 300 rows, for either kernel.
+TEST_F(ReduceOrder, ARowDoesNotDependOnTheNumberOfRows) {
+  for (int64_t k : {7, 300}) {
+    RefTensor many = random({300, k});
+    RefTensor one{.shape = {1, k}, .data = {many.data.begin(), many.data.begin() + k}};
+    for (const std::string& op : kOps) {
+      SCOPED_TRACE(op + " K=" + std::to_string(k));
+      Bytes a = runner().run(op, {one}, over({1}), DType::F32, kNaN)[0];
+      Bytes b = runner().run(op, {many}, over({1}), DType::F32, kNaN)[0];
+      ASSERT_GE(b.data.size(), 4u);
+      EXPECT_EQ(0, std::memcmp(a.data.data(), b.data.data(), 4));
+      Bytes c = runner().run(op, {transposed(one)}, over({0}), DType::F32, kNaN)[0];
+      Bytes d = runner().run(op, {transposed(many)}, over({0}), DType::F32, kNaN)[0];
+      EXPECT_EQ(0, std::memcmp(c.data.data(), d.data.data(), 4));
+      EXPECT_EQ(0, std::memcmp(a.data.data(), c.data.data(), 4));
+    }
+  }
+}
+
+// reduce_sum is the lane order in float: lane g folds k = g, g + 128, ... from its first element,
+// then the lanes are added in lane order.
+TEST_F(ReduceOrder, SumFollowsTheLaneOrder) {
+  for (int64_t k : {1, 5, 128, 129, 1000, 4099}) {
+    RefTensor x = random({3, k});
+    for (const std::vector<int64_t>& axes : {std::vector<int64_t>{1}, std::vector<int64_t>{0}}) {
+      RefTensor in = axes[0] == 1 ? x : transposed(x);
+      Bytes got = runner().run("reduce_sum", {in}, over(axes), DType::F32, kNaN)[0];
+      const float* y = reinterpret_cast<const float*>(got.data.data());
+      for (int64_t p = 0; p < 3; ++p) {
+        float total = 0;
+        for (int64_t g = 0; g < std::min<int64_t>(k, kLanes); ++g) {
+          float lane = static_cast<float>(x.data[p * k + g]);
+          for (int64_t j = g + kLanes; j < k; j += kLanes)
+            lane += static_cast<float>(x.data[p * k + j]);
+          total = g == 0 ? lane : total + lane;
+        }
+        uint32_t want, have;
+        std::memcpy(&want, &total, 4);
+        std::memcpy(&have, &y[p], 4);
+        EXPECT_EQ(want, have) << "K=" << k << " axis " << axes[0] << " row " << p << ": " << y[p]
+                              << ", the lane order gives " << total;
+      }
+    }
+  }
+}
+
+// Attribute mistakes: a ShapeError whose message names the operand and what was expected.
+TEST(ReduceErrors, AxesOutOfRangeRepeatedOrEmpty) {
+  const OpSchema& s = testing::schema_of("reduce_sum");
+  TensorType x{DType::F32, {4, 5}};
+  auto message = [&](const Attrs& a) -> std::string {
+    try {
+      s.infer({x}, testing::with_defaults(s, a));
+    } catch (const ShapeError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  std::string m = message(over({2}));
+  EXPECT_NE(m.find("'axes' is 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("input 'x'"), std::string::npos) << m;
+  EXPECT_NE(m.find("[-2, 1]"), std::string::npos) << m;
+  m = message(over({-3}));
+  EXPECT_NE(m.find("'axes' is -3"), std::string::npos) << m;
+  m = message(over({1, -1}));
+  EXPECT_NE(m.find("names axis 1 of input 'x' f32[4,5] twice"), std::string::npos) << m;
+  m = message(over({}));
+  EXPECT_NE(m.find("'axes' is empty"), std::string::npos) << m;
+  EXPECT_EQ(message(over({-2, 1})), "no error");
+}
+
+TEST(ReduceErrors, ReduceGradTakesOneRunOfAxes) {
+  const OpSchema& s = testing::schema_of("reduce_grad");
+  TensorType x{DType::F32, {2, 3, 4}}, y{DType::F32, {3}};
+  Attrs a = testing::with_defaults(
+      s, {{"kind", std::string("sum")}, {"axes", std::vector<int64_t>{0, 2}}});
+  EXPECT_THROW(s.infer({x, y, y}, a), ShapeError);
+  a["kind"] = std::string("median");
+  EXPECT_THROW(s.infer({x, y, y}, a), ShapeError);
+  // A size-1 axis reduces nothing: axes 0 and 2 of [1, 3, 4] are one run in effect.
+  TensorType x1{DType::F32, {1, 3, 4}};
+  a["kind"] = std::string("sum");
+  EXPECT_EQ(s.infer({x1, y, y}, a), (std::vector<TensorType>{x1}));
+}
+
+}  // namespace
+}  // namespace tilerun::kernels
