@@ -1,7 +1,8 @@
-// The reduce family's summation order (kernels/reduce_kernel.h): the row kernel (a contiguous
-// axis) and the column kernel (a strided axis) give the same bits; a row's result does not
-// depend on how many rows there are; sums follow the lane order exactly (emulated in float); and
-// attribute mistakes are ShapeErrors naming the operand and what was expected.
+// The lane order of kernels/reduce_kernel.h, used by the reduce family and by softmax's variants:
+// the row kernel (a contiguous axis) and the column kernel (a strided axis) give the same bits; a
+// row's result does not depend on how many rows there are; sums follow the lane order exactly
+// (emulated in float); plain softmax keeps its original kernel; and attribute mistakes are
+// ShapeErrors naming the operand and what was expected.
 #include <cstring>
 #include <limits>
 
@@ -115,6 +116,67 @@ TEST_F(ReduceOrder, SumFollowsTheLaneOrder) {
       }
     }
   }
+}
+
+// softmax / log_softmax with a scale and a sink, and the lane-order softmax_grad: over axis 1 of
+// [5, K] (a block per row, or a thread per row when K is short) and axis 0 of the transpose (the
+// strided kernel), the same bits.
+TEST_F(ReduceOrder, SoftmaxKernelsGiveTheSameBits) {
+  for (int64_t k : {7, 300}) {
+    RefTensor x = random({5, k}), sink = random({5}), dy = random({5, k});
+    for (const std::string& op : {"softmax", "log_softmax"}) {
+      SCOPED_TRACE(op + " K=" + std::to_string(k));
+      Attrs a = {{"has_sink", true}, {"scale", 0.75}};
+      Bytes row = runner().run(op, {x, sink}, a, DType::F32, kNaN)[0];
+      a["axis"] = int64_t{0};
+      Bytes col = runner().run(op, {transposed(x), sink}, a, DType::F32, kNaN)[0];
+      RefTensor col_t = transposed({.shape = {k, 5}, .data = testing::decode(col)});
+      EXPECT_EQ(row.data, testing::encode(DType::F32, col_t.data).data);
+      EXPECT_NE(kernels_of(op, {k, 5}, {{"axis", int64_t{0}}}).find("_col_"), std::string::npos);
+    }
+    RefTensor y = testing::run_reference("softmax", {x})[0];
+    y = testing::rounded(DType::F32, y);
+    for (const std::string& op : {"softmax_grad", "log_softmax_grad"}) {
+      Bytes row = runner().run(op, {y, dy}, {{"scale", 0.5}}, DType::F32, kNaN)[0];
+      Bytes col = runner().run(op, {transposed(y), transposed(dy)},
+                               {{"scale", 0.5}, {"axis", int64_t{0}}}, DType::F32, kNaN)[0];
+      RefTensor col_t = transposed({.shape = {k, 5}, .data = testing::decode(col)});
+      EXPECT_EQ(row.data, testing::encode(DType::F32, col_t.data).data) << op << " K=" << k;
+    }
+  }
+  // Plain softmax over the last axis keeps its original kernel (and so its bits).
+  EXPECT_EQ(kernels_of("softmax", {7, 300}, {}), "softmax_f32 ");
+  EXPECT_EQ(kernels_of("softmax", {7, 300}, {{"scale", 2.0}}), "softmax_lane_row_f32 ");
+}
+
+TEST(SoftmaxErrors, AxisBiasAndSinkShapes) {
+  const OpSchema& s = testing::schema_of("softmax");
+  TensorType x{DType::F32, {2, 3, 4}};
+  auto message = [&](std::vector<TensorType> in, const Attrs& a) -> std::string {
+    try {
+      s.infer(in, testing::with_defaults(s, a));
+    } catch (const ShapeError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  std::string m = message({x}, {{"axis", int64_t{3}}});
+  EXPECT_NE(m.find("'axis' is 3, out of range for input 'x' of rank 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("[-3, 2]"), std::string::npos) << m;
+  m = message({x, {DType::F32, {3, 5}}}, {});
+  EXPECT_NE(m.find("input 'bias' is f32[3,5]"), std::string::npos) << m;
+  // A bias of the trailing dims must include the axis.
+  m = message({x, {DType::F32, {4}}}, {{"axis", int64_t{1}}});
+  EXPECT_NE(m.find("includes axis 1"), std::string::npos) << m;
+  EXPECT_EQ(message({x, {DType::F32, {3, 4}}}, {{"axis", int64_t{1}}}), "no error");
+  m = message({x, {DType::F32, {2, 4}}}, {{"has_sink", true}});
+  EXPECT_NE(m.find("input 'sink' is f32[2,4], expected f32[2,3]"), std::string::npos) << m;
+  EXPECT_EQ(message({x, {DType::F32, {2, 4}}}, {{"has_sink", true}, {"axis", int64_t{1}}}),
+            "no error");
+  m = message({x}, {{"has_sink", true}});
+  EXPECT_NE(m.find("no input 'sink'"), std::string::npos) << m;
+  m = message({x, x, {DType::F32, {2, 3}}}, {});
+  EXPECT_NE(m.find("has_sink: true"), std::string::npos) << m;
 }
 
 // Attribute mistakes: a ShapeError whose message names the operand and what was expected.
