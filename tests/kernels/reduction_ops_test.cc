@@ -1,9 +1,15 @@
 // The lane order of kernels/reduce_kernel.h, used by the reduce family and by softmax's variants:
 // the row kernel (a contiguous axis) and the column kernel (a strided axis) give the same bits; a
 // row's result does not depend on how many rows there are; sums follow the lane order exactly
-// (emulated in float); plain softmax keeps its original kernel; and attribute mistakes are
-// ShapeErrors naming the operand and what was expected.
+// (emulated in float); plain softmax keeps its original kernel; grouped (per-head) norms
+// normalise each group alone; and attribute mistakes are ShapeErrors naming the operand and what
+// was expected.
+#include <sys/wait.h>
+#include <cmath>
+
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 
 #include "kernels/reduce_kernel.h"
@@ -216,6 +222,95 @@ TEST(ReduceErrors, ReduceGradTakesOneRunOfAxes) {
   TensorType x1{DType::F32, {1, 3, 4}};
   a["kind"] = std::string("sum");
   EXPECT_EQ(s.infer({x1, y, y}, a), (std::vector<TensorType>{x1}));
+}
+
+// layernorm with group 4 over [3, 8] against mean and variance computed per group here; rmsnorm
+// likewise.
+TEST_F(ReduceOrder, GroupedNormsNormaliseEachGroupAlone) {
+  RefTensor x = random({3, 8}), w = random({4}), b = random({4});
+  const double eps = 0.01;
+  Attrs a = {{"group", int64_t{4}}, {"eps", eps}};
+  RefTensor ln = testing::run_reference("layernorm", {x, w, b}, a)[0];
+  RefTensor rms = testing::run_reference("rmsnorm", {x, w}, a)[0];
+  for (int64_t grp = 0; grp < 6; ++grp) {
+    const double* v = &x.data[grp * 4];
+    double mean = (v[0] + v[1] + v[2] + v[3]) / 4, var = 0, ms = 0;
+    for (int i = 0; i < 4; ++i) var += (v[i] - mean) * (v[i] - mean) / 4, ms += v[i] * v[i] / 4;
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_NEAR(ln.data[grp * 4 + i],
+                  (v[i] - mean) / std::sqrt(var + eps) * w.data[i] + b.data[i], 1e-12);
+      EXPECT_NEAR(rms.data[grp * 4 + i], v[i] / std::sqrt(ms + eps) * w.data[i], 1e-12);
+    }
+  }
+}
+
+TEST(NormErrors, GroupMustDivideTheLastAxis) {
+  for (const std::string& op : {"rmsnorm", "layernorm"}) {
+    const OpSchema& s = testing::schema_of(op);
+    TensorType x{DType::F32, {3, 12}}, w{DType::F32, {5}};
+    std::string m;
+    try {
+      s.infer({x, w}, testing::with_defaults(s, {{"group", int64_t{5}}}));
+    } catch (const ShapeError& e) {
+      m = e.what();
+    }
+    EXPECT_NE(m.find("attribute 'group' is 5, which does not divide the last axis (12) of input "
+                     "'x' f32[3,12]; expected a divisor of 12"),
+              std::string::npos)
+        << op << ": " << m;
+    m.clear();
+    try {
+      s.infer({x, {DType::F32, {12}}}, testing::with_defaults(s, {{"group", int64_t{4}}}));
+    } catch (const ShapeError& e) {
+      m = e.what();
+    }
+    EXPECT_NE(m.find("expected f32[4] like 'the group size'"), std::string::npos)
+        << op << ": " << m;
+    EXPECT_EQ(s.infer({x, {DType::F32, {4}}}, testing::with_defaults(s, {{"group", int64_t{4}}})),
+              (std::vector<TensorType>{x}));
+  }
+}
+
+// The CLI, with stderr folded into stdout; returns the exit code.
+int run_cli(const std::string& args, std::string* out) {
+  FILE* pipe = ::popen(("'" + std::string(TILERUN_CLI) + "' " + args + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out->append(buffer, n);
+  int status = ::pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// configs/reductions.yaml (every op of these families) forward and backward on the CPU against
+// the double-precision references.
+TEST(ReductionsConfig, ChecksOnTheCpu) {
+  std::string out;
+  int code = run_cli(
+      std::string(TILERUN_SOURCE_DIR) + "/configs/reductions.yaml --device cpu --check", &out);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("check: ok"), std::string::npos) << out;
+}
+
+// An attribute mistake is reported at the op's position in the YAML, naming the op and operand.
+TEST(ReductionsConfig, AxisOutOfRangeIsReportedAtTheOp) {
+  std::string path =
+      ::testing::TempDir() + "reduction_axis_" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(path) << "model: m\n"
+                         "inputs:\n"
+                         "  x: {shape: [4, 5]}\n"
+                         "layers:\n"
+                         "  - name: l\n"
+                         "    ops:\n"
+                         "      - {op: reduce_sum, in: x, out: y, axes: [2]}\n"
+                         "outputs: [l.y]\n";
+  std::string out;
+  EXPECT_EQ(run_cli("'" + path + "' --validate", &out), 2) << out;
+  EXPECT_NE(out.find(":7:9: error: op 0 (reduce_sum) of layer 'l': attribute 'axes' is 2, out of "
+                     "range for input 'x' of rank 2; expected an axis in [-2, 1]"),
+            std::string::npos)
+      << out;
+  std::remove(path.c_str());
 }
 
 }  // namespace
