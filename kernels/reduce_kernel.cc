@@ -12,6 +12,9 @@ namespace {
 constexpr int kThreads = static_cast<int>(kLanes);
 // The row kernel pays a block per output, worth it once a row fills half the lanes.
 constexpr int64_t kRowKernelMinExtent = kLanes / 2;
+// A strided axis takes a block per output too when there are fewer outputs than this (too few
+// threads for the column kernel) and each is long; the grid's y axis (P) is at most 65535.
+constexpr int64_t kFewOutputs = 1024, kStridedRowMinExtent = 256, kMaxGridY = 65535;
 
 cc::Val fold_of(ReduceKind k, const cc::Val& a, const cc::Val& b) {
   if (k == ReduceKind::Max) return cc::max(a, b);
@@ -53,23 +56,34 @@ std::string kernel_name(ReduceKind kind, const std::string& shape, DType in, DTy
   return name;
 }
 
-// One block per row of x [P, K]. Parameters: x, y; P, K.
-cc::Kernel build_row(ReduceKind kind, DType in, DType out) {
-  cc::KernelBuilder kb(kernel_name(kind, "row", in, out));
+// One block per output. inner == false: x [P, K], blocks over p; parameters x, y; P, K. inner:
+// x [P, K, R] (a strided axis with few outputs and a long extent), blocks (r, p) over grid
+// {R, P}; parameters x, y; P, K, R.
+cc::Kernel build_row(ReduceKind kind, DType in, DType out, bool inner) {
+  cc::KernelBuilder kb(kernel_name(kind, inner ? "srow" : "row", in, out));
   cc::Dim p = kb.dim("P"), k = kb.dim("K");
-  cc::Buf x = kb.input("x", in, {p, k});
-  cc::Buf y = kb.output("y", out, {p});
-  kb.body({p}, kThreads, [&](cc::Scope& s) {
-    cc::Idx row = s.block_idx(0);
+  cc::Dim r = inner ? kb.dim("R") : cc::Dim(cc::Val(1), "R");
+  cc::Buf x = inner ? kb.input("x", in, {p, k, r}) : kb.input("x", in, {p, k});
+  cc::Buf y = inner ? kb.output("y", out, {p, r}) : kb.output("y", out, {p});
+  std::vector<cc::Val> grid = {inner ? cc::Val(r) : cc::Val(p)};
+  if (inner) grid.push_back(p);
+  kb.body(grid, kThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(inner ? 1 : 0), col = inner ? s.block_idx(0) : cc::Idx(0);
+    auto at = [&](const cc::Idx& j) { return inner ? x(row, j, col) : x(row, j); };
     cc::Buf lanes = s.alloc_shared("lanes", DType::F32, {kLanes});
     cc::Buf total = s.alloc_shared("total", DType::F32, {1});
     cc::Val m;
-    if (kind == ReduceKind::LogSumExp)
-      m = s.let(s.reduce_max(k, [&](cc::Idx j) { return x(row, j); }), "m");
+    if (kind == ReduceKind::LogSumExp) m = s.let(s.reduce_max(k, at), "m");
     fold_row(
-        s, k, lanes, total, [&](cc::Idx j) { return map_of(kind, x(row, j), m); },
+        s, k, lanes, total, [&](cc::Idx j) { return map_of(kind, at(j), m); },
         [&](cc::Val a, cc::Val b) { return fold_of(kind, a, b); });
-    s.parallel(1, [&](cc::Idx) { y(row) = finish_of(kind, total(0), k, m); });
+    s.parallel(1, [&](cc::Idx) {
+      cc::Val v = finish_of(kind, total(0), k, m);
+      if (inner)
+        y(row, col) = v;
+      else
+        y(row) = v;
+    });
   });
   return kb.build();
 }
@@ -160,10 +174,14 @@ bool use_row_kernel(const AxisView& v) { return v.inner == 1 && v.extent >= kRow
 
 KernelCall reduce_call(KernelCache& cache, ReduceKind kind, DType in, DType out, const AxisView& v,
                        KernelArg x, KernelArg y) {
-  const bool row = use_row_kernel(v), inner = v.inner > 1;
-  std::string shape = row ? "row" : inner ? "col" : "seq";
+  const bool inner = v.inner > 1;
+  // A strided axis with few outputs and a long extent: a block per output keeps the GPU busy.
+  const bool strided_row = inner && v.outer * v.inner < kFewOutputs &&
+                           v.extent >= kStridedRowMinExtent && v.outer <= kMaxGridY;
+  const bool row = use_row_kernel(v) || strided_row;
+  std::string shape = row ? (inner ? "srow" : "row") : inner ? "col" : "seq";
   auto kernel = cache.get(kernel_name(kind, shape, in, out), [&] {
-    return row ? build_row(kind, in, out) : build_col(kind, in, out, inner);
+    return row ? build_row(kind, in, out, inner) : build_col(kind, in, out, inner);
   });
   KernelCall call{.kernel = kernel, .buffers = {x, y}};
   call.dims = inner ? std::vector<int64_t>{v.outer, v.extent, v.inner}

@@ -5,9 +5,9 @@
 //   starting from its first element; then the lanes' partials are folded in lane order 0, 1, ...
 // Two kernel shapes compute that same order, so their bits agree and the choice between them (a
 // function of the shape only) never changes a result: the row kernel (one block per output, the
-// lanes on threads; for a long contiguous axis) and the column kernel (one thread per output,
-// looping over the lanes; for a strided axis or short rows). No atomics, no dependence on the
-// number of outputs or the grid.
+// lanes on threads; for a long contiguous axis, or a long strided one with few outputs) and the
+// column kernel (one thread per output, looping over the lanes; for a strided axis or short
+// rows). No atomics, no dependence on the number of outputs or the grid.
 #pragma once
 
 #include <cstdint>

@@ -61,18 +61,33 @@ class ReduceOrder : public ::testing::Test {
   std::mt19937_64 rng_{testing::test_seed()};
 };
 
-// x [P, K] over axis 1 takes the row kernel; its transpose [K, P] over axis 0 the column kernel.
+// x [P, K] over axis 1 takes the row kernel; its transpose [K, P] over axis 0 the column kernel
+// (K < 256) or the strided row kernel (few outputs, K >= 256); [K, P, 220] (each x[p, :] copied
+// along the last axis) the column kernel with 1100 outputs. All give the same bits.
 TEST_F(ReduceOrder, RowAndColumnKernelsGiveTheSameBits) {
+  const int64_t wide = 220;
   for (int64_t k : {64, 129, 300, 1000}) {
-    RefTensor x = random({5, k});
+    RefTensor x = random({5, k}), xt = transposed(x);
+    RefTensor x3{.shape = {k, 5, wide}};
+    for (double v : xt.data) x3.data.insert(x3.data.end(), wide, v);
     for (const std::string& op : kOps) {
       SCOPED_TRACE(op + " K=" + std::to_string(k));
       ASSERT_NE(kernels_of(op, x.shape, over({1})).find("_row_"), std::string::npos);
-      ASSERT_NE(kernels_of(op, {k, 5}, over({0})).find("_col_"), std::string::npos);
+      ASSERT_NE(kernels_of(op, xt.shape, over({0})).find(k >= 256 ? "_srow_" : "_col_"),
+                std::string::npos);
+      ASSERT_NE(kernels_of(op, x3.shape, over({0})).find("_col_"), std::string::npos);
       for (DType dt : {DType::F32, DType::BF16}) {
         Bytes row = runner().run(op, {x}, over({1}), dt, kNaN)[0];
-        Bytes col = runner().run(op, {transposed(x)}, over({0}), dt, kNaN)[0];
+        Bytes col = runner().run(op, {xt}, over({0}), dt, kNaN)[0];
         EXPECT_EQ(row.data, col.data) << dtype_name(dt);
+        Bytes many = runner().run(op, {x3}, over({0}), dt, kNaN)[0];
+        const size_t bytes = dt == DType::F32 ? 4 : 2;
+        ASSERT_EQ(many.data.size(), 5 * wide * bytes);
+        for (int64_t p = 0; p < 5; ++p)
+          for (int64_t r = 0; r < wide; r += 73)
+            EXPECT_EQ(0,
+                      std::memcmp(&many.data[(p * wide + r) * bytes], &row.data[p * bytes], bytes))
+                << dtype_name(dt) << " p=" << p << " r=" << r;
       }
     }
   }
