@@ -1,11 +1,14 @@
-// Normalisations over the last axis (rows): rmsnorm, one block per row; and its backward op
-// rmsnorm_grad, dx fused with per-RB-row dgamma partial sums (RB = 1 up to 256 rows, doubling to
-// 16), then a column sum in 16 fixed row groups.
+// Normalisations over the last axis (rows), or over groups of `group` elements of it (per-head
+// norms: each group is a row of its own, so a grouped norm is the plain one over the [numel /
+// group, group] view, and its weights have `group` elements): rmsnorm, one block per row; and its
+// backward op rmsnorm_grad, dx fused with per-RB-row dgamma partial sums (RB = 1 up to 256 rows,
+// doubling to 16), then a column sum in 16 fixed row groups (layernorm.cc follows the same plan).
 #include <cmath>
 
 #include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
 #include "kernels/kernel_cache.h"
+#include "kernels/norm_util.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
@@ -16,12 +19,13 @@ namespace {
 
 namespace cc = tilerun::compiler;
 
-// y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * gamma, rows over the last axis.
-std::vector<TensorType> infer_rmsnorm(const std::vector<TensorType>& in, const Attrs&) {
+// y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * gamma, rows over the last axis (or its
+// groups).
+std::vector<TensorType> infer_rmsnorm(const std::vector<TensorType>& in, const Attrs& attrs) {
   expect_float(in[0], "x");
-  if (in[0].shape.empty()) throw ShapeError("input 'x' is a scalar, expected rank >= 1");
-  TensorType gamma{in[0].dtype, {in[0].shape.back()}};
-  expect_same(in[1], "gamma", gamma, "the last axis of x");
+  int64_t g = norm_group(in[0], attrs);
+  TensorType gamma{in[0].dtype, {g}};
+  expect_same(in[1], "gamma", gamma, norm_extent_name(attrs));
   return {in[0]};
 }
 
@@ -51,13 +55,14 @@ std::vector<double> inv_rms(const RefTensor& x, double eps) {
 }
 
 std::vector<RefTensor> ref_rmsnorm(const std::vector<RefTensor>& in, const Attrs& attrs) {
-  const RefTensor &x = in[0], &gamma = in[1];
+  const RefTensor x = as_norm_rows(in[0], attrs), &gamma = in[1];
   auto [rows, cols] = rows_cols(x.shape);
   std::vector<double> inv = inv_rms(x, attr_float(attrs, "eps"));
   RefTensor y = ref_zeros(x.shape);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       y.data[r * cols + c] = x.data[r * cols + c] * inv[r] * gamma.data[c];
+  y.shape = in[0].shape;
   return {y};
 }
 
@@ -65,7 +70,7 @@ std::vector<RefTensor> ref_rmsnorm(const std::vector<RefTensor>& in, const Attrs
 //   dx[r, c]   = i * g[c] - i^3 * x[r, c] * sum_k(g[k] * x[r, k]) / n
 //   dgamma[c]  = sum_r dy[r, c] * x[r, c] * i[r]
 std::vector<RefTensor> ref_rmsnorm_grad(const std::vector<RefTensor>& in, const Attrs& attrs) {
-  const RefTensor &x = in[0], &gamma = in[1], &dy = in[2];
+  const RefTensor x = as_norm_rows(in[0], attrs), &gamma = in[1], &dy = in[2];
   auto [rows, cols] = rows_cols(x.shape);
   std::vector<double> inv = inv_rms(x, attr_float(attrs, "eps"));
   RefTensor dx = ref_zeros(x.shape), dgamma = ref_zeros(gamma.shape);
@@ -80,6 +85,7 @@ std::vector<RefTensor> ref_rmsnorm_grad(const std::vector<RefTensor>& in, const 
       dgamma.data[c] += dyr[c] * xr[c] * i;
     }
   }
+  dx.shape = in[0].shape;
   return {dx, dgamma};
 }
 
@@ -91,30 +97,13 @@ std::vector<GradOp> grad_rmsnorm(const std::vector<TensorType>&, const Attrs& at
   return {{"rmsnorm_grad",
            {"x0", "x1", "dy0"},
            {needs[0] ? "dx0" : "unused_dx", needs[1] ? "dx1" : "unused_dgamma"},
-           {{"eps", attr_float(attrs, "eps")}}}};
+           {{"eps", attr_float(attrs, "eps")}, {"group", attr_int(attrs, "group")}}}};
 }
 
 // ---- Tile kernels --------------------------------------------------------------------------
 // Tensors are seen as [R, D]: R rows of the last axis D.
 
 constexpr int kThreads = 128;
-// rmsnorm_grad: the dx kernel takes RB rows per block and writes those rows' dgamma partial sum
-// (f32, in row order). RB is the smallest power of two, at most kMaxRowsPerBlock, that keeps
-// the blocks under kTargetBlocks: one row per block for up to 256 rows, so a small batch still
-// spreads over the GPU. A function of R and constants (never the grid), so the summation order
-// is too.
-constexpr int64_t kTargetBlocks = 256, kMaxRowsPerBlock = 16;
-// rmsnorm_grad: the dgamma kernel's block covers kColsPerBlock columns with kRowGroups groups
-// of threads; group g sums partials g, g + kRowGroups, ... in order, then the groups' sums are
-// added in group order.
-constexpr int64_t kColsPerBlock = 16, kRowGroups = 16;
-
-int64_t rows_per_block(int64_t rows) {
-  int64_t rb = 1;
-  while (rb < kMaxRowsPerBlock && (rows + rb - 1) / rb > kTargetBlocks) rb *= 2;
-  return rb;
-}
-
 // 1 / sqrt(mean of squares + eps) of `row`: one rounding each for sqrt and division.
 cc::Val inv_rms_of(cc::Scope& s, const cc::Buf& x, const cc::Idx& row, const cc::Dim& d,
                    const cc::Val& eps) {
@@ -210,44 +199,11 @@ cc::Kernel build_rmsnorm_grad_dx(DType dtype, int64_t rb) {
   return kb.build();
 }
 
-// dgamma[c] = sum over partial rows p of partial[p, c], in a fixed order: group g of the
-// block's kRowGroups sums rows g, g + kRowGroups, ... in order, and the group sums are added in
-// group order. Parameters: partial, dgamma; P (partial rows), D.
-cc::Kernel build_rmsnorm_grad_dgamma(DType dtype) {
-  cc::KernelBuilder kb("rmsnorm_grad_dgamma_" + std::string(dtype_name(dtype)));
-  cc::Dim p = kb.dim("P"), d = kb.dim("D");
-  cc::Buf partial = kb.input("partial", DType::F32, {p, d});
-  cc::Buf dgamma = kb.output("dgamma", dtype, {d});
-  constexpr int kThreadsDg = static_cast<int>(kColsPerBlock * kRowGroups);
-  kb.body({cc::ceildiv(d, kColsPerBlock)}, kThreadsDg, [&](cc::Scope& s) {
-    cc::Idx c0 = s.block_idx(0) * kColsPerBlock;
-    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kRowGroups, kColsPerBlock});
-    cc::Buf sums = s.alloc_shared("sums", DType::F32, {kRowGroups, kColsPerBlock});
-    s.parallel(kRowGroups, kColsPerBlock, [&](cc::Idx g, cc::Idx j) { acc(g, j) = 0.0f; });
-    s.serial(cc::ceildiv(p, cc::Val(kRowGroups)), [&](cc::Idx i) {
-      s.parallel(kRowGroups, kColsPerBlock, [&](cc::Idx g, cc::Idx j) {
-        cc::Idx row = i * kRowGroups + g;
-        s.if_then(row < p && c0 + j < d, [&] { acc(g, j) = acc(g, j) + partial(row, c0 + j); });
-      });
-    });
-    s.parallel(kRowGroups, kColsPerBlock, [&](cc::Idx g, cc::Idx j) { sums(g, j) = acc(g, j); });
-    s.barrier();
-    s.parallel(kColsPerBlock, [&](cc::Idx j) {
-      s.if_then(c0 + j < d, [&] {
-        cc::Val total = sums(0, j);
-        for (int64_t g = 1; g < kRowGroups; ++g) total = s.let(total + sums(g, j), "sum");
-        dgamma(c0 + j) = total;
-      });
-    });
-  });
-  return kb.build();
-}
-
 ExpandFn expand_rmsnorm(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                  const Attrs& attrs) {
     DType dt = out[0].dtype;
-    auto [rows, cols] = rows_cols(in[0].shape);
+    auto [rows, cols] = norm_rows(in[0], attrs);
     KernelCall call{
         .kernel = cache->get(kernel_key("rmsnorm", dt), [&] { return build_rmsnorm(dt); }),
         .buffers = {input_slot(0), input_slot(1), output_slot(0)},
@@ -261,7 +217,7 @@ ExpandFn expand_rmsnorm_grad(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                  const Attrs& attrs) {
     DType dt = out[0].dtype;
-    auto [rows, cols] = rows_cols(in[0].shape);
+    auto [rows, cols] = norm_rows(in[0], attrs);
     int64_t rb = rows_per_block(rows), blocks = (rows + rb - 1) / rb;
     KernelCall dx{
         .kernel = cache->get(kernel_key(rmsnorm_grad_dx_name(rb), dt),
@@ -270,7 +226,7 @@ ExpandFn expand_rmsnorm_grad(std::shared_ptr<KernelCache> cache) {
         .dims = {rows, cols},
         .scalars = {attr_float(attrs, "eps")}};
     KernelCall dgamma{.kernel = cache->get(kernel_key("rmsnorm_grad_dgamma", dt),
-                                           [&] { return build_rmsnorm_grad_dgamma(dt); }),
+                                           [&] { return build_partial_column_sum(dt); }),
                       .buffers = {scratch_slot(0), output_slot(1)},
                       .dims = {blocks, cols}};
     return OpExpansion{.scratch = {TensorType{DType::F32, {blocks, cols}}}, .calls = {dx, dgamma}};
@@ -286,7 +242,7 @@ void register_norm(OpRegistry& registry) {
        .doc = "y = x * rsqrt(mean(x^2, last axis) + eps) * gamma",
        .inputs = {"x", "gamma"},
        .outputs = {"y"},
-       .attrs = {kEps},
+       .attrs = {kEps, kNormGroup},
        .infer = infer_rmsnorm,
        .reference = ref_rmsnorm,
        .gradient = grad_rmsnorm,
@@ -294,8 +250,10 @@ void register_norm(OpRegistry& registry) {
        .tests = {.kernel = {{{{1, 1}, {1}}},
                             {{{7, 33}, {33}}},
                             {{{130, 7}, {7}}, {{"eps", 1e-5}}},
-                            {{{2, 3, 130}, {130}}}},
+                            {{{2, 3, 130}, {130}}},
+                            {{{5, 64}, {16}}, {{"group", int64_t{16}}}}},  // per-head: 4 groups
                  .gradient = {{{{5, 7}, {7}}},
+                              {{{2, 8}, {4}}, {{"group", int64_t{4}}, {"eps", 0.1}}},
                               {{{2, 3, 9}, {9}}, {{"eps", 0.5}}},
                               {{{1}, {1}}, {{"eps", 0.1}}}},
                  // rms([3, 4]) = sqrt(12.5).
@@ -307,7 +265,7 @@ void register_norm(OpRegistry& registry) {
        .doc = "(dx, dgamma) of rmsnorm from (x, gamma, dy) (the backward op of rmsnorm)",
        .inputs = {"x", "gamma", "dy"},
        .outputs = {"dx", "dgamma"},
-       .attrs = {kEps},
+       .attrs = {kEps, kNormGroup},
        .infer = infer_rmsnorm_grad,
        .reference = ref_rmsnorm_grad,
        .expand = expand_rmsnorm_grad(cache),
@@ -318,6 +276,7 @@ void register_norm(OpRegistry& registry) {
                          {{{33, 130}, {130}, {33, 130}}},  // 33 row partials, 9 column blocks
                          {{{130, 7}, {7}, {130, 7}}, {{"eps", 1e-5}}},
                          {{{1001, 33}, {33}, {1001, 33}}},  // 4 rows per partial, last ragged
+                         {{{6, 32}, {8}, {6, 32}}, {{"group", int64_t{8}}}},
                      },
                  // x = [3, 4], i = 1/sqrt(12.5): dx = [16/25, -12/25] i, dgamma = [3i, 0].
                  .examples = {{.inputs = {{{1, 2}, {3, 4}}, {{2}, {1, 1}}, {{1, 2}, {1, 0}}},

@@ -1,0 +1,230 @@
+#include "kernels/reduce_kernel.h"
+
+#include "compiler/base/check.h"
+
+namespace tilerun::kernels {
+
+namespace cc = tilerun::compiler;
+
+namespace {
+
+// Threads per block of both kernels: the row kernel's lanes, the column kernel's outputs.
+constexpr int kThreads = static_cast<int>(kLanes);
+// The row kernel pays a block per output, worth it once a row fills half the lanes.
+constexpr int64_t kRowKernelMinExtent = kLanes / 2;
+// A strided axis takes a block per output too when there are fewer outputs than this (too few
+// threads for the column kernel) and each is long; the grid's y axis (P) is at most 65535.
+constexpr int64_t kFewOutputs = 1024, kStridedRowMinExtent = 256, kMaxGridY = 65535;
+
+cc::Val fold_of(ReduceKind k, const cc::Val& a, const cc::Val& b) {
+  if (k == ReduceKind::Max) return cc::max(a, b);
+  if (k == ReduceKind::Min) return cc::min(a, b);
+  return a + b;
+}
+
+// The element as the fold sees it; `m` is the row's max (LogSumExp only).
+cc::Val map_of(ReduceKind k, const cc::Val& x, const cc::Val& m) {
+  switch (k) {
+    case ReduceKind::L2:
+      return x * x;
+    case ReduceKind::L1:
+      return cc::abs(x);
+    case ReduceKind::LogSumExp:
+      return cc::exp(x - m);
+    default:
+      return x;
+  }
+}
+
+cc::Val finish_of(ReduceKind k, const cc::Val& v, const cc::Val& extent, const cc::Val& m) {
+  switch (k) {
+    case ReduceKind::Mean:
+      return v / cc::to_f32(extent);
+    case ReduceKind::L2:
+      return cc::sqrt(v);
+    case ReduceKind::LogSumExp:
+      return m + cc::log(v);
+    default:
+      return v;
+  }
+}
+
+std::string kernel_name(ReduceKind kind, const std::string& shape, DType in, DType out) {
+  std::string name = "reduce_" + reduce_kind_name(kind) + "_" + shape + "_";
+  name += std::string(dtype_name(in));
+  if (out != in) name += "_" + std::string(dtype_name(out));
+  return name;
+}
+
+// One block per output. inner == false: x [P, K], blocks over p; parameters x, y; P, K. inner:
+// x [P, K, R] (a strided axis with few outputs and a long extent), blocks (r, p) over grid
+// {R, P}; parameters x, y; P, K, R.
+cc::Kernel build_row(ReduceKind kind, DType in, DType out, bool inner) {
+  cc::KernelBuilder kb(kernel_name(kind, inner ? "srow" : "row", in, out));
+  cc::Dim p = kb.dim("P"), k = kb.dim("K");
+  cc::Dim r = inner ? kb.dim("R") : cc::Dim(cc::Val(1), "R");
+  cc::Buf x = inner ? kb.input("x", in, {p, k, r}) : kb.input("x", in, {p, k});
+  cc::Buf y = inner ? kb.output("y", out, {p, r}) : kb.output("y", out, {p});
+  std::vector<cc::Val> grid = {inner ? cc::Val(r) : cc::Val(p)};
+  if (inner) grid.push_back(p);
+  kb.body(grid, kThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(inner ? 1 : 0), col = inner ? s.block_idx(0) : cc::Idx(0);
+    auto at = [&](const cc::Idx& j) { return inner ? x(row, j, col) : x(row, j); };
+    cc::Buf lanes = s.alloc_shared("lanes", DType::F32, {kLanes});
+    cc::Buf total = s.alloc_shared("total", DType::F32, {1});
+    cc::Val m;
+    if (kind == ReduceKind::LogSumExp) m = s.let(s.reduce_max(k, at), "m");
+    fold_row(
+        s, k, lanes, total, [&](cc::Idx j) { return map_of(kind, at(j), m); },
+        [&](cc::Val a, cc::Val b) { return fold_of(kind, a, b); });
+    s.parallel(1, [&](cc::Idx) {
+      cc::Val v = finish_of(kind, total(0), k, m);
+      if (inner)
+        y(row, col) = v;
+      else
+        y(row) = v;
+    });
+  });
+  return kb.build();
+}
+
+// One thread per output. With R > 1: x [P, K, R], the block (p, r-tile) over grid {P, R/128},
+// consecutive threads on consecutive r (coalesced); parameters x, y; P, K, R. With R == 1 (short
+// rows): x [P, K], a thread per row p; parameters x, y; P, K. Index maps stay affine (no
+// division by a dim), so the proofs are quick.
+cc::Kernel build_col(ReduceKind kind, DType in, DType out, bool inner) {
+  cc::KernelBuilder kb(kernel_name(kind, inner ? "col" : "seq", in, out));
+  cc::Dim p = kb.dim("P"), k = kb.dim("K");
+  cc::Dim r = inner ? kb.dim("R") : cc::Dim(cc::Val(1), "R");
+  cc::Buf x = inner ? kb.input("x", in, {p, k, r}) : kb.input("x", in, {p, k});
+  cc::Buf y = inner ? kb.output("y", out, {p, r}) : kb.output("y", out, {p});
+  std::vector<cc::Val> grid = {inner ? cc::Val(p) : cc::ceildiv(p, kThreads)};
+  if (inner) grid.push_back(cc::ceildiv(r, kThreads));
+  kb.body(grid, kThreads, [&](cc::Scope& s) {
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kLanes});
+    cc::Buf part = s.alloc_fragment("part", DType::F32, {kLanes});
+    cc::Buf mx = s.alloc_fragment("mx", DType::F32, {kLanes});
+    s.parallel(kThreads, [&](cc::Idx t) {
+      cc::Idx po = inner ? s.block_idx(0) : s.block_idx(0) * kThreads + t;
+      cc::Idx ro = inner ? s.block_idx(1) * kThreads + t : cc::Idx(0);
+      auto at = [&](const cc::Idx& j) { return inner ? x(po, j, ro) : x(po, j); };
+      s.if_then(inner ? ro < r : po < p, [&] {
+        cc::Val m;
+        if (kind == ReduceKind::LogSumExp) {
+          mx(t) = at(cc::Idx(0));
+          s.serial(k - 1, [&](cc::Idx j) { mx(t) = cc::max(mx(t), at(j + 1)); });
+          m = s.let(mx(t), "m");
+        }
+        fold_thread(
+            s, k, t, acc, part, [&](cc::Idx j) { return map_of(kind, at(j), m); },
+            [&](cc::Val a, cc::Val b) { return fold_of(kind, a, b); });
+        cc::Val v = finish_of(kind, acc(t), k, m);
+        if (inner)
+          y(po, ro) = v;
+        else
+          y(po) = v;
+      });
+    });
+  });
+  return kb.build();
+}
+
+}  // namespace
+
+AxisView axis_view(const std::vector<int64_t>& shape, int first, int last) {
+  AxisView v;
+  for (int i = 0; i < static_cast<int>(shape.size()); ++i)
+    (i < first ? v.outer : i < last ? v.extent : v.inner) *= shape[i];
+  return v;
+}
+
+int normalize_axis(int64_t axis, size_t rank, const std::string& attr, const std::string& operand) {
+  const int64_t n = static_cast<int64_t>(rank);
+  if (axis < -n || axis >= n)
+    throw ShapeError(
+        "attribute '" + attr + "' is " + std::to_string(axis) + ", out of range for " + "input '" +
+        operand + "' of rank " + std::to_string(n) + "; expected " +
+        (n == 0 ? "a tensor of rank >= 1"
+                : "an axis in [" + std::to_string(-n) + ", " + std::to_string(n - 1) + "]"));
+  return static_cast<int>(axis < 0 ? axis + n : axis);
+}
+
+std::string reduce_kind_name(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::Sum:
+      return "sum";
+    case ReduceKind::Mean:
+      return "mean";
+    case ReduceKind::Max:
+      return "max";
+    case ReduceKind::Min:
+      return "min";
+    case ReduceKind::LogSumExp:
+      return "logsumexp";
+    case ReduceKind::L2:
+      return "l2";
+    case ReduceKind::L1:
+      return "l1";
+  }
+  TR_CHECK(false, "unknown reduce kind");
+  return "";
+}
+
+bool use_row_kernel(const AxisView& v) { return v.inner == 1 && v.extent >= kRowKernelMinExtent; }
+
+KernelCall reduce_call(KernelCache& cache, ReduceKind kind, DType in, DType out, const AxisView& v,
+                       KernelArg x, KernelArg y) {
+  const bool inner = v.inner > 1;
+  // A strided axis with few outputs and a long extent: a block per output keeps the GPU busy.
+  const bool strided_row = inner && v.outer * v.inner < kFewOutputs &&
+                           v.extent >= kStridedRowMinExtent && v.outer <= kMaxGridY;
+  const bool row = use_row_kernel(v) || strided_row;
+  std::string shape = row ? (inner ? "srow" : "row") : inner ? "col" : "seq";
+  auto kernel = cache.get(kernel_name(kind, shape, in, out), [&] {
+    return row ? build_row(kind, in, out, inner) : build_col(kind, in, out, inner);
+  });
+  KernelCall call{.kernel = kernel, .buffers = {x, y}};
+  call.dims = inner ? std::vector<int64_t>{v.outer, v.extent, v.inner}
+                    : std::vector<int64_t>{v.outer, v.extent};
+  return call;
+}
+
+void fold_row(cc::Scope& s, const cc::Val& k_extent, const cc::Buf& lanes, const cc::Buf& total,
+              const std::function<cc::Val(cc::Idx)>& value,
+              const std::function<cc::Val(cc::Val, cc::Val)>& fold) {
+  // Lane t folds its elements in its own shared slot (no other thread touches it).
+  s.parallel(kLanes, [&](cc::Idx t) {
+    s.if_then(t < k_extent, [&] {
+      lanes(t) = value(t);
+      s.serial(cc::ceildiv(k_extent - t, cc::Val(kLanes)) - 1,
+               [&](cc::Idx i) { lanes(t) = fold(lanes(t), value(t + (i + 1) * kLanes)); });
+    });
+  });
+  s.barrier();
+  // The lanes in lane order, by one thread.
+  s.parallel(1, [&](cc::Idx) {
+    total(0) = lanes(0);
+    s.serial(cc::min(k_extent, cc::Val(kLanes)) - 1,
+             [&](cc::Idx g) { total(0) = fold(total(0), lanes(g + 1)); });
+  });
+  s.barrier();
+}
+
+void fold_thread(cc::Scope& s, const cc::Val& k_extent, const cc::Idx& t, const cc::Buf& acc,
+                 const cc::Buf& part, const std::function<cc::Val(cc::Idx)>& value,
+                 const std::function<cc::Val(cc::Val, cc::Val)>& fold) {
+  // Lane g's elements g, g + kLanes, ... folded in order, starting from the first.
+  auto lane = [&](const cc::Idx& g) {
+    part(t) = value(g);
+    s.serial(cc::ceildiv(k_extent - g, cc::Val(kLanes)) - 1,
+             [&](cc::Idx i) { part(t) = fold(part(t), value(g + (i + 1) * kLanes)); });
+  };
+  lane(cc::Idx(0));
+  acc(t) = part(t);
+  s.serial(cc::min(k_extent, cc::Val(kLanes)) - 1, [&](cc::Idx g) {
+    lane(g + 1);
+    acc(t) = fold(acc(t), part(t));
+  });
+}
+
+}  // namespace tilerun::kernels
