@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,23 @@ inline int64_t product(const std::vector<int64_t>& shape, size_t from, size_t to
 // Views must start 16-byte aligned: kernels assume it of every buffer (vector accesses).
 inline bool aligned_view(DType dtype, int64_t element_offset) {
   return dtype_bytes(dtype, element_offset) % 16 == 0;
+}
+
+// "x0", "x1", ...: the slot names of an op with a variable number of inputs or outputs.
+inline std::vector<std::string> numbered(const std::string& prefix, int n) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) out.push_back(prefix + std::to_string(i));
+  return out;
+}
+
+// An integer attribute with an optional default.
+inline AttrSpec int_attr(std::string name, std::optional<int64_t> def, std::string doc,
+                         bool positive = false) {
+  return {.name = std::move(name),
+          .kind = AttrKind::Int,
+          .default_value = def ? std::optional<AttrValue>(*def) : std::nullopt,
+          .doc = std::move(doc),
+          .positive = positive};
 }
 
 }  // namespace tilerun::kernels

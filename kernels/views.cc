@@ -425,21 +425,6 @@ std::vector<GradOp> grad_concat(const std::vector<TensorType>& in, const Attrs& 
   return ops;
 }
 
-std::vector<std::string> numbered(const std::string& prefix, int n) {
-  std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) out.push_back(prefix + std::to_string(i));
-  return out;
-}
-
-AttrSpec int_attr(std::string name, std::optional<int64_t> def, std::string doc,
-                  bool positive = false) {
-  return {.name = std::move(name),
-          .kind = AttrKind::Int,
-          .default_value = def ? std::optional<AttrValue>(*def) : std::nullopt,
-          .doc = std::move(doc),
-          .positive = positive};
-}
-
 }  // namespace
 
 void register_views(OpRegistry& registry) {

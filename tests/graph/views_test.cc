@@ -188,6 +188,19 @@ TEST(Views, LeadingSlicesAndSplitsAreOffsetsIntoTheirBase) {
   EXPECT_TRUE(r.ok) << r.worst_tensor << " error " << r.worst_error;
 }
 
+// The shipped config that uses every shape op: views cost no kernel, every two kernels on
+// shared bytes are ordered, and the step matches the reference.
+TEST(Views, ConfigWithEveryShapeOpIsSound) {
+  Model model = load_model(TILERUN_SOURCE_DIR "/configs/views.yaml");
+  OpGraph ops = build_forward(model);
+  append_backward(model, ops);
+  KernelGraph kg = expand(std::move(ops));
+  for (const char* view : {"reshape", "view", "expand_dims", "squeeze", "split"})
+    EXPECT_EQ(nodes_of(kg, view), 0) << view;
+  EXPECT_EQ(nodes_of(kg, "slice"), 1);  // the strided one; the leading one is a view
+  expect_bytes_ordered(kg);
+}
+
 // A slice whose offset is not 16-byte aligned (kernels assume aligned buffers) is a copy.
 TEST(Views, UnalignedSliceIsACopy) {
   KernelGraph kg = expanded(R"(
@@ -239,6 +252,13 @@ TEST(Views, ShapeMistakesAreErrorsAtTheOp) {
                  "attribute 'parts' is 4, expected a positive divisor of 6");
   expect_refused("      - {op: split, in: x, out: [y, z], sizes: [1, 2]}",
                  "adds up to 3, expected 4");
+  expect_refused("      - {op: permute, in: x, out: y, perm: [1, 1]}",
+                 "attribute 'perm' [1,1], expected a permutation of the 2 axes of input 'x'");
+  expect_refused("      - {op: transpose, in: x, out: y, dim1: 2}",
+                 "attribute 'dim1' is 2, expected an axis of input 'x' f32[4,6] in [-2, 2)");
+  expect_refused("      - {op: broadcast_to, in: x, out: y, shape: [2, 4, 5]}",
+                 "input 'x' is f32[4,6], expected sizes that broadcast to attribute 'shape' "
+                 "[2,4,5]");
   expect_refused("      - {op: split, in: x, out: [y, z], parts: 4}",
                  "it gives 4 outputs for these attributes, found 2 names in 'out'");
 }
