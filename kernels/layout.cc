@@ -137,16 +137,6 @@ std::vector<TensorType> infer_broadcast_to(const std::vector<TensorType>& in, co
   return {{in[0].dtype, shape}};
 }
 
-// y = x read with stride 0 along the broadcast axes.
-StridedView broadcast_view(const Ints& x_shape, const Ints& shape) {
-  const Ints xs = row_major_strides(x_shape);
-  const size_t lead = shape.size() - x_shape.size();
-  StridedView v{.shape = shape, .strides = Ints(shape.size(), 0)};
-  for (size_t j = 0; j < x_shape.size(); ++j)
-    if (x_shape[j] == shape[lead + j]) v.strides[lead + j] = xs[j];
-  return v;
-}
-
 std::vector<RefTensor> ref_broadcast_to(const std::vector<RefTensor>& in, const Attrs& attrs) {
   StridedView v = broadcast_view(in[0].shape, attr_ints(attrs, "shape"));
   RefTensor y = ref_zeros(v.shape);

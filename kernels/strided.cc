@@ -130,6 +130,15 @@ std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
   return s;
 }
 
+StridedView broadcast_view(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& shape) {
+  const std::vector<int64_t> xs = row_major_strides(x_shape);
+  const size_t lead = shape.size() - x_shape.size();
+  StridedView v{.shape = shape, .strides = std::vector<int64_t>(shape.size(), 0)};
+  for (size_t j = 0; j < x_shape.size(); ++j)
+    if (x_shape[j] == shape[lead + j]) v.strides[lead + j] = xs[j];
+  return v;
+}
+
 StridedView simplify(StridedView v) {
   TR_CHECK(v.shape.size() == v.strides.size(), "a stride per axis");
   StridedView out{.offset = v.offset};

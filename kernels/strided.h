@@ -23,6 +23,10 @@ struct StridedView {
 // (stride_j == stride_{j+1} · shape_{j+1}); never empty (a scalar is one axis of size 1).
 StridedView simplify(StridedView v);
 
+// x (row-major, `x_shape`) broadcast to `shape` (NumPy rules, checked by the caller): stride 0
+// along the axes x repeats.
+StridedView broadcast_view(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& shape);
+
 // Row-major strides of `shape`.
 std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape);
 
