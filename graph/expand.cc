@@ -1,6 +1,9 @@
 // Expansion: every op of the OpGraph into kernel instances (its family's expand), kernels
 // deduplicated, limits checked at the op's position; then the memory plan (reuse.h) and the
-// hazard edges (dependencies.h).
+// hazard edges (dependencies.h). An op whose outputs are views (OpSchema::view) runs no kernel:
+// its outputs become offsets into their base, and every access through a view counts as an
+// access of the base, so the plan keeps the base alive while a view is read and the hazard
+// edges order the base's writers and later occupants against the view's readers.
 #include <limits>
 #include <map>
 
@@ -21,6 +24,7 @@ class Expander {
 
   void run() {
     for (size_t op_id = 0; op_id < g_.ops.size(); ++op_id) expand_op(static_cast<int>(op_id));
+    kg_.views.resize(g_.tensors.size());
     const ReusePlan reuse = plan_reuse(kg_, access_);
     add_dependencies(kg_, access_, reuse);
   }
@@ -30,6 +34,8 @@ class Expander {
     const GraphOp op = g_.ops[op_id];  // a copy: scratch tensors grow g_.tensors
     const kernels::OpSchema* schema = kernels::op_registry().find(op.type);
     TR_CHECK(schema != nullptr, "unknown op after checking: " + op.type);
+    kg_.views.resize(g_.tensors.size());
+    if (alias_outputs(op, *schema)) return;
     if (!schema->expand)
       throw Error(op.loc,
                   "op '" + op.type + "' (" + direction_name(op.direction) + ") has no kernels yet",
@@ -60,11 +66,11 @@ class Expander {
         switch (a.kind) {
           case kernels::KernelArg::Kind::Input:
             t = op.inputs.at(a.index);
-            acc.reads.push_back(t);
+            acc.reads.push_back(base_of(t));
             break;
           case kernels::KernelArg::Kind::Output:
             t = op.outputs.at(a.index);
-            acc.writes.push_back(t);
+            acc.writes.push_back(base_of(t));
             break;
           case kernels::KernelArg::Kind::Scratch:  // written by one call, read by a later one
             t = scratch.at(a.index);
@@ -77,6 +83,30 @@ class Expander {
       kg_.nodes.push_back(std::move(node));
       access_.push_back(std::move(acc));
     }
+  }
+
+  // The tensor whose bytes `t` is: itself, or the base of the view it is.
+  int base_of(int t) const { return kg_.views[t].base >= 0 ? kg_.views[t].base : t; }
+
+  // When the op's outputs are views of its inputs (for these types): records each output's
+  // base and byte offset (a view of a view points at the first base) and returns true.
+  bool alias_outputs(const GraphOp& op, const kernels::OpSchema& schema) {
+    if (!schema.view) return false;
+    std::vector<kernels::TensorType> in, out;
+    for (int t : op.inputs) in.push_back(g_.tensors[t].type);
+    for (int t : op.outputs) out.push_back(g_.tensors[t].type);
+    std::optional<std::vector<kernels::ViewOf>> views = schema.view(in, out, op.attrs);
+    if (!views) return false;
+    TR_CHECK(views->size() == op.outputs.size(), op.type + ": a view per output");
+    for (size_t o = 0; o < op.outputs.size(); ++o) {
+      const kernels::ViewOf& v = (*views)[o];
+      const int source = op.inputs.at(v.input);
+      const int64_t bytes = dtype_bytes(in[v.input].dtype, v.offset);
+      TR_CHECK(bytes % 16 == 0, op.type + ": a view at a byte offset kernels cannot take");
+      kg_.views[op.outputs[o]] = {.base = base_of(source),
+                                  .offset = kg_.views[source].offset + bytes};
+    }
+    return true;
   }
 
   // The kernels index with 32-bit integers and launch within CUDA's grid limits: a tensor or a

@@ -23,13 +23,21 @@ struct KernelNode {
   std::vector<int> deps;
 };
 
+// A tensor that is another tensor's bytes (the output of a view op such as reshape): `base` is
+// a tensor with bytes of its own (never itself a view), `offset` the byte offset into them.
+struct TensorView {
+  int base = -1;  // -1: the tensor has bytes of its own
+  int64_t offset = 0;
+};
+
 struct KernelGraph {
   OpGraph ops;  // with the expansion's scratch tensors appended to ops.tensors
   std::vector<std::shared_ptr<const compiler::Kernel>> kernels;  // distinct, in first-use order
   std::vector<KernelNode> nodes;                                 // in execution order
-  MemoryPlan plan;               // one buffer per tensor of ops.tensors
-  std::vector<bool> persistent;  // per tensor: bound or read from outside (never reused)
-  std::vector<bool> zero_init;   // per tensor: a gradient nothing writes, zero at bind time
+  MemoryPlan plan;                // an offset per tensor of ops.tensors (a view's: in its base)
+  std::vector<TensorView> views;  // per tensor
+  std::vector<bool> persistent;   // per tensor: bound or read from outside (never reused)
+  std::vector<bool> zero_init;    // per tensor: a gradient nothing writes, zero at bind time
 };
 
 // Expands every op (forward then backward) through its registered expansion, dedups kernels,

@@ -12,8 +12,10 @@ int64_t tensor_bytes(const GraphTensor& t) {
 }
 
 // Everything bound or read from outside outlives the step's kernels: inputs, weights, outputs,
-// the gradients of inputs and weights, and zero gradients that nothing writes.
-std::vector<bool> persistent_tensors(const OpGraph& g) {
+// the gradients of inputs and weights, and zero gradients that nothing writes; and with a view
+// that does, its base (and every view of that base).
+std::vector<bool> persistent_tensors(const KernelGraph& kg) {
+  const OpGraph& g = kg.ops;
   std::vector<bool> p(g.tensors.size(), false);
   for (size_t i = 0; i < g.tensors.size(); ++i)
     p[i] = g.tensors[i].kind == TensorKind::Input || g.tensors[i].kind == TensorKind::Weight ||
@@ -23,6 +25,10 @@ std::vector<bool> persistent_tensors(const OpGraph& g) {
     TensorKind k = g.tensors[x].kind;
     if (k == TensorKind::Input || k == TensorKind::Weight) p[dx] = true;
   }
+  for (size_t t = 0; t < p.size(); ++t)
+    if (kg.views[t].base >= 0 && p[t]) p[kg.views[t].base] = true;
+  for (size_t t = 0; t < p.size(); ++t)
+    if (kg.views[t].base >= 0) p[t] = p[kg.views[t].base];
   return p;
 }
 
@@ -46,21 +52,24 @@ std::vector<std::vector<int>> read_after_write_preds(const KernelGraph& kg,
 ReusePlan plan_reuse(KernelGraph& kg, const std::vector<NodeAccess>& access) {
   const OpGraph& g = kg.ops;
   ReusePlan out;
-  kg.persistent = persistent_tensors(g);
+  // A view has no bytes of its own: its uses are its base's, and its offset follows the base's.
+  auto base_of = [&](int t) { return kg.views[t].base >= 0 ? kg.views[t].base : t; };
+  kg.persistent = persistent_tensors(kg);
   kg.zero_init.assign(g.tensors.size(), false);
   for (size_t t = 0; t < g.tensors.size(); ++t)
     kg.zero_init[t] = g.tensors[t].kind == TensorKind::Gradient && g.tensors[t].producer < 0;
   std::vector<BufferUse> uses(g.tensors.size());
   std::vector<bool> touched(g.tensors.size(), false);
   for (size_t n = 0; n < kg.nodes.size(); ++n)
-    for (int t : kg.nodes[n].buffers) {
+    for (int view : kg.nodes[n].buffers) {
+      const int t = base_of(view);
       BufferUse& u = uses[t];
       if (!touched[t]) u.first = static_cast<int>(n);
       u.last = static_cast<int>(n);
       touched[t] = true;
     }
   for (size_t t = 0; t < g.tensors.size(); ++t) {
-    uses[t].bytes = tensor_bytes(g.tensors[t]);
+    uses[t].bytes = kg.views[t].base >= 0 ? 0 : tensor_bytes(g.tensors[t]);
     uses[t].persistent = kg.persistent[t];
   }
   // Reuse only along data dependencies: a buffer may take bytes another one used only if
@@ -70,9 +79,11 @@ ReusePlan plan_reuse(KernelGraph& kg, const std::vector<NodeAccess>& access) {
   Ancestry ancestry(read_after_write_preds(kg, access));
   out.users.assign(g.tensors.size(), {});
   for (size_t node = 0; node < kg.nodes.size(); ++node)
-    for (int t : kg.nodes[node].buffers)
+    for (int view : kg.nodes[node].buffers) {
+      const int t = base_of(view);
       if (out.users[t].empty() || out.users[t].back() != static_cast<int>(node))
         out.users[t].push_back(static_cast<int>(node));
+    }
   auto ordered = [&](int a, int b) {
     if (out.users[a].empty() || out.users[b].empty()) return true;  // never touched: no hazard
     const int v = out.users[b].front();
@@ -80,7 +91,23 @@ ReusePlan plan_reuse(KernelGraph& kg, const std::vector<NodeAccess>& access) {
       if (!ancestry.is_ancestor(u, v)) return false;
     return true;
   };
-  kg.plan = plan_memory(uses, ordered);
+  // Only tensors with bytes of their own are placed; each view then sits inside its base.
+  std::vector<int> placed;
+  std::vector<BufferUse> placed_uses;
+  for (size_t t = 0; t < g.tensors.size(); ++t)
+    if (kg.views[t].base < 0) {
+      placed.push_back(static_cast<int>(t));
+      placed_uses.push_back(uses[t]);
+    }
+  MemoryPlan plan =
+      plan_memory(placed_uses, [&](int a, int b) { return ordered(placed[a], placed[b]); });
+  kg.plan = {.offsets = std::vector<int64_t>(g.tensors.size(), 0),
+             .arena_bytes = plan.arena_bytes,
+             .total_bytes = plan.total_bytes};
+  for (size_t i = 0; i < placed.size(); ++i) kg.plan.offsets[placed[i]] = plan.offsets[i];
+  for (size_t t = 0; t < g.tensors.size(); ++t)
+    if (kg.views[t].base >= 0)
+      kg.plan.offsets[t] = kg.plan.offsets[kg.views[t].base] + kg.views[t].offset;
   out.uses = std::move(uses);
   return out;
 }

@@ -1,11 +1,14 @@
 // Matrix multiplication, with optional transposes of either operand: 32x32 (or, below 128 such
 // tiles, 16x16) tiles, 4x4 outputs per thread, K split over up to 8 thread groups of the block
 // (group g takes every k with (k / 16) % G == g), their tiles added in group order;
-// double-buffered shared tiles, the next step prefetched into registers.
+// double-buffered shared tiles, the next step prefetched into registers. Batched (rank >= 3,
+// matmul_batch.h): the same kernels with a grid axis over the batch, or one matmul when the
+// batch folds into a's rows.
 #include "compiler/base/check.h"
 #include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
 #include "kernels/kernel_cache.h"
+#include "kernels/matmul_batch.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
@@ -16,12 +19,15 @@ namespace {
 
 namespace cc = tilerun::compiler;
 
-// c[M,N] = op(a)[M,K] * op(b)[K,N], op = optional transpose.
-std::vector<TensorType> infer_matmul(const std::vector<TensorType>& in, const Attrs& attrs) {
-  expect_float(in[0], "a");
-  expect_rank(in[0], 2, "a");
-  expect_float(in[1], "b");
-  expect_rank(in[1], 2, "b");
+// c[.., M,N] = op(a)[.., M,K] * op(b)[.., K,N], op = optional transpose of the last two axes,
+// the batch dims (..) broadcast.
+std::vector<TensorType> infer_matmul(const std::vector<TensorType>& in_full, const Attrs& attrs) {
+  expect_float(in_full[0], "a");
+  expect_float(in_full[1], "b");
+  const MatmulBatch mb = matmul_batch(in_full[0], in_full[1]);
+  // The matrices: the last two axes (error messages name the whole operands).
+  std::vector<TensorType> in = in_full;
+  for (TensorType& t : in) t.shape.erase(t.shape.begin(), t.shape.end() - 2);
   if (in[1].dtype != in[0].dtype)
     throw ShapeError("input 'b' is " + to_string(in[1]) + ", expected dtype " +
                      std::string(dtype_name(in[0].dtype)) + " like 'a'");
@@ -31,10 +37,13 @@ std::vector<TensorType> infer_matmul(const std::vector<TensorType>& in, const At
   int64_t kb = tb ? in[1].shape[1] : in[1].shape[0];
   int64_t n = tb ? in[1].shape[0] : in[1].shape[1];
   if (k != kb)
-    throw ShapeError("input 'b' is " + to_string(in[1]) + ", expected " + std::to_string(k) +
+    throw ShapeError("input 'b' is " + to_string(in_full[1]) + ", expected " + std::to_string(k) +
                      (tb ? " columns" : " rows") + " to match the inner dim of 'a' " +
-                     to_string(in[0]));
-  return {TensorType{in[0].dtype, {m, n}}};
+                     to_string(in_full[0]));
+  std::vector<int64_t> shape = mb.c;
+  shape.push_back(m);
+  shape.push_back(n);
+  return {TensorType{in[0].dtype, shape}};
 }
 
 // Element (i, j) of op(t) for a row-major matrix t.
@@ -42,7 +51,7 @@ double at(const RefTensor& t, bool transposed, int64_t i, int64_t j) {
   return transposed ? t.data[j * t.shape[1] + i] : t.data[i * t.shape[1] + j];
 }
 
-std::vector<RefTensor> ref_matmul(const std::vector<RefTensor>& in, const Attrs& attrs) {
+std::vector<RefTensor> ref_matmul_2d(const std::vector<RefTensor>& in, const Attrs& attrs) {
   const RefTensor &a = in[0], &b = in[1];
   bool ta = attr_bool(attrs, "transpose_a"), tb = attr_bool(attrs, "transpose_b");
   int64_t m = ta ? a.shape[1] : a.shape[0], k = ta ? a.shape[0] : a.shape[1];
@@ -57,6 +66,28 @@ std::vector<RefTensor> ref_matmul(const std::vector<RefTensor>& in, const Attrs&
   return {c};
 }
 
+// Batched: the rank-2 product of each batch element's matrices.
+std::vector<RefTensor> ref_matmul(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  const MatmulBatch mb = matmul_batch({DType::F32, in[0].shape}, {DType::F32, in[1].shape});
+  auto matrix = [](const RefTensor& t, int64_t i) {
+    std::vector<int64_t> shape(t.shape.end() - 2, t.shape.end());
+    const int64_t n = shape[0] * shape[1];
+    return RefTensor{
+        .shape = shape,
+        .data = std::vector<double>(t.data.begin() + i * n, t.data.begin() + (i + 1) * n)};
+  };
+  RefTensor c;
+  for (int64_t z = 0; z < mb.count; ++z) {
+    RefTensor cz = ref_matmul_2d(
+        {matrix(in[0], batch_source(mb.a, mb.c, z)), matrix(in[1], batch_source(mb.b, mb.c, z))},
+        attrs)[0];
+    c.data.insert(c.data.end(), cz.data.begin(), cz.data.end());
+    c.shape = mb.c;
+    c.shape.insert(c.shape.end(), cz.shape.begin(), cz.shape.end());
+  }
+  return {c};
+}
+
 GradOp matmul_op(std::string a, std::string b, bool ta, bool tb, std::string out) {
   return {"matmul",
           {std::move(a), std::move(b)},
@@ -67,8 +98,8 @@ GradOp matmul_op(std::string a, std::string b, bool ta, bool tb, std::string out
 // With A' = op(a), B' = op(b) and C = A'B':  dA' = dC B'^T,  dB' = A'^T dC. A transposed operand
 // gets the transpose of its gradient, (dA')^T = B' dC^T and (dB')^T = dC^T A', so every case is
 // one matmul whose transpose flags absorb op().
-std::vector<GradOp> grad_matmul(const std::vector<TensorType>&, const Attrs& attrs,
-                                const std::vector<bool>& needs) {
+std::vector<GradOp> grad_matmul_2d(const std::vector<TensorType>&, const Attrs& attrs,
+                                   const std::vector<bool>& needs) {
   bool ta = attr_bool(attrs, "transpose_a"), tb = attr_bool(attrs, "transpose_b");
   std::vector<GradOp> ops;
   if (needs[0])
@@ -78,6 +109,11 @@ std::vector<GradOp> grad_matmul(const std::vector<TensorType>&, const Attrs& att
     ops.push_back(tb ? matmul_op("dy0", "x0", true, ta, "dx1")      // b = B'^T: dC^T A'
                      : matmul_op("x0", "dy0", !ta, false, "dx1"));  // b = B': A'^T dC
   return ops;
+}
+
+std::vector<GradOp> grad_matmul(const std::vector<TensorType>& in, const Attrs& attrs,
+                                const std::vector<bool>& needs) {
+  return batched_gradient(grad_matmul_2d, in, attrs, needs);
 }
 
 // ---- Tile kernels --------------------------------------------------------------------------
@@ -127,11 +163,18 @@ Tiling plan_matmul(int64_t m, int64_t n, int64_t k) {
   return t;
 }
 
+// A batched kernel's third grid axis runs over c's batch elements; a and b each hold one
+// matrix per element (batched) or one for all.
+struct BatchMode {
+  bool on = false, a = false, b = false;
+};
+
 // "matmul_nt_16x16g8": transposes of a and b as BLAS spells them (n: as stored, t: transposed),
-// the block tile and the K groups.
-std::string matmul_name(bool ta, bool tb, const Tiling& t) {
+// the block tile and the K groups; "_batch_ab" etc. when batched (which operands are).
+std::string matmul_name(bool ta, bool tb, const Tiling& t, BatchMode batch = {}) {
   return std::string("matmul_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_" + std::to_string(t.bm) +
-         "x" + std::to_string(t.bn) + "g" + std::to_string(t.groups);
+         "x" + std::to_string(t.bn) + "g" + std::to_string(t.groups) +
+         (batch.on ? std::string("_batch_") + (batch.a ? "a" : "") + (batch.b ? "b" : "") : "");
 }
 
 // c = op(a) op(b) for one pair of transpose flags. Parameters: a, b, c; M, N, K.
@@ -148,16 +191,34 @@ std::string matmul_name(bool ta, bool tb, const Tiling& t) {
 // plain loop indices and every index map is linear. At the end the groups' tiles go through
 // shared memory (the a tiles' space, free by then), and one pass adds them in group order and
 // writes c row-contiguously.
-cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl) {
-  cc::KernelBuilder kb(matmul_name(ta, tb, tl) + "_" + std::string(dtype_name(dtype)));
+//
+// Batched (BatchMode::on): one more dim B and grid axis z over c's batch elements; a, b and c get
+// a leading axis (B for a batched operand, 1 for a shared one), and a partial tile is read with
+// explicit guards, as `copy` would, but within the batch element's matrix.
+cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMode batch = {}) {
+  cc::KernelBuilder kb(matmul_name(ta, tb, tl, batch) + "_" + std::string(dtype_name(dtype)));
   cc::Dim m = kb.dim("M"), n = kb.dim("N"), k = kb.dim("K");
-  cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
-  cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
-  cc::Buf c = kb.output("c", dtype, {m, n});
+  cc::Dim nb = batch.on ? kb.dim("B") : cc::Dim();
+  auto shape = [&](bool batched, std::vector<cc::Val> dims) {
+    if (batch.on) dims.insert(dims.begin(), batched ? cc::Val(nb) : cc::Val(1));
+    return dims;
+  };
+  cc::Buf a = kb.input(
+      "a", dtype, shape(batch.a, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k}));
+  cc::Buf b = kb.input(
+      "b", dtype, shape(batch.b, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n}));
+  cc::Buf c = kb.output("c", dtype, shape(true, {m, n}));
   const int64_t bm = tl.bm, bn = tl.bn, ty_n = tl.ty(), tx_n = tl.tx(), G = tl.groups;
   const int64_t kstep = G * kBK;  // K per step of the block
-  kb.body({cc::ceildiv(n, bn), cc::ceildiv(m, bm)}, tl.threads(), [&](cc::Scope& s) {
+  std::vector<cc::Val> grid = {cc::ceildiv(n, bn), cc::ceildiv(m, bm)};
+  if (batch.on) grid.push_back(nb);
+  kb.body(grid, tl.threads(), [&](cc::Scope& s) {
     cc::Idx bx = s.block_idx(0), by = s.block_idx(1);
+    cc::Idx bz = batch.on ? s.block_idx(2) : cc::Val(0);
+    // Element (i, j) of an operand's matrix for this block's batch element.
+    auto at = [&](const cc::Buf& buf, bool batched, const cc::Val& i, const cc::Val& j) {
+      return batch.on ? buf(batched ? bz : cc::Val(0), i, j) : buf(i, j);
+    };
     cc::Val steps = s.let(cc::ceildiv(k, cc::Val(kstep)), "steps");
 
     // A step's tiles in stored orientation: a [BM, G*BK] or [G*BK, BM], b [G*BK, BN] or
@@ -197,23 +258,34 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl) {
     // Step ko's tiles into registers. A tile wholly inside its tensor (every tile but the
     // ragged edges') is read without per-element guards, so its loads issue back to back; an
     // edge tile goes through copy, which reads zeros outside.
-    auto load_tile = [&](const cc::Buf& frag, const cc::Buf& src, const std::vector<int64_t>& tile,
-                         bool k_major, const cc::Val& k0, const cc::Val& o, const cc::Val& extent) {
+    auto load_tile = [&](const cc::Buf& frag, const cc::Buf& src, bool batched,
+                         const std::vector<int64_t>& tile, bool k_major, const cc::Val& k0,
+                         const cc::Val& o, const cc::Val& extent) {
       int64_t k_len = k_major ? tile[0] : tile[1], o_len = k_major ? tile[1] : tile[0];
       std::vector<cc::Val> origin = k_major ? std::vector{k0, o} : std::vector{o, k0};
+      std::vector<cc::Val> rows_cols =
+          k_major ? std::vector<cc::Val>{k, extent} : std::vector<cc::Val>{extent, k};
       s.if_then_else(
           k0 + k_len <= k && o + o_len <= extent,
           [&] {
             s.parallel(tile[0], tile[1], [&](cc::Idx r0, cc::Idx r1) {
-              frag(r0, r1) = src(origin[0] + r0, origin[1] + r1);
+              frag(r0, r1) = at(src, batched, origin[0] + r0, origin[1] + r1);
             });
           },
-          [&] { s.copy(frag, src.region(origin, tile)); });
+          [&] {
+            if (!batch.on) return s.copy(frag, src.region(origin, tile));
+            s.parallel(tile[0], tile[1], [&](cc::Idx r0, cc::Idx r1) {
+              cc::Idx i = origin[0] + r0, j = origin[1] + r1;
+              s.if_then_else(
+                  i < rows_cols[0] && j < rows_cols[1],
+                  [&] { frag(r0, r1) = at(src, batched, i, j); }, [&] { frag(r0, r1) = 0.0f; });
+            });
+          });
     };
     auto load = [&](const cc::Val& ko) {
       cc::Val k0 = ko * kstep;
-      load_tile(ra, a, a_tile, ta, k0, by * bm, m);
-      load_tile(rb, b, b_tile, !tb, k0, bx * bn, n);
+      load_tile(ra, a, batch.a, a_tile, ta, k0, by * bm, m);
+      load_tile(rb, b, batch.b, b_tile, !tb, k0, bx * bn, n);
     };
     auto store = [&](const cc::Val& buf) {  // the registers into shared buffer `buf`
       s.parallel(a_tile[0], a_tile[1],
@@ -269,7 +341,7 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl) {
       s.if_then(row < m && col < n, [&] {
         cc::Val sum = red_at(cc::Val(0), r, cl);
         for (int64_t g = 1; g < G; ++g) sum = s.let(sum + red_at(cc::Val(g), r, cl), "sum");
-        c(row, col) = sum;
+        at(c, true, row, col) = sum;
       });
     });
   });
@@ -281,14 +353,36 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
                  const Attrs& attrs) {
     DType dt = out[0].dtype;
     bool ta = attr_bool(attrs, "transpose_a"), tb = attr_bool(attrs, "transpose_b");
-    int64_t m = out[0].shape[0], n = out[0].shape[1];
-    int64_t k = ta ? in[0].shape[0] : in[0].shape[1];
+    const std::vector<int64_t>& cs = out[0].shape;
+    const std::vector<int64_t>& as = in[0].shape;
+    int64_t m = cs[cs.size() - 2], n = cs.back();
+    int64_t k = ta ? as[as.size() - 2] : as.back();
+    // The tiling depends on one matrix product's shape only: each batch element's bits are
+    // those of the rank-2 matmul of its matrices.
     Tiling t = plan_matmul(m, n, k);
-    KernelCall call{.kernel = cache->get(kernel_key(matmul_name(ta, tb, t), dt),
-                                         [&] { return build_matmul(dt, ta, tb, t); }),
-                    .buffers = {input_slot(0), input_slot(1), output_slot(0)},
-                    .dims = {m, n, k}};
-    return OpExpansion{.calls = {call}};
+    const MatmulBatch mb = matmul_batch(in[0], in[1]);
+    if (mb.count == 1 || folds_into_rows(mb, ta)) {
+      // One product: a's batch elements, when a is the only batched operand, stacked as rows.
+      m *= mb.count;
+      t = plan_matmul(m, n, k);
+      KernelCall call{.kernel = cache->get(kernel_key(matmul_name(ta, tb, t), dt),
+                                           [&] { return build_matmul(dt, ta, tb, t); }),
+                      .buffers = {input_slot(0), input_slot(1), output_slot(0)},
+                      .dims = {m, n, k}};
+      return OpExpansion{.calls = {call}};
+    }
+    OpExpansion ex;
+    auto matrix = [](const std::vector<int64_t>& s) {
+      return std::vector<int64_t>(s.end() - 2, s.end());
+    };
+    BatchOperand a = prepare_operand(*cache, dt, mb.a, matrix(as), mb, 0, ex);
+    BatchOperand b = prepare_operand(*cache, dt, mb.b, matrix(in[1].shape), mb, 1, ex);
+    BatchMode mode{.on = true, .a = a.batched, .b = b.batched};
+    ex.calls.push_back({.kernel = cache->get(kernel_key(matmul_name(ta, tb, t, mode), dt),
+                                             [&] { return build_matmul(dt, ta, tb, t, mode); }),
+                        .buffers = {a.arg, b.arg, output_slot(0)},
+                        .dims = {m, n, k, mb.count}});
+    return ex;
   };
 }
 
@@ -298,7 +392,8 @@ void register_matmul(OpRegistry& registry) {
   auto cache = std::make_shared<KernelCache>();
   registry.add(
       {.name = "matmul",
-       .doc = "c = op(a) @ op(b), op = optional transpose",
+       .doc = "c = op(a) @ op(b), op = optional transpose of the last two axes; leading axes are "
+              "batch dims, broadcast by NumPy rules",
        .inputs = {"a", "b"},
        .outputs = {"c"},
        .attrs = {{.name = "transpose_a",
@@ -313,37 +408,51 @@ void register_matmul(OpRegistry& registry) {
        .reference = ref_matmul,
        .gradient = grad_matmul,
        .expand = expand_matmul(cache),
-       .tests = {.kernel =
-                     {
-                         {{{1, 1}, {1, 1}}},
-                         {{{7, 130}, {130, 33}}},
-                         {{{130, 33}, {130, 7}}, {{"transpose_a", true}}},
-                         {{{33, 7}, {130, 7}}, {{"transpose_b", true}}},
-                         {{{7, 130}, {33, 7}}, {{"transpose_a", true}, {"transpose_b", true}}},
-                         {{{64, 96}, {96, 32}}},  // exact tile multiples
-                         {{{33, 1}, {1, 130}}},
-                         // Long K over a small output: 16x16 tiles, K split over 8 groups of
-                         // the block (ragged).
-                         {{{33, 700}, {700, 40}}},
-                         {{{700, 33}, {700, 40}}, {{"transpose_a", true}}},
-                         {{{33, 700}, {40, 700}}, {{"transpose_b", true}}},
-                         {{{700, 33}, {40, 700}}, {{"transpose_a", true}, {"transpose_b", true}}},
-                         {{{20, 1100}, {1100, 18}}},
-                         // Enough 32x32 tiles: the large tiling, one K group and four.
-                         {{{130, 33}, {33, 1000}}},
-                         {{{130, 300}, {1000, 300}}, {{"transpose_b", true}}},
-                         {{{300, 1000}, {300, 130}}, {{"transpose_a", true}}},
-                     },
-                 .gradient =
-                     {
-                         {{{3, 5}, {5, 4}}},
-                         {{{5, 3}, {5, 4}}, {{"transpose_a", true}}},
-                         {{{3, 5}, {4, 5}}, {{"transpose_b", true}}},
-                         {{{5, 3}, {4, 5}}, {{"transpose_a", true}, {"transpose_b", true}}},
-                         {{{1, 1}, {1, 7}}},
-                     },
-                 .examples = {{.inputs = {{{2, 2}, {1, 2, 3, 4}}, {{2, 1}, {5, 6}}},
-                               .outputs = {{{2, 1}, {17, 39}}}}}}});
+       .tests = {
+           .kernel =
+               {
+                   {{{1, 1}, {1, 1}}},
+                   {{{7, 130}, {130, 33}}},
+                   {{{130, 33}, {130, 7}}, {{"transpose_a", true}}},
+                   {{{33, 7}, {130, 7}}, {{"transpose_b", true}}},
+                   {{{7, 130}, {33, 7}}, {{"transpose_a", true}, {"transpose_b", true}}},
+                   {{{64, 96}, {96, 32}}},  // exact tile multiples
+                   {{{33, 1}, {1, 130}}},
+                   // Long K over a small output: 16x16 tiles, K split over 8 groups of
+                   // the block (ragged).
+                   {{{33, 700}, {700, 40}}},
+                   {{{700, 33}, {700, 40}}, {{"transpose_a", true}}},
+                   {{{33, 700}, {40, 700}}, {{"transpose_b", true}}},
+                   {{{700, 33}, {40, 700}}, {{"transpose_a", true}, {"transpose_b", true}}},
+                   {{{20, 1100}, {1100, 18}}},
+                   // Enough 32x32 tiles: the large tiling, one K group and four.
+                   {{{130, 33}, {33, 1000}}},
+                   {{{130, 300}, {1000, 300}}, {{"transpose_b", true}}},
+                   {{{300, 1000}, {300, 130}}, {{"transpose_a", true}}},
+                   // Batched: both operands, broadcast ones (copied to c's batch first),
+                   // a shared matrix on either side, a batch folded into a's rows.
+                   {{{2, 7, 130}, {2, 130, 33}}},
+                   {{{3, 1, 5, 7}, {2, 7, 4}}},
+                   {{{2, 130, 33}, {2, 40, 130}}, {{"transpose_a", true}, {"transpose_b", true}}},
+                   {{{33, 7}, {4, 7, 130}}},
+                   {{{2, 33, 700}, {700, 40}}, {{"transpose_a", false}}},
+                   {{{3, 700, 33}, {1, 700, 40}}, {{"transpose_a", true}}},
+               },
+           .gradient =
+               {
+                   {{{3, 5}, {5, 4}}},
+                   {{{5, 3}, {5, 4}}, {{"transpose_a", true}}},
+                   {{{3, 5}, {4, 5}}, {{"transpose_b", true}}},
+                   {{{5, 3}, {4, 5}}, {{"transpose_a", true}, {"transpose_b", true}}},
+                   {{{1, 1}, {1, 7}}},
+                   {{{2, 3, 5}, {2, 5, 4}}},
+                   {{{2, 1, 3, 5}, {3, 4, 5}}, {{"transpose_b", true}}},
+                   {{{2, 3, 5}, {5, 4}}},
+                   {{{2, 5, 3}, {5, 4}}, {{"transpose_a", true}}},
+                   {{{3, 5}, {2, 5, 4}}},
+               },
+           .examples = {{.inputs = {{{2, 2}, {1, 2, 3, 4}}, {{2, 1}, {5, 6}}},
+                         .outputs = {{{2, 1}, {17, 39}}}}}}});
 }
 
 }  // namespace tilerun::kernels

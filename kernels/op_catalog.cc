@@ -45,13 +45,15 @@ std::vector<OpCatalogRow> op_catalog(const OpRegistry& registry) {
     const OpSchema& s = *registry.find(name);
     std::vector<std::string> inputs = s.inputs, attrs, dtypes;
     for (size_t i = inputs.size() - s.optional_inputs; i < inputs.size(); ++i) inputs[i] += "?";
+    std::vector<std::string> outputs = s.outputs;
+    for (size_t i = outputs.size() - s.optional_outputs; i < outputs.size(); ++i) outputs[i] += "?";
     for (const AttrSpec& a : s.attrs)
       attrs.push_back(a.name + ": " + std::string(attr_kind_name(a.kind)) +
                       (a.default_value ? " = " + attr_value_text(*a.default_value) : ""));
     for (DType d : s.dtypes) dtypes.push_back(std::string(dtype_name(d)));
     rows.push_back({.op = name,
                     .inputs = inputs.empty() ? "none" : join(inputs, ", "),
-                    .outputs = join(s.outputs, ", "),
+                    .outputs = join(outputs, ", "),
                     .attrs = attrs.empty() ? "none" : join(attrs, "; "),
                     .dtypes = join(dtypes, ", "),
                     .doc = s.doc});

@@ -83,6 +83,12 @@ struct KernelCall {
   std::vector<double> scalars;     // one per scalar parameter
 };
 
+// An output that is the bytes of an input (a view): input slot `input`, from element `offset` on.
+struct ViewOf {
+  int input = 0;
+  int64_t offset = 0;  // in elements of the input's dtype
+};
+
 // What an op becomes: its kernels, in order, and the scratch buffers they share.
 struct OpExpansion {
   std::vector<TensorType> scratch;
@@ -128,6 +134,7 @@ struct OpSchema {
   std::vector<std::string> inputs;   // input slot names, in order
   int optional_inputs = 0;           // how many trailing inputs may be left out
   std::vector<std::string> outputs;  // output slot names, in order
+  int optional_outputs = 0;          // how many trailing outputs may be left out (split)
   std::vector<AttrSpec> attrs;
   // The element types the op accepts (every input and output has the same one; an op that mixes
   // them, FP4 weights with E8M0 scales, will need one list per slot); inference refuses the
@@ -150,6 +157,14 @@ struct OpSchema {
   std::function<OpExpansion(const std::vector<TensorType>& inputs,
                             const std::vector<TensorType>& outputs, const Attrs&)>
       expand;
+
+  // For ops whose outputs can alias their inputs (reshape, a contiguous slice): every output as
+  // a view of an input, or nullopt when the op must run its kernels for these types (a layout
+  // the bytes cannot express, or an offset not 16-byte aligned, which kernels assume). An op
+  // whose outputs are views runs no kernel; graph/ plans and orders the views with their base.
+  std::function<std::optional<std::vector<ViewOf>>(
+      const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs, const Attrs&)>
+      view = {};
 
   // The cases the shared test suites run (see OpTests); a test requires kernel cases for every
   // op with kernels and gradient cases for every op with a gradient rule.

@@ -304,8 +304,11 @@ void ModelParser::instantiate(const LayerSpec& spec, int64_t rep) {
     } catch (const kernels::ShapeError& e) {
       throw Error(op.loc, where + ": " + e.what() + " (inputs: " + listing + ")");
     }
-    TR_CHECK(out_types.size() == op.outputs.size(),
-             "infer of " + od.type + " gave " + std::to_string(out_types.size()) + " outputs");
+    // An op with optional outputs (split) gives as many as its attributes say.
+    if (out_types.size() != op.outputs.size())
+      throw Error(op.loc, where + ": it gives " + std::to_string(out_types.size()) + " output" +
+                              (out_types.size() == 1 ? "" : "s") + " for these attributes, found " +
+                              std::to_string(op.outputs.size()) + " names in 'out'");
     for (size_t j = 0; j < op.outputs.size(); ++j) {
       TensorDecl t;
       t.name = prefix + op.outputs[j]->text;

@@ -182,11 +182,17 @@ OpSpec parse_op_spec(const YamlNode& node, size_t index, const std::string& laye
 
   if (out_node == nullptr) throw Error(node.loc, "missing required key 'out' in " + where);
   spec.outputs = name_list(*out_node, "the outputs of " + where);
-  if (spec.outputs.size() != schema.outputs.size())
-    throw Error(out_node->loc,
-                "op '" + type + "' produces " + std::to_string(schema.outputs.size()) + " output" +
-                    (schema.outputs.size() == 1 ? "" : "s") + " (" + join(schema.outputs) +
-                    "), found " + std::to_string(spec.outputs.size()));
+  size_t max_out = schema.outputs.size();
+  size_t min_out = max_out - schema.optional_outputs;
+  if (spec.outputs.size() < min_out || spec.outputs.size() > max_out) {
+    std::string count = min_out == max_out
+                            ? std::to_string(max_out)
+                            : std::to_string(min_out) + " to " + std::to_string(max_out);
+    throw Error(out_node->loc, "op '" + type + "' produces " + count + " output" +
+                                   (max_out == 1 ? "" : "s") + " (" +
+                                   slot_list(schema.outputs, schema.optional_outputs) +
+                                   "), found " + std::to_string(spec.outputs.size()));
+  }
   for (const YamlNode* out : spec.outputs) read_identifier(*out, "an output of " + where);
 
   for (const AttrSpec& a : schema.attrs) {

@@ -1,0 +1,210 @@
+// One element per thread, 256 threads per block, over the flat output; a coordinate comes from
+// the flat index by division and remainder, innermost axis first. Every store is to the
+// thread's own element (or its own element of one region), so uniqueness is a mixed radix.
+#include "kernels/strided.h"
+
+#include "compiler/base/check.h"
+#include "compiler/ir/builder.h"
+
+namespace tilerun::kernels {
+
+namespace {
+
+namespace cc = tilerun::compiler;
+
+constexpr int kThreads = 256;
+
+std::string key(const std::string& name, DType dtype) { return kernel_key(name, dtype); }
+
+// Σ_j c_j · stride_j for the coordinates c of flat index `e` over `dims` (row-major).
+cc::Val strided_index(cc::Val e, const std::vector<cc::Dim>& dims,
+                      const std::vector<cc::Dim>& strides) {
+  cc::Val index = 0;
+  for (size_t j = dims.size(); j-- > 0;) {
+    cc::Val c = j == 0 ? e : e % dims[j];
+    index = index + c * strides[j];
+    if (j > 0) e = e / dims[j];
+  }
+  return index;
+}
+
+// Declares D0.., S0.. (sizes at least 1, strides at least 0) for a rank-`rank` map.
+void declare_axes(cc::KernelBuilder& kb, const std::string& d, const std::string& s, size_t rank,
+                  std::vector<cc::Dim>* dims, std::vector<cc::Dim>* strides) {
+  for (size_t j = 0; j < rank; ++j) dims->push_back(kb.dim(d + std::to_string(j)));
+  for (size_t j = 0; j < rank; ++j) strides->push_back(kb.dim(s + std::to_string(j), {.min = 0}));
+}
+
+cc::Kernel build_strided_copy(DType dtype, size_t rank) {
+  cc::KernelBuilder kb("strided_copy_r" + std::to_string(rank) + "_" +
+                       std::string(dtype_name(dtype)));
+  cc::Dim n = kb.dim("N"), xn = kb.dim("XN");
+  std::vector<cc::Dim> dims, strides;
+  declare_axes(kb, "D", "S", rank, &dims, &strides);
+  cc::Dim off = kb.dim("OFF", {.min = 0});
+  cc::Buf x = kb.input("x", dtype, {xn});
+  cc::Buf out = kb.output("out", dtype, {n});
+  kb.body({cc::ceildiv(n, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(0) * kThreads;
+    s.parallel(kThreads, [&](cc::Idx i) {
+      cc::Idx e = base + i;
+      s.if_then(e < n, [&] { out(e) = x(off + strided_index(e, dims, strides)); });
+    });
+  });
+  return kb.build();
+}
+
+cc::Kernel build_strided_sum(DType dtype, size_t rank, size_t summed_rank) {
+  cc::KernelBuilder kb("strided_sum_r" + std::to_string(rank) + "s" + std::to_string(summed_rank) +
+                       "_" + std::string(dtype_name(dtype)));
+  cc::Dim n = kb.dim("N"), xn = kb.dim("XN"), q_n = kb.dim("Q");
+  std::vector<cc::Dim> dims, strides, sdims, sstrides;
+  declare_axes(kb, "D", "S", rank, &dims, &strides);
+  declare_axes(kb, "E", "T", summed_rank, &sdims, &sstrides);
+  cc::Buf x = kb.input("x", dtype, {xn});
+  cc::Buf out = kb.output("out", dtype, {n});
+  kb.body({cc::ceildiv(n, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(0) * kThreads;
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kThreads});
+    s.parallel(kThreads, [&](cc::Idx i) {
+      cc::Idx e = base + i;
+      s.if_then(e < n, [&] {
+        cc::Val at = s.let(strided_index(e, dims, strides), "at");
+        acc(i) = 0.0f;
+        s.serial(q_n,
+                 [&](cc::Idx q) { acc(i) = acc(i) + x(at + strided_index(q, sdims, sstrides)); });
+        out(e) = acc(i);
+      });
+    });
+  });
+  return kb.build();
+}
+
+// Parameters x [O, A·R], out [O, AO·R]; O, A, R, AO, OFF. Grid (A·R / 256, O).
+cc::Kernel build_place(DType dtype) {
+  cc::KernelBuilder kb("concat_place_" + std::string(dtype_name(dtype)));
+  cc::Dim o = kb.dim("O"), a = kb.dim("A"), r = kb.dim("R"), ao = kb.dim("AO");
+  cc::Dim off = kb.dim("OFF", {.min = 0});
+  cc::Buf x = kb.input("x", dtype, {o, a * r});
+  cc::Buf out = kb.output("out", dtype, {o, ao * r});
+  kb.body({cc::ceildiv(a * r, kThreads), o}, kThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(0) * kThreads, row = s.block_idx(1);
+    s.parallel(kThreads, [&](cc::Idx i) {
+      cc::Idx e = base + i;
+      // The second condition holds whenever OFF + A <= AO (the expansion's case); stated, it
+      // lets the analysis prove the rows' regions disjoint.
+      s.if_then(e < a * r && off * r + e < ao * r, [&] { out(row, off * r + e) = x(row, e); });
+    });
+  });
+  return kb.build();
+}
+
+// Parameters dy [O, L·R], dx [O, A·R]; O, A, R, L, START, STEP. Grid (A·R / 256, O).
+cc::Kernel build_unslice(DType dtype) {
+  cc::KernelBuilder kb("slice_grad_" + std::string(dtype_name(dtype)));
+  cc::Dim o = kb.dim("O"), a = kb.dim("A"), r = kb.dim("R"), l = kb.dim("L");
+  cc::Dim start = kb.dim("START", {.min = 0}), step = kb.dim("STEP");
+  cc::Buf dy = kb.input("dy", dtype, {o, l * r});
+  cc::Buf dx = kb.output("dx", dtype, {o, a * r});
+  kb.body({cc::ceildiv(a * r, kThreads), o}, kThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(0) * kThreads, row = s.block_idx(1);
+    s.parallel(kThreads, [&](cc::Idx i) {
+      cc::Idx e = base + i;
+      s.if_then(e < a * r, [&] {
+        cc::Val t = s.let(e / r - start, "t");
+        cc::Val j = s.let(t / step, "j");
+        s.if_then_else(
+            t >= 0 && t % step == 0 && j < l, [&] { dx(row, e) = dy(row, j * r + e % r); },
+            [&] { dx(row, e) = 0.0f; });
+      });
+    });
+  });
+  return kb.build();
+}
+
+}  // namespace
+
+std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t j = shape.size(); j-- > 1;) s[j - 1] = s[j] * shape[j];
+  return s;
+}
+
+StridedView broadcast_view(const std::vector<int64_t>& x_shape, const std::vector<int64_t>& shape) {
+  const std::vector<int64_t> xs = row_major_strides(x_shape);
+  const size_t lead = shape.size() - x_shape.size();
+  StridedView v{.shape = shape, .strides = std::vector<int64_t>(shape.size(), 0)};
+  for (size_t j = 0; j < x_shape.size(); ++j)
+    if (x_shape[j] == shape[lead + j]) v.strides[lead + j] = xs[j];
+  return v;
+}
+
+StridedView simplify(StridedView v) {
+  TR_CHECK(v.shape.size() == v.strides.size(), "a stride per axis");
+  StridedView out{.offset = v.offset};
+  for (size_t j = 0; j < v.shape.size(); ++j) {
+    if (v.shape[j] == 1) continue;
+    if (!out.shape.empty() && out.strides.back() == v.strides[j] * v.shape[j]) {
+      out.shape.back() *= v.shape[j];
+      out.strides.back() = v.strides[j];
+      continue;
+    }
+    out.shape.push_back(v.shape[j]);
+    out.strides.push_back(v.strides[j]);
+  }
+  if (out.shape.empty()) out.shape = {1}, out.strides = {1};
+  return out;
+}
+
+KernelCall strided_copy_call(KernelCache& cache, DType dtype, int64_t x_numel,
+                             const StridedView& view, KernelArg x, KernelArg out) {
+  StridedView v = simplify(view);
+  const size_t rank = v.shape.size();
+  int64_t n = 1;
+  for (int64_t d : v.shape) n *= d;
+  KernelCall call{.kernel = cache.get(key("strided_copy_r" + std::to_string(rank), dtype),
+                                      [&] { return build_strided_copy(dtype, rank); }),
+                  .buffers = {x, out},
+                  .dims = {n, x_numel}};
+  call.dims.insert(call.dims.end(), v.shape.begin(), v.shape.end());
+  call.dims.insert(call.dims.end(), v.strides.begin(), v.strides.end());
+  call.dims.push_back(v.offset);
+  return call;
+}
+
+KernelCall strided_sum_call(KernelCache& cache, DType dtype, int64_t x_numel,
+                            const StridedView& kept_in, const StridedView& summed_in, KernelArg x,
+                            KernelArg out) {
+  StridedView kept = simplify(kept_in), summed = simplify(summed_in);
+  const size_t rank = kept.shape.size(), srank = summed.shape.size();
+  int64_t n = 1, q = 1;
+  for (int64_t d : kept.shape) n *= d;
+  for (int64_t d : summed.shape) q *= d;
+  KernelCall call{
+      .kernel = cache.get(
+          key("strided_sum_r" + std::to_string(rank) + "s" + std::to_string(srank), dtype),
+          [&] { return build_strided_sum(dtype, rank, srank); }),
+      .buffers = {x, out},
+      .dims = {n, x_numel, q}};
+  call.dims.insert(call.dims.end(), kept.shape.begin(), kept.shape.end());
+  call.dims.insert(call.dims.end(), kept.strides.begin(), kept.strides.end());
+  call.dims.insert(call.dims.end(), summed.shape.begin(), summed.shape.end());
+  call.dims.insert(call.dims.end(), summed.strides.begin(), summed.strides.end());
+  return call;
+}
+
+KernelCall place_call(KernelCache& cache, DType dtype, int64_t outer, int64_t len, int64_t inner,
+                      int64_t out_len, int64_t offset, KernelArg x, KernelArg out) {
+  return {.kernel = cache.get(key("concat_place", dtype), [&] { return build_place(dtype); }),
+          .buffers = {x, out},
+          .dims = {outer, len, inner, out_len, offset}};
+}
+
+KernelCall unslice_call(KernelCache& cache, DType dtype, int64_t outer, int64_t size, int64_t inner,
+                        int64_t len, int64_t start, int64_t step, KernelArg dy, KernelArg dx) {
+  return {.kernel = cache.get(key("slice_grad", dtype), [&] { return build_unslice(dtype); }),
+          .buffers = {dy, dx},
+          .dims = {outer, size, inner, len, start, step}};
+}
+
+}  // namespace tilerun::kernels

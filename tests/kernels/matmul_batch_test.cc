@@ -1,0 +1,86 @@
+// Batched matmul: each batch element's result is bit for bit the rank-2 matmul of its own
+// matrices (the tiling and K order depend on one product's shape, never on the batch), for
+// batched, shared and broadcast operands and every transpose pair; and a batch folded into a's
+// rows gives the rank-2 matmul of the stacked rows.
+#include <cstring>
+
+#include "tests/kernels/kernel_runner.h"
+
+namespace tilerun::kernels {
+namespace {
+
+using testing::Bytes;
+using Ints = std::vector<int64_t>;
+
+testing::KernelRunner& runner() {
+  static testing::KernelRunner* r = new testing::KernelRunner;
+  return *r;
+}
+
+// Matrix i of a tensor whose last two axes are the matrix.
+RefTensor matrix(const RefTensor& t, int64_t i) {
+  Ints shape(t.shape.end() - 2, t.shape.end());
+  const int64_t n = shape[0] * shape[1];
+  return {.shape = shape,
+          .data = std::vector<double>(t.data.begin() + i * n, t.data.begin() + (i + 1) * n)};
+}
+
+struct Case {
+  Ints a, b;
+  bool ta, tb;
+  // For c's batch element z, the matrix of a and of b it uses.
+  std::function<int64_t(int64_t)> a_of, b_of;
+  int64_t batch;
+};
+
+TEST(MatmulBatch, EachElementIsTheRank2ProductBitForBit) {
+  auto same = [](int64_t z) { return z; };
+  auto first = [](int64_t) { return int64_t{0}; };
+  const std::vector<Case> cases = {
+      {{3, 33, 130}, {3, 130, 40}, false, false, same, same, 3},
+      {{2, 130, 33}, {2, 40, 130}, true, true, same, same, 2},
+      {{33, 70}, {4, 70, 20}, false, false, first, same, 4},
+      {{3, 700, 20}, {700, 18}, true, false, same, first, 3},
+      // a [2,1,..] and b [3,..] broadcast to c's [2,3]: a's matrix z / 3, b's z % 3.
+      {{2, 1, 9, 70},
+       {3, 70, 5},
+       false,
+       false,
+       [](int64_t z) { return z / 3; },
+       [](int64_t z) { return z % 3; },
+       6},
+  };
+  std::mt19937_64 rng(testing::test_seed());
+  for (const Case& c : cases)
+    for (DType dtype : {DType::F32}) {
+      RefTensor a = testing::rounded(dtype, testing::random_tensor(rng, c.a));
+      RefTensor b = testing::rounded(dtype, testing::random_tensor(rng, c.b));
+      Attrs attrs{{"transpose_a", c.ta}, {"transpose_b", c.tb}};
+      std::vector<Bytes> got = runner().run("matmul", {a, b}, attrs, dtype, std::nan(""));
+      ASSERT_EQ(got.size(), 1u);
+      const size_t per = got[0].data.size() / c.batch;
+      for (int64_t z = 0; z < c.batch; ++z) {
+        std::vector<Bytes> want = runner().run(
+            "matmul", {matrix(a, c.a_of(z)), matrix(b, c.b_of(z))}, attrs, dtype, std::nan(""));
+        ASSERT_EQ(want[0].data.size(), per);
+        EXPECT_EQ(std::memcmp(got[0].data.data() + z * per, want[0].data.data(), per), 0)
+            << "batch element " << z << " of " << testing::OpCase{"matmul", 0, {{c.a, c.b}, attrs}}
+            << " " << dtype_name(dtype);
+      }
+    }
+}
+
+// a [B, M, K] @ b [K, N]: one matmul over B·M rows, bit for bit.
+TEST(MatmulBatch, SharedRightOperandFoldsIntoRows) {
+  std::mt19937_64 rng(testing::test_seed());
+  RefTensor a = testing::rounded(DType::F32, testing::random_tensor(rng, {4, 9, 70}));
+  RefTensor b = testing::rounded(DType::F32, testing::random_tensor(rng, {70, 33}));
+  std::vector<Bytes> got = runner().run("matmul", {a, b}, {}, DType::F32, std::nan(""));
+  RefTensor rows = a;
+  rows.shape = {36, 70};
+  std::vector<Bytes> want = runner().run("matmul", {rows, b}, {}, DType::F32, std::nan(""));
+  EXPECT_EQ(got[0].data, want[0].data);
+}
+
+}  // namespace
+}  // namespace tilerun::kernels
