@@ -259,6 +259,12 @@ TEST(Views, ShapeMistakesAreErrorsAtTheOp) {
   expect_refused("      - {op: broadcast_to, in: x, out: y, shape: [2, 4, 5]}",
                  "input 'x' is f32[4,6], expected sizes that broadcast to attribute 'shape' "
                  "[2,4,5]");
+  expect_refused("      - {op: matmul, in: [x, w], out: y}",
+                 "input 'b' is f32[4,5], expected 6 rows to match the inner dim of 'a' f32[4,6]");
+  expect_refused("      - {op: einsum, in: [x, w], out: y, equation: \"td,dk->tk\"}",
+                 "input 'b' is f32[4,5], expected size 6 for index 'd'");
+  expect_refused("      - {op: einsum, in: [x, w], out: y, equation: \"td,sk->ts\"}",
+                 "index 'd' appears in 'a' only");
   expect_refused("      - {op: split, in: x, out: [y, z], parts: 4}",
                  "it gives 4 outputs for these attributes, found 2 names in 'out'");
 }
