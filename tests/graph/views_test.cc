@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include <string>
 #include <vector>
@@ -199,6 +202,44 @@ TEST(Views, ConfigWithEveryShapeOpIsSound) {
     EXPECT_EQ(nodes_of(kg, view), 0) << view;
   EXPECT_EQ(nodes_of(kg, "slice"), 1);  // the strided one; the leading one is a view
   expect_bytes_ordered(kg);
+}
+
+// The run report's kernel counts come from the kernel nodes: a model of nothing but views
+// reports zero kernels, and its forward pass still gives the right values.
+TEST(Views, ReportCountsViewsAsZeroKernels) {
+  const std::string dir = ::testing::TempDir();
+  const std::string model = dir + "/only_views.yaml", report = dir + "/only_views.json";
+  std::FILE* f = std::fopen(model.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(R"(model: only_views
+dims: {T: 8, D: 16}
+inputs:
+  x: {shape: [T, D]}
+layers:
+  - name: l
+    ops:
+      - {op: reshape, in: x, out: a, shape: [2, 4, D]}
+      - {op: split, in: a, out: [p, q], parts: 2}
+      - {op: squeeze, in: q, out: y, axis: 0}
+outputs: [l.y]
+)",
+             f);
+  std::fclose(f);
+  const std::string cmd = std::string(TILERUN_CLI) + " " + model +
+                          " --device cpu --forward-only --check --report " + report + " 2>&1";
+  std::FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("check: ok"), std::string::npos) << out;
+  std::ifstream in(report);
+  nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["kernels_total"], 0) << j.dump();
+  int64_t layer_kernels = 0;  // a layer that runs no kernel has no timing row
+  for (const auto& layer : j["layers"]) layer_kernels += layer["kernels"].get<int64_t>();
+  EXPECT_EQ(layer_kernels, 0) << j.dump();
 }
 
 // A slice whose offset is not 16-byte aligned (kernels assume aligned buffers) is a copy.
