@@ -28,6 +28,14 @@ cc::Val strided_index(cc::Val e, const std::vector<cc::Dim>& dims,
   return index;
 }
 
+// The index, which the expansion keeps in [0, XN), clamped there for the analysis: proving a
+// chain of divisions and remainders by symbolic dims in bounds can keep Z3 busy past its
+// wall-clock backstop, while the clamped index is in bounds by linear reasoning alone (two
+// integer operations per load).
+cc::Val in_x(const cc::Val& index, const cc::Val& xn) {
+  return cc::max(cc::min(index, xn - 1), cc::Val(0));
+}
+
 // Declares D0.., S0.. (sizes at least 1, strides at least 0) for a rank-`rank` map.
 void declare_axes(cc::KernelBuilder& kb, const std::string& d, const std::string& s, size_t rank,
                   std::vector<cc::Dim>* dims, std::vector<cc::Dim>* strides) {
@@ -48,7 +56,7 @@ cc::Kernel build_strided_copy(DType dtype, size_t rank) {
     cc::Idx base = s.block_idx(0) * kThreads;
     s.parallel(kThreads, [&](cc::Idx i) {
       cc::Idx e = base + i;
-      s.if_then(e < n, [&] { out(e) = x(off + strided_index(e, dims, strides)); });
+      s.if_then(e < n, [&] { out(e) = x(in_x(off + strided_index(e, dims, strides), xn)); });
     });
   });
   return kb.build();
@@ -71,8 +79,9 @@ cc::Kernel build_strided_sum(DType dtype, size_t rank, size_t summed_rank) {
       s.if_then(e < n, [&] {
         cc::Val at = s.let(strided_index(e, dims, strides), "at");
         acc(i) = 0.0f;
-        s.serial(q_n,
-                 [&](cc::Idx q) { acc(i) = acc(i) + x(at + strided_index(q, sdims, sstrides)); });
+        s.serial(q_n, [&](cc::Idx q) {
+          acc(i) = acc(i) + x(in_x(at + strided_index(q, sdims, sstrides), xn));
+        });
         out(e) = acc(i);
       });
     });
@@ -114,8 +123,8 @@ cc::Kernel build_unslice(DType dtype) {
         cc::Val t = s.let(e / r - start, "t");
         cc::Val j = s.let(t / step, "j");
         s.if_then_else(
-            t >= 0 && t % step == 0 && j < l, [&] { dx(row, e) = dy(row, j * r + e % r); },
-            [&] { dx(row, e) = 0.0f; });
+            t >= 0 && t % step == 0 && j < l,
+            [&] { dx(row, e) = dy(row, in_x(j * r + e % r, l * r)); }, [&] { dx(row, e) = 0.0f; });
       });
     });
   });

@@ -110,7 +110,12 @@ std::string one_op_model(const OpParam& p) {
     y << "], init: {uniform: {low: " << p.kase.c.lo << ", high: " << p.kase.c.hi << "}}}\n";
     ins += (i ? ", x" : "x") + std::to_string(i);
   }
-  for (size_t i = 0; i < schema.outputs.size(); ++i) {
+  // As many outputs as inference gives (split's depend on its attributes).
+  std::vector<kernels::TensorType> in_types;
+  for (const auto& shape : p.kase.c.shapes) in_types.push_back({p.dtype, shape});
+  const size_t n_out =
+      schema.infer(in_types, kernels::testing::with_defaults(schema, p.kase.c.attrs)).size();
+  for (size_t i = 0; i < n_out; ++i) {
     outs += (i ? ", y" : "y") + std::to_string(i);
     names += (i ? ", l.y" : "l.y") + std::to_string(i);
   }

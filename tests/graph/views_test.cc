@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include <string>
 #include <vector>
@@ -201,6 +204,44 @@ TEST(Views, ConfigWithEveryShapeOpIsSound) {
   expect_bytes_ordered(kg);
 }
 
+// The run report's kernel counts come from the kernel nodes: a model of nothing but views
+// reports zero kernels, and its forward pass still gives the right values.
+TEST(Views, ReportCountsViewsAsZeroKernels) {
+  const std::string dir = ::testing::TempDir();
+  const std::string model = dir + "/only_views.yaml", report = dir + "/only_views.json";
+  std::FILE* f = std::fopen(model.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(R"(model: only_views
+dims: {T: 8, D: 16}
+inputs:
+  x: {shape: [T, D]}
+layers:
+  - name: l
+    ops:
+      - {op: reshape, in: x, out: a, shape: [2, 4, D]}
+      - {op: split, in: a, out: [p, q], parts: 2}
+      - {op: squeeze, in: q, out: y, axis: 0}
+outputs: [l.y]
+)",
+             f);
+  std::fclose(f);
+  const std::string cmd = std::string(TILERUN_CLI) + " " + model +
+                          " --device cpu --forward-only --check --report " + report + " 2>&1";
+  std::FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("check: ok"), std::string::npos) << out;
+  std::ifstream in(report);
+  nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["kernels_total"], 0) << j.dump();
+  int64_t layer_kernels = 0;  // a layer that runs no kernel has no timing row
+  for (const auto& layer : j["layers"]) layer_kernels += layer["kernels"].get<int64_t>();
+  EXPECT_EQ(layer_kernels, 0) << j.dump();
+}
+
 // A slice whose offset is not 16-byte aligned (kernels assume aligned buffers) is a copy.
 TEST(Views, UnalignedSliceIsACopy) {
   KernelGraph kg = expanded(R"(
@@ -259,6 +300,12 @@ TEST(Views, ShapeMistakesAreErrorsAtTheOp) {
   expect_refused("      - {op: broadcast_to, in: x, out: y, shape: [2, 4, 5]}",
                  "input 'x' is f32[4,6], expected sizes that broadcast to attribute 'shape' "
                  "[2,4,5]");
+  expect_refused("      - {op: matmul, in: [x, w], out: y}",
+                 "input 'b' is f32[4,5], expected 6 rows to match the inner dim of 'a' f32[4,6]");
+  expect_refused("      - {op: einsum, in: [x, w], out: y, equation: \"td,dk->tk\"}",
+                 "input 'b' is f32[4,5], expected size 6 for index 'd'");
+  expect_refused("      - {op: einsum, in: [x, w], out: y, equation: \"td,sk->ts\"}",
+                 "index 'd' appears in 'a' only");
   expect_refused("      - {op: split, in: x, out: [y, z], parts: 4}",
                  "it gives 4 outputs for these attributes, found 2 names in 'out'");
 }
