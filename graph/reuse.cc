@@ -12,13 +12,14 @@ int64_t tensor_bytes(const GraphTensor& t) {
 }
 
 // Everything bound or read from outside outlives the step's kernels: inputs, weights, outputs,
-// the gradients of inputs and weights, and zero gradients that nothing writes.
+// loss values, the gradients of inputs and weights, and zero gradients that nothing writes.
 std::vector<bool> persistent_tensors(const OpGraph& g) {
   std::vector<bool> p(g.tensors.size(), false);
   for (size_t i = 0; i < g.tensors.size(); ++i)
     p[i] = g.tensors[i].kind == TensorKind::Input || g.tensors[i].kind == TensorKind::Weight ||
            g.tensors[i].producer < 0;
   for (int out : g.outputs) p[out] = true;
+  for (const GraphLossTerm& term : g.loss) p[term.value] = true;
   for (const auto& [x, dx] : g.grad) {
     TensorKind k = g.tensors[x].kind;
     if (k == TensorKind::Input || k == TensorKind::Weight) p[dx] = true;

@@ -62,11 +62,13 @@ std::unique_ptr<Session> open_session(const Options& o, const Model& model, Devi
 
 // Runs the steps and reports each layer's median host and device time over them, the first
 // step left out as a warm-up when there are more (it may pay one-time costs: caches, clocks).
+// Under --print-loss each step's loss goes to stdout as it is computed.
 std::vector<LayerRow> time_steps(Session& session, const Options& o) {
   std::vector<LayerRow> rows;
   std::vector<std::vector<double>> host, device;
   for (int step = 0; step < o.steps; ++step) {
     session.forward();
+    if (o.print_loss) print_loss(step + 1, session.losses());
     if (!o.forward_only) session.backward();
     std::vector<LayerTiming> timings = session.timings();
     if (rows.empty()) {
@@ -176,6 +178,7 @@ RunResult run_steps(const Options& o, const Model& model) {
   r.arena_bytes = session->arena_bytes();
   r.tensor_bytes = session->tensor_bytes();
   r.rows = time_steps(*session, o);
+  r.losses = session->losses();
   std::unique_ptr<Session> standalone;
   if (both) {
     standalone = open_session(o, model, device, LaunchMode::Launch, weights);

@@ -23,7 +23,8 @@ struct RunResult {
   int64_t arena_bytes = 0, tensor_bytes = 0;
   std::vector<LayerRow> rows;         // the run; under --mode both, CUDA graph replay
   std::vector<LayerRow> launch_rows;  // under --mode both: standalone launches
-  std::string difference;  // under --mode both: the first tensor whose bits differ, or ""
+  std::string difference;         // under --mode both: the first tensor whose bits differ, or ""
+  std::vector<LossValue> losses;  // each loss term after the last step
   std::vector<KernelTiming> profile;  // every kernel's own time, from the profiling pass
   std::optional<CheckResult> check;   // under --check
   std::string non_finite;             // the first output or gradient holding a NaN or an Inf, or ""

@@ -193,6 +193,19 @@ TensorMap Session::gradients() const {
   return out;
 }
 
+std::vector<LossValue> Session::losses() const {
+  const Impl& s = *impl_;
+  if (!s.forward_done) throw Error("loss values are read after forward()", ErrorKind::Runtime);
+  std::vector<LossValue> out;
+  for (const graph::GraphLossTerm& term : s.graph.ops.loss) {
+    HostTensor v = s.read(term.value);
+    out.push_back({.name = term.name,
+                   .weight = term.weight,
+                   .value = graph::load_element(v.dtype, v.data.data(), 0)});
+  }
+  return out;
+}
+
 std::vector<LayerTiming> Session::timings() const {
   const Impl& s = *impl_;
   std::vector<LayerTiming> all = s.forward_timings;
@@ -317,6 +330,7 @@ CheckResult Session::check() const {
     if (!(err <= tol)) result.ok = false;
   };
   for (int id : g.outputs) compare(id, g.tensors[id].name);
+  for (const graph::GraphLossTerm& term : g.loss) compare(term.value, "loss " + term.name);
   if (s.backward_done)
     for (const auto& [x, dx] : g.grad) {
       graph::TensorKind k = g.tensors[x].kind;

@@ -107,7 +107,15 @@ std::string one_op_model(const OpParam& p) {
     y << "  x" << i << ": {shape: [";
     for (size_t d = 0; d < p.kase.c.shapes[i].size(); ++d)
       y << (d ? ", " : "") << p.kase.c.shapes[i][d];
-    y << "], init: {uniform: {low: " << p.kase.c.lo << ", high: " << p.kase.c.hi << "}}}\n";
+    if (kernels::testing::integer_input(schema, i))  // rounds to int_lo .. int_hi - 1
+      y << "], dtype: " << dtype_name(schema.input_dtypes.at(static_cast<int>(i)))
+        << ", init: {uniform: {low: " << p.kase.c.int_lo - 0.5
+        << ", high: " << p.kase.c.int_hi - 0.5 << "}}}\n";
+    else if (schema.input_dtypes.count(static_cast<int>(i)))
+      y << "], dtype: " << dtype_name(schema.input_dtypes.at(static_cast<int>(i)))
+        << ", init: {uniform: {low: " << p.kase.c.lo << ", high: " << p.kase.c.hi << "}}}\n";
+    else
+      y << "], init: {uniform: {low: " << p.kase.c.lo << ", high: " << p.kase.c.hi << "}}}\n";
     ins += (i ? ", x" : "x") + std::to_string(i);
   }
   for (size_t i = 0; i < schema.outputs.size(); ++i) {

@@ -30,9 +30,27 @@ TEST(Session, TinyStepMatchesTheReference) {
   s.backward();
   CheckResult c = s.check();
   EXPECT_TRUE(c.ok) << c.worst_tensor << " error " << c.worst_error << " > " << c.tolerance;
-  // Every output and every weight's and input's gradient was compared.
-  EXPECT_EQ(c.tensors_checked, static_cast<int>(s.outputs().size() + s.gradients().size()));
+  // Every output, loss value and every weight's and input's gradient was compared.
+  EXPECT_EQ(c.tensors_checked,
+            static_cast<int>(s.outputs().size() + s.losses().size() + s.gradients().size()));
   EXPECT_FALSE(s.timings().empty());
+}
+
+// The default loss, 0.5 * sum(y^2), is computed in the graph: its value agrees with the output
+// the session returns (summed here in double).
+TEST(Session, LossValueIsComputedInTheGraph) {
+  Session s(tiny(), {.device = Device::Cpu, .seed = fresh_seed(), .forward_only = true});
+  EXPECT_THROW(s.losses(), Error);  // nothing computed yet
+  s.forward();
+  std::vector<LossValue> losses = s.losses();
+  ASSERT_EQ(losses.size(), 1u);
+  EXPECT_EQ(losses[0].name, "half_sum_squares");
+  EXPECT_EQ(losses[0].weight, 1.0);
+  const HostTensor y = s.outputs().at("block.1.y");
+  double want = 0;
+  const float* v = reinterpret_cast<const float*>(y.data.data());
+  for (int64_t i = 0; i < y.numel(); ++i) want += 0.5 * double(v[i]) * double(v[i]);
+  EXPECT_NEAR(losses[0].value, want, 1e-5 * want);
 }
 
 TEST(Session, RepeatsBitForBitAndDependsOnTheSeed) {
@@ -185,7 +203,7 @@ TEST(Session, CheckAcceptsANearZeroGradient) {
   s.backward();
   CheckResult c = s.check();
   EXPECT_TRUE(c.ok) << c.worst_tensor << " error " << c.worst_error << " > " << c.tolerance;
-  EXPECT_EQ(c.tensors_checked, 3);
+  EXPECT_EQ(c.tensors_checked, 4);  // y, its loss value, grad x, grad g
 }
 
 // A model larger than the machine's memory is refused before compiling or allocating, with
