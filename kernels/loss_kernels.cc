@@ -1,7 +1,9 @@
 #include "kernels/loss_kernels.h"
 
+#include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "compiler/ir/builder.h"
 
@@ -68,6 +70,79 @@ cc::Kernel build_half_sum_squares_grad(DType dtype) {
     });
   });
   return kb.build();
+}
+
+namespace {
+
+// part[r] = sum_j term(a[r, j], b[r, j]): one block per row.
+cc::Kernel build_pair_rows(const std::string& name, DType dtype,
+                           const std::function<cc::Val(const cc::Val&, const cc::Val&)>& term) {
+  cc::KernelBuilder kb(name + suffix(dtype));
+  cc::Dim r = kb.dim("R"), d = kb.dim("D");
+  cc::Buf a = kb.input("a", dtype, {r, d}), b = kb.input("b", dtype, {r, d});
+  cc::Buf part = kb.output("part", DType::F32, {r});
+  kb.body({r}, kRowThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(0);
+    cc::Val sum = s.reduce_sum(d, [&](cc::Idx j) { return term(a(row, j), b(row, j)); });
+    s.parallel(1, [&](cc::Idx i) { part(row + i) = sum; });
+  });
+  return kb.build();
+}
+
+// (da, db) = grads(a[e], b[e], dloss / divisor) over N elements, one per thread.
+cc::Kernel build_pair_grad(
+    const std::string& name, DType dtype,
+    const std::function<std::pair<cc::Val, cc::Val>(cc::Scope&, const cc::Val&, const cc::Val&,
+                                                    const cc::Val&)>& grads) {
+  cc::KernelBuilder kb(name + suffix(dtype));
+  cc::Dim n = kb.dim("N");
+  cc::Buf a = kb.input("a", dtype, {n}), b = kb.input("b", dtype, {n});
+  cc::Buf dy = kb.input("dloss", DType::F32, {1});
+  cc::Buf da = kb.output("da", dtype, {n}), db = kb.output("db", dtype, {n});
+  cc::Val divisor = kb.scalar_f32("divisor");
+  kb.body({cc::ceildiv(n, kFlatThreads)}, kFlatThreads, [&](cc::Scope& s) {
+    s.parallel(kFlatThreads, [&](cc::Idx i) {
+      cc::Idx e = s.block_idx(0) * kFlatThreads + i;
+      s.if_then(e < n, [&] {
+        cc::Val factor = s.let(dy(0) / divisor, "factor");
+        auto [ga, gb] = grads(s, s.let(a(e), "a"), s.let(b(e), "b"), factor);
+        da(e) = ga;
+        db(e) = gb;
+      });
+    });
+  });
+  return kb.build();
+}
+
+}  // namespace
+
+cc::Kernel build_mse_rows(DType dtype) {
+  return build_pair_rows("mse_rows", dtype, [](const cc::Val& a, const cc::Val& b) {
+    cc::Val d = a - b;
+    return d * d;
+  });
+}
+
+cc::Kernel build_mse_grad(DType dtype) {
+  return build_pair_grad("mse_grad", dtype,
+                         [](cc::Scope& s, const cc::Val& a, const cc::Val& b, const cc::Val& f) {
+                           cc::Val g = s.let((a - b) * (f * 2.0f), "g");
+                           return std::pair{g, -g};
+                         });
+}
+
+cc::Kernel build_kl_div_rows(DType dtype) {
+  return build_pair_rows("kl_div_rows", dtype, [](const cc::Val& lp, const cc::Val& q) {
+    return cc::select(q > 0.0f, q * (cc::log(q) - lp), cc::Val(0.0f));
+  });
+}
+
+cc::Kernel build_kl_div_grad(DType dtype) {
+  return build_pair_grad(
+      "kl_div_grad", dtype, [](cc::Scope&, const cc::Val& lp, const cc::Val& q, const cc::Val& f) {
+        cc::Val dq = cc::select(q > 0.0f, (cc::log(q) + 1.0f - lp) * f, cc::Val(0.0f));
+        return std::pair{-(q * f), dq};
+      });
 }
 
 cc::Kernel build_cross_entropy_rows(DType dtype) {

@@ -30,6 +30,16 @@ compiler::Kernel build_cross_entropy_count();
 // rows whose target is out of range. Parameters: x, targets, dloss, count, dx; R, V; ignore_index.
 compiler::Kernel build_cross_entropy_grad(DType dtype);
 
+// part[r] = sum_j (a[r, j] - b[r, j])^2. Parameters: a, b, part; R, D.
+compiler::Kernel build_mse_rows(DType dtype);
+// da = (a - b) * 2 dloss / N, db = -da. Parameters: a, b, dloss, da, db; N; N as f32.
+compiler::Kernel build_mse_grad(DType dtype);
+// part[r] = sum_j (q > 0 ? q (log q - log_p) : 0). Parameters: log_p, q, part; R, D.
+compiler::Kernel build_kl_div_rows(DType dtype);
+// dlog_p = -q dloss / R, dq = (q > 0 ? log q + 1 - log_p : 0) dloss / R. Parameters: log_p, q,
+// dloss, dlog_p, dq; N; R as f32.
+compiler::Kernel build_kl_div_grad(DType dtype);
+
 // dloss[0] = weight. Parameters: loss (read for its type only), dloss; weight.
 compiler::Kernel build_loss_seed();
 

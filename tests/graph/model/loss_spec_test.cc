@@ -91,6 +91,18 @@ TEST(LossSpec, GraphSeedsEachTermAndSkipsIntegerInputs) {
   EXPECT_TRUE(g.grad.count(g.find("head.w")));
 }
 
+TEST(LossSpec, MseAndKlDivTermsTakeTwoTensorsOfOneType) {
+  Model m = parse_model(model("loss:\n"
+                              "  - {term: mse, in: [head.logits, head.logits], name: zero}\n"
+                              "  - {term: kl_div, in: [head.logits, head.logits], weight: 3}\n"),
+                        "m.yaml");
+  ASSERT_EQ(m.loss.terms.size(), 2u);
+  EXPECT_EQ(m.loss.terms[0].op.type, "mse");
+  EXPECT_EQ(m.loss.terms[1].name, "kl_div");
+  expect_error(model("loss:\n  - {term: mse, in: [head.logits, x]}\n"), "m.yaml:14:5: error:",
+               "loss term 0 (mse): input 'b' is f32[4,8], expected f32[4,5] like 'a'");
+}
+
 TEST(LossSpec, DefaultIsHalfSumSquaresOfEveryOutput) {
   Model m = parse_model(model("loss: half_sum_squares\n"), "m.yaml");
   EXPECT_TRUE(m.loss.terms.empty());
