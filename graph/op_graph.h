@@ -12,7 +12,9 @@
 
 namespace tilerun::graph {
 
-enum class Direction { Forward, Backward };
+// Update: the optimiser step after backward (models with `optimizer:`), run by
+// Session::update().
+enum class Direction { Forward, Backward, Update };
 const char* direction_name(Direction d);
 
 enum class TensorKind {

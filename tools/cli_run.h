@@ -28,7 +28,7 @@ struct RunResult {
   std::vector<KernelTiming> profile;  // every kernel's own time, from the profiling pass
   std::optional<CheckResult> check;   // under --check
   std::string non_finite;             // the first output or gradient holding a NaN or an Inf, or ""
-  TensorMap results;                  // outputs and gradients ("grad.NAME"), for --save
+  TensorMap results;  // outputs, gradients ("grad.NAME") and trained weights, for --save
 
   // Exit 1: the two modes differ, or --check found a mismatch or a non-finite value.
   bool failed() const;

@@ -45,6 +45,11 @@ class Session {
 
   void forward();   // computes the outputs
   void backward();  // after forward(): the gradient of every input and weight under the loss
+  // After backward(), for a model with `optimizer:`: updates every weight in place (sgd or
+  // adamw, whose state lives in the session and starts at zero). The outputs, losses and
+  // gradients then belong to the old weights, so reading them needs a new forward() (and
+  // backward()).
+  void update();
 
   HostTensor tensor(const std::string& name) const;    // any input, weight or output
   HostTensor gradient(const std::string& name) const;  // of an input or weight, after backward()

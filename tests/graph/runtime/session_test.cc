@@ -36,6 +36,41 @@ TEST(Session, TinyStepMatchesTheReference) {
   EXPECT_FALSE(s.timings().empty());
 }
 
+// An sgd step: w - lr * dw, bit for bit (lr = 1/4 makes lr * dw exact, so one rounding is left),
+// and only after backward(); afterwards the old outputs are not checked against the new weights.
+TEST(Session, SgdUpdateMovesEachWeightAgainstItsGradient) {
+  const std::string yaml =
+      "model: s\ndims: {T: 4, D: 8}\ninputs:\n  x: {shape: [T, D]}\nlayers:\n  - name: l\n"
+      "    weights:\n      w: {shape: [D, D]}\n    ops:\n      - {op: matmul, in: [x, w], out: y}\n"
+      "outputs: [l.y]\n";
+  Session plain(parse_model(yaml, "s.yaml"), {.device = Device::Cpu});
+  plain.forward();
+  plain.backward();
+  EXPECT_THROW(plain.update(), Error);  // no optimizer
+
+  Session s(parse_model(yaml + "optimizer: {sgd: {lr: 0.25}}\n", "s.yaml"),
+            {.device = Device::Cpu, .seed = fresh_seed()});
+  s.forward();
+  EXPECT_THROW(s.update(), Error);  // no gradients yet
+  s.backward();
+  const HostTensor w = s.tensor("l.w"), dw = s.gradient("l.w");
+  s.update();
+  EXPECT_THROW(s.check(), Error);
+  const HostTensor w1 = s.tensor("l.w");
+  const float* a = reinterpret_cast<const float*>(w.data.data());
+  const float* g = reinterpret_cast<const float*>(dw.data.data());
+  const float* b = reinterpret_cast<const float*>(w1.data.data());
+  int changed = 0;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    EXPECT_EQ(b[i], a[i] - 0.25f * g[i]) << i;
+    changed += b[i] != a[i];
+  }
+  EXPECT_GT(changed, 0);
+  s.forward();  // the next step runs on the new weights and checks out
+  s.backward();
+  EXPECT_TRUE(s.check().ok);
+}
+
 // The default loss, 0.5 * sum(y^2), is computed in the graph: its value agrees with the output
 // the session returns (summed here in double).
 TEST(Session, LossValueIsComputedInTheGraph) {
