@@ -1,5 +1,6 @@
 #include "graph/autodiff.h"
 
+#include <algorithm>
 #include <map>
 
 #include "compiler/base/check.h"
@@ -20,11 +21,16 @@ TensorKind kind_of(TensorRole role) {
   return TensorKind::Activation;
 }
 
-// Whether each tensor depends on an input or weight: only those need gradients.
+// A float input or weight: integer inputs (targets, indices) are never differentiated.
+bool differentiable(const GraphTensor& t) {
+  return (t.kind == TensorKind::Input || t.kind == TensorKind::Weight) &&
+         dtype_is_float(t.type.dtype);
+}
+
+// Whether each tensor depends on a float input or weight: only those need gradients.
 std::vector<bool> requires_grad(const OpGraph& g) {
   std::vector<bool> req(g.tensors.size(), false);
-  for (size_t i = 0; i < g.tensors.size(); ++i)
-    req[i] = g.tensors[i].kind == TensorKind::Input || g.tensors[i].kind == TensorKind::Weight;
+  for (size_t i = 0; i < g.tensors.size(); ++i) req[i] = differentiable(g.tensors[i]);
   for (const GraphOp& op : g.ops) {
     bool any = false;
     for (int in : op.inputs) any = any || req[in];
@@ -161,6 +167,74 @@ class RuleEmitter {
   std::map<std::string, int> names_;
 };
 
+// The ops computing each loss term's value, after the model's ops (in its last layer); the
+// default is half_sum_squares of each output.
+void add_loss_terms(const Model& model, OpGraph& g) {
+  std::vector<LossTerm> terms = model.loss.terms;
+  if (terms.empty())
+    for (const std::string& out : model.outputs) {
+      const TensorDecl* decl = model.find_tensor(out);
+      std::string name =
+          model.outputs.size() == 1 ? "half_sum_squares" : "half_sum_squares(" + out + ")";
+      terms.push_back({.name = name,
+                       .op = {.type = "half_sum_squares",
+                              .inputs = {out},
+                              .outputs = {"loss:" + name},
+                              .loc = decl ? decl->loc : SourceLoc{}}});
+    }
+  const int layer = std::max(0, static_cast<int>(model.layers.size()) - 1);
+  for (const LossTerm& term : terms) {
+    const kernels::OpSchema* schema = kernels::op_registry().find(term.op.type);
+    TR_CHECK(schema != nullptr, "unknown loss op " + term.op.type);
+    GraphOp op{.type = term.op.type,
+               .attrs = term.op.attrs,
+               .layer = layer,
+               .direction = Direction::Forward,
+               .loc = term.op.loc};
+    std::vector<kernels::TensorType> in_types;
+    for (const std::string& in : term.op.inputs) {
+      int id = g.find(in);
+      TR_CHECK(id >= 0, "loss term " + term.name + " reads unknown tensor " + in);
+      op.inputs.push_back(id);
+      in_types.push_back(g.tensors[id].type);
+    }
+    for (const kernels::AttrSpec& spec : schema->attrs)
+      if (!op.attrs.count(spec.name) && spec.default_value)
+        op.attrs[spec.name] = *spec.default_value;
+    std::vector<kernels::TensorType> out = schema->infer(in_types, op.attrs);
+    TR_CHECK(out.size() == 1, "a loss op has one output");
+    const int op_id = static_cast<int>(g.ops.size());
+    int value = g.add_tensor({.name = g.unique_name("loss:" + term.name),
+                              .type = out[0],
+                              .kind = TensorKind::Activation,
+                              .producer = op_id});
+    op.outputs = {value};
+    g.ops.push_back(std::move(op));
+    g.loss.push_back({.name = term.name, .weight = term.weight, .op = op_id, .value = value});
+  }
+}
+
+// grad[x] = contribution, or grad[x] + contribution when x already has one (two loss terms on
+// one tensor).
+void add_seed(OpGraph& g, int x, int contribution, const GraphOp& at) {
+  auto it = g.grad.find(x);
+  if (it == g.grad.end()) {
+    g.grad[x] = contribution;
+    return;
+  }
+  int sum = g.add_tensor({.name = g.unique_name("grad.seed." + g.tensors[x].name),
+                          .type = g.tensors[x].type,
+                          .kind = TensorKind::Gradient,
+                          .producer = static_cast<int>(g.ops.size())});
+  g.ops.push_back(GraphOp{.type = "add",
+                          .inputs = {it->second, contribution},
+                          .outputs = {sum},
+                          .layer = at.layer,
+                          .direction = Direction::Backward,
+                          .loc = at.loc});
+  it->second = sum;
+}
+
 }  // namespace
 
 OpGraph build_forward(const Model& model) {
@@ -201,26 +275,43 @@ OpGraph build_forward(const Model& model) {
     TR_CHECK(id >= 0, "checked model has unknown output " + out);
     g.outputs.push_back(id);
   }
+  add_loss_terms(model, g);
   return g;
 }
 
-void append_backward(const Model& model, OpGraph& g) {
-  if (model.loss.kind != "half_sum_squares")
-    throw Error("model '" + model.name + "': unknown loss '" + model.loss.kind +
-                "', expected half_sum_squares");
+void append_backward(const Model&, OpGraph& g) {
   std::vector<bool> req = requires_grad(g);
-  // L = 0.5 * sum(out^2)  =>  dL/dout = out: the seed is the output itself.
-  for (int out : g.outputs)
-    if (req[out]) g.grad[out] = out;
-  const size_t forward_ops = g.ops.size();
+  std::vector<bool> seeded_directly(g.ops.size(), false);
+  for (const GraphLossTerm& term : g.loss) {
+    const GraphOp op = g.ops[term.op];  // a copy: seeding appends to g.ops
+    if (op.type == "half_sum_squares" && term.weight == 1.0) {
+      // L = 0.5 * sum(x^2)  =>  dL/dx = x: the seed is the input itself, no kernel.
+      seeded_directly[term.op] = true;
+      if (req[op.inputs[0]]) add_seed(g, op.inputs[0], op.inputs[0], op);
+    } else if (req[term.value]) {
+      int id = g.add_tensor({.name = g.unique_name("grad." + g.tensors[term.value].name),
+                             .type = g.tensors[term.value].type,
+                             .kind = TensorKind::Gradient,
+                             .producer = static_cast<int>(g.ops.size())});
+      g.ops.push_back(GraphOp{.type = "loss_seed",
+                              .inputs = {term.value},
+                              .outputs = {id},
+                              .attrs = {{"weight", term.weight}},
+                              .layer = op.layer,
+                              .direction = Direction::Backward,
+                              .loc = op.loc});
+      g.grad[term.value] = id;
+    }
+  }
+  const size_t forward_ops = seeded_directly.size();
   for (size_t i = forward_ops; i-- > 0;) {
+    if (seeded_directly[i]) continue;
     const GraphOp fwd = g.ops[i];  // a copy: emitting appends to g.ops
     RuleEmitter(g, fwd, static_cast<int>(i), g.grad, req).emit();
   }
   // Inputs and weights that nothing reads keep a zero gradient: a tensor without a producer.
   for (size_t i = 0; i < req.size(); ++i) {
-    TensorKind k = g.tensors[i].kind;
-    if ((k == TensorKind::Input || k == TensorKind::Weight) && !g.grad.count(static_cast<int>(i))) {
+    if (differentiable(g.tensors[i]) && !g.grad.count(static_cast<int>(i))) {
       int id = g.add_tensor({.name = g.unique_name("grad." + g.tensors[i].name),
                              .type = g.tensors[i].type,
                              .kind = TensorKind::Gradient});

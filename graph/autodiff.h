@@ -6,14 +6,17 @@
 
 namespace tilerun::graph {
 
-// The model's forward ops over its tensors (types from each op's inference).
+// The model's forward ops over its tensors (types from each op's inference), then one op per
+// loss term computing its value (OpGraph::loss; the default: half_sum_squares of each output).
 OpGraph build_forward(const Model& model);
 
-// Appends the backward ops: seeds each output's gradient from the model's loss
-// (half_sum_squares: dL/dout = out, an alias), then walks the forward ops in reverse, emitting
+// Appends the backward ops: seeds the gradient of each loss term's value with its weight (a
+// loss_seed op; a half_sum_squares term of weight 1 seeds its input with the input itself, an
+// alias), then walks the forward ops in reverse, emitting
 // each op's gradient rule for the inputs that need a gradient, and an `add` where a tensor's
 // gradient has several contributions (in reverse op order, so the sum order is fixed). After it,
-// OpGraph::grad holds the gradient of every input and weight. Throws tilerun::Error naming the
+// OpGraph::grad holds the gradient of every float input and weight (integer inputs, such as
+// targets, have none). Throws tilerun::Error naming the
 // op when a rule is missing.
 void append_backward(const Model& model, OpGraph& graph);
 

@@ -4,7 +4,17 @@
 
 namespace tilerun::graph {
 
-const char* direction_name(Direction d) { return d == Direction::Forward ? "forward" : "backward"; }
+const char* direction_name(Direction d) {
+  switch (d) {
+    case Direction::Forward:
+      return "forward";
+    case Direction::Backward:
+      return "backward";
+    case Direction::Update:
+      return "update";
+  }
+  return "?";
+}
 
 int OpGraph::find(const std::string& name) const {
   auto it = index_.find(name);

@@ -12,7 +12,9 @@
 
 namespace tilerun::graph {
 
-enum class Direction { Forward, Backward };
+// Update: the optimiser step after backward (models with `optimizer:`), run by
+// Session::update().
+enum class Direction { Forward, Backward, Update };
 const char* direction_name(Direction d);
 
 enum class TensorKind {
@@ -39,12 +41,22 @@ struct GraphOp {
   SourceLoc loc;  // the forward op's YAML location (backward ops inherit it)
 };
 
+// A term of the model's loss in the graph: its forward op and value (an f32 scalar that outlives
+// the step, read after forward()).
+struct GraphLossTerm {
+  std::string name;
+  double weight = 1.0;
+  int op = -1;
+  int value = -1;
+};
+
 struct OpGraph {
   std::vector<GraphTensor> tensors;
-  std::vector<GraphOp> ops;  // in execution order: forward ops, then backward ops
-  std::vector<int> outputs;  // the model's outputs
-  std::map<int, int> grad;   // tensor id -> the id of its gradient (inputs and weights after
-                             // autodiff; intermediates too while it runs)
+  std::vector<GraphOp> ops;         // in execution order: forward ops, then backward ops
+  std::vector<int> outputs;         // the model's outputs
+  std::vector<GraphLossTerm> loss;  // computed by the last forward ops, in the model's order
+  std::map<int, int> grad;          // tensor id -> the id of its gradient (inputs and weights after
+                                    // autodiff; intermediates too while it runs)
 
   int find(const std::string& name) const;  // -1 when there is none; O(log n)
   int add_tensor(GraphTensor t);            // the name must be new

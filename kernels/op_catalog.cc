@@ -51,11 +51,17 @@ std::vector<OpCatalogRow> op_catalog(const OpRegistry& registry) {
       attrs.push_back(a.name + ": " + std::string(attr_kind_name(a.kind)) +
                       (a.default_value ? " = " + attr_value_text(*a.default_value) : ""));
     for (DType d : s.dtypes) dtypes.push_back(std::string(dtype_name(d)));
+    // Slots of a fixed dtype follow a ';': "f32, bf16, f16; targets: i32, loss: f32".
+    std::vector<std::string> fixed;
+    for (const auto& [i, d] : s.input_dtypes)
+      fixed.push_back(s.inputs[i] + ": " + std::string(dtype_name(d)));
+    for (const auto& [i, d] : s.output_dtypes)
+      fixed.push_back(s.outputs[i] + ": " + std::string(dtype_name(d)));
     rows.push_back({.op = name,
                     .inputs = inputs.empty() ? "none" : join(inputs, ", "),
                     .outputs = join(outputs, ", "),
                     .attrs = attrs.empty() ? "none" : join(attrs, "; "),
-                    .dtypes = join(dtypes, ", "),
+                    .dtypes = join(dtypes, ", ") + (fixed.empty() ? "" : "; " + join(fixed, ", ")),
                     .doc = s.doc});
   }
   return rows;

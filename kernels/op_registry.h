@@ -106,6 +106,8 @@ struct OpTestCase {
   // Random values nearer to zero than this are drawn again: keeps finite differences off a kink
   // at 0 (max(x, 0)) without weakening the check elsewhere.
   double min_abs = 0;
+  // Inputs of an integer slot (OpSchema::input_dtypes) are drawn uniformly from [int_lo, int_hi).
+  int64_t int_lo = 0, int_hi = 1;
 };
 
 // A worked example: literal inputs and the outputs the reference must give (to 1e-12 relative),
@@ -140,6 +142,10 @@ struct OpSchema {
   // them, FP4 weights with E8M0 scales, will need one list per slot); inference refuses the
   // others (a test checks that it does).
   std::vector<DType> dtypes = kFloatTypes;
+  // Slots whose dtype is fixed whatever the op's dtype (the list above is for the others):
+  // integer inputs, such as cross_entropy's targets, are never differentiated; a loss value is f32.
+  std::map<int, DType> input_dtypes = {};
+  std::map<int, DType> output_dtypes = {};
 
   // Output types from input types and (defaults-filled) attributes; throws ShapeError.
   std::function<std::vector<TensorType>(const std::vector<TensorType>&, const Attrs&)> infer;

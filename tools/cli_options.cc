@@ -63,6 +63,10 @@ constexpr std::array kOptions = {
                  o.steps = static_cast<int>(parse_number(f, v, 1000000));
                  if (o.steps == 0) throw Error("option --steps expects at least 1, found '0'");
                }},
+    OptionSpec{"--print-loss", "", "", Value::None,
+               "print the loss and each term of it after every step (with an\n"
+               "`optimizer:` in the model, the steps train it)",
+               [](Options& o, std::string_view, const std::string&) { o.print_loss = true; }},
     OptionSpec{"--forward-only", "", "", Value::None, "compile and run the forward direction only",
                [](Options& o, std::string_view, const std::string&) { o.forward_only = true; }},
     OptionSpec{"--check", "", "", Value::None,
@@ -82,7 +86,8 @@ constexpr std::array kOptions = {
                  o.seed = parse_number(f, v, UINT64_MAX);
                }},
     OptionSpec{"--save", "", "FILE", Value::Path,
-               "write outputs and gradients (\"grad.NAME\") as .safetensors",
+               "write outputs and gradients (\"grad.NAME\") as .safetensors, and the\n"
+               "weights after training (a model with an optimizer)",
                [](Options& o, std::string_view, const std::string& v) { o.save = v; }},
     OptionSpec{"--report", "", "FILE", Value::Path, "write a JSON report",
                [](Options& o, std::string_view, const std::string& v) { o.report = v; }},

@@ -12,6 +12,7 @@ struct Options {
   bool help = false, version = false, list_ops = false, validate = false, forward_only = false,
        check = false;
   bool allow_missing = false;  // --weights may lack tensors: the initialiser fills them
+  bool print_loss = false;     // print the loss (each term) after every step
   std::string model_path, device = "auto", mode = "graph";
   std::string weights, save, report, dump_dir, trace;  // paths; empty = not given
   bool pdl = true;

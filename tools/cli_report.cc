@@ -34,6 +34,13 @@ std::string kernel_timing_source(const RunResult& r) {
   return r.profile.empty() ? "" : r.profile.front().source;
 }
 
+json loss_json(const std::vector<LossValue>& losses) {
+  json terms = json::array();
+  for (const LossValue& l : losses)
+    terms.push_back({{"name", l.name}, {"weight", l.weight}, {"value", l.value}});
+  return {{"total", total_loss(losses)}, {"terms", terms}};
+}
+
 json report_json(const Options& o, const Model& model, const RunResult& r) {
   const CompileStats& cs = r.stats;
   const bool on_gpu = r.device == "cuda";
@@ -58,6 +65,7 @@ json report_json(const Options& o, const Model& model, const RunResult& r) {
       {"arena_bytes", r.arena_bytes},
       {"tensor_bytes", r.tensor_bytes},
       {"check", check},
+      {"loss", loss_json(r.losses)},
       {"non_finite", r.non_finite.empty() ? json(nullptr) : json(r.non_finite)},
       {"kernel_timing", kernel_timing_source(r)},
       {"proofs",
@@ -179,6 +187,28 @@ void print_compiled(const Model& model, const Session& session) {
       cs.compile_thread_ms);
 }
 
+double total_loss(const std::vector<LossValue>& losses) {
+  double total = 0;
+  for (const LossValue& l : losses) total += l.weight * l.value;
+  return total;
+}
+
+void print_loss(int step, const std::vector<LossValue>& losses) {
+  std::string line = step > 0 ? "step " + std::to_string(step) + ": loss " : "loss ";
+  char number[64];
+  std::snprintf(number, sizeof number, "%.9g", total_loss(losses));
+  line += number;
+  for (size_t i = 0; losses.size() > 1 && i < losses.size(); ++i) {
+    std::snprintf(number, sizeof number, "%.9g", losses[i].value);
+    line += (i ? ", " : " = ") + printable(losses[i].name) + " " + number;
+    if (losses[i].weight != 1.0) {
+      std::snprintf(number, sizeof number, "%g", losses[i].weight);
+      line += std::string(" x ") + number;
+    }
+  }
+  std::printf("%s\n", line.c_str());
+}
+
 void print_results(const Options& o, const RunResult& r) {
   if (r.launch_rows.empty())
     print_table(r);
@@ -192,6 +222,7 @@ void print_results(const Options& o, const RunResult& r) {
                 over.c_str());
   else
     std::printf("(%s)\n", over.c_str());
+  print_loss(0, r.losses);
   if (r.check) {
     const CheckResult& c = *r.check;
     std::printf("check: %s, %d tensors; worst %s: relative L2 error %.3g (tolerance %.0e)\n",

@@ -18,6 +18,11 @@ std::string printable(std::string_view text, bool keep_newlines = false);
 // The two lines after a session is compiled: kernels, compile time, arena; index proofs.
 void print_compiled(const Model& model, const Session& session);
 
+// "step N: loss X" and, with several terms, each as "name value (x weight)"; N = 0: "loss X".
+void print_loss(int step, const std::vector<LossValue>& losses);
+// The loss as the sum of weight * value over the terms, added in order in double.
+double total_loss(const std::vector<LossValue>& losses);
+
 // The per-layer table (or the graph-vs-launch table under --mode both), what its figures are,
 // the check line and, on stderr, a warning naming the first NaN/Inf output or gradient.
 void print_results(const Options& o, const RunResult& r);

@@ -62,12 +62,19 @@ std::unique_ptr<Session> open_session(const Options& o, const Model& model, Devi
 
 // Runs the steps and reports each layer's median host and device time over them, the first
 // step left out as a warm-up when there are more (it may pay one-time costs: caches, clocks).
-std::vector<LayerRow> time_steps(Session& session, const Options& o) {
+// Under --print-loss each step's loss goes to stdout as it is computed; `losses` gets the last
+// step's. With an optimizer each step ends with the update, so the steps train the model.
+std::vector<LayerRow> time_steps(Session& session, const Options& o,
+                                 std::vector<LossValue>& losses) {
   std::vector<LayerRow> rows;
   std::vector<std::vector<double>> host, device;
+  const bool train = !o.forward_only && session.model().optimizer.kind != OptimizerDecl::Kind::None;
   for (int step = 0; step < o.steps; ++step) {
     session.forward();
+    losses = session.losses();
+    if (o.print_loss) print_loss(step + 1, losses);
     if (!o.forward_only) session.backward();
+    if (train) session.update();
     std::vector<LayerTiming> timings = session.timings();
     if (rows.empty()) {
       rows.resize(timings.size());
@@ -102,10 +109,15 @@ std::vector<KernelTiming> add_profile(Session& session, std::vector<LayerRow>& r
   return kernels;
 }
 
+// Outputs and gradients of the last pass; after training, also the trained weights.
 TensorMap results(const Session& session, bool forward_only) {
   TensorMap all = session.outputs();
   if (!forward_only)
     for (auto& [name, t] : session.gradients()) all["grad." + name] = std::move(t);
+  const Model& model = session.model();
+  if (!forward_only && model.optimizer.kind != OptimizerDecl::Kind::None)
+    for (const TensorDecl& t : model.tensors)
+      if (t.role == TensorRole::Weight) all[t.name] = session.tensor(t.name);
   return all;
 }
 
@@ -177,11 +189,12 @@ RunResult run_steps(const Options& o, const Model& model) {
   r.stats = session->compile_stats();
   r.arena_bytes = session->arena_bytes();
   r.tensor_bytes = session->tensor_bytes();
-  r.rows = time_steps(*session, o);
+  r.rows = time_steps(*session, o, r.losses);
   std::unique_ptr<Session> standalone;
   if (both) {
     standalone = open_session(o, model, device, LaunchMode::Launch, weights);
-    r.launch_rows = time_steps(*standalone, o);
+    std::vector<LossValue> launch_losses;
+    r.launch_rows = time_steps(*standalone, o, launch_losses);
   }
   r.profile = add_profile(*session, r.rows);  // after every session's timed steps
   r.results = results(*session, o.forward_only);

@@ -23,11 +23,12 @@ struct RunResult {
   int64_t arena_bytes = 0, tensor_bytes = 0;
   std::vector<LayerRow> rows;         // the run; under --mode both, CUDA graph replay
   std::vector<LayerRow> launch_rows;  // under --mode both: standalone launches
-  std::string difference;  // under --mode both: the first tensor whose bits differ, or ""
+  std::string difference;         // under --mode both: the first tensor whose bits differ, or ""
+  std::vector<LossValue> losses;  // each loss term after the last step
   std::vector<KernelTiming> profile;  // every kernel's own time, from the profiling pass
   std::optional<CheckResult> check;   // under --check
   std::string non_finite;             // the first output or gradient holding a NaN or an Inf, or ""
-  TensorMap results;                  // outputs and gradients ("grad.NAME"), for --save
+  TensorMap results;  // outputs, gradients ("grad.NAME") and trained weights, for --save
 
   // Exit 1: the two modes differ, or --check found a mismatch or a non-finite value.
   bool failed() const;

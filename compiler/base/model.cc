@@ -117,7 +117,27 @@ std::string model_summary(const Model& model) {
     const TensorDecl* t = model.find_tensor(name);
     os << "  " << name << ": " << (t ? type_text(*t) : "?") << "\n";
   }
-  os << "loss: " << model.loss.kind << "\n";
+  if (model.loss.terms.empty()) os << "loss: half_sum_squares\n";
+  if (!model.loss.terms.empty()) os << "loss:\n";
+  for (const LossTerm& t : model.loss.terms) {
+    os << "  " << t.name << ": " << t.op.type << "(";
+    for (size_t i = 0; i < t.op.inputs.size(); ++i) os << (i ? ", " : "") << t.op.inputs[i];
+    os << ")";
+    if (t.weight != 1.0) os << " * " << t.weight;
+    os << "\n";
+  }
+  switch (model.optimizer.kind) {
+    case OptimizerDecl::Kind::None:
+      break;
+    case OptimizerDecl::Kind::Sgd:
+      os << "optimizer: sgd (lr " << model.optimizer.lr << ")\n";
+      break;
+    case OptimizerDecl::Kind::AdamW:
+      os << "optimizer: adamw (lr " << model.optimizer.lr << ", beta1 " << model.optimizer.beta1
+         << ", beta2 " << model.optimizer.beta2 << ", eps " << model.optimizer.eps
+         << ", weight_decay " << model.optimizer.weight_decay << ")\n";
+      break;
+  }
   return os.str();
 }
 

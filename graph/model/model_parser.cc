@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "compiler/base/check.h"
+#include "graph/model/loss_spec.h"
 #include "graph/model/op_spec.h"
 #include "graph/model/tensor_spec.h"
 #include "graph/model/yaml_util.h"
@@ -22,10 +23,9 @@ namespace {
 using kernels::TensorType;
 
 const std::vector<std::string> kModelKeys = {"model",  "dtype",   "dims", "inputs",
-                                             "layers", "outputs", "loss"};
+                                             "layers", "outputs", "loss", "optimizer"};
 const std::vector<std::string> kTensorKeys = {"shape", "dtype", "init"};
 const std::vector<std::string> kLayerKeys = {"name", "repeat", "carry", "weights", "ops"};
-const std::vector<std::string> kLosses = {"half_sum_squares"};
 
 // Bounds on what `repeat` may expand to, so a two-line file cannot ask for a billion ops.
 constexpr int64_t kMaxRepeat = 10000;
@@ -116,12 +116,14 @@ Model ModelParser::parse(const YamlNode& root) {
   parse_layers(top.required("layers"));
   parse_outputs(top.required("outputs"));
   if (const YamlNode* n = top.find("loss")) {
-    std::string loss = read_string(*n, "'loss'");
-    if (std::find(kLosses.begin(), kLosses.end(), loss) == kLosses.end())
-      throw Error(n->loc, "unknown loss " + quote(loss) + did_you_mean(loss, kLosses) +
-                              " (known losses: " + join(kLosses) + ")");
-    m_.loss.kind = loss;
+    TensorLookup lookup{.resolve =
+                            [&](const YamlNode& ref, const std::string& where) {
+                              return resolve(ref.text, ref.loc, where, nullptr, 0, {});
+                            },
+                        .type_of = [&](const std::string& full) { return type_of(full); }};
+    m_.loss = parse_loss(*n, registry_, dims_, lookup);
   }
+  if (const YamlNode* n = top.find("optimizer")) m_.optimizer = parse_optimizer(*n);
   return std::move(m_);
 }
 

@@ -1,5 +1,6 @@
 #include "graph/model/op_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -10,9 +11,6 @@ namespace {
 using kernels::AttrKind;
 using kernels::AttrSpec;
 using kernels::OpSchema;
-
-// Keys every op entry has besides its attributes.
-const std::vector<std::string> kOpKeys = {"op", "in", "out"};
 
 // The name list of a scalar-or-sequence value: `in: x` and `in: [x, y]` both work, since most
 // ops have one output and writing `out: [y]` each time is noise.
@@ -123,45 +121,66 @@ class AttrReader {
   const std::map<std::string, int64_t>& dims_;
 };
 
+// The op's attributes: checked against its schema, defaults filled in.
+void read_attrs(OpSpec& spec, const YamlNode& node,
+                const std::map<std::string, const YamlNode*>& given, const std::string& type,
+                const std::string& where, const std::map<std::string, int64_t>& dims);
+
 }  // namespace
 
 OpSpec parse_op_spec(const YamlNode& node, size_t index, const std::string& layer,
                      const kernels::OpRegistry& registry,
                      const std::map<std::string, int64_t>& dims) {
-  std::string where = "op " + std::to_string(index) + " of layer '" + layer + "'";
+  return parse_op_spec(
+      node,
+      OpSpecForm{.prefix = "op " + std::to_string(index), .suffix = " of layer '" + layer + "'"},
+      registry, dims);
+}
+
+OpSpec parse_op_spec(const YamlNode& node, const OpSpecForm& form,
+                     const kernels::OpRegistry& registry,
+                     const std::map<std::string, int64_t>& dims) {
+  std::string where = form.prefix + form.suffix;
   expect_kind(node, YamlNode::Kind::Mapping, where);
   OpSpec spec;
   spec.loc = node.loc;
+  const std::string& type_key = form.type_key;
 
   const YamlNode* op_node = nullptr;
   for (const YamlEntry& e : node.entries)
-    if (e.key == "op") op_node = &e.value;
-  if (op_node == nullptr) throw Error(node.loc, "missing required key 'op' in " + where);
+    if (e.key == type_key) op_node = &e.value;
+  if (op_node == nullptr)
+    throw Error(node.loc, "missing required key '" + type_key + "' in " + where);
   std::string type = read_string(*op_node, "the op type of " + where);
   spec.schema = registry.find(type);
   if (spec.schema == nullptr)
     throw Error(op_node->loc, "unknown op " + quote(type) + did_you_mean(type, registry.names()) +
                                   " (known ops: " + join(registry.names()) + ")");
   const OpSchema& schema = *spec.schema;
-  where = "op " + std::to_string(index) + " (" + type + ") of layer '" + layer + "'";
+  where = form.prefix + " (" + type + ")" + form.suffix;
 
   const YamlNode* in_node = nullptr;
   const YamlNode* out_node = nullptr;
   std::map<std::string, const YamlNode*> given;  // attributes as written
+  std::vector<std::string> own_keys = {type_key, "in"};
+  if (form.has_outputs) own_keys.push_back("out");
+  own_keys.insert(own_keys.end(), form.extra_keys.begin(), form.extra_keys.end());
   for (const YamlEntry& e : node.entries) {
-    if (e.key == "op") continue;
+    if (e.key == type_key ||
+        std::find(form.extra_keys.begin(), form.extra_keys.end(), e.key) != form.extra_keys.end())
+      continue;
     if (e.key == "in") {
       in_node = &e.value;
-    } else if (e.key == "out") {
+    } else if (e.key == "out" && form.has_outputs) {
       out_node = &e.value;
     } else if (schema.find_attr(e.key) != nullptr) {
       given[e.key] = &e.value;
     } else {
-      std::vector<std::string> keys = kOpKeys;
+      std::vector<std::string> keys = own_keys;
       std::vector<std::string> attrs;
       for (const AttrSpec& a : schema.attrs) keys.push_back(a.name), attrs.push_back(a.name);
       throw Error(e.key_loc, "unknown attribute " + quote(e.key) + " for op '" + type + "'" +
-                                 did_you_mean(e.key, keys) + " (allowed keys: op, in, out" +
+                                 did_you_mean(e.key, keys) + " (allowed keys: " + join(own_keys) +
                                  (attrs.empty() ? "; it has no attributes"
                                                 : "; its attributes: " + join(attrs)) +
                                  ")");
@@ -180,6 +199,10 @@ OpSpec parse_op_spec(const YamlNode& node, size_t index, const std::string& laye
                     std::to_string(spec.inputs.size()));
   }
 
+  if (!form.has_outputs) {
+    read_attrs(spec, node, given, type, where, dims);
+    return spec;
+  }
   if (out_node == nullptr) throw Error(node.loc, "missing required key 'out' in " + where);
   spec.outputs = name_list(*out_node, "the outputs of " + where);
   size_t max_out = schema.outputs.size();
@@ -194,8 +217,16 @@ OpSpec parse_op_spec(const YamlNode& node, size_t index, const std::string& laye
                                    "), found " + std::to_string(spec.outputs.size()));
   }
   for (const YamlNode* out : spec.outputs) read_identifier(*out, "an output of " + where);
+  read_attrs(spec, node, given, type, where, dims);
+  return spec;
+}
 
-  for (const AttrSpec& a : schema.attrs) {
+namespace {
+
+void read_attrs(OpSpec& spec, const YamlNode& node,
+                const std::map<std::string, const YamlNode*>& given, const std::string& type,
+                const std::string& where, const std::map<std::string, int64_t>& dims) {
+  for (const AttrSpec& a : spec.schema->attrs) {
     auto it = given.find(a.name);
     if (it != given.end()) {
       spec.attrs[a.name] = AttrReader(a, type, dims).read(*it->second);
@@ -206,7 +237,8 @@ OpSpec parse_op_spec(const YamlNode& node, size_t index, const std::string& laye
                                 std::string(kernels::attr_kind_name(a.kind)) + ") of " + where);
     }
   }
-  return spec;
 }
+
+}  // namespace
 
 }  // namespace tilerun::graph

@@ -27,4 +27,17 @@ OpSpec parse_op_spec(const YamlNode& node, size_t index, const std::string& laye
                      const kernels::OpRegistry& registry,
                      const std::map<std::string, int64_t>& dims);
 
+// How an op-like entry is written where it is not a layer's op (a loss term): messages say
+// `prefix (type)suffix`; the type is under `type_key`; `extra_keys` are the caller's to read; an
+// entry without outputs has no `out` key.
+struct OpSpecForm {
+  std::string prefix, suffix;
+  std::string type_key = "op";
+  std::vector<std::string> extra_keys = {};
+  bool has_outputs = true;
+};
+OpSpec parse_op_spec(const YamlNode& node, const OpSpecForm& form,
+                     const kernels::OpRegistry& registry,
+                     const std::map<std::string, int64_t>& dims);
+
 }  // namespace tilerun::graph

@@ -7,6 +7,7 @@
 #include "compiler/ir/kernel.h"
 #include "graph/autodiff.h"
 #include "graph/model/numeric_convert.h"
+#include "graph/optimizer.h"
 #include "graph/reference.h"
 #include "graph/resources.h"
 #include "graph/runtime/cuda_driver.h"
@@ -29,7 +30,7 @@ struct Session::Impl {
   graph::KernelGraph graph;
   CompileStats stats;
   std::unique_ptr<graph::Executor> executor;
-  std::vector<LayerTiming> forward_timings, backward_timings;
+  std::vector<LayerTiming> forward_timings, backward_timings, update_timings;
   std::vector<double> kernel_us;  // per node, from profile()
   bool forward_done = false, backward_done = false;
 
@@ -97,7 +98,10 @@ Session::Session(const Model& model, SessionOptions options) : impl_(std::make_u
     if (!graph::cuda_driver(&why)) throw Error(why, ErrorKind::Runtime);
   }
   graph::OpGraph ops = graph::build_forward(s.model);
-  if (!options.forward_only) graph::append_backward(s.model, ops);
+  if (!options.forward_only) {
+    graph::append_backward(s.model, ops);
+    graph::append_update(s.model, ops);
+  }
   s.graph = graph::expand(std::move(ops));
   check_memory(s.model, s.graph, device);
   if (!options.dump_dir.empty()) dump_kernels(s.graph, options.dump_dir);
@@ -161,6 +165,20 @@ void Session::backward() {
   impl_->backward_done = true;
 }
 
+void Session::update() {
+  Impl& s = *impl_;
+  if (s.model.optimizer.kind == OptimizerDecl::Kind::None)
+    throw Error("update() needs an 'optimizer:' in model '" + s.model.name + "'",
+                ErrorKind::Runtime);
+  if (s.options.forward_only)
+    throw Error("update() on a session created with forward_only", ErrorKind::Runtime);
+  if (!s.backward_done)
+    throw Error("update() needs the gradients of a backward() first", ErrorKind::Runtime);
+  s.update_timings = s.executor->run(Direction::Update);
+  // The weights changed: the outputs, losses and gradients read so far belong to the old ones.
+  s.forward_done = s.backward_done = false;
+}
+
 HostTensor Session::tensor(const std::string& name) const {
   return impl_->read(impl_->tensor_id(name, "tensor"));
 }
@@ -193,10 +211,24 @@ TensorMap Session::gradients() const {
   return out;
 }
 
+std::vector<LossValue> Session::losses() const {
+  const Impl& s = *impl_;
+  if (!s.forward_done) throw Error("loss values are read after forward()", ErrorKind::Runtime);
+  std::vector<LossValue> out;
+  for (const graph::GraphLossTerm& term : s.graph.ops.loss) {
+    HostTensor v = s.read(term.value);
+    out.push_back({.name = term.name,
+                   .weight = term.weight,
+                   .value = graph::load_element(v.dtype, v.data.data(), 0)});
+  }
+  return out;
+}
+
 std::vector<LayerTiming> Session::timings() const {
   const Impl& s = *impl_;
   std::vector<LayerTiming> all = s.forward_timings;
   all.insert(all.end(), s.backward_timings.begin(), s.backward_timings.end());
+  all.insert(all.end(), s.update_timings.begin(), s.update_timings.end());
   if (s.kernel_us.empty()) return all;
   // Sum each layer's kernel durations from the profile pass into its row.
   for (LayerTiming& t : all) {
@@ -217,6 +249,9 @@ std::vector<KernelTiming> Session::profile() {
   std::vector<double> fwd = s.executor->profile(Direction::Forward);
   std::vector<double> bwd;
   if (!s.options.forward_only) bwd = s.executor->profile(Direction::Backward);
+  // The pass ran a whole step: its outputs, losses and gradients are the current ones.
+  s.forward_done = true;
+  s.backward_done = !s.options.forward_only;
   s.kernel_us.assign(s.graph.nodes.size(), 0.0);
   std::vector<KernelTiming> out;
   for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
@@ -317,6 +352,7 @@ CheckResult Session::check() const {
     if (!(err <= tol)) result.ok = false;
   };
   for (int id : g.outputs) compare(id, g.tensors[id].name);
+  for (const graph::GraphLossTerm& term : g.loss) compare(term.value, "loss " + term.name);
   if (s.backward_done)
     for (const auto& [x, dx] : g.grad) {
       graph::TensorKind k = g.tensors[x].kind;

@@ -59,8 +59,30 @@ struct LayerDecl {
   SourceLoc loc;
 };
 
+// One term of the loss: a loss op (cross_entropy, mse, kl_div, half_sum_squares) over model
+// tensors whose one output, the f32 scalar "loss:NAME", is the term's value.
+struct LossTerm {
+  std::string name;  // unique among the terms: as written, or the op's name
+  double weight = 1.0;
+  OpDecl op;
+};
+
+// The loss is the sum over the terms of weight * value. No terms (no `loss:` key, or
+// `loss: half_sum_squares`): 0.5 * sum(out^2) over every output, one term per output, so the
+// gradient seeded into each output is the output itself.
 struct LossDecl {
-  std::string kind = "half_sum_squares";  // 0.5 * sum(out^2) over every output
+  std::vector<LossTerm> terms;
+};
+
+// The optimiser step that updates every weight in place after backward (Session::update()).
+// sgd: w -= lr * dw. adamw: m = beta1 m + (1 - beta1) dw, v = beta2 v + (1 - beta2) dw^2,
+// w -= lr * (m / (1 - beta1^t) / (sqrt(v / (1 - beta2^t)) + eps) + weight_decay * w), t the
+// step count; m, v start at zero.
+struct OptimizerDecl {
+  enum class Kind { None, Sgd, AdamW };
+  Kind kind = Kind::None;
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  SourceLoc loc;
 };
 
 struct Model {
@@ -72,6 +94,7 @@ struct Model {
   std::vector<LayerDecl> layers;
   std::vector<std::string> outputs;
   LossDecl loss;
+  OptimizerDecl optimizer;
 
   // nullptr when there is no such tensor.
   const TensorDecl* find_tensor(const std::string& name) const;

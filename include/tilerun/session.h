@@ -13,6 +13,13 @@
 
 namespace tilerun {
 
+// One term of the model's loss, as computed by the last forward().
+struct LossValue {
+  std::string name;
+  double weight = 1.0;
+  double value = 0;
+};
+
 class Session {
  public:
   // Compiles the model for the device. Throws tilerun::Error (kind Runtime) when the device is
@@ -38,15 +45,23 @@ class Session {
 
   void forward();   // computes the outputs
   void backward();  // after forward(): the gradient of every input and weight under the loss
+  // After backward(), for a model with `optimizer:`: updates every weight in place (sgd or
+  // adamw, whose state lives in the session and starts at zero). The outputs, losses and
+  // gradients then belong to the old weights, so reading them needs a new forward() (and
+  // backward()).
+  void update();
 
   HostTensor tensor(const std::string& name) const;    // any input, weight or output
   HostTensor gradient(const std::string& name) const;  // of an input or weight, after backward()
   TensorMap outputs() const;
   TensorMap gradients() const;  // keyed by the input's or weight's name
+  // After forward(): each loss term (the model's `loss:`, in order); the loss is the sum of
+  // weight * value over them.
+  std::vector<LossValue> losses() const;
 
-  // Compares every output (and, after backward(), every gradient) of the last step with the
-  // reference: L2 error within 1e-4 for f32 tensors, 2e-2 for bf16/f16, relative to the
-  // reference's norm or, for a tensor whose true value is near zero, to a floor set by the
+  // Compares every output and loss value (and, after backward(), every gradient) of the last
+  // step with the reference: L2 error within 1e-4 for f32 tensors, 2e-2 for bf16/f16, relative to
+  // the reference's norm or, for a tensor whose true value is near zero, to a floor set by the
   // step's scale (the RMS of its inputs, weights and outputs: 1% of it for f32, all of it for
   // 16-bit types), so rounding noise around a ~0 gradient is not a mismatch.
   CheckResult check() const;

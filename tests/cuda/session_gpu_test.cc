@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <sstream>
 
@@ -66,6 +66,37 @@ TEST_F(GpuSession, TinyStepBitIdenticalToTheCpuInBothModes) {
   EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
 }
 
+// A training loop (configs/classifier.yaml: cross-entropy on integer labels, AdamW updates in
+// place) gives the CPU's bits on the GPU in both launch modes: every step's loss values, and
+// the trained weights and last gradients after 10 steps.
+TEST_F(GpuSession, TrainingBitIdenticalToTheCpuInBothModes) {
+  Model model = load_model(source_dir() + "/configs/classifier.yaml");
+  uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  auto train = [&](Device device, LaunchMode mode) {
+    Session s(model, {.device = device, .mode = mode, .seed = seed});
+    TensorMap all;
+    for (int i = 0; i < 10; ++i) {
+      s.forward();
+      for (const LossValue& l : s.losses()) {
+        HostTensor v{.dtype = DType::F32, .shape = {}, .data = std::vector<uint8_t>(4)};
+        const float f = static_cast<float>(l.value);
+        std::memcpy(v.data.data(), &f, 4);
+        all["loss." + l.name + "." + std::to_string(i)] = v;
+      }
+      s.backward();
+      for (auto& [name, t] : s.gradients()) all["grad." + name] = std::move(t);
+      s.update();
+    }
+    for (const TensorDecl& t : model.tensors)
+      if (t.role == TensorRole::Weight) all[t.name] = s.tensor(t.name);
+    return all;
+  };
+  TensorMap want = train(Device::Cpu, LaunchMode::Graph);
+  expect_bit_identical(want, train(Device::Cuda, LaunchMode::Launch), "launch vs cpu");
+  expect_bit_identical(want, train(Device::Cuda, LaunchMode::Graph), "graph vs cpu");
+}
+
 TEST_F(GpuSession, EveryOpFamilyBitIdenticalToTheCpu) {
   // configs/ops.yaml: softmax, mul, scale, silu, rmsnorm, matmul (nt and the transposed
   // gradients), add, forward and backward, on odd sizes.
@@ -107,7 +138,15 @@ std::string one_op_model(const OpParam& p) {
     y << "  x" << i << ": {shape: [";
     for (size_t d = 0; d < p.kase.c.shapes[i].size(); ++d)
       y << (d ? ", " : "") << p.kase.c.shapes[i][d];
-    y << "], init: {uniform: {low: " << p.kase.c.lo << ", high: " << p.kase.c.hi << "}}}\n";
+    if (kernels::testing::integer_input(schema, i))  // rounds to int_lo .. int_hi - 1
+      y << "], dtype: " << dtype_name(schema.input_dtypes.at(static_cast<int>(i)))
+        << ", init: {uniform: {low: " << p.kase.c.int_lo - 0.5
+        << ", high: " << p.kase.c.int_hi - 0.5 << "}}}\n";
+    else if (schema.input_dtypes.count(static_cast<int>(i)))
+      y << "], dtype: " << dtype_name(schema.input_dtypes.at(static_cast<int>(i)))
+        << ", init: {uniform: {low: " << p.kase.c.lo << ", high: " << p.kase.c.hi << "}}}\n";
+    else
+      y << "], init: {uniform: {low: " << p.kase.c.lo << ", high: " << p.kase.c.hi << "}}}\n";
     ins += (i ? ", x" : "x") + std::to_string(i);
   }
   // As many outputs as inference gives (split's depend on its attributes).

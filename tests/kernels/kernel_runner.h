@@ -57,21 +57,21 @@ class KernelRunner {
     return ref;
   }
 
-  // Expands `op` for inputs of `dtype` and runs its kernels; returns the outputs' bytes. Every
-  // output and scratch element starts as `poison`.
+  // Expands `op` for inputs of `dtype` (slots of a fixed dtype keep theirs) and runs its kernels;
+  // returns the outputs' bytes. Every output and scratch element starts as `poison`.
   std::vector<Bytes> run(const std::string& op, const std::vector<RefTensor>& inputs,
                          const Attrs& attrs_in, DType dtype, double poison) {
     const OpSchema& schema = schema_of(op);
     Attrs attrs = with_defaults(schema, attrs_in);
-    std::vector<TensorType> in_types = types_of(inputs);
-    for (TensorType& t : in_types) t.dtype = dtype;
+    std::vector<TensorType> in_types = input_types(schema, inputs, dtype);
     std::vector<TensorType> out_types = schema.infer(in_types, attrs);
     EXPECT_TRUE(schema.expand) << op << " has no kernels";
     if (!schema.expand) return {};
     OpExpansion ex = schema.expand(in_types, out_types, attrs);
 
     std::vector<Bytes> in, out, scratch;
-    for (const RefTensor& t : inputs) in.push_back(encode(dtype, t.data));
+    for (size_t i = 0; i < inputs.size(); ++i)
+      in.push_back(encode(in_types[i].dtype, inputs[i].data));
     for (const TensorType& t : out_types)
       out.push_back(encode(t.dtype, std::vector<double>(count(t), poison)));
     for (const TensorType& t : ex.scratch)

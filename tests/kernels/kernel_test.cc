@@ -96,9 +96,10 @@ class KernelTest : public ::testing::TestWithParam<KernelParam> {
 
   // Random inputs, rounded to the dtype so the reference sees exactly what the kernel reads.
   std::vector<RefTensor> inputs() {
-    std::vector<RefTensor> in;
-    for (const auto& s : kase().shapes)
-      in.push_back(testing::rounded(dtype(), testing::random_tensor(rng_, s, kase())));
+    const OpSchema& schema = testing::schema_of(op());
+    std::vector<RefTensor> in = testing::random_inputs(rng_, schema, kase());
+    for (size_t i = 0; i < in.size(); ++i)
+      in[i] = testing::rounded(testing::input_dtype(schema, i, dtype()), in[i]);
     return in;
   }
 
@@ -149,8 +150,7 @@ TEST(CudaCompile, EveryKernelCompilesToCubin) {
   for (const KernelParam& p : kernel_params()) {
     const OpSchema& schema = testing::schema_of(p.kase.op);
     Attrs attrs = testing::with_defaults(schema, p.kase.c.attrs);
-    std::vector<TensorType> in;
-    for (const auto& s : p.kase.c.shapes) in.push_back({p.dtype, s});
+    std::vector<TensorType> in = testing::input_types(schema, p.kase.c.shapes, p.dtype);
     OpExpansion ex = schema.expand(in, schema.infer(in, attrs), attrs);
     for (const KernelCall& call : ex.calls) {
       if (!seen.insert(call.kernel.get()).second) continue;

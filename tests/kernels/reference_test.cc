@@ -228,11 +228,9 @@ class ReferenceCase : public ::testing::TestWithParam<testing::OpCase> {
 TEST_P(ReferenceCase, AgreesWithInference) {
   const OpSchema& s = testing::schema_of(GetParam().op);
   Attrs attrs = testing::with_defaults(s, GetParam().c.attrs);
-  std::vector<RefTensor> in;
-  for (const auto& shape : GetParam().c.shapes)
-    in.push_back(random_tensor(rng_, shape, GetParam().c));
+  std::vector<RefTensor> in = testing::random_inputs(rng_, s, GetParam().c);
   std::vector<RefTensor> got = s.reference(in, attrs);
-  EXPECT_EQ(testing::types_of(got), s.infer(testing::types_of(in), attrs));
+  EXPECT_EQ(testing::types_of(got), s.infer(testing::input_types(s, in), attrs));
   for (const RefTensor& t : got)
     EXPECT_TRUE(
         std::all_of(t.data.begin(), t.data.end(), [](double v) { return std::isfinite(v); }));
@@ -241,17 +239,22 @@ TEST_P(ReferenceCase, AgreesWithInference) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(again[i].data, got[i].data) << "output " << i;
 }
 
-// Inference accepts every dtype the op lists (outputs of the same dtype) and refuses the others
-// with a ShapeError, so the dtypes `tilerun --list-ops` prints are the ones that work.
+// Inference accepts every dtype the op lists (outputs of the same dtype, slots of a fixed dtype
+// keeping theirs) and refuses the others with a ShapeError, so the dtypes `tilerun --list-ops`
+// prints are the ones that work.
 TEST_P(ReferenceCase, InferenceAcceptsExactlyTheListedDtypes) {
   const OpSchema& s = testing::schema_of(GetParam().op);
   Attrs attrs = testing::with_defaults(s, GetParam().c.attrs);
   for (DType dtype : testing::kAllDTypes) {
-    std::vector<TensorType> in;
-    for (const auto& shape : GetParam().c.shapes) in.push_back({dtype, shape});
+    std::vector<TensorType> in = testing::input_types(s, GetParam().c.shapes, dtype);
     bool listed = std::find(s.dtypes.begin(), s.dtypes.end(), dtype) != s.dtypes.end();
     if (listed) {
-      for (const TensorType& t : s.infer(in, attrs)) EXPECT_EQ(t.dtype, dtype) << dtype_name(dtype);
+      std::vector<TensorType> out = s.infer(in, attrs);
+      for (size_t i = 0; i < out.size(); ++i) {
+        auto fixed = s.output_dtypes.find(static_cast<int>(i));
+        EXPECT_EQ(out[i].dtype, fixed == s.output_dtypes.end() ? dtype : fixed->second)
+            << dtype_name(dtype) << " output " << i;
+      }
     } else {
       EXPECT_THROW(s.infer(in, attrs), ShapeError) << dtype_name(dtype);
     }

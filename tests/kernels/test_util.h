@@ -112,6 +112,53 @@ inline std::vector<TensorType> types_of(const std::vector<RefTensor>& ts) {
   return out;
 }
 
+// The dtype of input slot i of an op run in `dtype`: its fixed dtype (an integer slot, a loss
+// value) or `dtype`.
+inline DType input_dtype(const OpSchema& schema, size_t i, DType dtype) {
+  auto it = schema.input_dtypes.find(static_cast<int>(i));
+  return it == schema.input_dtypes.end() ? dtype : it->second;
+}
+
+// Input slot i holds integers: never differentiated, drawn from [int_lo, int_hi).
+inline bool integer_input(const OpSchema& schema, size_t i) {
+  return !dtype_is_float(input_dtype(schema, i, DType::F32));
+}
+
+// The types of an op's inputs when it runs in `dtype`.
+inline std::vector<TensorType> input_types(const OpSchema& schema,
+                                           const std::vector<std::vector<int64_t>>& shapes,
+                                           DType dtype = DType::F32) {
+  std::vector<TensorType> out;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    out.push_back({input_dtype(schema, i, dtype), shapes[i]});
+  return out;
+}
+inline std::vector<TensorType> input_types(const OpSchema& schema, const std::vector<RefTensor>& ts,
+                                           DType dtype = DType::F32) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const RefTensor& t : ts) shapes.push_back(t.shape);
+  return input_types(schema, shapes, dtype);
+}
+
+// Fresh inputs for one case of `schema`: floats as random_tensor(c), integer slots uniform in
+// [c.int_lo, c.int_hi).
+inline std::vector<RefTensor> random_inputs(std::mt19937_64& rng, const OpSchema& schema,
+                                            const OpTestCase& c) {
+  std::vector<RefTensor> in;
+  for (size_t i = 0; i < c.shapes.size(); ++i) {
+    if (!integer_input(schema, i)) {
+      in.push_back(random_tensor(rng, c.shapes[i], c));
+      continue;
+    }
+    RefTensor t{.shape = c.shapes[i]};
+    std::uniform_int_distribution<int64_t> u(c.int_lo, c.int_hi - 1);
+    t.data.resize(t.numel());
+    for (double& v : t.data) v = static_cast<double>(u(rng));
+    in.push_back(std::move(t));
+  }
+  return in;
+}
+
 // Max |a - b| / (atol + rtol * |b|) over the elements, with shapes checked; <= 1 passes.
 inline ::testing::AssertionResult all_close(const RefTensor& got, const RefTensor& want,
                                             double rtol, double atol) {

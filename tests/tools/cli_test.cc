@@ -153,7 +153,14 @@ TEST(CliTest, RunsTinyWithCheckAndReport) {
   EXPECT_EQ(j["device"], "cpu");
   EXPECT_EQ(j["steps"], 2);
   EXPECT_EQ(j["check"]["ok"], true);
-  EXPECT_EQ(j["check"]["tensors"], 8);  // 1 output + gradients of x and 2 x (g, w1, w2)
+  // 1 output, its loss value, gradients of x and 2 x (g, w1, w2).
+  EXPECT_EQ(j["check"]["tensors"], 9);
+  // The loss, 0.5 * sum(y^2) of the output, with its one term.
+  ASSERT_EQ(j["loss"]["terms"].size(), 1u);
+  EXPECT_EQ(j["loss"]["terms"][0]["name"], "half_sum_squares");
+  EXPECT_GT(j["loss"]["total"].get<double>(), 0);
+  EXPECT_EQ(j["loss"]["total"], j["loss"]["terms"][0]["value"]);
+  EXPECT_NE(r.out.find("\nloss "), std::string::npos) << r.out;
   EXPECT_LE(j["check"]["worst_error"].get<double>(), 1e-4);
   ASSERT_EQ(j["layers"].size(), 4u);  // 2 layers x (forward, backward)
   int kernels = 0;
@@ -299,7 +306,7 @@ TEST(CliTest, TraceHasHostDeviceAndKernelSpans) {
   }
   EXPECT_EQ(host, 4);  // 2 layers x 2 directions
   EXPECT_EQ(device, 4);
-  EXPECT_EQ(kernels, 26);  // every kernel of the step
+  EXPECT_EQ(kernels, 28);  // every kernel of the step (2 compute the loss)
   std::remove(trace.c_str());
 }
 

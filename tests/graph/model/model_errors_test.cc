@@ -86,7 +86,7 @@ TEST(ModelErrorsTest, WrongNodeType) {
 TEST(ModelErrorsTest, UnknownKey) {
   expect_error(with_line(2, "dim: {T: 4, D: 8}"), "m.yaml:2:1: error:",
                "unknown key 'dim' in the model; did you mean 'dims'? (allowed keys: model, dtype, "
-               "dims, inputs, layers, outputs, loss)");
+               "dims, inputs, layers, outputs, loss, optimizer)");
   expect_error(with_line(4, "  x: {shape: [T, D], dtyp: f32}"),
                "m.yaml:4:22: error:", "unknown key 'dtyp' in input 'x'; did you mean 'dtype'?");
   expect_error(with_line(7, "    weight:"),
@@ -265,8 +265,9 @@ TEST(ModelErrorsTest, BadInitialiser) {
 }
 
 TEST(ModelErrorsTest, UnknownLoss) {
-  expect_error(base() + "loss: mse\n",
-               "m.yaml:13:7: error:", "unknown loss 'mse' (known losses: half_sum_squares)");
+  expect_error(base() + "loss: half_sum_square\n", "m.yaml:13:7: error:",
+               "unknown loss 'half_sum_square'; did you mean 'half_sum_squares'? (known losses: "
+               "cross_entropy, half_sum_squares");
 }
 
 TEST(ModelErrorsTest, AnchorsAndAliasesRefused) {

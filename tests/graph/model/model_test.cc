@@ -86,7 +86,8 @@ TEST(ModelTest, TinyConfig) {
   EXPECT_EQ(std::get<bool>(m.layers[0].ops[1].attrs.at("transpose_b")), false);
 
   EXPECT_EQ(m.outputs, (std::vector<std::string>{"block.1.y"}));
-  EXPECT_EQ(m.loss.kind, "half_sum_squares");
+  EXPECT_TRUE(m.loss.terms.empty());  // the default: half_sum_squares of every output
+  EXPECT_EQ(m.optimizer.kind, OptimizerDecl::Kind::None);
   EXPECT_EQ(m.find_tensor("block.y"), nullptr);
 
   const int64_t params_per_layer = D + D * F + F * D;

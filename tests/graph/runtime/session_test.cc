@@ -30,9 +30,62 @@ TEST(Session, TinyStepMatchesTheReference) {
   s.backward();
   CheckResult c = s.check();
   EXPECT_TRUE(c.ok) << c.worst_tensor << " error " << c.worst_error << " > " << c.tolerance;
-  // Every output and every weight's and input's gradient was compared.
-  EXPECT_EQ(c.tensors_checked, static_cast<int>(s.outputs().size() + s.gradients().size()));
+  // Every output, loss value and every weight's and input's gradient was compared.
+  EXPECT_EQ(c.tensors_checked,
+            static_cast<int>(s.outputs().size() + s.losses().size() + s.gradients().size()));
   EXPECT_FALSE(s.timings().empty());
+}
+
+// An sgd step: w - lr * dw, bit for bit (lr = 1/4 makes lr * dw exact, so one rounding is left),
+// and only after backward(); afterwards the old outputs are not checked against the new weights.
+TEST(Session, SgdUpdateMovesEachWeightAgainstItsGradient) {
+  const std::string yaml =
+      "model: s\ndims: {T: 4, D: 8}\ninputs:\n  x: {shape: [T, D]}\nlayers:\n  - name: l\n"
+      "    weights:\n      w: {shape: [D, D]}\n    ops:\n      - {op: matmul, in: [x, w], out: y}\n"
+      "outputs: [l.y]\n";
+  Session plain(parse_model(yaml, "s.yaml"), {.device = Device::Cpu});
+  plain.forward();
+  plain.backward();
+  EXPECT_THROW(plain.update(), Error);  // no optimizer
+
+  Session s(parse_model(yaml + "optimizer: {sgd: {lr: 0.25}}\n", "s.yaml"),
+            {.device = Device::Cpu, .seed = fresh_seed()});
+  s.forward();
+  EXPECT_THROW(s.update(), Error);  // no gradients yet
+  s.backward();
+  const HostTensor w = s.tensor("l.w"), dw = s.gradient("l.w");
+  s.update();
+  EXPECT_THROW(s.check(), Error);
+  const HostTensor w1 = s.tensor("l.w");
+  const float* a = reinterpret_cast<const float*>(w.data.data());
+  const float* g = reinterpret_cast<const float*>(dw.data.data());
+  const float* b = reinterpret_cast<const float*>(w1.data.data());
+  int changed = 0;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    EXPECT_EQ(b[i], a[i] - 0.25f * g[i]) << i;
+    changed += b[i] != a[i];
+  }
+  EXPECT_GT(changed, 0);
+  s.forward();  // the next step runs on the new weights and checks out
+  s.backward();
+  EXPECT_TRUE(s.check().ok);
+}
+
+// The default loss, 0.5 * sum(y^2), is computed in the graph: its value agrees with the output
+// the session returns (summed here in double).
+TEST(Session, LossValueIsComputedInTheGraph) {
+  Session s(tiny(), {.device = Device::Cpu, .seed = fresh_seed(), .forward_only = true});
+  EXPECT_THROW(s.losses(), Error);  // nothing computed yet
+  s.forward();
+  std::vector<LossValue> losses = s.losses();
+  ASSERT_EQ(losses.size(), 1u);
+  EXPECT_EQ(losses[0].name, "half_sum_squares");
+  EXPECT_EQ(losses[0].weight, 1.0);
+  const HostTensor y = s.outputs().at("block.1.y");
+  double want = 0;
+  const float* v = reinterpret_cast<const float*>(y.data.data());
+  for (int64_t i = 0; i < y.numel(); ++i) want += 0.5 * double(v[i]) * double(v[i]);
+  EXPECT_NEAR(losses[0].value, want, 1e-5 * want);
 }
 
 TEST(Session, RepeatsBitForBitAndDependsOnTheSeed) {
@@ -185,7 +238,7 @@ TEST(Session, CheckAcceptsANearZeroGradient) {
   s.backward();
   CheckResult c = s.check();
   EXPECT_TRUE(c.ok) << c.worst_tensor << " error " << c.worst_error << " > " << c.tolerance;
-  EXPECT_EQ(c.tensors_checked, 3);
+  EXPECT_EQ(c.tensors_checked, 4);  // y, its loss value, grad x, grad g
 }
 
 // A model larger than the machine's memory is refused before compiling or allocating, with

@@ -1,0 +1,46 @@
+// The tile kernels of the loss family (kernels/loss.cc). A loss is computed in two steps: a
+// `*_rows` kernel, one block per row of the [R, D] view, writes each row's sum (f32) in the
+// builder's fixed reduction order; a one-block `*_total` kernel adds the R row sums (each thread
+// its rows t, t + T, ... in order, then the fixed tree) and divides. No atomics; a row's sum
+// depends only on that row.
+#pragma once
+
+#include "compiler/ir/kernel.h"
+#include "tilerun/dtype.h"
+
+namespace tilerun::kernels {
+
+// part[r] = sum_j x[r, j]^2. Parameters: x, part; R, D.
+compiler::Kernel build_half_sum_squares_rows(DType dtype);
+// out[0] = sum_r part[r] / divisor. Parameters: part (f32), out (f32 [1]); R; divisor.
+compiler::Kernel build_loss_total();
+// dx[e] = dloss[0] * x[e]. Parameters: x, dloss (f32 [1]), dx; N.
+compiler::Kernel build_half_sum_squares_grad(DType dtype);
+
+// part[r] = 0 where targets[r] == ignore_index, NaN where it is outside [0, V), else
+// logsumexp(x[r, :]) - x[r, target]. Parameters: x, targets (i32), part; R, V; ignore_index.
+compiler::Kernel build_cross_entropy_rows(DType dtype);
+// out[0] = sum_r part[r] / max(count, 1), count = rows whose target is not ignore_index.
+// Parameters: part, targets (i32), out (f32 [1]); R; ignore_index.
+compiler::Kernel build_cross_entropy_total();
+// count[0] = max(rows whose target is not ignore_index, 1). Parameters: targets, count; R;
+// ignore_index.
+compiler::Kernel build_cross_entropy_count();
+// dx[r, j] = dloss * (softmax(x[r, :])[j] - (j == target)) / count, 0 on ignored rows, NaN on
+// rows whose target is out of range. Parameters: x, targets, dloss, count, dx; R, V; ignore_index.
+compiler::Kernel build_cross_entropy_grad(DType dtype);
+
+// part[r] = sum_j (a[r, j] - b[r, j])^2. Parameters: a, b, part; R, D.
+compiler::Kernel build_mse_rows(DType dtype);
+// da = (a - b) * 2 dloss / N, db = -da. Parameters: a, b, dloss, da, db; N; N as f32.
+compiler::Kernel build_mse_grad(DType dtype);
+// part[r] = sum_j (q > 0 ? q (log q - log_p) : 0). Parameters: log_p, q, part; R, D.
+compiler::Kernel build_kl_div_rows(DType dtype);
+// dlog_p = -q dloss / R, dq = (q > 0 ? log q + 1 - log_p : 0) dloss / R. Parameters: log_p, q,
+// dloss, dlog_p, dq; N; R as f32.
+compiler::Kernel build_kl_div_grad(DType dtype);
+
+// dloss[0] = weight. Parameters: loss (read for its type only), dloss; weight.
+compiler::Kernel build_loss_seed();
+
+}  // namespace tilerun::kernels
