@@ -58,7 +58,9 @@ class ShapeError : public std::runtime_error {
 // One backward op emitted by a gradient rule. Value names: "x0", "x1", ... are the forward op's
 // inputs, "y0", ... its outputs, "dy0", ... the gradients of its outputs, "dx0", ... the input
 // gradients the rule produces; any other name is a temporary local to the rule. The type "alias"
-// (one input, one output) makes the output the same tensor as the input and costs no kernel.
+// (one input, one output) makes the output the same tensor as the input and costs no kernel;
+// "zeros" (input: the forward input, output: its dx) says that gradient is zero (a comparison's,
+// a mask's) and contributes nothing.
 struct GradOp {
   std::string type;
   std::vector<std::string> inputs;
@@ -100,6 +102,8 @@ struct OpTestCase {
   // Random values nearer to zero than this are drawn again: keeps finite differences off a kink
   // at 0 (max(x, 0)) without weakening the check elsewhere.
   double min_abs = 0;
+  // Inputs (by index) drawn as random 0/1 masks instead (where's condition).
+  std::vector<int> masks = {};
 };
 
 // A worked example: literal inputs and the outputs the reference must give (to 1e-12 relative),

@@ -35,6 +35,10 @@ std::map<std::string, RefTensor> run_rule(const std::vector<GradOp>& rule,
     if (op.type == "alias") {
       EXPECT_EQ(in.size(), 1u);
       out = in;
+    } else if (op.type == "zeros") {
+      EXPECT_EQ(in.size(), 1u);
+      out = in;
+      for (RefTensor& t : out) std::fill(t.data.begin(), t.data.end(), 0.0);
     } else {
       const OpSchema& s = schema_of(op.type);
       Attrs attrs = with_defaults(s, op.attrs);
@@ -72,8 +76,7 @@ TEST_P(GradientTest, MatchesFiniteDifferences) {
   const OpSchema& schema = schema_of(op);
   ASSERT_TRUE(schema.gradient) << op << " has no gradient rule";
   const Attrs attrs = with_defaults(schema, c.attrs);
-  std::vector<RefTensor> x;
-  for (const auto& s : c.shapes) x.push_back(random_tensor(rng_, s, c));
+  std::vector<RefTensor> x = testing::random_inputs(rng_, c);
   std::vector<RefTensor> y = run_reference(op, x, attrs);
   std::vector<RefTensor> w;
   for (const RefTensor& t : y) w.push_back(random_tensor(rng_, t.shape));

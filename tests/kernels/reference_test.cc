@@ -171,14 +171,15 @@ TEST(BackwardOpInference, ShapesAndErrors) {
 
 // ---- Every registered op, from its family's test cases ---------------------------------------
 
-// Equal to 1e-12 relative (1e-300 absolute), NaN where NaN is expected, and zeros of the same sign:
+// Equal (infinities too) or within 1e-12 relative (1e-300 absolute), NaN where NaN is expected,
+// and zeros of the same sign:
 // an example is written out by hand, so it pins the details (relu(-0) = +0).
 ::testing::AssertionResult same_values(const RefTensor& got, const RefTensor& want) {
   if (got.shape != want.shape) return ::testing::AssertionFailure() << "shape mismatch";
   for (size_t i = 0; i < got.data.size(); ++i) {
     double g = got.data[i], w = want.data[i];
     bool ok = std::isnan(w) ? std::isnan(g)
-                            : std::abs(g - w) <= 1e-12 * std::abs(w) + 1e-300 &&
+                            : (g == w || std::abs(g - w) <= 1e-12 * std::abs(w) + 1e-300) &&
                                   (w != 0 || std::signbit(g) == std::signbit(w));
     if (!ok) return ::testing::AssertionFailure() << "element " << i << ": " << g << ", want " << w;
   }
@@ -228,9 +229,7 @@ class ReferenceCase : public ::testing::TestWithParam<testing::OpCase> {
 TEST_P(ReferenceCase, AgreesWithInference) {
   const OpSchema& s = testing::schema_of(GetParam().op);
   Attrs attrs = testing::with_defaults(s, GetParam().c.attrs);
-  std::vector<RefTensor> in;
-  for (const auto& shape : GetParam().c.shapes)
-    in.push_back(random_tensor(rng_, shape, GetParam().c));
+  std::vector<RefTensor> in = testing::random_inputs(rng_, GetParam().c);
   std::vector<RefTensor> got = s.reference(in, attrs);
   EXPECT_EQ(testing::types_of(got), s.infer(testing::types_of(in), attrs));
   for (const RefTensor& t : got)
