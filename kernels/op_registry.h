@@ -137,6 +137,9 @@ struct OpSchema {
   // them, FP4 weights with E8M0 scales, will need one list per slot); inference refuses the
   // others (a test checks that it does).
   std::vector<DType> dtypes = kFloatTypes;
+  // Non-empty: the outputs take the dtype named by this String attribute instead of the inputs'
+  // (cast's `to`; fill's and iota's `dtype`, ops without inputs), one of `dtypes`.
+  std::string dtype_attr = {};
 
   // Output types from input types and (defaults-filled) attributes; throws ShapeError.
   std::function<std::vector<TensorType>(const std::vector<TensorType>&, const Attrs&)> infer;

@@ -82,8 +82,16 @@ std::ostream& operator<<(std::ostream& os, const KernelParam& p) {
 
 std::vector<KernelParam> kernel_params() {
   std::vector<KernelParam> out;
-  for (const testing::OpCase& c : testing::registry_cases(/*gradient=*/false))
-    for (DType dtype : testing::schema_of(c.op).dtypes) out.push_back({c, dtype});
+  for (const testing::OpCase& c : testing::registry_cases(/*gradient=*/false)) {
+    const OpSchema& s = testing::schema_of(c.op);
+    for (DType dtype : s.dtypes) {
+      // An op without inputs (fill) gets its dtype from its attribute.
+      testing::OpCase k = c;
+      if (!s.dtype_attr.empty() && k.c.shapes.empty())
+        k.c.attrs[s.dtype_attr] = std::string(dtype_name(dtype));
+      out.push_back({k, dtype});
+    }
+  }
   return out;
 }
 

@@ -231,7 +231,9 @@ TEST_P(ReferenceCase, AgreesWithInference) {
   Attrs attrs = testing::with_defaults(s, GetParam().c.attrs);
   std::vector<RefTensor> in = testing::random_inputs(rng_, GetParam().c);
   std::vector<RefTensor> got = s.reference(in, attrs);
-  EXPECT_EQ(testing::types_of(got), s.infer(testing::types_of(in), attrs));
+  std::vector<TensorType> want = s.infer(testing::types_of(in), attrs);
+  for (TensorType& t : want) t.dtype = DType::F32;  // references hold doubles, typed f32 here
+  EXPECT_EQ(testing::types_of(got), want);
   for (const RefTensor& t : got)
     EXPECT_TRUE(
         std::all_of(t.data.begin(), t.data.end(), [](double v) { return std::isfinite(v); }));
@@ -240,17 +242,24 @@ TEST_P(ReferenceCase, AgreesWithInference) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(again[i].data, got[i].data) << "output " << i;
 }
 
-// Inference accepts every dtype the op lists (outputs of the same dtype) and refuses the others
-// with a ShapeError, so the dtypes `tilerun --list-ops` prints are the ones that work.
+// Inference accepts every dtype the op lists (outputs of the same dtype, or the one its dtype
+// attribute names) and refuses the others with a ShapeError, so the dtypes `tilerun --list-ops`
+// prints are the ones that work.
 TEST_P(ReferenceCase, InferenceAcceptsExactlyTheListedDtypes) {
   const OpSchema& s = testing::schema_of(GetParam().op);
   Attrs attrs = testing::with_defaults(s, GetParam().c.attrs);
+  const bool no_inputs = GetParam().c.shapes.empty();
   for (DType dtype : testing::kAllDTypes) {
     std::vector<TensorType> in;
     for (const auto& shape : GetParam().c.shapes) in.push_back({dtype, shape});
+    // Ops without inputs take the dtype from their attribute, cast from its `to`.
+    if (no_inputs && !s.dtype_attr.empty()) attrs[s.dtype_attr] = std::string(dtype_name(dtype));
+    DType want = dtype;
+    if (!no_inputs && !s.dtype_attr.empty())
+      want = *parse_dtype(std::get<std::string>(attrs.at(s.dtype_attr)));
     bool listed = std::find(s.dtypes.begin(), s.dtypes.end(), dtype) != s.dtypes.end();
     if (listed) {
-      for (const TensorType& t : s.infer(in, attrs)) EXPECT_EQ(t.dtype, dtype) << dtype_name(dtype);
+      for (const TensorType& t : s.infer(in, attrs)) EXPECT_EQ(t.dtype, want) << dtype_name(dtype);
     } else {
       EXPECT_THROW(s.infer(in, attrs), ShapeError) << dtype_name(dtype);
     }
