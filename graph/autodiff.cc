@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "compiler/base/check.h"
 
@@ -67,7 +68,7 @@ class RuleEmitter {
     // named after the slot so the names stay distinct.
     for (size_t i = 0; i < fwd_.inputs.size(); ++i) {
       auto it = names_.find("dx" + std::to_string(i));
-      if (!needs[i]) continue;
+      if (!needs[i] || zeros_.count("dx" + std::to_string(i))) continue;
       TR_CHECK(it != names_.end(),
                fwd_.type + "'s gradient rule did not produce dx" + std::to_string(i));
       accumulate(fwd_.inputs[i], it->second, i);
@@ -98,6 +99,13 @@ class RuleEmitter {
       ins.push_back(it->second);
     }
     const std::string prefix = "grad." + std::to_string(op_index_) + "." + fwd_.type + ".";
+    // A gradient that is zero wherever it exists (a comparison's, a mask's): it contributes
+    // nothing, so no tensor and no kernel.
+    if (gop.type == "zeros") {
+      TR_CHECK(gop.outputs.size() == 1, "zeros has one output");
+      zeros_.insert(gop.outputs[0]);
+      return;
+    }
     if (gop.type == "alias") {
       TR_CHECK(ins.size() == 1 && gop.outputs.size() == 1, "alias takes one input and one output");
       bind(gop.outputs[0], ins[0]);
@@ -165,6 +173,7 @@ class RuleEmitter {
   std::map<int, int>& grad_;
   const std::vector<bool>& req_;
   std::map<std::string, int> names_;
+  std::set<std::string> zeros_;  // values of "zeros" ops
 };
 
 // The ops computing each loss term's value, after the model's ops (in its last layer); the

@@ -1,7 +1,9 @@
 // Elementwise ops: add, mul, scale, silu, and silu's backward op silu_grad. Each is one flat
-// map kernel (kernels/map_kernel.h) over the tensors seen as flat arrays.
+// map kernel (kernels/map_kernel.h) over the tensors seen as flat arrays; add and mul broadcast
+// their operands (kernels/broadcast.h) and then index each through its broadcast strides.
 #include <cmath>
 
+#include "kernels/broadcast.h"
 #include "kernels/map_kernel.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
@@ -12,9 +14,7 @@ namespace tilerun::kernels {
 namespace {
 
 std::vector<TensorType> infer_binary(const std::vector<TensorType>& in, const Attrs&) {
-  expect_float(in[0], "a");
-  expect_same(in[1], "b", in[0], "a");
-  return {in[0]};
+  return infer_broadcast(in, {"a", "b"});
 }
 
 std::vector<TensorType> infer_unary(const std::vector<TensorType>& in, const Attrs&) {
@@ -50,10 +50,10 @@ double silu_derivative(double x) {
 }
 
 std::vector<RefTensor> ref_add(const std::vector<RefTensor>& in, const Attrs&) {
-  return ref_map(in, std::plus<double>());
+  return ref_broadcast(in, [](const double* v) { return v[0] + v[1]; });
 }
 std::vector<RefTensor> ref_mul(const std::vector<RefTensor>& in, const Attrs&) {
-  return ref_map(in, std::multiplies<double>());
+  return ref_broadcast(in, [](const double* v) { return v[0] * v[1]; });
 }
 std::vector<RefTensor> ref_scale(const std::vector<RefTensor>& in, const Attrs& attrs) {
   double alpha = attr_float(attrs, "alpha");
@@ -68,21 +68,28 @@ std::vector<RefTensor> ref_silu_grad(const std::vector<RefTensor>& in, const Att
 
 // ---- Gradient rules ------------------------------------------------------------------------
 
-// Both input gradients are the output gradient itself: no kernel.
-std::vector<GradOp> grad_add(const std::vector<TensorType>&, const Attrs&,
+// Both input gradients are the output gradient itself (no kernel), summed over the axes along
+// which the operand was broadcast.
+std::vector<GradOp> grad_add(const std::vector<TensorType>& in, const Attrs&,
                              const std::vector<bool>& needs) {
+  std::vector<int64_t> out = broadcast_shape(in, {"a", "b"});
   std::vector<GradOp> ops;
   for (int i = 0; i < 2; ++i)
-    if (needs[i]) ops.push_back({"alias", {"dy0"}, {dx_name(i)}, {}});
+    if (needs[i]) ops.push_back(sum_to_shape("dy0", dx_name(i), in[i].shape, out));
   return ops;
 }
 
-// d(a * b) = dy * b, dy * a.
-std::vector<GradOp> grad_mul(const std::vector<TensorType>&, const Attrs&,
+// d(a * b) = dy * b, dy * a (of the output's shape), summed to the operand's shape.
+std::vector<GradOp> grad_mul(const std::vector<TensorType>& in, const Attrs&,
                              const std::vector<bool>& needs) {
+  std::vector<int64_t> out = broadcast_shape(in, {"a", "b"});
   std::vector<GradOp> ops;
-  for (int i = 0; i < 2; ++i)
-    if (needs[i]) ops.push_back({"mul", {"dy0", x_name(1 - i)}, {dx_name(i)}, {}});
+  for (int i = 0; i < 2; ++i) {
+    if (!needs[i]) continue;
+    std::string t = "t" + std::to_string(i);
+    ops.push_back({"mul", {"dy0", x_name(1 - i)}, {t}, {}});
+    ops.push_back(sum_to_shape(t, dx_name(i), in[i].shape, out));
+  }
   return ops;
 }
 
@@ -118,33 +125,48 @@ const MapOp kSiluGrad{"silu_grad", 2, {}, [](cc::Scope& s, const auto& v, const 
 
 void register_elementwise(OpRegistry& registry) {
   auto cache = std::make_shared<KernelCache>();
-  registry.add({.name = "add",
-                .doc = "out = a + b (same shape)",
-                .inputs = {"a", "b"},
-                .outputs = {"out"},
-                .infer = infer_binary,
-                .reference = ref_add,
-                .gradient = grad_add,
-                .expand = expand_map(cache, kAdd),
-                // Sizes 1, 33x130 (no tile multiple), 1025 (a ragged last block), and past 2^16
-                // elements (4 per thread).
-                .tests = {.kernel = {{{{1}, {1}}},
-                                     {{{33, 130}, {33, 130}}},
-                                     {{{1025}, {1025}}},
-                                     {{{(1 << 20) + 5}, {(1 << 20) + 5}}}},
-                          .gradient = {{{{7, 3}, {7, 3}}}},
-                          .examples = {{.inputs = {{{2}, {1, -2.5}}, {{2}, {0.5, 2.5}}},
-                                        .outputs = {{{2}, {1.5, 0}}}}}}});
+  registry.add(
+      {.name = "add",
+       .doc = "out = a + b (NumPy broadcasting); gradient dy to each operand, summed over its "
+              "broadcast axes (sum_to)",
+       .inputs = {"a", "b"},
+       .outputs = {"out"},
+       .infer = infer_binary,
+       .reference = ref_add,
+       .gradient = grad_add,
+       .expand = expand_broadcast_map(cache, kAdd),
+       // Sizes 1, 33x130 (no tile multiple), 1025 (a ragged last block), and past 2^16
+       // elements (4 per thread); broadcast: a row, a column, size-1 axes on both sides,
+       // a scalar, and past 2^16 elements.
+       .tests = {.kernel = {{{{1}, {1}}},
+                            {{{33, 130}, {33, 130}}},
+                            {{{1025}, {1025}}},
+                            {{{(1 << 20) + 5}, {(1 << 20) + 5}}},
+                            {{{33, 130}, {130}}},
+                            {{{7, 1, 5}, {1, 3, 1}}},
+                            {{{1}, {3, 1, 7}}},
+                            {{{5, 7}, {}}},
+                            {{{2, 3, 5, 7}, {3, 1, 7}}},
+                            {{{513, 257}, {513, 1}}}},
+                 .gradient = {{{{7, 3}, {7, 3}}}, {{{4, 3}, {3}}}, {{{2, 1, 3}, {1, 4, 1}}}},
+                 .examples = {{.inputs = {{{2}, {1, -2.5}}, {{2}, {0.5, 2.5}}},
+                               .outputs = {{{2}, {1.5, 0}}}},
+                              {.inputs = {{{2, 1}, {1, 2}}, {{3}, {10, 20, 30}}},
+                               .outputs = {{{2, 3}, {11, 21, 31, 12, 22, 32}}}}}}});
   registry.add({.name = "mul",
-                .doc = "out = a * b (same shape)",
+                .doc = "out = a * b (NumPy broadcasting); gradient dy · b to a, dy · a to b, each "
+                       "summed to its shape",
                 .inputs = {"a", "b"},
                 .outputs = {"out"},
                 .infer = infer_binary,
                 .reference = ref_mul,
                 .gradient = grad_mul,
-                .expand = expand_map(cache, kMul),
-                .tests = {.kernel = {{{{7}, {7}}}, {{{3, 7, 130}, {3, 7, 130}}}},
-                          .gradient = {{{{33}, {33}}}},
+                .expand = expand_broadcast_map(cache, kMul),
+                .tests = {.kernel = {{{{7}, {7}}},
+                                     {{{3, 7, 130}, {3, 7, 130}}},
+                                     {{{3, 7, 130}, {7, 1}}},
+                                     {{{1, 5}, {3, 1}}}},
+                          .gradient = {{{{33}, {33}}}, {{{3, 5}, {3, 1}}}, {{{1, 5}, {3, 1}}}},
                           .examples = {{.inputs = {{{3}, {1.5, -2, 0}}, {{3}, {4, 0.25, -7}}},
                                         .outputs = {{{3}, {6, -0.5, -0.0}}}}}}});
   registry.add({.name = "scale",

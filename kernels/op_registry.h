@@ -58,7 +58,9 @@ class ShapeError : public std::runtime_error {
 // One backward op emitted by a gradient rule. Value names: "x0", "x1", ... are the forward op's
 // inputs, "y0", ... its outputs, "dy0", ... the gradients of its outputs, "dx0", ... the input
 // gradients the rule produces; any other name is a temporary local to the rule. The type "alias"
-// (one input, one output) makes the output the same tensor as the input and costs no kernel.
+// (one input, one output) makes the output the same tensor as the input and costs no kernel;
+// "zeros" (input: the forward input, output: its dx) says that gradient is zero (a comparison's,
+// a mask's) and contributes nothing.
 struct GradOp {
   std::string type;
   std::vector<std::string> inputs;
@@ -108,6 +110,8 @@ struct OpTestCase {
   double min_abs = 0;
   // Inputs of an integer slot (OpSchema::input_dtypes) are drawn uniformly from [int_lo, int_hi).
   int64_t int_lo = 0, int_hi = 1;
+  // Inputs (by index) drawn as random 0/1 masks instead (where's condition).
+  std::vector<int> masks = {};
 };
 
 // A worked example: literal inputs and the outputs the reference must give (to 1e-12 relative),
@@ -146,6 +150,9 @@ struct OpSchema {
   // integer inputs, such as cross_entropy's targets, are never differentiated; a loss value is f32.
   std::map<int, DType> input_dtypes = {};
   std::map<int, DType> output_dtypes = {};
+  // Non-empty: the outputs take the dtype named by this String attribute instead of the inputs'
+  // (cast's `to`; fill's and iota's `dtype`, ops without inputs), one of `dtypes`.
+  std::string dtype_attr = {};
 
   // Output types from input types and (defaults-filled) attributes; throws ShapeError.
   std::function<std::vector<TensorType>(const std::vector<TensorType>&, const Attrs&)> infer;

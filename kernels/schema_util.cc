@@ -8,6 +8,14 @@ void expect_float(const TensorType& t, const std::string& slot) {
                      ", expected a floating-point tensor (f32, bf16 or f16)");
 }
 
+DType float_dtype_attr(const Attrs& attrs, const std::string& attr) {
+  const std::string& name = attr_string(attrs, attr);
+  std::optional<DType> d = parse_dtype(name);
+  if (!d || (*d != DType::F32 && *d != DType::BF16 && *d != DType::F16))
+    throw ShapeError("attribute '" + attr + "' is '" + name + "', expected f32, bf16 or f16");
+  return *d;
+}
+
 void expect_rank(const TensorType& t, size_t rank, const std::string& slot) {
   if (t.shape.size() != rank)
     throw ShapeError("input '" + slot + "' is " + to_string(t) + ", expected rank " +

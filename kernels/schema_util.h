@@ -13,6 +13,8 @@ namespace tilerun::kernels {
 void expect_float(const TensorType& t, const std::string& slot);
 // Input `slot` must have exactly `rank` dims.
 void expect_rank(const TensorType& t, size_t rank, const std::string& slot);
+// The float dtype named by String attribute `attr` ("f32", "bf16", "f16").
+DType float_dtype_attr(const Attrs& attrs, const std::string& attr);
 // Input `slot` must have the same dtype and shape as `ref` (named `ref_slot`).
 void expect_same(const TensorType& t, const std::string& slot, const TensorType& ref,
                  const std::string& ref_slot);

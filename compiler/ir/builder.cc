@@ -232,6 +232,7 @@ Val rsqrt(const Val& a) { return f32_call(CallOp::Rsqrt, {a}); }
 Val exp(const Val& a) { return f32_call(CallOp::Exp, {a}); }
 Val sin(const Val& a) { return f32_call(CallOp::Sin, {a}); }
 Val cos(const Val& a) { return f32_call(CallOp::Cos, {a}); }
+Val erf(const Val& a) { return f32_call(CallOp::Erf, {a}); }
 Val log(const Val& a) { return f32_call(CallOp::Log, {a}); }
 Val tanh(const Val& a) { return f32_call(CallOp::Tanh, {a}); }
 Val sigmoid(const Val& a) { return f32_call(CallOp::Sigmoid, {a}); }

@@ -135,6 +135,7 @@ Val rsqrt(const Val& a);
 Val exp(const Val& a);
 Val sin(const Val& a);  // radians, any f32: argument reduction is exact (strict_math.h)
 Val cos(const Val& a);
+Val erf(const Val& a);  // the error function (strict_math.h)
 Val log(const Val& a);
 Val tanh(const Val& a);
 Val sigmoid(const Val& a);

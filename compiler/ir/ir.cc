@@ -173,6 +173,8 @@ const char* call_op_name(CallOp op) {
       return "sin";
     case CallOp::Cos:
       return "cos";
+    case CallOp::Erf:
+      return "erf";
   }
   return "?";
 }

@@ -186,7 +186,7 @@ struct Bitcast : ExprNode {
 
 // Math on f32. Fma and Sqrt are IEEE operations every backend has; the rest are expanded into
 // +,−,×,÷,fma,sqrt and bit operations by expand_strict_math before code generation.
-enum class CallOp : uint8_t { Fma, Sqrt, Exp, Log, Tanh, Sigmoid, Rsqrt, Sin, Cos };
+enum class CallOp : uint8_t { Fma, Sqrt, Exp, Log, Tanh, Sigmoid, Rsqrt, Sin, Cos, Erf };
 const char* call_op_name(CallOp op);
 int call_op_arity(CallOp op);
 

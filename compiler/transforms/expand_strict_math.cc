@@ -30,6 +30,8 @@ class StrictMathExpander : public IRMutator {
         return strict_sin(c->args[0], names_->fresh("sin"));
       case CallOp::Cos:
         return strict_cos(c->args[0], names_->fresh("cos"));
+      case CallOp::Erf:
+        return strict_erf(c->args[0], names_->fresh("erf"));
       case CallOp::Fma:
       case CallOp::Sqrt:
         return e;

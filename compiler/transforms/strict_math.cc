@@ -378,6 +378,87 @@ Expr sin_or_cos(const Expr& x_in, const std::string& p, bool is_cos) {
 Expr strict_sin(const Expr& x, const std::string& prefix) { return sin_or_cos(x, prefix, false); }
 Expr strict_cos(const Expr& x, const std::string& prefix) { return sin_or_cos(x, prefix, true); }
 
+// ---------------------------------------------------------------------------------------------
+// erf: Sun's fdlibm method in f32 (the published s_erff.c coefficients), every branch computed
+// and the right one selected. On a = |x|:
+//   a < 0.84375:  a + a·P(a²)/Q(a²)
+//   a < 1.25:     erx + P(s)/Q(s), s = a - 1, erx = f32(0.84506291151)
+//   a < 4:        1 - exp(-z² - 0.5625)·exp((z - a)(z + a) + R(1/a²)/S(1/a²)) / a, z = a with
+//                 its 12 low mantissa bits cleared (so z² is exact); R/S from one of two sets
+//                 of coefficients, split at 1/0.35
+//   a ≥ 4:        1 (erf(a) rounds to 1 from 3.92 on)
+// then the sign of x. The erfc term is below 0.08, so strict_exp's ≤ 2 ulp in it costs well under
+// one ulp of the result.
+namespace {
+
+// c[0] + t·(c[1] + t·(...)), in fma steps.
+Val horner(const Val& t, const std::vector<float>& c) {
+  Val acc = F(c.back());
+  for (size_t i = c.size() - 1; i-- > 0;) acc = fma(acc, t, F(c[i]));
+  return acc;
+}
+
+// Per element, one of two coefficient lists (the shorter padded with zeros at the top: the
+// Horner steps on those are exact).
+std::vector<Val> pick(const Val& first, std::vector<float> a, std::vector<float> b) {
+  a.resize(std::max(a.size(), b.size()), 0.0f);
+  b.resize(a.size(), 0.0f);
+  std::vector<Val> out;
+  for (size_t i = 0; i < a.size(); ++i) out.push_back(select(first, F(a[i]), F(b[i])));
+  return out;
+}
+
+Val horner_picked(const Val& t, const std::vector<Val>& c) {
+  Val acc = c.back();
+  for (size_t i = c.size() - 1; i-- > 0;) acc = fma(acc, t, c[i]);
+  return acc;
+}
+
+}  // namespace
+
+Expr strict_erf(const Expr& x_in, const std::string& p) {
+  LetChain let(p);
+  Val x = let("x", Val(x_in));
+  Val a = let("a", from_bits(bits_of(x) & I(INT32_MAX)));
+  // a < 0.84375.
+  Val z = let("z", a * a);
+  Val small = fma(a,
+                  horner(z, {1.2837916613e-01f, -3.2504209876e-01f, -2.8481749818e-02f,
+                             -5.7702702470e-03f, -2.3763017452e-05f}) /
+                      horner(z, {1.0f, 3.9791721106e-01f, 6.5022252500e-02f, 5.0813062117e-03f,
+                                 1.3249473704e-04f, -3.9602282413e-06f}),
+                  a);
+  // 0.84375 ≤ a < 1.25.
+  Val s = let("s", a - F(1.0f));
+  Val mid = F(8.4506291151e-01f) +
+            horner(s, {-2.3621185683e-03f, 4.1485610604e-01f, -3.7220788002e-01f, 3.1834661961e-01f,
+                       -1.1089469492e-01f, 3.5478305072e-02f, -2.1663755178e-03f}) /
+                horner(s, {1.0f, 1.0642088205e-01f, 5.4039794207e-01f, 7.1828655899e-02f,
+                           1.2617121637e-01f, 1.3637083583e-02f, 1.1984500103e-02f});
+  // 1.25 ≤ a < 4.
+  Val inv = let("inv", F(1.0f) / (a * a));
+  Val near = a < F(2.857142857f);  // 1/0.35
+  Val r = horner_picked(
+      inv, pick(near,
+                {-9.8649440333e-03f, -6.9385856390e-01f, -1.0558626175e+01f, -6.2375331879e+01f,
+                 -1.6239666748e+02f, -1.8460508728e+02f, -8.1287437439e+01f, -9.8143291473e+00f},
+                {-9.8649431020e-03f, -7.9928326607e-01f, -1.7757955551e+01f, -1.6063638306e+02f,
+                 -6.3756646729e+02f, -1.0250950928e+03f, -4.8351919556e+02f}));
+  Val q = horner_picked(
+      inv, pick(near,
+                {1.0f, 1.9651271820e+01f, 1.3765776062e+02f, 4.3456588745e+02f, 6.4538726807e+02f,
+                 4.2900814819e+02f, 1.0863500214e+02f, 6.5702495575e+00f, -6.0424413532e-02f},
+                {1.0f, 3.0338060379e+01f, 3.2579251099e+02f, 1.5367296143e+03f, 3.1998581543e+03f,
+                 2.5530502930e+03f, 4.7452853394e+02f, -2.2440952301e+01f}));
+  Val zt = let("zt", from_bits(bits_of(a) & I(static_cast<int32_t>(0xfffff000u))));
+  Val e1 = Val(strict_exp((-zt * zt - F(0.5625f)).expr(), p + ".e1"));
+  Val e2 = Val(strict_exp(((zt - a) * (zt + a) + r / q).expr(), p + ".e2"));
+  Val tail = F(1.0f) - e1 * e2 / a;
+  Val y =
+      select(a < F(0.84375f), small, select(a < F(1.25f), mid, select(a < F(4.0f), tail, F(1.0f))));
+  return let.wrap(select(is_nan(x), canonical_nan(), copysign_of(y, x))).expr();
+}
+
 namespace {
 Expr min_max(const Expr& a_in, const Expr& b_in, bool is_min, const std::string& p) {
   return let_in(p + ".a", Val(a_in),

@@ -33,6 +33,10 @@ Expr strict_sigmoid(const Expr& x, const std::string& prefix);
 // ±inf and NaN give NaN.
 Expr strict_sin(const Expr& x, const std::string& prefix);
 Expr strict_cos(const Expr& x, const std::string& prefix);
+// erf: fdlibm's method and coefficients (rational approximations on |x| < 0.84375 and < 1.25,
+// exp-scaled ones up to 4, 1 beyond) with strict_exp; ≤ 2 ulp (the test measures it).
+// erf(±0) = ±0, erf(±inf) = ±1, erf(NaN) = NaN.
+Expr strict_erf(const Expr& x, const std::string& prefix);
 // rsqrt: 1 / sqrt(x) (two correctly rounded steps); rsqrt(±0) = ±inf, rsqrt(x < 0) = NaN.
 Expr strict_rsqrt(const Expr& x, const std::string& prefix);
 

@@ -199,6 +199,30 @@ TEST(StrictMath, RsqrtWithinTwoUlp) {
   EXPECT_EQ(y[5], 0.5f);
 }
 
+TEST(StrictMath, ErfWithinTwoUlp) {
+  Elementwise f("erf", [](Val x, Val) { return erf(x); });
+  std::vector<float> x = samples(-6.0f, 6.0f, kSamples);
+  EXPECT_LE(max_ulp("erf", x, f(x), [](double v) { return std::erf(v); }), 2.0);
+  // Each branch's interval on its own, and both sides of each boundary.
+  for (auto [lo, hi] : {std::pair{0.0f, 0.84375f},
+                        {0.84375f, 1.25f},
+                        {1.25f, 2.857142857f},
+                        {2.857142857f, 4.0f}}) {
+    std::vector<float> b = samples(lo, hi, 1 << 16);
+    EXPECT_LE(max_ulp("erf(branch)", b, f(b), [](double v) { return std::erf(v); }), 2.0);
+  }
+  std::vector<float> y = f({0.0f, -0.0f, 1e-40f, -1e-30f, 4.0f, -10.0f, kInf, -kInf, kNaN});
+  EXPECT_EQ(bits(y[0]), 0u);
+  EXPECT_EQ(bits(y[1]), 0x80000000u);
+  EXPECT_NEAR(y[2], std::erf(double(1e-40f)), 1.5e-45);  // a subnormal result
+  EXPECT_EQ(y[3], static_cast<float>(std::erf(double(-1e-30f))));
+  EXPECT_EQ(y[4], 1.0f);
+  EXPECT_EQ(y[5], -1.0f);
+  EXPECT_EQ(y[6], 1.0f);
+  EXPECT_EQ(y[7], -1.0f);
+  EXPECT_EQ(bits(y[8]), 0x7fc00000u);
+}
+
 TEST(StrictMath, MinMaxDefinedOnSignedZeroAndNaN) {
   Elementwise fmin("min", [](Val a, Val b) { return min(a, b); });
   Elementwise fmax("max", [](Val a, Val b) { return max(a, b); });

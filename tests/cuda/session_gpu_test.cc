@@ -97,6 +97,21 @@ TEST_F(GpuSession, TrainingBitIdenticalToTheCpuInBothModes) {
   expect_bit_identical(want, train(Device::Cuda, LaunchMode::Graph), "graph vs cpu");
 }
 
+TEST_F(GpuSession, ElementwiseConfigBitIdenticalToTheCpu) {
+  // configs/elementwise.yaml: broadcasting with sum_to gradients, the unary math, gelu, clamp,
+  // pow, comparisons, where, a bf16 round trip, iota and fill; launch and graph modes.
+  Model m = load_model(source_dir() + "/configs/elementwise.yaml");
+  uint64_t seed = std::random_device{}();
+  Session cpu(m, {.device = Device::Cpu, .seed = seed});
+  Session launch(m, {.device = Device::Cuda, .mode = LaunchMode::Launch, .seed = seed});
+  Session graph(m, {.device = Device::Cuda, .mode = LaunchMode::Graph, .seed = seed});
+  TensorMap want = step(cpu);
+  expect_bit_identical(want, step(launch), "elementwise.yaml launch vs cpu");
+  expect_bit_identical(want, step(graph), "elementwise.yaml graph vs cpu");
+  CheckResult c = graph.check();
+  EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
+}
+
 TEST_F(GpuSession, EveryOpFamilyBitIdenticalToTheCpu) {
   // configs/ops.yaml: softmax, mul, scale, silu, rmsnorm, matmul (nt and the transposed
   // gradients), add, forward and backward, on odd sizes.

@@ -82,8 +82,16 @@ std::ostream& operator<<(std::ostream& os, const KernelParam& p) {
 
 std::vector<KernelParam> kernel_params() {
   std::vector<KernelParam> out;
-  for (const testing::OpCase& c : testing::registry_cases(/*gradient=*/false))
-    for (DType dtype : testing::schema_of(c.op).dtypes) out.push_back({c, dtype});
+  for (const testing::OpCase& c : testing::registry_cases(/*gradient=*/false)) {
+    const OpSchema& s = testing::schema_of(c.op);
+    for (DType dtype : s.dtypes) {
+      // An op without inputs (fill) gets its dtype from its attribute.
+      testing::OpCase k = c;
+      if (!s.dtype_attr.empty() && k.c.shapes.empty())
+        k.c.attrs[s.dtype_attr] = std::string(dtype_name(dtype));
+      out.push_back({k, dtype});
+    }
+  }
   return out;
 }
 
@@ -133,6 +141,51 @@ INSTANTIATE_TEST_SUITE_P(Ops, KernelTest, ::testing::ValuesIn(kernel_params()),
                          [](const ::testing::TestParamInfo<KernelParam>& info) {
                            return info.param.kase.name() + "_" +
                                   std::string(dtype_name(info.param.dtype));
+                         });
+
+// Every op's worked examples (its family's `tests.examples`: NaN, ±0, ±inf where they matter)
+// through the f32 kernels on the CPU: the written outputs to 4e-7 relative (a few f32 roundings),
+// NaN where NaN is written, infinities and the sign of zeros exact.
+struct ExampleParam {
+  std::string op;
+  int index = 0;
+};
+
+std::ostream& operator<<(std::ostream& os, const ExampleParam& p) {
+  return os << p.op << " example " << p.index;
+}
+
+std::vector<ExampleParam> example_params() {
+  std::vector<ExampleParam> out;
+  for (const std::string& op : op_registry().names())
+    for (size_t i = 0; i < op_registry().find(op)->tests.examples.size(); ++i)
+      out.push_back({op, static_cast<int>(i)});
+  return out;
+}
+
+class KernelExample : public ::testing::TestWithParam<ExampleParam> {};
+
+TEST_P(KernelExample, GivesTheWrittenOutputs) {
+  const OpExample& ex = testing::schema_of(GetParam().op).tests.examples[GetParam().index];
+  std::vector<Bytes> got = runner().run(GetParam().op, ex.inputs, ex.attrs, DType::F32, 1234.5);
+  ASSERT_EQ(got.size(), ex.outputs.size());
+  for (size_t o = 0; o < got.size(); ++o) {
+    std::vector<double> g = testing::decode(got[o]);
+    const std::vector<double>& w = ex.outputs[o].data;
+    ASSERT_EQ(g.size(), w.size()) << "output " << o;
+    for (size_t i = 0; i < g.size(); ++i) {
+      bool ok = std::isnan(w[i])
+                    ? std::isnan(g[i])
+                    : (g[i] == w[i] || std::abs(g[i] - w[i]) <= 4e-7 * std::abs(w[i])) &&
+                          (w[i] != 0 || std::signbit(g[i]) == std::signbit(w[i]));
+      EXPECT_TRUE(ok) << "output " << o << " element " << i << ": " << g[i] << ", want " << w[i];
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, KernelExample, ::testing::ValuesIn(example_params()),
+                         [](const ::testing::TestParamInfo<ExampleParam>& info) {
+                           return info.param.op + "_example" + std::to_string(info.param.index);
                          });
 
 // Every registered op has kernels and at least one kernel case in its family file.

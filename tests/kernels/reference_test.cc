@@ -171,14 +171,15 @@ TEST(BackwardOpInference, ShapesAndErrors) {
 
 // ---- Every registered op, from its family's test cases ---------------------------------------
 
-// Equal to 1e-12 relative (1e-300 absolute), NaN where NaN is expected, and zeros of the same sign:
+// Equal (infinities too) or within 1e-12 relative (1e-300 absolute), NaN where NaN is expected,
+// and zeros of the same sign:
 // an example is written out by hand, so it pins the details (relu(-0) = +0).
 ::testing::AssertionResult same_values(const RefTensor& got, const RefTensor& want) {
   if (got.shape != want.shape) return ::testing::AssertionFailure() << "shape mismatch";
   for (size_t i = 0; i < got.data.size(); ++i) {
     double g = got.data[i], w = want.data[i];
     bool ok = std::isnan(w) ? std::isnan(g)
-                            : std::abs(g - w) <= 1e-12 * std::abs(w) + 1e-300 &&
+                            : (g == w || std::abs(g - w) <= 1e-12 * std::abs(w) + 1e-300) &&
                                   (w != 0 || std::signbit(g) == std::signbit(w));
     if (!ok) return ::testing::AssertionFailure() << "element " << i << ": " << g << ", want " << w;
   }
@@ -230,7 +231,9 @@ TEST_P(ReferenceCase, AgreesWithInference) {
   Attrs attrs = testing::with_defaults(s, GetParam().c.attrs);
   std::vector<RefTensor> in = testing::random_inputs(rng_, s, GetParam().c);
   std::vector<RefTensor> got = s.reference(in, attrs);
-  EXPECT_EQ(testing::types_of(got), s.infer(testing::input_types(s, in), attrs));
+  std::vector<TensorType> want = s.infer(testing::input_types(s, in), attrs);
+  for (TensorType& t : want) t.dtype = DType::F32;  // references hold doubles, typed f32 here
+  EXPECT_EQ(testing::types_of(got), want);
   for (const RefTensor& t : got)
     EXPECT_TRUE(
         std::all_of(t.data.begin(), t.data.end(), [](double v) { return std::isfinite(v); }));
@@ -239,20 +242,27 @@ TEST_P(ReferenceCase, AgreesWithInference) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(again[i].data, got[i].data) << "output " << i;
 }
 
-// Inference accepts every dtype the op lists (outputs of the same dtype, slots of a fixed dtype
-// keeping theirs) and refuses the others with a ShapeError, so the dtypes `tilerun --list-ops`
+// Inference accepts every dtype the op lists (outputs of the same dtype, or the one its dtype
+// attribute names, slots of a fixed dtype keeping theirs) and refuses the others with a
+// ShapeError, so the dtypes `tilerun --list-ops`
 // prints are the ones that work.
 TEST_P(ReferenceCase, InferenceAcceptsExactlyTheListedDtypes) {
   const OpSchema& s = testing::schema_of(GetParam().op);
   Attrs attrs = testing::with_defaults(s, GetParam().c.attrs);
+  const bool no_inputs = GetParam().c.shapes.empty();
   for (DType dtype : testing::kAllDTypes) {
     std::vector<TensorType> in = testing::input_types(s, GetParam().c.shapes, dtype);
+    // Ops without inputs take the dtype from their attribute, cast from its `to`.
+    if (no_inputs && !s.dtype_attr.empty()) attrs[s.dtype_attr] = std::string(dtype_name(dtype));
+    DType want = dtype;
+    if (!no_inputs && !s.dtype_attr.empty())
+      want = *parse_dtype(std::get<std::string>(attrs.at(s.dtype_attr)));
     bool listed = std::find(s.dtypes.begin(), s.dtypes.end(), dtype) != s.dtypes.end();
     if (listed) {
       std::vector<TensorType> out = s.infer(in, attrs);
       for (size_t i = 0; i < out.size(); ++i) {
         auto fixed = s.output_dtypes.find(static_cast<int>(i));
-        EXPECT_EQ(out[i].dtype, fixed == s.output_dtypes.end() ? dtype : fixed->second)
+        EXPECT_EQ(out[i].dtype, fixed == s.output_dtypes.end() ? want : fixed->second)
             << dtype_name(dtype) << " output " << i;
       }
     } else {

@@ -45,8 +45,10 @@ layers:
 outputs: [block.y, head.z]
 )";
 
-TEST(StepTest, ForwardAndBackwardMatchReference) {
-  Model model = parse_model(kModel, "step_test.yaml");
+// Runs one step of `yaml` through the CPU JIT and compares its outputs and every input and
+// weight gradient with the double-precision reference; returns how many tensors it compared.
+size_t check_step(const char* yaml) {
+  Model model = parse_model(yaml, "step_test.yaml");
   graph::OpGraph ops = graph::build_forward(model);
   graph::append_backward(model, ops);
   graph::KernelGraph kg = graph::expand(ops);
@@ -78,7 +80,6 @@ TEST(StepTest, ForwardAndBackwardMatchReference) {
   for (const auto& [x, dx] : ops.grad)
     if (ops.tensors[x].kind != graph::TensorKind::Activation)
       checked.push_back({"grad of " + ops.tensors[x].name, dx});
-  EXPECT_EQ(checked.size(), 2u + 1u + 4u * 2u + 1u);  // outputs, x, 4 weights x 2, w3
   for (const auto& [name, t] : checked) {
     double err2 = 0, ref2 = 0;
     for (size_t i = 0; i < buf[t].size(); ++i) {
@@ -90,6 +91,42 @@ TEST(StepTest, ForwardAndBackwardMatchReference) {
     std::printf("[ step     ] %-24s relative L2 %.2e\n", name.c_str(), rel);
     EXPECT_LE(rel, 1e-5) << name;  // NaN (an unwritten element) fails too
   }
+  return checked.size();
+}
+
+TEST(StepTest, ForwardAndBackwardMatchReference) {
+  EXPECT_EQ(check_step(kModel), 2u + 1u + 4u * 2u + 1u);  // outputs, x, 4 weights x 2, w3
+}
+
+// Broadcast operands (a bias row, a per-row gate, a scalar) whose gradients are summed back by
+// sum_to, a mask from a comparison of tensors that need gradients (its gradient is zero, no
+// kernel), where, minimum and div.
+constexpr const char* kBroadcastModel = R"(
+model: broadcast_step
+dtype: f32
+dims: {T: 7, D: 33}
+inputs:
+  x: {shape: [T, D]}
+layers:
+  - name: b
+    weights:
+      bias: {shape: [D]}
+      gate: {shape: [T, 1]}
+      s: {shape: []}
+    ops:
+      - {op: add, in: [x, bias], out: h}
+      - {op: mul, in: [h, gate], out: g}
+      - {op: gt, in: [h, g], out: m}
+      - {op: where, in: [m, g, bias], out: w}
+      - {op: sub, in: [w, s], out: d}
+      - {op: minimum, in: [d, h], out: e}
+      - {op: exp, in: s, out: es}
+      - {op: div, in: [e, es], out: y}
+outputs: [b.y, b.m]
+)";
+
+TEST(StepTest, BroadcastGradientsMatchReference) {
+  EXPECT_EQ(check_step(kBroadcastModel), 2u + 1u + 3u);  // outputs, x, 3 weights
 }
 
 }  // namespace

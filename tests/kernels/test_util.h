@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <ostream>
@@ -40,6 +41,17 @@ inline RefTensor random_tensor(std::mt19937_64& rng, std::vector<int64_t> shape,
   for (double& v : t.data)
     while (std::abs(v) < c.min_abs) v = u(rng);
   return t;
+}
+
+// The inputs of one test case: random_tensor per shape, and 0 or 1 (even odds) for mask inputs.
+inline std::vector<RefTensor> random_inputs(std::mt19937_64& rng, const OpTestCase& c) {
+  std::vector<RefTensor> in;
+  for (size_t i = 0; i < c.shapes.size(); ++i) {
+    in.push_back(random_tensor(rng, c.shapes[i], c));
+    if (std::find(c.masks.begin(), c.masks.end(), static_cast<int>(i)) != c.masks.end())
+      for (double& v : in.back().data) v = std::bernoulli_distribution(0.5)(rng) ? 1.0 : 0.0;
+  }
+  return in;
 }
 
 // One test case of one op, named for ctest: "rmsnorm_case2".
@@ -140,14 +152,16 @@ inline std::vector<TensorType> input_types(const OpSchema& schema, const std::ve
   return input_types(schema, shapes, dtype);
 }
 
-// Fresh inputs for one case of `schema`: floats as random_tensor(c), integer slots uniform in
-// [c.int_lo, c.int_hi).
+// Fresh inputs for one case of `schema`: floats as random_inputs(c) (masks 0/1), integer slots
+// uniform in [c.int_lo, c.int_hi).
 inline std::vector<RefTensor> random_inputs(std::mt19937_64& rng, const OpSchema& schema,
                                             const OpTestCase& c) {
   std::vector<RefTensor> in;
   for (size_t i = 0; i < c.shapes.size(); ++i) {
     if (!integer_input(schema, i)) {
       in.push_back(random_tensor(rng, c.shapes[i], c));
+      if (std::find(c.masks.begin(), c.masks.end(), static_cast<int>(i)) != c.masks.end())
+        for (double& v : in.back().data) v = std::bernoulli_distribution(0.5)(rng) ? 1.0 : 0.0;
       continue;
     }
     RefTensor t{.shape = c.shapes[i]};

@@ -1,0 +1,234 @@
+#include "kernels/broadcast.h"
+
+#include "kernels/expand_util.h"
+#include "kernels/ref_util.h"
+#include "kernels/schema_util.h"
+
+namespace tilerun::kernels {
+
+namespace {
+
+namespace cc = tilerun::compiler;
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// `shape` with leading 1s up to `rank` axes.
+std::vector<int64_t> aligned(const std::vector<int64_t>& shape, size_t rank) {
+  std::vector<int64_t> out(rank - shape.size(), 1);
+  out.insert(out.end(), shape.begin(), shape.end());
+  return out;
+}
+
+// The output's axes after dropping extent-1 axes and merging neighbours along which every
+// operand varies (or is broadcast) alike; varies[i][d]: operand i moves along axis d.
+struct Coalesced {
+  std::vector<int64_t> extents;
+  std::vector<std::vector<bool>> varies;
+};
+
+Coalesced coalesce(const std::vector<TensorType>& in, const std::vector<int64_t>& out) {
+  Coalesced c;
+  c.varies.resize(in.size());
+  std::vector<std::vector<int64_t>> shapes;
+  for (const TensorType& t : in) shapes.push_back(aligned(t.shape, out.size()));
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 1) continue;
+    std::vector<bool> v;
+    for (const auto& s : shapes) v.push_back(s[d] != 1);
+    bool merge = !c.extents.empty();
+    for (size_t i = 0; i < in.size() && merge; ++i) merge = c.varies[i].back() == v[i];
+    if (merge) {
+      c.extents.back() *= out[d];
+      continue;
+    }
+    c.extents.push_back(out[d]);
+    for (size_t i = 0; i < in.size(); ++i) c.varies[i].push_back(v[i]);
+  }
+  if (c.extents.empty()) {  // every extent 1: one element
+    c.extents = {1};
+    for (auto& v : c.varies) v = {false};
+  }
+  return c;
+}
+
+// "_bc_11_01": per operand, 1 where it moves along a coalesced axis, 0 where it is broadcast.
+std::string pattern_name(const Coalesced& c) {
+  std::string s = "_bc";
+  for (const auto& v : c.varies) {
+    s += "_";
+    for (bool b : v) s += b ? '1' : '0';
+  }
+  return s;
+}
+
+// 256 threads, 1 element per thread below 2^16 elements and 4 above, as the flat map kernel.
+constexpr int kThreads = 256;
+int64_t per_thread(int64_t n) { return n < (int64_t{1} << 16) ? 1 : 4; }
+
+// out[e] = fn(in0[idx0(e)], ...) with e's coordinates over the coalesced axes D0.. and each
+// operand indexed by the coordinates of the axes it moves along. Parameters: in0.., out;
+// D0..D(r-1); scalars.
+cc::Kernel build_broadcast(const MapOp& op, const Coalesced& c, DType dtype, int64_t ept,
+                           const std::string& name) {
+  cc::KernelBuilder kb(name);
+  const size_t rank = c.extents.size();
+  std::vector<cc::Dim> dims;
+  for (size_t d = 0; d < rank; ++d) dims.push_back(kb.dim("D" + std::to_string(d)));
+  std::vector<cc::Buf> in;
+  for (int i = 0; i < op.arity; ++i) {
+    std::vector<cc::Val> shape;
+    for (size_t d = 0; d < rank; ++d)
+      if (c.varies[i][d]) shape.push_back(dims[d]);
+    if (shape.empty()) shape.push_back(cc::Val(1));
+    in.push_back(kb.input("in" + std::to_string(i), dtype, shape));
+  }
+  cc::Val total = dims[0];
+  for (size_t d = 1; d < rank; ++d) total = total * dims[d];
+  cc::Buf out = kb.output("out", dtype, {total});
+  std::vector<cc::Val> scalars;
+  for (const std::string& a : op.scalar_attrs) scalars.push_back(kb.scalar_f32(a));
+  const int64_t per_block = kThreads * ept;
+  kb.body({cc::ceildiv(total, per_block)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(0) * per_block;
+    s.parallel(per_block, [&](cc::Idx i) {
+      cc::Idx e = base + i;
+      s.if_then(e < total, [&] {
+        // Coordinates from the last axis inward; every one taken modulo its extent, so its
+        // range is evident to the bounds analysis.
+        std::vector<cc::Val> coord(rank);
+        cc::Val stride = cc::Val(1);
+        for (size_t d = rank; d-- > 0;) {
+          coord[d] = s.let((e / stride) % dims[d], "c" + std::to_string(d));
+          if (d > 0) stride = stride * dims[d];
+        }
+        std::vector<cc::Val> v;
+        for (int k = 0; k < op.arity; ++k) {
+          std::vector<cc::Val> idx;
+          for (size_t d = 0; d < rank; ++d)
+            if (c.varies[k][d]) idx.push_back(coord[d]);
+          if (idx.empty()) idx.push_back(cc::Val(0));
+          v.push_back(s.let(in[k].at(idx), "v"));
+        }
+        out(e) = op.fn(s, v, scalars);
+      });
+    });
+  });
+  return kb.build();
+}
+
+}  // namespace
+
+std::vector<int64_t> broadcast_shape(const std::vector<TensorType>& in,
+                                     const std::vector<std::string>& slots) {
+  size_t rank = 0;
+  for (const TensorType& t : in) rank = std::max(rank, t.shape.size());
+  std::vector<int64_t> out(rank, 1);
+  std::vector<int> from(rank, -1);  // which operand set out[d] (for the message)
+  for (size_t i = 0; i < in.size(); ++i) {
+    std::vector<int64_t> s = aligned(in[i].shape, rank);
+    for (size_t d = 0; d < rank; ++d) {
+      if (s[d] == 1 || s[d] == out[d]) continue;
+      if (out[d] != 1) {
+        const int j = from[d];
+        throw ShapeError("inputs '" + slots[j] + "' " + shape_text(in[j].shape) + " and '" +
+                         slots[i] + "' " + shape_text(in[i].shape) + " do not broadcast: axis " +
+                         std::to_string(static_cast<int64_t>(d) - static_cast<int64_t>(rank)) +
+                         " is " + std::to_string(out[d]) + " against " + std::to_string(s[d]) +
+                         " (expected equal extents or 1, NumPy rules)");
+      }
+      out[d] = s[d];
+      from[d] = static_cast<int>(i);
+    }
+  }
+  return out;
+}
+
+std::vector<TensorType> infer_broadcast(const std::vector<TensorType>& in,
+                                        const std::vector<std::string>& slots) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    expect_float(in[i], slots[i]);
+    if (in[i].dtype != in[0].dtype)
+      throw ShapeError("input '" + slots[i] + "' is " + to_string(in[i]) + ", expected dtype " +
+                       std::string(dtype_name(in[0].dtype)) + " like '" + slots[0] + "'");
+  }
+  return {{in[0].dtype, broadcast_shape(in, slots)}};
+}
+
+bool broadcasts_to(const std::vector<int64_t>& shape, const std::vector<int64_t>& target) {
+  if (shape.size() > target.size()) return false;
+  std::vector<int64_t> s = aligned(shape, target.size());
+  for (size_t d = 0; d < s.size(); ++d)
+    if (s[d] != 1 && s[d] != target[d]) return false;
+  return true;
+}
+
+std::vector<RefTensor> ref_broadcast(const std::vector<RefTensor>& in,
+                                     const std::function<double(const double*)>& f) {
+  std::vector<TensorType> types;
+  std::vector<std::string> slots;
+  for (const RefTensor& t : in) types.push_back({DType::F32, t.shape}), slots.push_back("x");
+  std::vector<int64_t> shape = broadcast_shape(types, slots);
+  const size_t rank = shape.size();
+  // strides[i][d]: operand i's step along output axis d (0 where it is broadcast).
+  std::vector<std::vector<int64_t>> strides(in.size(), std::vector<int64_t>(rank, 0));
+  for (size_t i = 0; i < in.size(); ++i) {
+    std::vector<int64_t> s = aligned(in[i].shape, rank);
+    int64_t step = 1;
+    for (size_t d = rank; d-- > 0;) {
+      strides[i][d] = s[d] == 1 ? 0 : step;
+      step *= s[d];
+    }
+  }
+  RefTensor out = ref_zeros(shape);
+  std::vector<int64_t> coord(rank, 0), offset(in.size(), 0);
+  double args[3] = {0, 0, 0};
+  for (int64_t e = 0; e < out.numel(); ++e) {
+    for (size_t i = 0; i < in.size(); ++i) args[i] = in[i].data[offset[i]];
+    out.data[e] = f(args);
+    for (size_t d = rank; d-- > 0;) {  // the next coordinate, last axis fastest
+      for (size_t i = 0; i < in.size(); ++i) offset[i] += strides[i][d];
+      if (++coord[d] < shape[d]) break;
+      for (size_t i = 0; i < in.size(); ++i) offset[i] -= strides[i][d] * shape[d];
+      coord[d] = 0;
+    }
+  }
+  return {out};
+}
+
+ExpandFn expand_broadcast_map(std::shared_ptr<KernelCache> cache, MapOp op) {
+  ExpandFn flat = expand_map(cache, op);
+  return [cache, op, flat](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
+                           const Attrs& attrs) {
+    bool same = true;
+    for (const TensorType& t : in) same = same && t.shape == out[0].shape;
+    if (same) return flat(in, out, attrs);
+    DType dtype = out[0].dtype;
+    Coalesced c = coalesce(in, out[0].shape);
+    int64_t ept = per_thread(numel(out[0]));
+    std::string name = op.name + (ept == 1 ? "" : "_x" + std::to_string(ept)) + pattern_name(c);
+    KernelCall call{.kernel = cache->get(kernel_key(name, dtype),
+                                         [&] {
+                                           return build_broadcast(
+                                               op, c, dtype, ept,
+                                               name + "_" + std::string(dtype_name(dtype)));
+                                         }),
+                    .dims = c.extents};
+    for (int i = 0; i < op.arity; ++i) call.buffers.push_back(input_slot(i));
+    call.buffers.push_back(output_slot(0));
+    for (const std::string& a : op.scalar_attrs) call.scalars.push_back(attr_float(attrs, a));
+    return OpExpansion{.calls = {call}};
+  };
+}
+
+GradOp sum_to_shape(const std::string& value, const std::string& dx,
+                    const std::vector<int64_t>& operand_shape,
+                    const std::vector<int64_t>& out_shape) {
+  if (operand_shape == out_shape) return {"alias", {value}, {dx}, {}};
+  return {"sum_to", {value}, {dx}, {{"shape", operand_shape}}};
+}
+
+}  // namespace tilerun::kernels

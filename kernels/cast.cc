@@ -1,0 +1,135 @@
+// cast(x; to): a float tensor converted to another float dtype, one flat kernel per (from, to)
+// pair: the load widens to f32 exactly and the store rounds to nearest even, overflows to inf
+// and keeps NaN (canonical), as every bf16/f16 store does (compiler/transforms/strict_math.h).
+#include <cmath>
+
+#include "compiler/ir/builder.h"
+#include "kernels/expand_util.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/op_registry.h"
+#include "kernels/ref_util.h"
+#include "kernels/ref_values.h"
+#include "kernels/schema_util.h"
+
+namespace tilerun::kernels {
+
+namespace {
+
+namespace cc = tilerun::compiler;
+
+std::vector<TensorType> infer_cast(const std::vector<TensorType>& in, const Attrs& attrs) {
+  DType to = float_dtype_attr(attrs, "to");
+  expect_float(in[0], "x");
+  return {{to, in[0].shape}};
+}
+
+// x rounded to nearest even with `digits` significand bits and exponents down to `emin`
+// (subnormals below), overflowing to ±inf above `max`.
+double round_binary(double x, int digits, int emin, double max) {
+  if (!std::isfinite(x) || x == 0) return x;
+  int e = std::max(std::ilogb(x), emin);
+  double quantum = std::ldexp(1.0, e - (digits - 1));
+  double r = std::nearbyint(x / quantum) * quantum;  // the default rounding mode: to nearest even
+  return std::abs(r) > max ? std::copysign(kInf(), x) : r;
+}
+
+// The value a cast to `to` stores. References compute in double, so a cast to f32 is exact
+// there as every other op's f32 result is; casts to bf16 and f16 round, which is their point.
+double round_to(DType to, double x) {
+  switch (to) {
+    case DType::BF16:
+      return round_binary(x, 8, -126, 3.3895313892515355e38);
+    case DType::F16:
+      return round_binary(x, 11, -14, 65504.0);
+    default:
+      return x;
+  }
+}
+
+std::vector<RefTensor> ref_cast(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  DType to = float_dtype_attr(attrs, "to");
+  RefTensor y = in[0];
+  for (double& v : y.data) v = round_to(to, v);
+  return {y};
+}
+
+// The gradient casts back to the input's dtype.
+std::vector<GradOp> grad_cast(const std::vector<TensorType>& in, const Attrs&,
+                              const std::vector<bool>& needs) {
+  if (!needs[0]) return {};
+  return {{"cast", {"dy0"}, {"dx0"}, {{"to", std::string(dtype_name(in[0].dtype))}}}};
+}
+
+constexpr int kThreads = 256;
+
+// y[e] = x[e], x of dtype `from`, y of `to`, `ept` elements per thread.
+cc::Kernel build_cast(DType from, DType to, int64_t ept, const std::string& name) {
+  cc::KernelBuilder kb(name);
+  cc::Dim n = kb.dim("N");
+  cc::Buf x = kb.input("x", from, {n});
+  cc::Buf y = kb.output("y", to, {n});
+  const int64_t per_block = kThreads * ept;
+  kb.body({cc::ceildiv(n, per_block)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(0) * per_block;
+    s.parallel(per_block, [&](cc::Idx i) {
+      cc::Idx e = base + i;
+      s.if_then(e < n, [&] { y(e) = x(e); });
+    });
+  });
+  return kb.build();
+}
+
+ExpandFn expand_cast(std::shared_ptr<KernelCache> cache) {
+  return
+      [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out, const Attrs&) {
+        DType from = in[0].dtype, to = out[0].dtype;
+        int64_t n = numel(out[0]), ept = n < (int64_t{1} << 16) ? 1 : 4;
+        std::string name = "cast" + std::string(ept == 1 ? "" : "_x4") + "_" +
+                           std::string(dtype_name(from)) + "_" + std::string(dtype_name(to));
+        KernelCall call{.kernel = cache->get(name, [&] { return build_cast(from, to, ept, name); }),
+                        .buffers = {input_slot(0), output_slot(0)},
+                        .dims = {n}};
+        return OpExpansion{.calls = {call}};
+      };
+}
+
+Attrs to(const char* dtype) { return {{"to", std::string(dtype)}}; }
+
+}  // namespace
+
+void register_cast(OpRegistry& registry) {
+  auto cache = std::make_shared<KernelCache>();
+  const double nan = kNaN(), inf = kInf();
+  registry.add(
+      {.name = "cast",
+       .doc = "y = x converted to the dtype named by to (rounded to nearest even, overflow to inf, "
+              "NaN "
+              "kept); gradient dy cast back to x's dtype",
+       .inputs = {"x"},
+       .outputs = {"y"},
+       .attrs = {{.name = "to",
+                  .kind = AttrKind::String,
+                  .doc = "the output dtype: f32, bf16 or f16"}},
+       .dtype_attr = "to",
+       .infer = infer_cast,
+       .reference = ref_cast,
+       .gradient = grad_cast,
+       .expand = expand_cast(cache),
+       .tests = {
+           .kernel = {{.shapes = {{33, 130}}, .attrs = to("f32")},
+                      {.shapes = {{33, 130}}, .attrs = to("bf16")},
+                      {.shapes = {{(1 << 16) + 3}}, .attrs = to("f16")},
+                      // Large values, still within f16's range (an f16 input would be inf).
+                      {.shapes = {{1}}, .attrs = to("bf16"), .lo = -6e4, .hi = 6e4}},
+           .gradient = {{.shapes = {{7, 5}}, .attrs = to("f32")}},
+           // 1 + 2^-8 is a tie in bf16 (to 1, even); 1 + 3·2^-9 rounds up; 65520 is f16's
+           // overflow tie (to inf); 2^-25 a tie below f16's smallest subnormal (to 0).
+           .examples = {{.inputs = {{{6}, {1.00390625, 1.005859375, -0.0, inf, nan, 3e38}}},
+                         .attrs = to("bf16"),
+                         .outputs = {{{6}, {1, 1.0078125, -0.0, inf, nan, 3.00405527047391e+38}}}},
+                        {.inputs = {{{5}, {65504, 65520, -70000, 2.98023223876953125e-8, 0.1}}},
+                         .attrs = to("f16"),
+                         .outputs = {{{5}, {65504, inf, -inf, 0, 0.0999755859375}}}}}}});
+}
+
+}  // namespace tilerun::kernels
