@@ -1,9 +1,10 @@
-// Matrix multiplication, with optional transposes of either operand: 32x32 (or, below 128 such
-// tiles, 16x16) tiles, 4x4 outputs per thread, K split over up to 8 thread groups of the block
-// (group g takes every k with (k / 16) % G == g), their tiles added in group order;
-// double-buffered shared tiles, the next step prefetched into registers. Batched (rank >= 3,
-// matmul_batch.h): the same kernels with a grid axis over the batch, or one matmul when the
-// batch folds into a's rows.
+// Matrix multiplication, with optional transposes of either operand. f32: strict fma chains on
+// the CUDA cores, 32x32 (or, below 128 such tiles, 16x16) tiles, 4x4 outputs per thread, K split
+// over up to 8 thread groups of the block (group g takes every k with (k / 16) % G == g), their
+// tiles added in group order; double-buffered shared tiles, the next step prefetched into
+// registers. bf16/f16: the tensor cores (a `gemm` per 64 of K over 128x128 tiles, below).
+// Batched (rank >= 3, matmul_batch.h): the same kernels with a grid axis over the batch, or one
+// matmul when the batch folds into a's rows.
 #include "compiler/base/check.h"
 #include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
@@ -348,6 +349,93 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
   return kb.build();
 }
 
+// ---- Tensor-core kernels (bf16, f16) ---------------------------------------------------------
+//
+// One 128 x 128 output tile per block of two warpgroups (256 threads), K in steps of 64: both
+// operands staged K-major into 128B-swizzled shared tiles (a as [128, 64], b as [128 (n), 64];
+// a transposed global operand is transposed on its way from registers to shared memory), then
+// one gemm (ir.h Gemm: wgmma on sm_90a, the tensor core's model on the CPU). Step ko + 1's
+// tiles are loaded into registers before step ko's gemm, so the global loads are in flight while
+// the tensor cores work; they go to shared memory after the gemm (one set of tiles: 32 KB). The
+// tiling is a constant, so it depends on neither M nor the device: every output is the same chain
+// of 16-wide tensor-core steps in k order whatever the number of rows (batch invariance). Ragged
+// edges read zeros.
+constexpr int64_t kTcM = 128, kTcN = 128, kTcK = 64;
+constexpr int kTcThreads = 256;
+
+std::string tc_matmul_name(bool ta, bool tb) {
+  return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_128x128x64";
+}
+
+cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
+  cc::KernelBuilder kb(tc_matmul_name(ta, tb) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim m = kb.dim("M"), n = kb.dim("N"), k = kb.dim("K");
+  cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
+  cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
+  cc::Buf c = kb.output("c", dtype, {m, n});
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, kTcM)}, kTcThreads, [&](cc::Scope& s) {
+    cc::Idx bx = s.block_idx(0), by = s.block_idx(1);
+    const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
+    cc::Buf as = s.alloc_shared("As", dtype, {kTcM, kTcK}, sw);
+    cc::Buf bs = s.alloc_shared("Bs", dtype, {kTcN, kTcK}, sw);
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTcM, kTcN});
+    // The next step's tiles in registers, in the global operands' orientation.
+    std::vector<int64_t> a_tile = ta ? std::vector{kTcK, kTcM} : std::vector{kTcM, kTcK};
+    std::vector<int64_t> b_tile = tb ? std::vector{kTcN, kTcK} : std::vector{kTcK, kTcN};
+    cc::Buf ra = s.alloc_fragment("ra", DType::F32, a_tile);
+    cc::Buf rb = s.alloc_fragment("rb", DType::F32, b_tile);
+    cc::Val steps = s.let(cc::ceildiv(k, cc::Val(kTcK)), "steps");
+    s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+    // A tile wholly inside its operand loads unguarded (its loads issue back to back); an edge
+    // tile goes through copy, which reads zeros outside.
+    auto load_tile = [&](const cc::Buf& frag, const cc::Buf& src, const std::vector<int64_t>& tile,
+                         bool k_major, const cc::Val& k0, const cc::Val& r0, const cc::Val& rows) {
+      const int64_t k_len = k_major ? tile[1] : tile[0], r_len = k_major ? tile[0] : tile[1];
+      std::vector<cc::Val> origin = k_major ? std::vector{r0, k0} : std::vector{k0, r0};
+      s.if_then_else(
+          k0 + k_len <= k && r0 + r_len <= rows,
+          [&] {
+            s.parallel(tile[0], tile[1], [&](cc::Idx i, cc::Idx j) {
+              frag(i, j) = src(origin[0] + i, origin[1] + j);
+            });
+          },
+          [&] { s.copy(frag, src.region(origin, tile)); });
+    };
+    auto load = [&](const cc::Val& ko) {
+      cc::Val k0 = s.let(ko * kTcK, "k0");
+      load_tile(ra, a, a_tile, !ta, k0, by * kTcM, m);
+      load_tile(rb, b, b_tile, tb, k0, bx * kTcN, n);
+    };
+    // Registers into the K-major shared tiles (transposing a tile stored k-outer).
+    auto store = [&] {
+      s.parallel(a_tile[0], a_tile[1], [&](cc::Idx i, cc::Idx j) {
+        if (ta) {
+          as(j, i) = ra(i, j);
+        } else {
+          as(i, j) = ra(i, j);
+        }
+      });
+      s.parallel(b_tile[0], b_tile[1], [&](cc::Idx i, cc::Idx j) {
+        if (tb) {
+          bs(i, j) = rb(i, j);
+        } else {
+          bs(j, i) = rb(i, j);
+        }
+      });
+    };
+    load(cc::Val(int64_t{0}));
+    s.serial(steps, [&](cc::Idx ko) {
+      store();
+      s.barrier();
+      s.if_then(ko + 1 < steps, [&] { load(ko + 1); });  // in flight during the gemm
+      s.gemm(acc, as, bs, /*trans_a=*/false, /*trans_b=*/true);
+      s.barrier();  // the next step overwrites the tiles the gemm read
+    });
+    s.copy(c.region({by * kTcM, bx * kTcN}, {kTcM, kTcN}), acc);
+  });
+  return kb.build();
+}
+
 ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                  const Attrs& attrs) {
@@ -357,10 +445,19 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
     const std::vector<int64_t>& as = in[0].shape;
     int64_t m = cs[cs.size() - 2], n = cs.back();
     int64_t k = ta ? as[as.size() - 2] : as.back();
+    const MatmulBatch mb = matmul_batch(in[0], in[1]);
+    // bf16/f16 on the tensor cores when the product is one matrix product (a's batch folded into
+    // its rows): the tiling never depends on M, so a row's bits do not depend on the batch.
+    if ((dt == DType::BF16 || dt == DType::F16) && (mb.count == 1 || folds_into_rows(mb, ta))) {
+      KernelCall tc{.kernel = cache->get(kernel_key(tc_matmul_name(ta, tb), dt),
+                                         [&] { return build_tc_matmul(dt, ta, tb); }),
+                    .buffers = {input_slot(0), input_slot(1), output_slot(0)},
+                    .dims = {m * mb.count, n, k}};
+      return OpExpansion{.calls = {tc}};
+    }
     // The tiling depends on one matrix product's shape only: each batch element's bits are
     // those of the rank-2 matmul of its matrices.
     Tiling t = plan_matmul(m, n, k);
-    const MatmulBatch mb = matmul_batch(in[0], in[1]);
     if (mb.count == 1 || folds_into_rows(mb, ta)) {
       // One product: a's batch elements, when a is the only batched operand, stacked as rows.
       m *= mb.count;

@@ -21,6 +21,7 @@
 #include "compiler/base/check.h"
 #include "compiler/codegen/cpu_codegen.h"
 #include "compiler/codegen/fault_injection.h"
+#include "compiler/codegen/mma_model.h"
 #include "compiler/lower.h"
 #include "tilerun/error.h"
 
@@ -142,6 +143,13 @@ std::unique_ptr<CpuKernel> compile_cpu(const SimtKernel& kernel) {
       unwrap(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
                  impl->jit->getDataLayout().getGlobalPrefix()),
              "looking up process symbols"));
+  // The tensor core's model for gemm statements, by address (not through the process's symbol
+  // table, which a static or hidden-visibility build of the library may not export).
+  llvm::orc::SymbolMap model;
+  model[impl->jit->mangleAndIntern("tilerun_cpu_gemm")] = llvm::JITEvaluatedSymbol(
+      llvm::pointerToJITTargetAddress(&tilerun_cpu_gemm), llvm::JITSymbolFlags::Exported);
+  check(impl->jit->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(model))),
+        "defining the tensor core model for '" + kernel.sig.name + "'");
   llvm::orc::ThreadSafeModule tsm(std::move(mod.module), std::move(mod.context));
   check(impl->jit->addIRModule(std::move(tsm)), "adding '" + kernel.sig.name + "' to the JIT");
   // A test-injected failure (TILERUN_FAULT=LLJIT::lookup:N) stands for the machine-code step

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "compiler/base/check.h"
+#include "compiler/codegen/gemm_desc.h"
 #include "compiler/ir/ir_printer.h"
 #include "compiler/ir/ir_visitor.h"
 #include "tilerun/error.h"
@@ -203,6 +204,8 @@ class CpuCodegen {
         with_binding(kThreadIdx, tid,
                      [&] { b_.CreateStore(v, element_ptr(w->dst, make_i64(0), t)); });
       });
+    } else if (const Gemm* g = s.as<Gemm>()) {
+      emit_gemm(g);
     } else if (const LetStmt* let = s.as<LetStmt>()) {
       // Block-uniform (verified): evaluated once per block.
       llvm::Value* v = emit_expr(let->value);
@@ -288,6 +291,40 @@ class CpuCodegen {
       default:
         TR_CHECK(false, "statement not valid in SIMT IR at thread level: " + to_string(s));
     }
+  }
+
+  // A gemm, once per block between two thread loops: a call of tilerun_cpu_gemm (mma_model.h,
+  // the tensor core's model) with every thread's accumulator values, the shared tiles and the
+  // gemm's constants.
+  void emit_gemm(const Gemm* op) {
+    const SimtArray *a = find_shared(k_, op->a), *b = find_shared(k_, op->b);
+    TR_CHECK(a && b, "gemm operands are shared arrays");
+    GemmDesc d{.m = op->m,
+               .n = op->n,
+               .k = op->k,
+               .threads = k_.sig.threads,
+               .f16 = a->dtype == DType::F16,
+               .trans_a = op->trans_a,
+               .trans_b = op->trans_b,
+               .a_layout = a->layout.rank() ? a->layout : compact_row_major(a->shape),
+               .b_layout = b->layout.rank() ? b->layout : compact_row_major(b->shape),
+               .a_swizzle = a->swizzle,
+               .b_swizzle = b->swizzle};
+    std::vector<int64_t> words = d.encode();
+    std::vector<llvm::Constant*> elems;
+    for (int64_t w : words) elems.push_back(b_.getInt64(static_cast<uint64_t>(w)));
+    auto* at = llvm::ArrayType::get(b_.getInt64Ty(), elems.size());
+    auto* desc =
+        new llvm::GlobalVariable(m_, at, /*isConstant=*/true, llvm::GlobalValue::PrivateLinkage,
+                                 llvm::ConstantArray::get(at, elems), "gemm.desc");
+    llvm::Type* ptr = b_.getPtrTy();
+    llvm::FunctionCallee fn = m_.getOrInsertFunction(
+        "tilerun_cpu_gemm", llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, ptr}, false));
+    const Type bits = storage_type(a->dtype);
+    auto acc = array_ptr_.find(op->c);
+    TR_CHECK(acc != array_ptr_.end(), "gemm accumulator '" + op->c + "'");
+    b_.CreateCall(fn, {acc->second, element_ptr(op->a, make_i64(0), bits),
+                       element_ptr(op->b, make_i64(0), bits), desc});
   }
 
   // ---- Memory.

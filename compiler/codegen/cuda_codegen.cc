@@ -10,17 +10,18 @@
 #include <set>
 #include <sstream>
 
+#include "compiler/analysis/launch_geometry.h"
 #include "compiler/base/check.h"
-#include "compiler/transforms/expand_strict_math.h"
+#include "compiler/base/sha256.h"
+#include "compiler/codegen/nvrtc.h"
 #include "compiler/ir/ir_printer.h"
 #include "compiler/ir/ir_visitor.h"
-#include "compiler/analysis/launch_geometry.h"
-#include "compiler/lower.h"
-#include "compiler/codegen/nvrtc.h"
-#include "compiler/base/sha256.h"
 #include "compiler/ir/simt_verifier.h"
+#include "compiler/lower.h"
+#include "compiler/transforms/expand_strict_math.h"
 #include "tilerun/error.h"
 
+#include "compiler/codegen/cuda_gemm.h"
 #include "compiler/codegen/cuda_prelude.h"
 #include "compiler/codegen/cuda_syntax.h"
 
@@ -43,9 +44,43 @@ bool contains_load(const Expr& e) {
   return v.found;
 }
 
+// The accumulators of the kernel's gemms (empty: no gemm).
+class GemmAccumulators : public IRVisitor {
+ public:
+  std::set<std::string> names;
+
+ protected:
+  void visit_stmt(const Gemm* op) override { names.insert(op->c); }
+};
+
+class TouchesArray : public IRVisitor {
+ public:
+  explicit TouchesArray(const std::set<std::string>& n) : names(n) {}
+  const std::set<std::string>& names;
+  bool found = false;
+
+ protected:
+  void visit_expr(const Load* op) override {
+    found = found || names.count(op->buffer);
+    IRVisitor::visit_expr(op);
+  }
+  void visit_stmt(const Store* op) override {
+    found = found || names.count(op->buffer);
+    IRVisitor::visit_stmt(op);
+  }
+};
+
 class CudaEmitter {
  public:
-  explicit CudaEmitter(const SimtKernel& k) : k_(k) {}
+  explicit CudaEmitter(const SimtKernel& k) : k_(k) {
+    GemmAccumulators g;
+    g.visit(k.body);
+    accumulators_ = g.names;
+    // In a kernel with a gemm every per-thread array is indexed from unrolled loops only, so it
+    // stays in registers (a run-time index would put it in local memory).
+    if (!accumulators_.empty())
+      for (const SimtArray& a : k.local_arrays) unrolled_arrays_.insert(a.name);
+  }
 
   std::string run() {
     const KernelSignature& sig = k_.sig;
@@ -58,6 +93,7 @@ class CudaEmitter {
     for (size_t i = 0; i < sig.grid.size(); ++i) grid += (i ? ", " : "") + to_string(sig.grid[i]);
     out_ << "// grid (" << comment_safe(grid) << "), " << sig.threads << " threads per block.\n";
     out_ << kPrelude << "\n";
+    if (!accumulators_.empty()) out_ << kWgmmaHelpers << "\n";
 
     // Fixed names first, so user names that equal them are the ones renamed.
     std::string tid = fresh("thread_idx");
@@ -112,9 +148,10 @@ class CudaEmitter {
       std::string c = fresh(a.name);
       buffers_[a.name] = c;
       shared_bytes += dtype_bytes(a.dtype, a.size());
-      line("__shared__ __align__(16) " + std::string(c_type(storage_type(a.dtype))) + " " + c +
-           "[" + std::to_string(a.size()) + "];  // " +
-           comment_safe(std::string(dtype_name(a.dtype))));
+      // A swizzled tile's atoms must start 1024-byte aligned (the hardware swizzles addresses).
+      line(std::string("__shared__ __align__(") + (a.swizzle.none() ? "16" : "1024") + ") " +
+           std::string(c_type(storage_type(a.dtype))) + " " + c + "[" + std::to_string(a.size()) +
+           "];  // " + comment_safe(std::string(dtype_name(a.dtype))));
     }
     if (shared_bytes > kMaxStaticShared)
       throw Error("kernel '" + sig.name + "': " + std::to_string(shared_bytes) +
@@ -476,8 +513,15 @@ class CudaEmitter {
           line("const long long " + e + " = " + end + ";");
           end = e;
         }
-        // A lane loop: unrolled, so the lanes' local arrays live in registers.
-        if (op->vectorized) line("#pragma unroll");
+        // A lane loop: unrolled, so the lanes' local arrays live in registers; likewise, in a
+        // kernel with a gemm, a constant loop over any local array (the wgmma operands are
+        // registers, and the staged tiles must not spill).
+        int64_t trips;
+        TouchesArray touches(unrolled_arrays_);
+        if (!op->vectorized && !unrolled_arrays_.empty() && const_int(op->extent, &trips) &&
+            trips <= 256)
+          touches.visit(op->body);
+        if (op->vectorized || touches.found) line("#pragma unroll");
         line("for (long long " + v + " = " + mn + "; " + v + " < " + end + "; ++" + v + ") {");
         bind(op->var, v);
         ++indent_;
@@ -518,8 +562,23 @@ class CudaEmitter {
         return;
       }
       case StmtKind::Barrier:
+        // Shared writes by the threads (the generic proxy) must be visible to wgmma's reads
+        // (the async proxy) after the barrier.
+        if (!accumulators_.empty())
+          line("asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");");
         line("__syncthreads();");
         return;
+      case StmtKind::Gemm: {
+        const Gemm* op = s.as<Gemm>();
+        std::string why = wgmma_unsupported(k_, *op);
+        if (!why.empty())
+          throw Error("kernel '" + k_.sig.name + "': gemm into '" + op->c +
+                      "' has no CUDA lowering yet: " + why);
+        for (const std::string& l :
+             wgmma_lines(k_, *op, buffer(op->c), buffer(op->a), buffer(op->b), lookup(kThreadIdx)))
+          line(l);
+        return;
+      }
       case StmtKind::WarpShuffle: {
         // The whole warp (or the whole block when it is smaller) takes part: block-uniform.
         const WarpShuffle* op = s.as<WarpShuffle>();
@@ -577,12 +636,13 @@ class CudaEmitter {
   const SimtKernel& k_;
   std::ostringstream out_;
   int indent_ = 0;
-  std::set<std::string> taken_;                             // C names in use, function-wide
+  std::set<std::string> taken_;            // C names in use, function-wide
+  std::set<std::string> accumulators_;     // the gemms' accumulator arrays
+  std::set<std::string> unrolled_arrays_;  // local arrays whose constant loops are unrolled
   std::vector<std::pair<std::string, std::string>> scope_;  // IR name → C name, innermost last
   std::map<std::string, std::string> buffers_;              // IR buffer → C array/pointer
   std::map<const ExprNode*, Traits> traits_;
 };
-
 
 }  // namespace
 

@@ -320,7 +320,7 @@ Val Scope::block_idx(int axis) const {
 
 namespace {
 Buf alloc(BuilderState* st, const std::string& name, MemScope scope, DType dtype,
-          std::vector<int64_t> shape, Layout layout = {}) {
+          std::vector<int64_t> shape, Layout layout = {}, Swizzle swizzle = {}) {
   st->declare(name, mem_scope_name(scope));
   if (!dtype_supported(dtype))
     fail("dtype " + std::string(dtype_name(dtype)) + " of '" + name + "' is not supported yet");
@@ -328,7 +328,7 @@ Buf alloc(BuilderState* st, const std::string& name, MemScope scope, DType dtype
   for (int64_t e : shape)
     if (e <= 0) fail("'" + name + "' has a non-positive extent");
   int rank = static_cast<int>(shape.size());
-  st->kernel.allocs.push_back({name, scope, dtype, std::move(shape), std::move(layout)});
+  st->kernel.allocs.push_back({name, scope, dtype, std::move(shape), std::move(layout), swizzle});
   return Buf(st, name, dtype, rank);
 }
 
@@ -348,6 +348,11 @@ Buf Scope::alloc_shared(const std::string& name, DType dtype, std::vector<int64_
 Buf Scope::alloc_shared(const std::string& name, DType dtype, std::vector<int64_t> shape,
                         Layout layout) {
   return alloc(state_, name, MemScope::Shared, dtype, std::move(shape), std::move(layout));
+}
+Buf Scope::alloc_shared(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                        Swizzle swizzle) {
+  Layout rows = compact_row_major(shape);
+  return alloc(state_, name, MemScope::Shared, dtype, std::move(shape), std::move(rows), swizzle);
 }
 Buf Scope::alloc_fragment(const std::string& name, DType dtype, std::vector<int64_t> shape) {
   return alloc(state_, name, MemScope::Fragment, dtype, std::move(shape));
@@ -433,6 +438,18 @@ void Scope::copy(const BufRegion& dst, const BufRegion& src) {
 }
 
 void Scope::barrier() { state_->append(Barrier::make()); }
+
+void Scope::gemm(const Buf& acc, const Buf& a, const Buf& b, bool trans_a, bool trans_b) {
+  auto shape = [&](const Buf& x) -> const std::vector<int64_t>& {
+    for (const TileAlloc& t : state_->kernel.allocs)
+      if (t.name == x.name()) return t.shape;
+    fail("gemm operand '" + x.name() + "' is not a tile of this kernel");
+  };
+  const std::vector<int64_t>&sa = shape(a), &sb = shape(b), &sc = shape(acc);
+  if (sa.size() != 2 || sb.size() != 2 || sc.size() != 2) fail("gemm operands are 2-d tiles");
+  const int64_t k = trans_a ? sa[0] : sa[1];
+  state_->append(Gemm::make(acc.name(), a.name(), b.name(), trans_a, trans_b, sc[0], sc[1], k));
+}
 
 // ---------------------------------------------------------------------------------------------
 

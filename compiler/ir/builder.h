@@ -222,6 +222,10 @@ class Scope {
   // tile, injective; e.g. padded rows against bank conflicts, or a transposed tile), followed
   // by lowering; the verifier refuses a layout that maps two coordinates to one offset.
   Buf alloc_shared(const std::string& name, DType dtype, std::vector<int64_t> shape, Layout layout);
+  // A row-major shared tile with its offsets swizzled (layout.h Swizzle; the tensor core's
+  // 128B/64B/32B patterns are tensor_core_swizzle), proved a bijection by the verifier.
+  Buf alloc_shared(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                   Swizzle swizzle);
   Buf alloc_fragment(const std::string& name, DType dtype, std::vector<int64_t> shape);
 
   // Element-wise loop over [0, extent) (innermost argument fastest) spread over the threads.
@@ -270,6 +274,11 @@ class Scope {
   // All threads of the block wait; shared writes before are visible after. Only outside
   // parallel and if.
   void barrier();
+
+  // acc[m, n] += op(a) op(b) on the tensor cores (ir.h Gemm): a, b shared bf16/f16 tiles
+  // ([m, k] or, transposed, [k, m]; [k, n] or [n, k]), acc an f32 fragment whose layout the
+  // gemm fixes. Block-uniform, like barrier(); write the tiles and pass a barrier first.
+  void gemm(const Buf& acc, const Buf& a, const Buf& b, bool trans_a = false, bool trans_b = false);
 
  private:
   BuilderState* state_;

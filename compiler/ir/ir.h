@@ -38,7 +38,7 @@ enum class ExprKind : uint8_t {
 };
 enum class StmtKind : uint8_t {
   Seq, LetStmt, For, Parallel, Reduce, IfThenElse, Store, Assign, Copy, Barrier, VectorMove,
-  WarpShuffle,
+  WarpShuffle, Gemm,
 };
 // clang-format on
 
@@ -409,6 +409,35 @@ struct WarpShuffle : StmtNode {
   WarpShuffle(std::string d, std::string s, int x)
       : StmtNode(kKind), dst(std::move(d)), src(std::move(s)), lane_xor(x) {}
   static Stmt make(const std::string& dst, const std::string& src, int lane_xor);
+};
+
+// Both levels: the tensor-core tile product c[i, j] += sum_k op(a)[i, k] * op(b)[k, j] over
+// an m x n x k tile, op = optional transpose (a is [m, k], or [k, m] when trans_a; b is [k, n],
+// or [n, k] when trans_b). a and b are shared tiles of one dtype (bf16 or f16), c an f32
+// fragment (Tile IR) or local array (SIMT IR) laid out as the tensor core's accumulator
+// (layout.h wgmma_accumulator_layout): the gemm fixes who holds which element, so every
+// parallel touching c follows that layout. The inner products follow the Hopper MMA's
+// arithmetic (codegen/mma_model.h), in k order, so the bits depend on (m, n, k) and the data
+// only. Every thread takes part, so, like a barrier, only in block-uniform control flow; the
+// shared tiles must be written (and a barrier passed) before.
+struct Gemm : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::Gemm;
+  std::string c, a, b;
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  Gemm(std::string c_, std::string a_, std::string b_, bool ta, bool tb, int64_t m_, int64_t n_,
+       int64_t k_)
+      : StmtNode(kKind),
+        c(std::move(c_)),
+        a(std::move(a_)),
+        b(std::move(b_)),
+        trans_a(ta),
+        trans_b(tb),
+        m(m_),
+        n(n_),
+        k(k_) {}
+  static Stmt make(const std::string& c, const std::string& a, const std::string& b, bool trans_a,
+                   bool trans_b, int64_t m, int64_t n, int64_t k);
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ bool equal_arrays(const std::vector<SimtArray>& a, const std::vector<SimtArray>&
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i].name != b[i].name || a[i].dtype != b[i].dtype || a[i].shape != b[i].shape ||
-        a[i].layout != b[i].layout)
+        a[i].layout != b[i].layout || !(a[i].swizzle == b[i].swizzle))
       return false;
   return true;
 }
@@ -124,8 +124,7 @@ bool equal_stmt(const Stmt& a, const Stmt& b) {
       return x->vars == y->vars && equal_all(x->extents, y->extents) && l.width == m.width &&
              l.annotated == m.annotated && l.provable == m.provable && l.vectorize == m.vectorize &&
              // An empty thread-value layout reads as the default of its width (ir.h).
-             (l.tv.rank() == 0 || m.tv.rank() == 0 || l.tv == m.tv) &&
-             equal_stmt(x->body, y->body);
+             (l.tv.rank() == 0 || m.tv.rank() == 0 || l.tv == m.tv) && equal_stmt(x->body, y->body);
     }
     case StmtKind::Reduce: {
       const Reduce *x = a.as<Reduce>(), *y = b.as<Reduce>();
@@ -162,6 +161,11 @@ bool equal_stmt(const Stmt& a, const Stmt& b) {
       const WarpShuffle *x = a.as<WarpShuffle>(), *y = b.as<WarpShuffle>();
       return x->dst == y->dst && x->src == y->src && x->lane_xor == y->lane_xor;
     }
+    case StmtKind::Gemm: {
+      const Gemm *x = a.as<Gemm>(), *y = b.as<Gemm>();
+      return x->c == y->c && x->a == y->a && x->b == y->b && x->trans_a == y->trans_a &&
+             x->trans_b == y->trans_b && x->m == y->m && x->n == y->n && x->k == y->k;
+    }
   }
   return false;
 }
@@ -172,7 +176,7 @@ bool equal(const Kernel& a, const Kernel& b) {
   for (size_t i = 0; i < a.allocs.size(); ++i) {
     const TileAlloc &x = a.allocs[i], &y = b.allocs[i];
     if (x.name != y.name || x.scope != y.scope || x.dtype != y.dtype || x.shape != y.shape ||
-        x.layout != y.layout)
+        x.layout != y.layout || !(x.swizzle == y.swizzle))
       return false;
   }
   return equal(a.body, b.body);

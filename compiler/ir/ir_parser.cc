@@ -44,7 +44,7 @@ class Parser {
         expect(":");
         a.dtype = dtype();
         a.shape = int_list();
-        if (accept("layout")) a.layout = layout();
+        if (accept("layout")) swizzled_layout(&a.layout, &a.swizzle);
         buffers_[a.name] = a.dtype;
         k.allocs.push_back(std::move(a));
       } else {
@@ -67,7 +67,7 @@ class Parser {
         expect(":");
         a.dtype = dtype();
         a.shape = int_list();
-        if (shared && accept("layout")) a.layout = layout();
+        if (shared && accept("layout")) swizzled_layout(&a.layout, &a.swizzle);
         buffers_[a.name] = a.dtype;
         (shared ? k.shared : k.local_arrays).push_back(std::move(a));
       } else if (accept("var")) {
@@ -167,6 +167,23 @@ class Parser {
       } while (accept(","));
     expect("]");
     return out;
+  }
+  // A shared tile's layout, optionally swizzled: `Sw<3,3,3> o (64,64):(64,1)`.
+  void swizzled_layout(Layout* l, Swizzle* sw) {
+    if (is("Sw") && is("<", 1)) {
+      const Token& at = next();
+      expect("<");
+      sw->bits = small_int("swizzle bits");
+      expect(",");
+      sw->base = small_int("a swizzle base");
+      expect(",");
+      sw->shift = small_int("a swizzle shift");
+      expect(">");
+      expect("o");
+      if (sw->bits < 1 || sw->bits > 4 || sw->base > 8 || sw->shift < sw->bits)
+        fail(at, "a swizzle Sw<B,M,S> has 1 <= B <= 4, M <= 8 and S >= B (a bijection)");
+    }
+    *l = layout();
   }
   // A layout in layout.h's notation: `(4,8):(8,1)`, or `s:d` for one mode.
   Layout layout() {
@@ -324,6 +341,8 @@ class Parser {
     if (is("parallel") && peek(1).kind == TokKind::Ident && is("in", 2)) return parallel_stmt();
     if (is("if") && !is("[", 1) && !is("=", 1) && !is(":=", 1)) return if_stmt();
     if (is("copy") && peek(1).kind == TokKind::Ident) return copy_stmt();
+    if (is("gemm") && peek(1).kind == TokKind::Ident && is("+", 2) && is("=", 3))
+      return gemm_stmt();
     if (is("barrier") && !is("[", 1) && !is("=", 1) && !is(":=", 1)) {
       next();
       return Barrier::make();
@@ -352,6 +371,38 @@ class Parser {
     expect("]");
     expect("=");
     return Store::make(target, std::move(idx), expr());
+  }
+
+  // `gemm acc += As * Bs^T over [m, n, k]`.
+  Stmt gemm_stmt() {
+    expect("gemm");
+    std::string c = name("an accumulator name");
+    expect("+");
+    expect("=");
+    auto operand = [&](bool* trans) {
+      std::string n = name("a shared tile name");
+      *trans = false;
+      if (accept("^")) {
+        expect("T");
+        *trans = true;
+      }
+      return n;
+    };
+    bool ta, tb;
+    std::string a = operand(&ta);
+    expect("*");
+    std::string b = operand(&tb);
+    expect("over");
+    expect("[");
+    int64_t ext[3];
+    for (int i = 0; i < 3; ++i) {
+      if (i) expect(",");
+      const Token& t = peek();
+      ext[i] = integer("a tile extent");
+      if (ext[i] <= 0) fail(t, "a gemm's tile extents are positive");
+    }
+    expect("]");
+    return Gemm::make(c, a, b, ta, tb, ext[0], ext[1], ext[2]);
   }
 
   Stmt vector_move(const std::string& dst, Expr dst_index) {

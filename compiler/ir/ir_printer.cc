@@ -224,6 +224,12 @@ class Printer : public IRVisitor {
     line_start();
     os << op->dst << " = shuffle_xor(" << op->src << ", " << op->lane_xor << ")\n";
   }
+  void visit_stmt(const Gemm* op) override {
+    line_start();
+    os << "gemm " << op->c << " += " << op->a << (op->trans_a ? "^T" : "") << " * " << op->b
+       << (op->trans_b ? "^T" : "") << " over [" << op->m << ", " << op->n << ", " << op->k
+       << "]\n";
+  }
   void visit_stmt(const VectorMove* op) override {
     line_start();
     os << op->dst << "[" << to_string(op->dst_index) << " +: " << op->lanes << "] = " << op->src
@@ -242,6 +248,12 @@ void print_signature(std::ostringstream& os, const KernelSignature& sig) {
        << "[" << join(b.shape) << "]\n";
   for (const ScalarParam& s : sig.scalars)
     os << "  scalar " << s.name << ": " << type_name(s.type) << "\n";
+}
+
+// ` layout L`, ` layout Sw<b,m,s> o L`, or nothing for a row-major unswizzled tile.
+std::string layout_text(const Layout& l, const Swizzle& sw) {
+  if (sw.none()) return l.rank() ? " layout " + to_string(l) : "";
+  return " layout " + to_string(ComposedLayout{sw, l});
 }
 
 std::string body_text(const Stmt& body, int64_t threads) {
@@ -276,8 +288,7 @@ std::string print(const Kernel& k) {
   print_signature(os, k.sig);
   for (const TileAlloc& a : k.allocs)
     os << "  " << mem_scope_name(a.scope) << " " << a.name << ": " << dtype_name(a.dtype) << "["
-       << shape_text(a.shape) << "]" << (a.layout.rank() ? " layout " + to_string(a.layout) : "")
-       << "\n";
+       << shape_text(a.shape) << "]" << layout_text(a.layout, a.swizzle) << "\n";
   os << "  grid [" << join(k.sig.grid) << "] threads " << k.sig.threads << "\n";
   return os.str() + body_text(k.body, k.sig.threads);
 }
@@ -288,7 +299,7 @@ std::string print(const SimtKernel& k) {
   print_signature(os, k.sig);
   for (const SimtArray& a : k.shared)
     os << "  shared " << a.name << ": " << dtype_name(a.dtype) << "[" << shape_text(a.shape) << "]"
-       << (a.layout.rank() ? " layout " + to_string(a.layout) : "") << "\n";
+       << layout_text(a.layout, a.swizzle) << "\n";
   for (const SimtArray& a : k.local_arrays)
     os << "  local " << a.name << ": " << dtype_name(a.dtype) << "[" << shape_text(a.shape)
        << "]\n";

@@ -38,6 +38,7 @@ class IRVisitor {
   virtual void visit_stmt(const Barrier*) {}
   virtual void visit_stmt(const VectorMove* op);
   virtual void visit_stmt(const WarpShuffle*) {}
+  virtual void visit_stmt(const Gemm*) {}
 };
 
 class IRMutator {
@@ -72,12 +73,13 @@ class IRMutator {
   virtual Stmt mutate_stmt(const Barrier*, const Stmt& self) { return self; }
   virtual Stmt mutate_stmt(const VectorMove* op, const Stmt& self);
   virtual Stmt mutate_stmt(const WarpShuffle*, const Stmt& self) { return self; }
+  virtual Stmt mutate_stmt(const Gemm*, const Stmt& self) { return self; }
 
   std::vector<Expr> mutate_all(const std::vector<Expr>& es, bool* changed);
 };
 
-// Whether `s` contains a Barrier anywhere below it, a WarpShuffle (which exchanges values
-// between threads, so the CPU backend ends its thread loop there too), or a Reduce (which
+// Whether `s` contains a Barrier anywhere below it, a WarpShuffle or a Gemm (which involve
+// other threads' data, so the CPU backend ends its thread loop there too), or a Reduce (which
 // synchronises the block once lowered).
 bool contains_barrier(const Stmt& s);
 // Whether `e` / `s` reads Var `name`.

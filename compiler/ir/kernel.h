@@ -51,6 +51,9 @@ struct TileAlloc {
   // Shared tiles: tile coordinate → element offset, followed by flatten_buffers. Empty means
   // row-major (compact_row_major(shape)); a swizzled or padded tile states its layout here.
   Layout layout;
+  // Shared tiles: applied to the layout's offset (the tensor core's swizzled tiles); none by
+  // default.
+  Swizzle swizzle;
 };
 
 struct KernelSignature {
@@ -76,6 +79,7 @@ struct SimtArray {
   DType dtype;
   std::vector<int64_t> shape;  // local arrays are 1-d (per thread)
   Layout layout;               // shared: as TileAlloc::layout (empty = row-major)
+  Swizzle swizzle;             // shared: as TileAlloc::swizzle
   int64_t size() const;
 };
 

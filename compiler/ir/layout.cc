@@ -218,3 +218,32 @@ bool is_compact(const Layout& l) {
 }
 
 }  // namespace tilerun::compiler
+
+namespace tilerun::compiler {
+
+bool is_bijection(const ComposedLayout& c, int64_t size) {
+  std::vector<bool> seen(static_cast<size_t>(size), false);
+  for (int64_t i = 0; i < size; ++i) {
+    int64_t x = c(i);
+    if (x < 0 || x >= size || seen[static_cast<size_t>(x)]) return false;
+    seen[static_cast<size_t>(x)] = true;
+  }
+  return true;
+}
+
+Swizzle tensor_core_swizzle(int row_bytes, int elem_bytes) {
+  int chunks = row_bytes / 16;  // 16-byte chunks per row: 8, 4 or 2
+  int bits = chunks == 8 ? 3 : chunks == 4 ? 2 : 1;
+  int base = elem_bytes == 1 ? 4 : elem_bytes == 2 ? 3 : 2;  // log2(elements per chunk)
+  // The hardware's patterns (CUTLASS's Swizzle<B,4,3> on byte addresses) XOR the chunk index
+  // with the address bits 7 and up, i.e. 8 chunks further: the shift is always 3 chunks.
+  return Swizzle{bits, base, 3};
+}
+
+Layout wgmma_accumulator_layout(int64_t m, int64_t n, int64_t threads) {
+  const int64_t w = threads / 128, mi = m / (64 * w);
+  return make_layout({4, 8, 4, w, 2, 2, n / 8, mi},
+                     {2, n, 16 * n, 64 * n, 1, 8 * n, 8, 64 * w * n});
+}
+
+}  // namespace tilerun::compiler

@@ -54,6 +54,8 @@ Layout concat(const Layout& a, const Layout& b);
 struct Swizzle {
   int bits = 0, base = 0, shift = 0;
   int64_t operator()(int64_t x) const;
+  bool none() const { return bits == 0; }  // Sw<0,*,*> is the identity
+  bool operator==(const Swizzle&) const = default;
 };
 std::string to_string(const Swizzle& s);  // "Sw<3,4,3>"
 
@@ -64,6 +66,24 @@ struct ComposedLayout {
   int64_t operator()(int64_t i) const { return swizzle(layout(i)); }
 };
 std::string to_string(const ComposedLayout& c);
+
+// Whether i -> c(i) maps [0, size) one to one onto [0, size): checked point by point, which for
+// a finite tile is a proof (tiles have at most a few hundred thousand elements).
+bool is_bijection(const ComposedLayout& c, int64_t size);
+
+// The tensor core's shared-memory swizzle for a K-major tile whose rows are `row_bytes` long
+// (128, 64 or 32: the 128B/64B/32B swizzles) of `elem_bytes`-byte elements, on element
+// offsets: the 16-byte chunk index within a row XORed with the address's 128-byte line index
+// (modulo the chunks per row), so 8 rows of 128 bytes form one atom. 128B with 2-byte elements
+// is Sw<3,3,3>.
+Swizzle tensor_core_swizzle(int row_bytes, int elem_bytes);
+
+// The Hopper wgmma accumulator as a thread-value layout of an m x n f32 tile (row-major
+// element i*n + j), for `threads` = 128·W threads (W warpgroups, m a multiple of 64·W):
+// thread modes (lane%4, lane/4, warp%4, warpgroup), then value modes (pair, half, n/8 column
+// groups, m/(64·W) row blocks), i.e. ((4,8,4,W),(2,2,n/8,MI)):((2,n,16n,64n),(1,8n,8,64Wn)).
+// Value v of a thread is register v of its wgmma fragment (row block v / (n/2)).
+Layout wgmma_accumulator_layout(int64_t m, int64_t n, int64_t threads);
 
 // The thread mapping lower_parallel uses for a Parallel of `numel` elements at `width` (ir.h's
 // ParallelLayout), as a fragment layout: (thread, local index) → the row-major linear element.

@@ -167,6 +167,16 @@ class SimtVerifier : public IRVisitor {
     if (op->lane_xor >= std::min(k_.sig.threads, 32))
       fail("shuffle lane_xor " + std::to_string(op->lane_xor) + " leaves the warp");
   }
+  void visit_stmt(const Gemm* op) override {
+    if (control_varying_ > 0) fail("gemm under per-thread control flow");
+    Decl a = decl(op->a), b = decl(op->b), c = decl(op->c);
+    const SimtArray* acc = find_local_array(k_, op->c);
+    if (a.space != Space::Shared || b.space != Space::Shared || c.space != Space::Local ||
+        c.dtype != DType::F32 || a.dtype != b.dtype || !acc ||
+        acc->size() * k_.sig.threads != op->m * op->n)
+      fail("gemm into '" + op->c + "': shared operands of one dtype, an f32 local array of " +
+           "m*n/threads elements");
+  }
   void visit_stmt(const VectorMove* op) override {
     if (form_ < SimtForm::StorageTyped) fail("vector move before lower_storage_types");
     Decl d = decl(op->dst), s = decl(op->src);

@@ -182,6 +182,42 @@ class TileVerifier : public IRVisitor {
       fail("shuffle lane_xor " + std::to_string(op->lane_xor) + " leaves the warp");
   }
 
+  // The operands' scopes, dtypes and shapes against the tile extents, and the shapes the tensor
+  // core's instruction takes (m64nNk16 per warpgroup, N a multiple of 8 up to 256).
+  void visit_stmt(const Gemm* op) override {
+    if (parallel_depth_ > 0 || if_depth_ > 0)
+      fail("gemm inside parallel or if (a gemm needs every thread of the block)");
+    const std::string what = "gemm into '" + op->c + "'";
+    const TileAlloc* a = find_alloc(k_, op->a);
+    const TileAlloc* b = find_alloc(k_, op->b);
+    const TileAlloc* c = find_alloc(k_, op->c);
+    if (!a || !b || a->scope != MemScope::Shared || b->scope != MemScope::Shared)
+      fail(what + ": '" + op->a + "' and '" + op->b + "' must be shared tiles");
+    if (!c || c->scope != MemScope::Fragment || c->dtype != DType::F32)
+      fail(what + ": the accumulator must be an f32 fragment");
+    if (a->dtype != b->dtype || (a->dtype != DType::BF16 && a->dtype != DType::F16))
+      fail(what + ": the operands must both be bf16 or both f16");
+    auto shape = [](bool t, int64_t rows, int64_t cols) {
+      return t ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols};
+    };
+    if (a->shape != shape(op->trans_a, op->m, op->k))
+      fail(what + ": '" + op->a + "' is not the " + std::to_string(op->m) + " x " +
+           std::to_string(op->k) + " tile" + (op->trans_a ? " (transposed)" : ""));
+    if (b->shape != shape(op->trans_b, op->k, op->n))
+      fail(what + ": '" + op->b + "' is not the " + std::to_string(op->k) + " x " +
+           std::to_string(op->n) + " tile" + (op->trans_b ? " (transposed)" : ""));
+    if (c->shape != std::vector<int64_t>{op->m, op->n})
+      fail(what + ": the accumulator is not the " + std::to_string(op->m) + " x " +
+           std::to_string(op->n) + " tile");
+    const int64_t groups = k_.sig.threads / 128;
+    if (groups < 1 || op->m % (64 * groups) != 0)
+      fail(what + ": " + std::to_string(k_.sig.threads) + " threads (" +
+           "warpgroups of 128, each 64 rows at a time) cannot share " + std::to_string(op->m) +
+           " rows");
+    if (op->n % 8 != 0 || op->n > 256 || op->k % 16 != 0)
+      fail(what + ": the tile needs n a multiple of 8 up to 256 and k a multiple of 16");
+  }
+
   const Kernel& k_;
   std::map<std::string, Type> scope_;
   std::string where_ = "the kernel";
@@ -210,12 +246,19 @@ void verify_tile_layout(const Kernel& kernel, const TileAlloc& a) {
     if (used[static_cast<size_t>(at)]) fail("two coordinates share offset " + std::to_string(at));
     used[static_cast<size_t>(at)] = true;
   }
+  // A swizzle permutes the offsets: proved a bijection of [0, size) point by point, so the
+  // swizzled tile still gives every element its own slot inside the allocation.
+  if (!a.swizzle.none() && (l.cosize() != l.size() || !is_bijection({a.swizzle, l}, l.size())))
+    fail(to_string(a.swizzle) + " is not a bijection of the tile's offsets");
 }
 
 void verify_tile(const Kernel& kernel) {
   for (const TileAlloc& a : kernel.allocs) {
     if (find_buffer(kernel.sig, a.name))
       throw Error("kernel '" + kernel.sig.name + "': '" + a.name + "' declared twice");
+    if (!a.swizzle.none() && a.layout.rank() == 0)
+      throw Error("kernel '" + kernel.sig.name + "': tile '" + a.name +
+                  "' is swizzled without a stated layout");
     if (a.layout.rank() > 0) verify_tile_layout(kernel, a);
   }
   TileVerifier(kernel).run();

@@ -32,7 +32,14 @@ class Flattener : public IRMutator {
       // A shared tile follows its layout; row-major when it states none.
       const Layout l = s->layout.rank() > 0 ? s->layout : compact_row_major(s->shape);
       TR_CHECK(l.rank() == static_cast<int>(idx.size()), "index rank of '" + buffer + "'");
-      return layout_index(l, idx);
+      Expr offset = layout_index(l, idx);
+      if (s->swizzle.none()) return offset;
+      // layout.h Swizzle: x ^ ((x & (((1 << B) - 1) << (M + S))) >> S).
+      const Swizzle& sw = s->swizzle;
+      Expr mask = make_i64(((int64_t{1} << sw.bits) - 1) << (sw.base + sw.shift));
+      Expr moved = Binary::make(BinaryOp::ShrL, Binary::make(BinaryOp::And, offset, mask),
+                                make_i64(sw.shift));
+      return Binary::make(BinaryOp::Xor, offset, moved);
     } else {
       TR_CHECK(find_local_array(k_, buffer), "unknown buffer '" + buffer + "'");
       TR_CHECK(idx.size() == 1, "local arrays are 1-d");

@@ -28,8 +28,13 @@ class Collector : public IRVisitor {
       if (d.bounds.min == d.bounds.max) pinned_[d.name] = d.bounds.min;
   }
   std::vector<Member> members;
+  // Fragments a gemm accumulates into: the tensor core fixes their layout.
+  std::map<std::string, Layout> accumulators;
 
  protected:
+  void visit_stmt(const Gemm* op) override {
+    accumulators[op->c] = wgmma_accumulator_layout(op->m, op->n, k_.sig.threads);
+  }
   void visit_stmt(const Parallel* op) override {
     Member m;
     m.layout = op->layout;
@@ -123,9 +128,15 @@ std::vector<std::string> describe_layouts(const Kernel& kernel) {
           ", (thread, local) -> element " + parallel_layout_text(m.numel, kernel.sig.threads, w);
     out.push_back(line);
   }
-  // Fragments: the width of the Parallels touching them (one, by construction).
+  // Fragments: the width of the Parallels touching them (one, by construction); a gemm's
+  // accumulator follows the tensor core's layout.
   for (const TileAlloc& a : kernel.allocs) {
     if (a.scope != MemScope::Fragment) continue;
+    if (auto it = c.accumulators.find(a.name); it != c.accumulators.end()) {
+      out.push_back("fragment " + a.name + ": gemm accumulator, (thread, value) -> element " +
+                    to_string(it->second));
+      continue;
+    }
     int w = 1;
     for (const Member& m : c.members)
       if (m.fragments.count(a.name)) w = std::max(m.layout.width, 1);
@@ -169,6 +180,30 @@ Kernel infer_layouts(const Kernel& kernel) {
     return m.layout.provable >= w;
   };
   for (auto& [root, group] : groups) {
+    // 0. A gemm's accumulator: every member follows the tensor core's layout (one round of
+    // T x values, scalar moves), whatever the proofs or annotations say.
+    const Layout* acc = nullptr;
+    std::string acc_name;
+    for (int i : group)
+      for (const std::string& f : ms[i].fragments)
+        if (auto it = c.accumulators.find(f); it != c.accumulators.end()) {
+          if (acc && !(*acc == it->second))
+            throw Error("kernel '" + name + "': parallels share gemm accumulators '" + acc_name +
+                        "' and '" + f + "' of different layouts");
+          acc = &it->second, acc_name = f;
+        }
+    if (acc) {
+      for (int i : group) {
+        if (ms[i].numel != acc->size())
+          throw Error("kernel '" + name + "': a parallel touching gemm accumulator '" + acc_name +
+                      "' must cover its " + std::to_string(acc->size()) + " elements exactly");
+        ParallelLayout& l = ms[i].layout;
+        l.width = 1;
+        l.vectorize = false;
+        l.tv = *acc;
+      }
+      continue;
+    }
     int width = 0;
     // 2. The author's width.
     for (int i : group) {

@@ -27,7 +27,8 @@ struct ModeSplit {
   int64_t width = 1;
 };
 
-ModeSplit split_modes(const Layout& tv, int64_t threads) {
+// `ok` (when given) receives whether the layout has that form instead of an error.
+ModeSplit split_modes(const Layout& tv, int64_t threads, bool* ok_out = nullptr) {
   ModeSplit out;
   int m = 0;
   int64_t t = 1;
@@ -46,6 +47,10 @@ ModeSplit split_modes(const Layout& tv, int64_t threads) {
   for (int64_t d : out.values.stride) max_value_stride = std::max(max_value_stride, d);
   const bool ok = t == threads && is_compact(tv) && tv.size() == threads * out.width &&
                   (out.values.rank() == 0 || max_value_stride < min_thread_stride);
+  if (ok_out) {
+    *ok_out = ok;
+    if (!ok) return out;
+  }
   if (!ok)
     throw Error("thread-value layout " + to_string(tv) + " for " + std::to_string(threads) +
                 " threads: lowering follows compact layouts whose value modes are innermost");
@@ -83,7 +88,9 @@ class ParallelLowerer : public IRMutator {
   Stmt mutate_stmt(const Parallel* op, const Stmt&) override {
     const int64_t threads = k_.sig.threads;
     const Layout tv = effective_tv(op->layout, threads);
-    const ModeSplit split = split_modes(tv, threads);
+    bool standard = false;
+    const ModeSplit split = split_modes(tv, threads, &standard);
+    if (!standard) return lower_general(op, tv);
     const int64_t width = split.width;
     Expr n = make_i64(1);
     for (const Expr& e : op->extents) n = mul(n, e);
@@ -127,6 +134,53 @@ class ParallelLowerer : public IRMutator {
       body = LetStmt::make(group, thread, body);
     }
     return single ? body : For::make(it, make_i64(0), trips, body);
+  }
+
+  // Any other thread-value layout that covers the elements once in one round (a gemm
+  // accumulator's, layout.h wgmma_accumulator_layout): thread t's value v is element tv(t, v)
+  // and its fragment local index is v, in a plain loop over v.
+  Stmt lower_general(const Parallel* op, const Layout& tv) {
+    const int64_t threads = k_.sig.threads;
+    ModeSplit split;
+    int64_t t = 1;
+    int m = 0;
+    for (; m < tv.rank() && t < threads; ++m) {
+      t *= tv.shape[m];
+      split.threads.shape.push_back(tv.shape[m]);
+      split.threads.stride.push_back(tv.stride[m]);
+    }
+    for (; m < tv.rank(); ++m) {
+      split.width *= tv.shape[m];
+      split.values.shape.push_back(tv.shape[m]);
+      split.values.stride.push_back(tv.stride[m]);
+    }
+    Expr n = make_i64(1);
+    for (const Expr& e : op->extents) n = mul(n, e);
+    int64_t n_const;
+    if (t != threads || !const_int(n, &n_const) || n_const != tv.size() ||
+        !is_bijection({Swizzle{}, tv}, tv.size()))
+      throw Error("kernel '" + k_.sig.name + "': thread-value layout " + to_string(tv) + " for " +
+                  std::to_string(threads) + " threads does not cover the parallel's elements " +
+                  "once in one round");
+    std::string v = names_->fresh("v"), lin = names_->fresh("lin");
+    Expr v_v = Var::make(Type::I64, v);
+    current_ = op;
+    iteration_ = v_v;
+    Stmt body = mutate(op->body);
+    current_ = nullptr;
+    Expr lin_v = Var::make(Type::I64, lin);
+    Expr stride = make_i64(1);
+    for (size_t d = op->vars.size(); d-- > 0;) {
+      Expr idx = floordiv(lin_v, stride);
+      if (d > 0) idx = floormod(idx, op->extents[d]);
+      body = LetStmt::make(op->vars[d], idx, body);
+      stride = mul(stride, op->extents[d]);
+    }
+    Expr thread_part =
+        layout_index(split.threads, coords(split.threads, Var::make(Type::I64, kThreadIdx)));
+    Expr value_part = layout_index(split.values, coords(split.values, v_v));
+    body = LetStmt::make(lin, add(thread_part, value_part), body);
+    return For::make(v, make_i64(0), make_i64(split.width), body);
   }
 
   Expr mutate_expr(const Load* op, const Expr& self) override {
@@ -179,8 +233,11 @@ class FragmentWidths : public IRVisitor {
 
  protected:
   void visit_stmt(const Parallel* op) override {
-    current_ = static_cast<int>(
-        split_modes(effective_tv(op->layout, k_.sig.threads), k_.sig.threads).width);
+    // The values per thread: the width of a standard layout, all of a general one's values.
+    const Layout tv = effective_tv(op->layout, k_.sig.threads);
+    bool standard = false;
+    const ModeSplit split = split_modes(tv, k_.sig.threads, &standard);
+    current_ = static_cast<int>(standard ? split.width : tv.size() / k_.sig.threads);
     IRVisitor::visit_stmt(op);
     current_ = 1;
   }
@@ -218,7 +275,7 @@ SimtKernel lower_parallel(const Kernel& kernel) {
   widths.visit(kernel.body);
   for (const TileAlloc& a : kernel.allocs) {
     if (a.scope == MemScope::Shared) {
-      out.shared.push_back({a.name, a.dtype, a.shape, a.layout});
+      out.shared.push_back({a.name, a.dtype, a.shape, a.layout, a.swizzle});
     } else {
       int64_t numel = 1;
       for (int64_t e : a.shape) numel *= e;

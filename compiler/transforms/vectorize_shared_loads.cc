@@ -19,7 +19,8 @@ struct Member {
 };
 
 bool region_boundary(const Stmt& s) {
-  return s.as<For>() || s.as<IfThenElse>() || s.as<Barrier>() || s.as<WarpShuffle>();
+  return s.as<For>() || s.as<IfThenElse>() || s.as<Barrier>() || s.as<WarpShuffle>() ||
+         s.as<Gemm>();
 }
 
 class Vectorizer : public IRMutator {

@@ -112,3 +112,56 @@ TEST(Layout, FragmentLayoutCoversTheTileOnce) {
 
 }  // namespace
 }  // namespace tilerun::compiler
+
+namespace tilerun::compiler {
+namespace {
+
+// The tensor core's 128B/64B/32B swizzles (CUTLASS's Swizzle<B,4,3> on byte addresses, here on
+// element offsets) permute each tile's offsets: a bijection of every tile of whole atoms, and
+// the identity on the first row of each atom (row 0 keeps its chunks in place).
+TEST(Layout, TensorCoreSwizzlesAreBijections) {
+  EXPECT_EQ(to_string(tensor_core_swizzle(128, 2)), "Sw<3,3,3>");
+  EXPECT_EQ(to_string(tensor_core_swizzle(64, 2)), "Sw<2,3,3>");
+  EXPECT_EQ(to_string(tensor_core_swizzle(128, 1)), "Sw<3,4,3>");
+  for (int row_bytes : {32, 64, 128})
+    for (int elem : {1, 2, 4}) {
+      const Swizzle sw = tensor_core_swizzle(row_bytes, elem);
+      const int64_t cols = row_bytes / elem;
+      for (int64_t rows : {8, 64, 128}) {
+        ComposedLayout c{sw, compact_row_major({rows, cols})};
+        EXPECT_TRUE(is_bijection(c, rows * cols)) << to_string(c);
+      }
+      for (int64_t j = 0; j < cols; ++j) EXPECT_EQ(sw(j), j) << to_string(sw);
+    }
+  // 128B with 2-byte elements: row r's 16-byte chunk q lands in chunk q ^ (r % 8).
+  const Swizzle sw = tensor_core_swizzle(128, 2);
+  for (int64_t r = 0; r < 16; ++r)
+    for (int64_t q = 0; q < 8; ++q)
+      EXPECT_EQ(sw(r * 64 + q * 8 + 5), r * 64 + (q ^ (r % 8)) * 8 + 5);
+  // The check itself: half rows whose offsets leave [0, 64) are not a bijection onto it.
+  EXPECT_FALSE(is_bijection({sw, make_layout({2, 32}, {64, 1})}, 64));
+  EXPECT_FALSE(is_bijection({Swizzle{1, 0, 0}, compact_row_major({2, 2})}, 4));  // x ^ x
+}
+
+// wgmma's accumulator: thread t of warp w holds rows 16w + (t%32)/4 (+ 8), columns
+// 2 (t % 4) (+ 1, + 8j), registers in the order the instruction writes them.
+TEST(Layout, WgmmaAccumulatorLayout) {
+  const Layout l = wgmma_accumulator_layout(128, 64, 256);  // two warpgroups, one block each
+  EXPECT_TRUE(is_bijection({Swizzle{}, l}, 128 * 64));
+  auto at = [&](int64_t t, int64_t v) { return l(t + 256 * v); };
+  EXPECT_EQ(at(0, 0), 0);
+  EXPECT_EQ(at(0, 1), 1);          // the pair
+  EXPECT_EQ(at(0, 2), 8 * 64);     // the lower half: row 8
+  EXPECT_EQ(at(0, 4), 8);          // the next 8 columns
+  EXPECT_EQ(at(1, 0), 2);          // lane 1: columns 2, 3
+  EXPECT_EQ(at(4, 0), 64);         // lane 4: row 1
+  EXPECT_EQ(at(32, 0), 16 * 64);   // warp 1: row 16
+  EXPECT_EQ(at(128, 0), 64 * 64);  // warpgroup 1: row 64
+  EXPECT_EQ(at(31, 31), (7 + 8) * 64 + 6 + 1 + 56);
+  const Layout two = wgmma_accumulator_layout(128, 64, 128);  // one warpgroup, two blocks
+  EXPECT_TRUE(is_bijection({Swizzle{}, two}, 128 * 64));
+  EXPECT_EQ(two(0 + 128 * 32), 64 * 64);  // value 32 starts the second 64-row block
+}
+
+}  // namespace
+}  // namespace tilerun::compiler

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "compiler/codegen/cuda_codegen.h"
+#include "compiler/codegen/mma_model.h"
 #include "compiler/ir/builder.h"
 #include "tests/kernels/kernel_runner.h"
 
@@ -270,6 +271,76 @@ TEST(MatmulOrder, FmaChainsAddedInGroupOrder) {
                         << j << "] = " << c[i * sh.n + j] << ", the ordered chains give " << total;
       }
     EXPECT_EQ(mismatches, 0) << name << " " << sh.m << "x" << sh.n << "x" << sh.k;
+  }
+}
+
+// bf16/f16 matmuls run on the tensor cores (kernels/matmul.cc, ir.h Gemm): every output is the
+// tensor core's model (compiler/codegen/mma_model.h) of its dot product, from +0, in k order,
+// rounded to the dtype once at the end, whatever the transposes; emulated here element by
+// element through the model's own entry point, bit for bit.
+TEST(MatmulTensorCore, EveryOutputIsTheModelsDotProduct) {
+  for (DType dt : {DType::BF16, DType::F16})
+    for (int flags = 0; flags < 4; ++flags) {
+      const bool ta = flags & 1, tb = flags & 2;
+      const int64_t m = 70, n = 40, k = 150;
+      std::mt19937_64 rng(testing::test_seed());
+      RefTensor a = testing::rounded(
+          dt, testing::random_tensor(rng, ta ? std::vector{k, m} : std::vector{m, k}));
+      RefTensor b = testing::rounded(
+          dt, testing::random_tensor(rng, tb ? std::vector{n, k} : std::vector{k, n}));
+      std::vector<Bytes> got =
+          runner().run("matmul", {a, b}, {{"transpose_a", ta}, {"transpose_b", tb}}, dt, kNaN);
+      ASSERT_EQ(got.size(), 1u);
+      auto bits = [&](double v) {
+        Bytes e = testing::encode(dt, {v});
+        uint16_t h;
+        std::memcpy(&h, e.data.data(), 2);
+        return h;
+      };
+      int64_t mismatches = 0;
+      const compiler::MmaModel model = compiler::hopper_mma_model();
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          std::vector<uint16_t> row(k), col(k);
+          for (int64_t p = 0; p < k; ++p) {
+            row[p] = bits(ta ? a.data[p * m + i] : a.data[i * k + p]);
+            col[p] = bits(tb ? b.data[j * k + p] : b.data[p * n + j]);
+          }
+          const float want =
+              compiler::mma_dot(model, 0.0f, row.data(), 1, col.data(), 1, k, dt == DType::F16);
+          uint16_t have;
+          std::memcpy(&have, got[0].data.data() + 2 * (i * n + j), 2);
+          if (have != bits(want) && mismatches++ < 3)
+            ADD_FAILURE() << dtype_name(dt) << " ta=" << ta << " tb=" << tb << ": c[" << i << ", "
+                          << j << "] bits " << have << ", the model gives " << bits(want);
+        }
+      EXPECT_EQ(mismatches, 0) << dtype_name(dt) << " ta=" << ta << " tb=" << tb;
+    }
+}
+
+// Batch invariance: the tensor-core tiling is a constant, so a row's bits do not depend on how
+// many rows the product has or where the row sits in it. Rows of an M = 4096 product against the
+// same rows computed in products of M = 1, 7, 128 and 1000 rows (placed off the 128-row tiles).
+TEST(MatmulTensorCore, RowsDoNotDependOnM) {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    const int64_t big = 4096, n = 24, k = 40;
+    std::mt19937_64 rng(testing::test_seed());
+    RefTensor a = testing::rounded(dt, testing::random_tensor(rng, {big, k}));
+    RefTensor b = testing::rounded(dt, testing::random_tensor(rng, {k, n}));
+    std::vector<Bytes> all = runner().run("matmul", {a, b}, {}, dt, kNaN);
+    ASSERT_EQ(all.size(), 1u);
+    for (int64_t m : {1, 7, 128, 1000}) {
+      const int64_t first = big - m - 3;  // rows [first, first + m) of the big product
+      RefTensor part{
+          {m, k},
+          std::vector<double>(a.data.begin() + first * k, a.data.begin() + (first + m) * k)};
+      std::vector<Bytes> got = runner().run("matmul", {part, b}, {}, dt, kNaN);
+      ASSERT_EQ(got.size(), 1u);
+      const size_t row_bytes = static_cast<size_t>(2 * n);
+      EXPECT_EQ(
+          0, std::memcmp(got[0].data.data(), all[0].data.data() + first * row_bytes, m * row_bytes))
+          << dtype_name(dt) << " M=" << m << ": rows differ from the M=4096 product's";
+    }
   }
 }
 

@@ -1,0 +1,83 @@
+#include "compiler/codegen/cuda_gemm.h"
+
+#include "compiler/base/check.h"
+#include "compiler/ir/layout.h"
+
+namespace tilerun::compiler::cuda {
+
+const char* const kWgmmaHelpers = R"(// ---- wgmma helpers (kernels with a gemm).
+static __device__ __forceinline__ unsigned tr_smem_addr(const void* p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+// A shared-memory matrix descriptor: K-major, 128B swizzle (layout type 1 in bits 62-63),
+// start address >> 4, stride between 8-row atoms 1024 bytes (>> 4 in bits 32-45); the leading
+// offset is unused by swizzled K-major layouts.
+static __device__ __forceinline__ unsigned long long tr_wgmma_desc(unsigned addr) {
+  return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) |
+         ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
+}
+// ---- end of wgmma helpers.
+)";
+
+std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
+  const SimtArray *a = find_shared(k, g.a), *b = find_shared(k, g.b);
+  if (!a || !b) return "the operands are not shared arrays";
+  if (a->dtype != DType::BF16 && a->dtype != DType::F16) return "the operands are not bf16/f16";
+  if (g.trans_a || !g.trans_b) return "the lowering takes K-major tiles (a as [m, k], b as [n, k])";
+  if (g.k != 64) return "the lowering takes k = 64 (one 128-byte swizzle atom per row)";
+  const Swizzle sw = tensor_core_swizzle(128, 2);
+  if (!(a->layout == compact_row_major({g.m, g.k})) || !(a->swizzle == sw) ||
+      !(b->layout == compact_row_major({g.n, g.k})) || !(b->swizzle == sw))
+    return "the tiles must be row-major under the 128B swizzle " + to_string(sw);
+  if (g.n % 8 != 0 || g.n > 256 || k.sig.threads % 128 != 0 ||
+      g.m % (64 * (k.sig.threads / 128)) != 0)
+    return "the tile does not split into m64nNk16 steps per warpgroup";
+  return "";
+}
+
+std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const std::string& acc,
+                                     const std::string& a, const std::string& b,
+                                     const std::string& tid) {
+  TR_CHECK(wgmma_unsupported(k, g).empty(), "wgmma lowering of an unsupported gemm");
+  const int64_t groups = k.sig.threads / 128, blocks = g.m / (64 * groups), regs = g.n / 2;
+  const char* in = k.shared.empty() || find_shared(k, g.a)->dtype == DType::BF16 ? "bf16" : "f16";
+  std::vector<std::string> out;
+  out.push_back("{  // gemm " + acc + " += " + a + " * " + b + "^T over [" + std::to_string(g.m) +
+                ", " + std::to_string(g.n) + ", " + std::to_string(g.k) + "]");
+  out.push_back("  const unsigned tr_wg = (unsigned)(" + tid + " / 128);");
+  out.push_back("  const unsigned tr_a0 = tr_smem_addr(" + a + "), tr_b0 = tr_smem_addr(" + b +
+                ");");
+  out.push_back("  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");");
+  // Row block r of this warpgroup is rows [64 (wg·blocks + r), +64) of a: 64 rows of 128
+  // bytes. Step s of k starts 32 bytes (16 elements) further along the rows; the hardware
+  // applies the swizzle to the address, so the atoms must be 1024-byte aligned.
+  for (int64_t r = 0; r < blocks; ++r) {
+    for (int64_t s = 0; s < g.k / 16; ++s) {
+      std::string ops;
+      for (int64_t i = 0; i < regs; ++i)
+        ops += (i ? ", " : "") + std::string("%") + std::to_string(i);
+      std::string asm_text = "\"{ .reg .pred p; setp.ne.b32 p, %" + std::to_string(regs + 2) +
+                             ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(g.n) +
+                             "k16.f32." + in + "." + in + " {" + ops + "}, %" +
+                             std::to_string(regs) + ", %" + std::to_string(regs + 1) +
+                             ", p, 1, 1, 0, 0; }\"";
+      std::string outs;
+      for (int64_t i = 0; i < regs; ++i)
+        outs += (i ? ", " : "") + std::string("\"+f\"(") + acc + "[" +
+                std::to_string(r * regs + i) + "])";
+      const std::string da = "tr_wgmma_desc(tr_a0 + (tr_wg * " + std::to_string(blocks) + "u + " +
+                             std::to_string(r) + "u) * 8192u + " + std::to_string(s * 32) + "u)";
+      const std::string db = "tr_wgmma_desc(tr_b0 + " + std::to_string(s * 32) + "u)";
+      out.push_back("  asm volatile(" + asm_text + "\n      : " + outs + "\n      : \"l\"(" + da +
+                    "), \"l\"(" + db + "), \"r\"(1));");
+    }
+  }
+  out.push_back("  asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");");
+  out.push_back("  asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
+  out.push_back("}");
+  return out;
+}
+
+}  // namespace tilerun::compiler::cuda

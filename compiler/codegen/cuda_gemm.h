@@ -1,0 +1,28 @@
+// The CUDA spelling of a gemm (ir.h Gemm) on sm_90a: Hopper's warpgroup MMA, wgmma.mma_async,
+// reading both tiles from shared memory through descriptors.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/ir/kernel.h"
+
+namespace tilerun::compiler::cuda {
+
+// Device helpers the gemm lines use (shared-window address, descriptor), emitted once in a
+// kernel with a gemm.
+extern const char* const kWgmmaHelpers;
+
+// Whether the tiles are laid out as the lowering reads them: both K-major (a as [m, k], b as
+// [n, k], i.e. trans_b) with k = 64 two-byte elements per row under the 128B swizzle; empty when
+// so, else why not.
+std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g);
+
+// The statements of one gemm: a fence, per 64-row block of this warpgroup and per 16 of k one
+// wgmma.mma_async m64nNk16 into the accumulator registers `acc`[...], then commit and wait.
+// `a`, `b` are the shared arrays' C names and `tid` the thread index's.
+std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const std::string& acc,
+                                     const std::string& a, const std::string& b,
+                                     const std::string& tid);
+
+}  // namespace tilerun::compiler::cuda

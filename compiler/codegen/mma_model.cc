@@ -1,0 +1,228 @@
+#include "compiler/codegen/mma_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "compiler/codegen/gemm_desc.h"
+#include "compiler/ir/layout.h"
+
+namespace tilerun::compiler {
+namespace {
+
+// A finite term as sign * mag * 2^q (mag an integer), or a special value.
+struct Term {
+  bool neg = false, inf = false, nan = false, subnormal = false;
+  uint64_t mag = 0;
+  int q = 0;
+};
+
+Term decode16(uint16_t h, bool f16) {
+  Term t;
+  t.neg = h >> 15;
+  const int mbits = f16 ? 10 : 7, ebits = f16 ? 5 : 8, bias = f16 ? 15 : 127;
+  const int e = (h >> mbits) & ((1 << ebits) - 1), f = h & ((1 << mbits) - 1);
+  if (e == (1 << ebits) - 1) {
+    t.nan = f != 0;
+    t.inf = f == 0;
+    return t;
+  }
+  t.mag = e == 0 ? f : (f | (1 << mbits));
+  t.q = (e == 0 ? 1 : e) - bias - mbits;
+  t.subnormal = e == 0 && f != 0;
+  return t;
+}
+
+Term decode32(float c) {
+  uint32_t u;
+  std::memcpy(&u, &c, 4);
+  Term t;
+  t.neg = u >> 31;
+  const int e = (u >> 23) & 255;
+  const uint32_t f = u & 0x7fffff;
+  if (e == 255) {
+    t.nan = f != 0;
+    t.inf = f == 0;
+    return t;
+  }
+  t.mag = e == 0 ? f : (f | 0x800000u);
+  t.q = (e == 0 ? 1 : e) - 127 - 23;
+  return t;
+}
+
+int bit_length(uint64_t x) { return x ? 64 - __builtin_clzll(x) : 0; }
+
+bool top_overflows(int lsb, int n) { return lsb + n - 1 > 127; }
+
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// sign * mag * 2^lsb rounded to f32 toward zero, or to nearest even when `nearest`.
+float to_f32(bool neg, uint64_t mag, int lsb, bool nearest) {
+  int n = bit_length(mag);
+  // The bits f32 keeps: 24, fewer where the result is subnormal.
+  const int keep = std::min(24, std::max(0, lsb + n - 1 + 149 + 1));
+  if (nearest && n > keep) {
+    if (keep == 0 && lsb + n - 1 < -150) return from_bits(neg ? 0x80000000u : 0u);
+    const int drop = n - keep;
+    const uint64_t half = drop >= 1 ? uint64_t{1} << (drop - 1) : 0;
+    const uint64_t rest = drop >= 64 ? mag : mag & ((uint64_t{1} << drop) - 1);
+    uint64_t kept = drop >= 64 ? 0 : mag >> drop;
+    if (rest > half || (rest == half && (kept & 1))) ++kept;
+    mag = kept;
+    lsb += drop;
+    n = bit_length(mag);
+    if (top_overflows(lsb, n)) return from_bits(neg ? 0xff800000u : 0x7f800000u);
+  }
+  if (n > 24) {  // keep the leading 24 bits
+    mag >>= n - 24;
+    lsb += n - 24;
+    n = 24;
+  }
+  const int top = lsb + n - 1;  // the leading bit's exponent
+  uint32_t bits;
+  if (top > 127) {
+    // Toward zero an overflow stops at the largest finite value; to nearest it is infinite.
+    bits = nearest ? 0x7f800000u : 0x7f7fffffu;
+  } else if (top < -126) {
+    // Subnormal: multiples of 2^-149; shift the rest away (toward zero). A nonzero sum that
+    // vanishes comes out +0 whatever its sign (as the H200 does).
+    const int shift = -149 - lsb;
+    uint64_t m = shift >= 64 ? 0 : shift > 0 ? mag >> shift : mag << -shift;
+    if (m == 0) return 0.0f;
+    bits = static_cast<uint32_t>(m);
+  } else {
+    const uint64_t m = mag << (24 - n);  // 24 bits with the leading one
+    bits = (static_cast<uint32_t>(top + 127) << 23) | (static_cast<uint32_t>(m) & 0x7fffffu);
+  }
+  return from_bits(bits | (neg ? 0x80000000u : 0u));
+}
+
+}  // namespace
+
+// Fitted to the H200 (bench/RESULTS.md, "Tensor-core model"): every one of 163840 bf16 and
+// 163840 f16 outputs of tests/cuda/tensor_core_gpu_test.cc's inputs reproduced.
+MmaModel hopper_mma_model() {
+  return MmaModel{.group = 16,
+                  .frac_bits = 25,
+                  .floor_terms = false,
+                  .nearest_final = false,
+                  .lead_from_exponents = true,
+                  .flush_subnormal_inputs = false};
+}
+
+namespace {
+
+// One group: the accumulator c and the products x[i] * y[i], i < n, of decoded inputs.
+float group_decoded(const MmaModel& model, float c, const Term* x, const Term* y, int n) {
+  uint64_t mag[65];
+  int q[65], lead[65];  // lead: the exponent alignment uses for the term
+  bool neg[65];
+  const Term acc = decode32(c);
+  bool nan = acc.nan, pos_inf = acc.inf && !acc.neg, neg_inf = acc.inf && acc.neg;
+  bool all_neg = acc.neg;  // for a sum of zeros
+  mag[0] = acc.mag, q[0] = acc.q, neg[0] = acc.neg;
+  lead[0] = acc.q + bit_length(acc.mag) - 1;
+  int count = 1;
+  for (int i = 0; i < n; ++i) {
+    const Term &u = x[i], &w = y[i];
+    const bool sign = u.neg != w.neg;
+    if (u.nan || w.nan || u.inf || w.inf) {
+      const bool u_zero = !u.inf && !u.nan && u.mag == 0, w_zero = !w.inf && !w.nan && w.mag == 0;
+      if (u.nan || w.nan || (u.inf && w_zero) || (w.inf && u_zero)) {
+        nan = true;
+      } else {
+        (sign ? neg_inf : pos_inf) = true;
+      }
+      continue;
+    }
+    all_neg = all_neg && sign;
+    const bool flushed = model.flush_subnormal_inputs && (u.subnormal || w.subnormal);
+    mag[count] = flushed ? 0 : u.mag * w.mag, q[count] = u.q + w.q, neg[count] = sign;
+    lead[count] = model.lead_from_exponents
+                      ? (u.q + bit_length(u.mag) - 1) + (w.q + bit_length(w.mag) - 1)
+                      : q[count] + bit_length(mag[count]) - 1;
+    ++count;
+  }
+  if (nan || (pos_inf && neg_inf)) return from_bits(0x7fc00000u);
+  if (pos_inf) return from_bits(0x7f800000u);
+  if (neg_inf) return from_bits(0xff800000u);
+  int emax = std::numeric_limits<int>::min();
+  for (int i = 0; i < count; ++i)
+    if (mag[i]) emax = std::max(emax, lead[i]);
+  // Every term a zero: the IEEE sum's sign (-0 only when all are -0).
+  if (emax == std::numeric_limits<int>::min()) return all_neg ? -0.0f : 0.0f;
+  // Each term as an integer multiple of 2^lsb, truncated toward zero, summed exactly.
+  const int lsb = emax - model.frac_bits;
+  int64_t sum = 0;
+  for (int i = 0; i < count; ++i) {
+    if (!mag[i]) continue;
+    const int shift = lsb - q[i];
+    const uint64_t m = shift >= 64 ? 0 : shift >= 0 ? mag[i] >> shift : mag[i] << -shift;
+    // Floor: a negative term that lost nonzero bits moves one unit further down.
+    const bool lost = shift > 0 && (shift >= 64 || (mag[i] & ((uint64_t{1} << shift) - 1)));
+    const int64_t v = static_cast<int64_t>(m);
+    sum += neg[i] ? -v - (model.floor_terms && lost ? 1 : 0) : v;
+  }
+  if (sum == 0) return 0.0f;
+  return to_f32(sum < 0, static_cast<uint64_t>(sum < 0 ? -sum : sum), lsb, model.nearest_final);
+}
+
+float dot_decoded(const MmaModel& model, float c, const Term* x, const Term* y, int64_t k) {
+  for (int64_t k0 = 0; k0 < k; k0 += model.group)
+    c = group_decoded(model, c, x + k0, y + k0,
+                      static_cast<int>(std::min<int64_t>(model.group, k - k0)));
+  return c;
+}
+
+}  // namespace
+
+float mma_group(const MmaModel& model, float c, const uint16_t* a, const uint16_t* b, int n,
+                bool f16) {
+  Term x[64], y[64];
+  for (int i = 0; i < n; ++i) x[i] = decode16(a[i], f16), y[i] = decode16(b[i], f16);
+  return group_decoded(model, c, x, y, n);
+}
+
+float mma_dot(const MmaModel& model, float c, const uint16_t* a, int64_t a_stride,
+              const uint16_t* b, int64_t b_stride, int64_t k, bool f16) {
+  std::vector<Term> x(static_cast<size_t>(k)), y(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i)
+    x[i] = decode16(a[i * a_stride], f16), y[i] = decode16(b[i * b_stride], f16);
+  return dot_decoded(model, c, x.data(), y.data(), k);
+}
+
+}  // namespace tilerun::compiler
+
+extern "C" void tilerun_cpu_gemm(float* acc, const uint16_t* a, const uint16_t* b,
+                                 const int64_t* desc) {
+  using namespace tilerun::compiler;
+  const GemmDesc g = GemmDesc::decode(desc);
+  const Layout tv = wgmma_accumulator_layout(g.m, g.n, g.threads);
+  const ComposedLayout la{g.a_swizzle, g.a_layout}, lb{g.b_swizzle, g.b_layout};
+  const MmaModel model = hopper_mma_model();
+  const int64_t values = g.m * g.n / g.threads;
+  // The tiles as op(a) rows [m][k] and op(b) columns [n][k], each k-contiguous: the tile's 2-d
+  // layout, then its swizzle.
+  auto offset = [](const ComposedLayout& l, int64_t r, int64_t c) {
+    return l.swizzle(r * l.layout.stride[0] + c * l.layout.stride[1]);
+  };
+  std::vector<Term> rows(static_cast<size_t>(g.m * g.k)), cols(static_cast<size_t>(g.n * g.k));
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t kk = 0; kk < g.k; ++kk)
+      rows[i * g.k + kk] = decode16(a[g.trans_a ? offset(la, kk, i) : offset(la, i, kk)], g.f16);
+  for (int64_t j = 0; j < g.n; ++j)
+    for (int64_t kk = 0; kk < g.k; ++kk)
+      cols[j * g.k + kk] = decode16(b[g.trans_b ? offset(lb, j, kk) : offset(lb, kk, j)], g.f16);
+  for (int64_t t = 0; t < g.threads; ++t)
+    for (int64_t v = 0; v < values; ++v) {
+      const int64_t lin = tv(t + g.threads * v), i = lin / g.n, j = lin % g.n;
+      float& c = acc[t * values + v];
+      c = dot_decoded(model, c, &rows[i * g.k], &cols[j * g.k], g.k);
+    }
+}

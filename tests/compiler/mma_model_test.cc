@@ -1,0 +1,107 @@
+// The tensor core's model (codegen/mma_model.h) on values whose results are known by hand:
+// exact products, alignment to the largest exponent with truncation toward zero, the final
+// rounding toward zero, and IEEE special values. How it compares with the H200 is the GPU
+// test's business (tests/cuda/tensor_core_gpu_test.cc).
+#include "compiler/codegen/mma_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace tilerun::compiler {
+namespace {
+
+uint16_t bf16(float f) {  // exact bf16 values only
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  EXPECT_EQ(u & 0xffff, 0u) << f << " is not a bf16 value";
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float dot(float c, const std::vector<float>& a, const std::vector<float>& b,
+          MmaModel model = hopper_mma_model()) {
+  std::vector<uint16_t> x, y;
+  for (float v : a) x.push_back(bf16(v));
+  for (float v : b) y.push_back(bf16(v));
+  return mma_dot(model, c, x.data(), 1, y.data(), 1, static_cast<int64_t>(x.size()), false);
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(MmaModel, ExactWhenEverythingFits) {
+  // Small integers: products and sums are exact in any scheme.
+  EXPECT_EQ(dot(0.0f, {1, 2, 3, 4}, {5, 6, 7, 8}), 70.0f);
+  EXPECT_EQ(dot(1.5f, {-1, 2}, {3, 0.25f}), -1.0f);
+  // A product needs 16 significant bits: exact (no rounding of products).
+  EXPECT_EQ(dot(0.0f, {255.0f}, {255.0f}), 65025.0f);
+}
+
+TEST(MmaModel, SmallTermsAreTruncatedBelowTheLargestExponent) {
+  const MmaModel m = hopper_mma_model();
+  // 2^24 + 1 + ... : each 1 lies frac_bits + 1 bits below 2^(frac_bits + 1)... built so that a
+  // term below 2^(emax - frac_bits) vanishes entirely.
+  const float big = std::ldexp(1.0f, m.frac_bits + 1);  // leading bit at frac_bits + 1
+  EXPECT_EQ(dot(big, {0.5f}, {1.0f}), big);             // 2^-1 is below the kept bits: gone
+  // Within the kept bits but below f32's 24: summed exactly, then truncated toward zero.
+  EXPECT_EQ(dot(std::ldexp(1.0f, 24), {1.0f, 1.0f, 1.0f}, {1.0f, 1.0f, 1.0f}),
+            std::ldexp(1.0f, 24) + 2.0f);  // 2^24 + 3 truncates to 2^24 + 2, not 2^24 + 4
+  EXPECT_EQ(dot(-std::ldexp(1.0f, 24), {1.0f}, {-3.0f}), -(std::ldexp(1.0f, 24) + 2.0f));
+}
+
+TEST(MmaModel, GroupsChainInKOrder) {
+  // 17 terms: the first group of 16 sums exactly to 16, the 17th is added to that result.
+  std::vector<float> a(17, 1.0f), b(17, 1.0f);
+  EXPECT_EQ(dot(0.0f, a, b), 17.0f);
+  // Alignment happens per group: 2^25 + sixteen terms of 2^-1 loses them all in one group
+  // (each below the kept bits), while a group of their sum alone keeps it.
+  const float big = std::ldexp(1.0f, 26);
+  std::vector<float> halves(16, 0.5f), ones(16, 1.0f);
+  EXPECT_EQ(dot(big, halves, ones), big);
+  EXPECT_EQ(dot(0.0f, halves, ones) + big, big + 8.0f);
+}
+
+TEST(MmaModel, SpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(bits(dot(0.0f, {inf}, {1.0f})), bits(inf));
+  EXPECT_EQ(bits(dot(0.0f, {inf, -inf}, {1.0f, 1.0f})), 0x7fc00000u);
+  EXPECT_EQ(bits(dot(0.0f, {inf}, {0.0f})), 0x7fc00000u);
+  EXPECT_EQ(bits(dot(std::numeric_limits<float>::quiet_NaN(), {1.0f}, {1.0f})), 0x7fc00000u);
+  EXPECT_EQ(bits(dot(-inf, {1.0f}, {2.0f})), bits(-inf));
+  // Signed zeros: -0 only when every term is -0.
+  EXPECT_EQ(bits(dot(-0.0f, {-1.0f}, {0.0f})), bits(-0.0f));
+  EXPECT_EQ(bits(dot(-0.0f, {1.0f}, {0.0f})), bits(0.0f));
+  EXPECT_EQ(bits(dot(0.0f, {1.0f, -1.0f}, {3.0f, 3.0f})), bits(0.0f));
+  // An overflow rounds toward zero: the largest finite f32.
+  EXPECT_EQ(
+      dot(std::numeric_limits<float>::max(), {std::ldexp(1.0f, 100)}, {std::ldexp(1.0f, 100)}),
+      std::numeric_limits<float>::max());
+  // Subnormal products and results are kept (no flush to zero).
+  const float tiny = std::ldexp(1.0f, -80);
+  EXPECT_EQ(bits(dot(0.0f, {tiny}, {tiny})), bits(0.0f));  // 2^-160: below f32, toward zero
+  EXPECT_EQ(dot(0.0f, {std::ldexp(1.0f, -70)}, {std::ldexp(1.0f, -70)}), std::ldexp(1.0f, -140));
+}
+
+TEST(MmaModel, HalfPrecisionInputs) {
+  // f16 1.0 = 0x3c00, 2.0 = 0x4000, the smallest subnormal 2^-24 = 0x0001, inf 0x7c00.
+  const uint16_t one = 0x3c00, two = 0x4000, sub = 0x0001, inf = 0x7c00;
+  const MmaModel m = hopper_mma_model();
+  std::vector<uint16_t> a{one, two}, b{two, two};
+  EXPECT_EQ(mma_dot(m, 0.0f, a.data(), 1, b.data(), 1, 2, true), 6.0f);
+  std::vector<uint16_t> s{sub}, t{two};
+  EXPECT_EQ(mma_dot(m, 0.0f, s.data(), 1, t.data(), 1, 1, true), std::ldexp(1.0f, -23));
+  // 1 + 2^-24 needs 25 bits: f32's 24 keep 1 (toward zero).
+  std::vector<uint16_t> u{one, sub}, w{one, one};
+  EXPECT_EQ(mma_dot(m, 0.0f, u.data(), 1, w.data(), 1, 2, true), 1.0f);
+  std::vector<uint16_t> c{inf}, d{one};
+  EXPECT_TRUE(std::isinf(mma_dot(m, 0.0f, c.data(), 1, d.data(), 1, 1, true)));
+}
+
+}  // namespace
+}  // namespace tilerun::compiler

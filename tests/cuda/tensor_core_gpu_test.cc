@@ -1,0 +1,311 @@
+// Tensor-core gemms (ir.h Gemm → wgmma on sm_90a) on the GPU against the CPU backend, which
+// runs the tensor core's model (compiler/codegen/mma_model.h):
+//   * the model against the H200 on >= 10^5 outputs per format (bf16, f16), random and targeted
+//     inputs (wide exponent spread, cancellation, subnormals and zeros, infinities and NaN),
+//     read from the f32 accumulator before any rounding: bit for bit;
+//   * the matmul op's tensor-core kernels: rows of an M = 4096 product equal the same rows at
+//     M = 1, 7, 128, 1000 on the GPU (batch invariance), and the GPU's bits equal the CPU's.
+// Without a CUDA device every test skips, saying why.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/analysis/launch_geometry.h"
+#include "compiler/codegen/cpu_backend.h"
+#include "compiler/codegen/cuda_codegen.h"
+#include "compiler/codegen/launch_abi.h"
+#include "compiler/codegen/mma_model.h"
+#include "compiler/ir/builder.h"
+#include "compiler/lower.h"
+#include "graph/runtime/cuda_driver.h"
+#include "kernels/op_registry.h"
+
+namespace tilerun::compiler {
+namespace {
+
+using graph::cuda_check;
+using graph::CudaDriver;
+using Bytes = std::vector<unsigned char>;
+
+// c[M, N] (f32, the accumulator itself) = a[M, K] · b[N, K]^T on the tensor cores: the matmul
+// kernel's structure with an unrounded output, so the GPU's accumulator bits can be read.
+Kernel probe_kernel(DType dtype) {
+  KernelBuilder kb("mma_probe_" + std::string(dtype_name(dtype)));
+  Dim m = kb.dim("M"), n = kb.dim("N"), k = kb.dim("K");
+  Buf a = kb.input("a", dtype, {m, k}), b = kb.input("b", dtype, {n, k});
+  Buf c = kb.output("c", DType::F32, {m, n});
+  kb.body({ceildiv(n, 128), ceildiv(m, 128)}, 256, [&](Scope& s) {
+    Idx bx = s.block_idx(0), by = s.block_idx(1);
+    const Swizzle sw = tensor_core_swizzle(128, 2);
+    Buf as = s.alloc_shared("As", dtype, {128, 64}, sw),
+        bs = s.alloc_shared("Bs", dtype, {128, 64}, sw);
+    Buf acc = s.alloc_fragment("acc", DType::F32, {128, 128});
+    s.parallel(128, 128, [&](Idx i, Idx j) { acc(i, j) = 0.0f; });
+    s.serial(ceildiv(k, Val(64)), [&](Idx ko) {
+      s.copy(as, a.region({by * 128, ko * 64}, {128, 64}));
+      s.copy(bs, b.region({bx * 128, ko * 64}, {128, 64}));
+      s.barrier();
+      s.gemm(acc, as, bs, false, true);
+      s.barrier();
+    });
+    s.copy(c.region({by * 128, bx * 128}, {128, 128}), acc);
+  });
+  return kb.build();
+}
+
+class TensorCoreGpu : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    driver_ = graph::cuda_driver(&why_);
+    if (!driver_) return;
+    CUdevice dev;
+    cuda_check(driver_->cuDeviceGet(&dev, 0), "cuDeviceGet", "device 0");
+    device_ = dev;
+    cuda_check(driver_->cuDevicePrimaryCtxRetain(&context_, dev), "cuDevicePrimaryCtxRetain",
+               "device 0");
+  }
+  static void TearDownTestSuite() {
+    if (driver_ && context_) driver_->cuDevicePrimaryCtxRelease(device_);
+    context_ = nullptr;
+  }
+  void SetUp() override {
+    if (!driver_) GTEST_SKIP() << why_;
+    cuda_check(driver_->cuCtxSetCurrent(context_), "cuCtxSetCurrent", "the primary context");
+  }
+
+  // Runs `k` on the GPU over `bufs` (every parameter buffer in order; outputs come back).
+  static void run_gpu(const Kernel& k, const std::vector<int64_t>& dims, std::vector<Bytes>& bufs) {
+    SimtKernel simt = lower(k);
+    CudaBinary bin = compile_cuda(simt, "");
+    const CudaDriver& d = *driver_;
+    CUmodule module = nullptr;
+    cuda_check(d.cuModuleLoadData(&module, bin.cubin.data()), "cuModuleLoadData", bin.name);
+    CUfunction fn = nullptr;
+    cuda_check(d.cuModuleGetFunction(&fn, module, bin.name.c_str()), "cuModuleGetFunction",
+               bin.name);
+    std::vector<CUdeviceptr> dev(bufs.size());
+    std::vector<void*> ptrs;
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      cuda_check(d.cuMemAlloc(&dev[i], std::max<size_t>(bufs[i].size(), 16)), "cuMemAlloc",
+                 bin.name);
+      cuda_check(d.cuMemcpyHtoD(dev[i], bufs[i].data(), bufs[i].size()), "cuMemcpyHtoD", bin.name);
+      ptrs.push_back(reinterpret_cast<void*>(dev[i]));
+    }
+    CudaParams params = pack_cuda_params(k.sig, {ptrs, dims, {}});
+    LaunchGeometry g = launch_geometry(k.sig, dims);
+    cuda_check(
+        d.cuLaunchKernel(fn, static_cast<unsigned>(g.grid[0]), static_cast<unsigned>(g.grid[1]),
+                         static_cast<unsigned>(g.grid[2]), static_cast<unsigned>(g.threads), 1, 1,
+                         0, nullptr, params.kernel_params(), nullptr),
+        "cuLaunchKernel", bin.name);
+    cuda_check(d.cuCtxSynchronize(), "cuCtxSynchronize", bin.name);
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      if (k.sig.buffers[i].is_output)
+        cuda_check(d.cuMemcpyDtoH(bufs[i].data(), dev[i], bufs[i].size()), "cuMemcpyDtoH",
+                   bin.name);
+      d.cuMemFree(dev[i]);
+    }
+    d.cuModuleUnload(module);
+  }
+
+  static void run_cpu(const Kernel& k, const std::vector<int64_t>& dims, std::vector<Bytes>& bufs) {
+    std::vector<void*> ptrs;
+    for (Bytes& b : bufs) ptrs.push_back(b.data());
+    compile_cpu(lower(k))->launch({ptrs, dims, {}});
+  }
+
+  static inline const CudaDriver* driver_ = nullptr;
+  static inline std::string why_;
+  static inline CUdevice device_ = 0;
+  static inline CUcontext context_ = nullptr;
+};
+
+// Input classes for the model test, as raw 16-bit patterns.
+enum class Inputs { Random, WideExponents, Cancellation, SubnormalsAndZeros, InfNaN };
+const char* inputs_name(Inputs c) {
+  switch (c) {
+    case Inputs::Random:
+      return "random";
+    case Inputs::WideExponents:
+      return "wide-exponents";
+    case Inputs::Cancellation:
+      return "cancellation";
+    case Inputs::SubnormalsAndZeros:
+      return "subnormals-zeros";
+    case Inputs::InfNaN:
+      return "inf-nan";
+  }
+  return "?";
+}
+
+uint16_t pattern(std::mt19937& rng, bool f16, Inputs c) {
+  const int mbits = f16 ? 10 : 7, ebits = f16 ? 5 : 8, bias = f16 ? 15 : 127;
+  auto pick = [&](uint32_t n) { return static_cast<uint32_t>(rng() % n); };
+  auto make = [&](uint32_t sign, uint32_t e, uint32_t man) {
+    return static_cast<uint16_t>((sign << 15) | (e << mbits) | (man & ((1u << mbits) - 1)));
+  };
+  const uint32_t emax = (1u << ebits) - 1;
+  switch (c) {
+    case Inputs::Random:  // |x| in [2^-2, 2^2)
+      return make(pick(2), bias - 2 + pick(4), pick(1u << mbits));
+    case Inputs::WideExponents: {  // exponents over +-12 (f16: its whole normal range)
+      int spread = f16 ? 14 : 12;
+      return make(pick(2), bias - spread + pick(2 * spread), pick(1u << mbits));
+    }
+    case Inputs::Cancellation:  // few exponents, so large terms cancel (paired below)
+      return make(pick(2), bias + pick(3), pick(1u << mbits));
+    case Inputs::SubnormalsAndZeros: {
+      uint32_t r = pick(4);
+      if (r == 0) return make(pick(2), 0, 0);                          // +-0
+      if (r == 1) return make(pick(2), 0, pick(1u << mbits));          // subnormal
+      return make(pick(2), 1 + pick(f16 ? 4 : 8), pick(1u << mbits));  // just above
+    }
+    case Inputs::InfNaN: {
+      uint32_t r = pick(64);
+      if (r == 0) return make(pick(2), emax, 0);                            // +-inf
+      if (r == 1) return make(pick(2), emax, 1 + pick((1u << mbits) - 1));  // NaN
+      return make(pick(2), bias - 2 + pick(4), pick(1u << mbits));
+    }
+  }
+  return 0;
+}
+
+std::string dname(DType d) { return std::string(dtype_name(d)); }
+
+uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Distance in units in the last place between two finite f32 (by their ordered bit patterns).
+int64_t ulps(float x, float y) {
+  auto ordered = [](float f) {
+    int32_t i;
+    std::memcpy(&i, &f, 4);
+    return i < 0 ? static_cast<int64_t>(INT32_MIN) - i : static_cast<int64_t>(i);
+  };
+  return std::llabs(ordered(x) - ordered(y));
+}
+
+// The model (hopper_mma_model) against the H200, every output bit for bit (bench/RESULTS.md,
+// "Tensor-core model", tells how it was fitted). TILERUN_MMA_DUMP=FILE writes every input and
+// GPU output for fitting a model offline: per launch five i32 (dtype 0 bf16 / 1 f16, input
+// class, M, N, K), a (M·K u16), b (N·K u16), c (M·N f32).
+TEST_F(TensorCoreGpu, MmaModelAgainstTheH200) {
+  const int64_t M = 128, N = 128, K = 128, launches = 2;
+  const char* dump_path = std::getenv("TILERUN_MMA_DUMP");
+  std::FILE* dump = dump_path ? std::fopen(dump_path, "wb") : nullptr;
+  for (DType dt : {DType::BF16, DType::F16}) {
+    const bool f16 = dt == DType::F16;
+    Kernel k = probe_kernel(dt);
+    int64_t total = 0, mismatched = 0, worst_ulps = 0;
+    const MmaModel shipped = hopper_mma_model();
+    std::mt19937 rng(1234 + static_cast<int>(f16));
+    for (Inputs cls : {Inputs::Random, Inputs::WideExponents, Inputs::Cancellation,
+                       Inputs::SubnormalsAndZeros, Inputs::InfNaN}) {
+      int64_t cls_total = 0, cls_mismatched = 0;
+      for (int l = 0; l < launches; ++l) {
+        std::vector<uint16_t> a(M * K), b(N * K);
+        for (auto& x : a) x = pattern(rng, f16, cls);
+        for (auto& x : b) x = pattern(rng, f16, cls);
+        if (cls == Inputs::Cancellation)  // b's odd k repeat the even ones, a's negate them
+          for (int64_t r = 0; r < M; ++r)
+            for (int64_t p = 1; p < K; p += 2) {
+              a[r * K + p] = static_cast<uint16_t>(a[r * K + p - 1] ^ 0x8000 ^ (rng() % 4));
+              if (r < N) b[r * K + p] = b[r * K + p - 1];
+            }
+        std::vector<Bytes> bufs(3);
+        bufs[0].resize(a.size() * 2), bufs[1].resize(b.size() * 2), bufs[2].assign(M * N * 4, 0xA5);
+        std::memcpy(bufs[0].data(), a.data(), bufs[0].size());
+        std::memcpy(bufs[1].data(), b.data(), bufs[1].size());
+        run_gpu(k, {M, N, K}, bufs);
+        const float* c = reinterpret_cast<const float*>(bufs[2].data());
+        if (dump) {
+          const int32_t head[5] = {f16, static_cast<int32_t>(cls), static_cast<int32_t>(M),
+                                   static_cast<int32_t>(N), static_cast<int32_t>(K)};
+          std::fwrite(head, sizeof head, 1, dump);
+          for (const Bytes& b : bufs) std::fwrite(b.data(), 1, b.size(), dump);
+        }
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            const float gpu = c[i * N + j];
+            const float want = mma_dot(shipped, 0.0f, &a[i * K], 1, &b[j * K], 1, K, f16);
+            ++total, ++cls_total;
+            const bool nan_both = std::isnan(gpu) && std::isnan(want);
+            if (!nan_both && f32_bits(gpu) != f32_bits(want)) {
+              ++mismatched, ++cls_mismatched;
+              if (std::isfinite(gpu) && std::isfinite(want))
+                worst_ulps = std::max(worst_ulps, ulps(gpu, want));
+              if (cls_mismatched <= 2)
+                std::printf("  %s %s c[%ld,%ld]: gpu %.9g (0x%08x) model %.9g (0x%08x)\n",
+                            dname(dt).c_str(), inputs_name(cls), static_cast<long>(i),
+                            static_cast<long>(j), gpu, f32_bits(gpu), want, f32_bits(want));
+            }
+          }
+      }
+      std::printf("[ mma %s ] %-17s %7ld outputs, %6ld differ from the model\n", dname(dt).c_str(),
+                  inputs_name(cls), static_cast<long>(cls_total),
+                  static_cast<long>(cls_mismatched));
+    }
+    std::printf("[ mma %s ] shipped model: %ld of %ld outputs differ, worst %ld ulps\n",
+                dname(dt).c_str(), static_cast<long>(mismatched), static_cast<long>(total),
+                static_cast<long>(worst_ulps));
+    EXPECT_GE(total, 100000);
+    EXPECT_EQ(mismatched, 0) << dname(dt) << ": the model differs from the H200";
+  }
+  if (dump) std::fclose(dump);
+}
+
+// The matmul op's tensor-core kernel: GPU rows of an M = 4096 product equal the rows of products
+// with M = 1, 7, 128, 1000 (placed off the 128-row tiles), and the GPU's bits equal the CPU's.
+TEST_F(TensorCoreGpu, MatmulRowsDoNotDependOnMAndMatchTheCpu) {
+  const kernels::OpSchema* schema = kernels::op_registry().find("matmul");
+  ASSERT_NE(schema, nullptr);
+  for (DType dt : {DType::BF16, DType::F16}) {
+    const int64_t big = 4096, n = 520, kdim = 300;
+    std::mt19937 rng(99);
+    std::vector<uint16_t> a(big * kdim), b(kdim * n);
+    for (auto& x : a) x = pattern(rng, dt == DType::F16, Inputs::Random);
+    for (auto& x : b) x = pattern(rng, dt == DType::F16, Inputs::Random);
+    auto product = [&](int64_t first, int64_t m, bool cpu) {
+      std::vector<kernels::TensorType> in = {{dt, {m, kdim}}, {dt, {kdim, n}}};
+      Attrs attrs{{"transpose_a", false}, {"transpose_b", false}};
+      kernels::OpExpansion ex = schema->expand(in, schema->infer(in, attrs), attrs);
+      EXPECT_EQ(ex.calls.size(), 1u);
+      std::vector<Bytes> bufs(3);
+      bufs[0].resize(m * kdim * 2), bufs[1].resize(b.size() * 2), bufs[2].assign(m * n * 2, 0xA5);
+      std::memcpy(bufs[0].data(), a.data() + first * kdim, bufs[0].size());
+      std::memcpy(bufs[1].data(), b.data(), bufs[1].size());
+      (cpu ? run_cpu : run_gpu)(*ex.calls[0].kernel, {m, n, kdim}, bufs);
+      return bufs[2];
+    };
+    const Bytes all = product(0, big, false);
+    for (int64_t m : {1, 7, 128, 1000}) {
+      const int64_t first = big - m - 3;
+      Bytes part = product(first, m, false);
+      EXPECT_EQ(0, std::memcmp(part.data(), all.data() + first * n * 2, part.size()))
+          << dtype_name(dt) << " M=" << m << ": GPU rows differ from the M=4096 product's";
+    }
+    const int64_t m = 200;  // CPU vs GPU on a ragged product
+    Bytes gpu = product(0, m, false), cpu = product(0, m, true);
+    size_t differ = 0;
+    for (size_t e = 0; e < gpu.size() / 2; ++e)
+      differ += std::memcmp(gpu.data() + 2 * e, cpu.data() + 2 * e, 2) != 0;
+    std::printf("[ matmul %s ] %dx%ldx%ld: %zu of %zu outputs differ between CPU and GPU\n",
+                dname(dt).c_str(), static_cast<int>(m), static_cast<long>(n),
+                static_cast<long>(kdim), differ, gpu.size() / 2);
+    EXPECT_EQ(differ, 0u) << dname(dt);
+  }
+}
+
+}  // namespace
+}  // namespace tilerun::compiler
