@@ -195,6 +195,12 @@ RunResult run_steps(const Options& o, const Model& model) {
     standalone = open_session(o, model, device, LaunchMode::Launch, weights);
     std::vector<LossValue> launch_losses;
     r.launch_rows = time_steps(*standalone, o, launch_losses);
+    // A training step ends with the update; the graph session's profiling pass below then runs
+    // forward and backward on the trained weights. The same pass here compares the same state.
+    if (!o.forward_only && model.optimizer.kind != OptimizerDecl::Kind::None) {
+      standalone->forward();
+      standalone->backward();
+    }
   }
   r.profile = add_profile(*session, r.rows);  // after every session's timed steps
   r.results = results(*session, o.forward_only);

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""The residual MLP stack of configs/tiny.yaml at real sizes and any dtype: tilerun (CUDA graph,
+forward + backward, device time per step summed over the layers from --report) against PyTorch
+(eager and a torch.cuda.CUDAGraph of the whole forward + backward, CUDA events, median), the
+same architecture and initialisation scheme (not the same weights: this is a timing table; the
+agreement of the two on shared weights is bench/torch/tiny.py's job).
+
+  python3 bench/torch/mlp_stack.py --tilerun build/tilerun --dtype bf16 --shapes 1024x1024x4096
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def tilerun_step_us(binary, config, dtype, t, d, f, steps):
+    text = open(config).read()
+    text = re.sub(r"^dtype: \w+", f"dtype: {dtype}", text, flags=re.M)
+    text = re.sub(r"^dims: .*$", f"dims: {{T: {t}, D: {d}, F: {f}}}", text, flags=re.M)
+    with tempfile.TemporaryDirectory() as tmp:
+        path, rep = os.path.join(tmp, "mlp.yaml"), os.path.join(tmp, "r.json")
+        open(path, "w").write(text)
+        subprocess.run([binary, path, "--device", "cuda", "--steps", str(steps), "--report", rep],
+                       check=True, stdout=subprocess.DEVNULL)
+        report = json.load(open(rep))
+    return sum(l["device_us"] for l in report["layers"])
+
+
+def torch_step_us(dtype, t, d, f, blocks, steps):
+    import torch
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dtype]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(t, d, device="cuda", dtype=dt, generator=g, requires_grad=True)
+    ws = []
+    for _ in range(blocks):
+        ws.append((torch.ones(d, device="cuda", dtype=dt, requires_grad=True),
+                   (0.02 * torch.randn(d, f, device="cuda", generator=g)).to(dt).requires_grad_(),
+                   (0.02 * torch.randn(f, d, device="cuda", generator=g)).to(dt).requires_grad_()))
+
+    def step():
+        y = x
+        for gw, w1, w2 in ws:
+            h = torch.nn.functional.rms_norm(y, (d,), gw, 1e-6)
+            y = y + torch.nn.functional.silu(h @ w1) @ w2
+        y.backward(y.detach())  # d(0.5*sum(y^2))/dy = y, as tilerun seeds it
+
+    def timed(fn):
+        times = []
+        for _ in range(steps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b) * 1000)
+        return statistics.median(times)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(5):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    eager = timed(step)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return eager, timed(graph.replay)
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = argparse.ArgumentParser()
+    p.add_argument("--tilerun", default="tilerun")
+    p.add_argument("--config", default=os.path.join(root, "configs", "tiny.yaml"))
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--shapes", default="1024x1024x4096,4096x2048x8192", help="TxDxF,...")
+    p.add_argument("--steps", type=int, default=20)
+    args = p.parse_args()
+    print(f"{'T x D x F':>18} {'dtype':>5} {'tilerun graph':>14} {'torch eager':>12} "
+          f"{'torch graph':>12} {'ratio':>6}")
+    for shape in args.shapes.split(","):
+        t, d, f = (int(v) for v in shape.split("x"))
+        ours = tilerun_step_us(args.tilerun, args.config, args.dtype, t, d, f, args.steps)
+        eager, graph = torch_step_us(args.dtype, t, d, f, 2, args.steps)
+        print(f"{shape:>18} {args.dtype:>5} {ours:>11.1f} us {eager:>9.1f} us {graph:>9.1f} us "
+              f"{ours / graph:>5.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
