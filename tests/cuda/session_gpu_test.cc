@@ -165,8 +165,8 @@ std::string one_op_model(const OpParam& p) {
     ins += (i ? ", x" : "x") + std::to_string(i);
   }
   // As many outputs as inference gives (split's depend on its attributes).
-  std::vector<kernels::TensorType> in_types;
-  for (const auto& shape : p.kase.c.shapes) in_types.push_back({p.dtype, shape});
+  const std::vector<kernels::TensorType> in_types =
+      kernels::testing::input_types(schema, p.kase.c.shapes, p.dtype);
   const size_t n_out =
       schema.infer(in_types, kernels::testing::with_defaults(schema, p.kase.c.attrs)).size();
   for (size_t i = 0; i < n_out; ++i) {
