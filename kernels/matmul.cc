@@ -241,8 +241,8 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
     auto red_at = [&](const cc::Val& g, const cc::Val& r, const cc::Val& cl) {
       return as(g * (bm * bn) + r * bn + cl);
     };
-    cc::Buf ra = s.alloc_fragment("ra", DType::F32, a_tile);  // the next step's tiles
-    cc::Buf rb = s.alloc_fragment("rb", DType::F32, b_tile);
+    cc::Buf ra = s.alloc_fragment("ra", dtype, a_tile);  // the next step's tiles
+    cc::Buf rb = s.alloc_fragment("rb", dtype, b_tile);
     // The micro tile, one fragment per output.
     std::vector<std::vector<cc::Buf>> acc(kRM);
     for (int64_t i = 0; i < kRM; ++i)
@@ -379,49 +379,70 @@ cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
     cc::Buf as = s.alloc_shared("As", dtype, {kTcM, kTcK}, sw);
     cc::Buf bs = s.alloc_shared("Bs", dtype, {kTcN, kTcK}, sw);
     cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTcM, kTcN});
-    // The next step's tiles in registers, in the global operands' orientation.
-    std::vector<int64_t> a_tile = ta ? std::vector{kTcK, kTcM} : std::vector{kTcM, kTcK};
-    std::vector<int64_t> b_tile = tb ? std::vector{kTcN, kTcK} : std::vector{kTcK, kTcN};
-    cc::Buf ra = s.alloc_fragment("ra", DType::F32, a_tile);
-    cc::Buf rb = s.alloc_fragment("rb", DType::F32, b_tile);
+    // The next step's tiles in registers, in the operands' dtype (staging moves bits:
+    // lower_storage_types copies a 16-bit float to its own dtype raw). A K-major operand (a
+    // [m, k], b^T [n, k]) is held as its [rows, 64] tile; a k-outer one (a^T [k, m], b [k, n]) as
+    // [rows / 8, 64, 8]: a thread still reads 8 consecutive global elements (one 16-byte load),
+    // but the threads of a warp run along k, so its transposing 2-byte stores fill consecutive
+    // addresses of one shared row instead of 16 rows that share a bank under the swizzle.
+    auto frag_shape = [](bool k_major, int64_t rows) {
+      return k_major ? std::vector<int64_t>{rows, kTcK} : std::vector<int64_t>{rows / 8, kTcK, 8};
+    };
+    cc::Buf ra = s.alloc_fragment("ra", dtype, frag_shape(!ta, kTcM));
+    cc::Buf rb = s.alloc_fragment("rb", dtype, frag_shape(tb, kTcN));
     cc::Val steps = s.let(cc::ceildiv(k, cc::Val(kTcK)), "steps");
     s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
     // A tile wholly inside its operand loads unguarded (its loads issue back to back); an edge
-    // tile goes through copy, which reads zeros outside.
-    auto load_tile = [&](const cc::Buf& frag, const cc::Buf& src, const std::vector<int64_t>& tile,
-                         bool k_major, const cc::Val& k0, const cc::Val& r0, const cc::Val& rows) {
-      const int64_t k_len = k_major ? tile[1] : tile[0], r_len = k_major ? tile[0] : tile[1];
-      std::vector<cc::Val> origin = k_major ? std::vector{r0, k0} : std::vector{k0, r0};
+    // tile reads zeros outside.
+    auto load_tile = [&](const cc::Buf& frag, const cc::Buf& src, bool k_major, int64_t r_len,
+                         const cc::Val& k0, const cc::Val& r0, const cc::Val& rows) {
+      cc::Val inside = k0 + kTcK <= k && r0 + r_len <= rows;
+      if (k_major) {
+        std::vector<int64_t> tile{r_len, kTcK};
+        s.if_then_else(
+            inside,
+            [&] {
+              s.parallel(r_len, kTcK,
+                         [&](cc::Idx i, cc::Idx j) { frag(i, j) = src(r0 + i, k0 + j); });
+            },
+            [&] {
+              s.copy(frag, src.region({r0, k0}, tile));
+            });
+        return;
+      }
       s.if_then_else(
-          k0 + k_len <= k && r0 + r_len <= rows,
+          inside,
           [&] {
-            s.parallel(tile[0], tile[1], [&](cc::Idx i, cc::Idx j) {
-              frag(i, j) = src(origin[0] + i, origin[1] + j);
+            s.parallel(r_len / 8, kTcK, 8, [&](cc::Idx c, cc::Idx kk, cc::Idx l) {
+              frag(c, kk, l) = src(k0 + kk, r0 + c * 8 + l);
             });
           },
-          [&] { s.copy(frag, src.region(origin, tile)); });
+          [&] {
+            s.parallel(r_len / 8, kTcK, 8, [&](cc::Idx c, cc::Idx kk, cc::Idx l) {
+              s.if_then_else(
+                  k0 + kk < k && r0 + c * 8 + l < rows,
+                  [&] { frag(c, kk, l) = src(k0 + kk, r0 + c * 8 + l); },
+                  [&] { frag(c, kk, l) = 0.0f; });
+            });
+          });
     };
     auto load = [&](const cc::Val& ko) {
       cc::Val k0 = s.let(ko * kTcK, "k0");
-      load_tile(ra, a, a_tile, !ta, k0, by * kTcM, m);
-      load_tile(rb, b, b_tile, tb, k0, bx * kTcN, n);
+      load_tile(ra, a, !ta, kTcM, k0, by * kTcM, m);
+      load_tile(rb, b, tb, kTcN, k0, bx * kTcN, n);
     };
-    // Registers into the K-major shared tiles (transposing a tile stored k-outer).
+    // Registers into the K-major shared tiles.
+    auto store_tile = [&](const cc::Buf& dst, const cc::Buf& frag, bool k_major, int64_t r_len) {
+      if (k_major) {
+        s.parallel(r_len, kTcK, [&](cc::Idx i, cc::Idx j) { dst(i, j) = frag(i, j); });
+      } else {
+        s.parallel(r_len / 8, kTcK, 8,
+                   [&](cc::Idx c, cc::Idx kk, cc::Idx l) { dst(c * 8 + l, kk) = frag(c, kk, l); });
+      }
+    };
     auto store = [&] {
-      s.parallel(a_tile[0], a_tile[1], [&](cc::Idx i, cc::Idx j) {
-        if (ta) {
-          as(j, i) = ra(i, j);
-        } else {
-          as(i, j) = ra(i, j);
-        }
-      });
-      s.parallel(b_tile[0], b_tile[1], [&](cc::Idx i, cc::Idx j) {
-        if (tb) {
-          bs(i, j) = rb(i, j);
-        } else {
-          bs(j, i) = rb(i, j);
-        }
-      });
+      store_tile(as, ra, !ta, kTcM);
+      store_tile(bs, rb, tb, kTcN);
     };
     load(cc::Val(int64_t{0}));
     s.serial(steps, [&](cc::Idx ko) {

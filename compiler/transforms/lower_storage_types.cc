@@ -35,6 +35,14 @@ class StorageLowerer : public IRMutator {
 
   Stmt mutate_stmt(const Store* op, const Stmt&) override {
     DType d = dtype_of(op->buffer);
+    // A 16-bit float copied to a buffer of its own dtype moves its bits: widening is exact and
+    // rounding back gives the same bits (only a NaN's payload could change, and every f32 or
+    // 16-bit result computed from it is canonicalised anyway), so the round trip through f32 is
+    // left out. This is what lets tensor-core staging copy bytes.
+    if (d == DType::BF16 || d == DType::F16)
+      if (const Load* src = op->value.as<Load>(); src && dtype_of(src->buffer) == d)
+        return Store::make(op->buffer, {mutate(op->indices[0])},
+                           Load::make(storage_type(d), src->buffer, {mutate(src->indices[0])}));
     Expr v = mutate(op->value);
     switch (d) {
       case DType::BF16:
