@@ -40,6 +40,10 @@ std::vector<RefTensor> ref_broadcast(const std::vector<RefTensor>& in,
 // own strides. Built once per dtype, elements per thread and broadcast pattern.
 ExpandFn expand_broadcast_map(std::shared_ptr<KernelCache> cache, MapOp op);
 
+// The double reference of sum_to: x summed, in index order from -0, over the axes along which
+// `shape` broadcasts to x's shape.
+RefTensor ref_sum_to_shape(const RefTensor& x, const std::vector<int64_t>& shape);
+
 // The gradient-rule ops that turn `value`, a gradient of the broadcast output's shape, into the
 // gradient `dx` of an operand of `operand_shape`: an alias when the shapes are equal, else a
 // `sum_to` over the broadcast axes.

@@ -283,24 +283,7 @@ grad_reduce(const std::string& op, const std::string& kind) {
 ExpandFn expand_reduce(std::shared_ptr<KernelCache> cache, ReduceKind kind) {
   return [cache, kind](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                        const Attrs& attrs) {
-    std::vector<std::pair<int, int>> runs = runs_of(reduced_axes(in[0], attrs));
-    std::reverse(runs.begin(), runs.end());
-    OpExpansion ex;
-    std::vector<int64_t> shape = in[0].shape;
-    DType dt = in[0].dtype;
-    KernelArg src = input_slot(0);
-    for (size_t j = 0; j < runs.size(); ++j) {
-      AxisView v = axis_view(shape, runs[j].first, runs[j].second);
-      for (int i = runs[j].first; i < runs[j].second; ++i) shape[i] = 1;
-      bool last = j + 1 == runs.size();
-      KernelArg dst = last ? output_slot(0) : scratch_slot(static_cast<int>(ex.scratch.size()));
-      if (!last) ex.scratch.push_back({DType::F32, shape});
-      ex.calls.push_back(
-          reduce_call(*cache, kind, dt, last ? out[0].dtype : DType::F32, v, src, dst));
-      src = dst;
-      dt = DType::F32;
-    }
-    return ex;
+    return reduce_over_axes(*cache, kind, in[0], out[0].dtype, reduced_axes(in[0], attrs));
   };
 }
 

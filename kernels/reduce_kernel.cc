@@ -1,5 +1,7 @@
 #include "kernels/reduce_kernel.h"
 
+#include <algorithm>
+
 #include "compiler/base/check.h"
 
 namespace tilerun::kernels {
@@ -136,6 +138,50 @@ AxisView axis_view(const std::vector<int64_t>& shape, int first, int last) {
   for (int i = 0; i < static_cast<int>(shape.size()); ++i)
     (i < first ? v.outer : i < last ? v.extent : v.inner) *= shape[i];
   return v;
+}
+
+OpExpansion reduce_over_axes(KernelCache& cache, ReduceKind kind, const TensorType& x,
+                             DType out_dtype, const std::vector<int>& axes) {
+  // Runs of adjacent axes, [first, last), the last run first.
+  std::vector<std::pair<int, int>> runs;
+  for (int a : axes) {
+    if (!runs.empty() && runs.back().second == a)
+      runs.back().second = a + 1;
+    else
+      runs.push_back({a, a + 1});
+  }
+  std::reverse(runs.begin(), runs.end());
+  OpExpansion ex;
+  if (runs.empty()) {  // nothing to fold: a copy (extent 1 folds nothing, -0 stays -0)
+    int64_t n = 1;
+    for (int64_t d : x.shape) n *= d;
+    ex.calls.push_back(
+        reduce_call(cache, kind, x.dtype, out_dtype, {.outer = n}, input_slot(0), output_slot(0)));
+    return ex;
+  }
+  std::vector<int64_t> shape = x.shape;
+  DType dt = x.dtype;
+  KernelArg src = input_slot(0);
+  for (size_t j = 0; j < runs.size(); ++j) {
+    AxisView v = axis_view(shape, runs[j].first, runs[j].second);
+    for (int i = runs[j].first; i < runs[j].second; ++i) shape[i] = 1;
+    bool last = j + 1 == runs.size();
+    KernelArg dst = last ? output_slot(0) : scratch_slot(static_cast<int>(ex.scratch.size()));
+    if (!last) ex.scratch.push_back({DType::F32, shape});
+    ex.calls.push_back(reduce_call(cache, kind, dt, last ? out_dtype : DType::F32, v, src, dst));
+    src = dst;
+    dt = DType::F32;
+  }
+  return ex;
+}
+
+std::vector<int> broadcast_axes(const std::vector<int64_t>& x_shape,
+                                const std::vector<int64_t>& shape) {
+  const size_t lead = x_shape.size() - shape.size();
+  std::vector<int> axes;
+  for (size_t a = 0; a < x_shape.size(); ++a)
+    if (a < lead || (shape[a - lead] == 1 && x_shape[a] != 1)) axes.push_back(static_cast<int>(a));
+  return axes;
 }
 
 int normalize_axis(int64_t axis, size_t rank, const std::string& attr, const std::string& operand) {

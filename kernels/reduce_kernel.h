@@ -45,6 +45,18 @@ bool use_row_kernel(const AxisView& v);
 KernelCall reduce_call(KernelCache& cache, ReduceKind kind, DType in, DType out, const AxisView& v,
                        KernelArg x, KernelArg y);
 
+// A reduction of x over `axes` (sorted, each once; empty: a plain copy) into out_dtype: one
+// reduce_call per run of adjacent axes, the last run first, each later stage reading the f32
+// scratch of the one before. The one fixed-order sum behind reduce_*, sum_to and
+// broadcast_to_grad (each output depends on the shape only, never on the grid).
+OpExpansion reduce_over_axes(KernelCache& cache, ReduceKind kind, const TensorType& x,
+                             DType out_dtype, const std::vector<int>& axes);
+
+// x's axes summed when `shape` broadcasts to x's shape (NumPy rules): x's leading axes beyond
+// shape's rank and those where shape has 1 and x does not.
+std::vector<int> broadcast_axes(const std::vector<int64_t>& x_shape,
+                                const std::vector<int64_t>& shape);
+
 // Lane-order folding inside a tile program, for kernels that fuse a reduction with more work:
 // value(k) is the k-th element (already mapped), fold combines two partials. `lanes` must be a
 // shared f32 buffer of [kLanes] and `total` one of [1]; on return every thread may read

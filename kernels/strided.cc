@@ -62,33 +62,6 @@ cc::Kernel build_strided_copy(DType dtype, size_t rank) {
   return kb.build();
 }
 
-cc::Kernel build_strided_sum(DType dtype, size_t rank, size_t summed_rank) {
-  cc::KernelBuilder kb("strided_sum_r" + std::to_string(rank) + "s" + std::to_string(summed_rank) +
-                       "_" + std::string(dtype_name(dtype)));
-  cc::Dim n = kb.dim("N"), xn = kb.dim("XN"), q_n = kb.dim("Q");
-  std::vector<cc::Dim> dims, strides, sdims, sstrides;
-  declare_axes(kb, "D", "S", rank, &dims, &strides);
-  declare_axes(kb, "E", "T", summed_rank, &sdims, &sstrides);
-  cc::Buf x = kb.input("x", dtype, {xn});
-  cc::Buf out = kb.output("out", dtype, {n});
-  kb.body({cc::ceildiv(n, kThreads)}, kThreads, [&](cc::Scope& s) {
-    cc::Idx base = s.block_idx(0) * kThreads;
-    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kThreads});
-    s.parallel(kThreads, [&](cc::Idx i) {
-      cc::Idx e = base + i;
-      s.if_then(e < n, [&] {
-        cc::Val at = s.let(strided_index(e, dims, strides), "at");
-        acc(i) = 0.0f;
-        s.serial(q_n, [&](cc::Idx q) {
-          acc(i) = acc(i) + x(in_x(at + strided_index(q, sdims, sstrides), xn));
-        });
-        out(e) = acc(i);
-      });
-    });
-  });
-  return kb.build();
-}
-
 // Parameters x [O, A·R], out [O, AO·R]; O, A, R, AO, OFF. Grid (A·R / 256, O).
 cc::Kernel build_place(DType dtype) {
   cc::KernelBuilder kb("concat_place_" + std::string(dtype_name(dtype)));
@@ -178,27 +151,6 @@ KernelCall strided_copy_call(KernelCache& cache, DType dtype, int64_t x_numel,
   call.dims.insert(call.dims.end(), v.shape.begin(), v.shape.end());
   call.dims.insert(call.dims.end(), v.strides.begin(), v.strides.end());
   call.dims.push_back(v.offset);
-  return call;
-}
-
-KernelCall strided_sum_call(KernelCache& cache, DType dtype, int64_t x_numel,
-                            const StridedView& kept_in, const StridedView& summed_in, KernelArg x,
-                            KernelArg out) {
-  StridedView kept = simplify(kept_in), summed = simplify(summed_in);
-  const size_t rank = kept.shape.size(), srank = summed.shape.size();
-  int64_t n = 1, q = 1;
-  for (int64_t d : kept.shape) n *= d;
-  for (int64_t d : summed.shape) q *= d;
-  KernelCall call{
-      .kernel = cache.get(
-          key("strided_sum_r" + std::to_string(rank) + "s" + std::to_string(srank), dtype),
-          [&] { return build_strided_sum(dtype, rank, srank); }),
-      .buffers = {x, out},
-      .dims = {n, x_numel, q}};
-  call.dims.insert(call.dims.end(), kept.shape.begin(), kept.shape.end());
-  call.dims.insert(call.dims.end(), kept.strides.begin(), kept.strides.end());
-  call.dims.insert(call.dims.end(), summed.shape.begin(), summed.shape.end());
-  call.dims.insert(call.dims.end(), summed.strides.begin(), summed.strides.end());
   return call;
 }
 

@@ -1,6 +1,6 @@
 // Layout kernels shared by the shape ops (views.cc, layout.cc) and batched matmul: a tensor read
-// through strides (a transpose, a broadcast, a strided slice), the fixed-order sum that is a
-// broadcast's gradient, and the two region copies of concat and of slice's gradient.
+// through strides (a transpose, a broadcast, a strided slice), and the two region copies of concat
+// and of slice's gradient. (A broadcast's gradient, a sum, runs on the reduction kernels.)
 #pragma once
 
 #include <cstdint>
@@ -34,13 +34,6 @@ std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape);
 // kernel "strided_copy_rK" with parameters x, out; N, XN, then D_j, S_j per axis, OFF.
 KernelCall strided_copy_call(KernelCache& cache, DType dtype, int64_t x_numel, const StridedView& v,
                              KernelArg x, KernelArg out);
-
-// out[c] = Σ_q x[Σ_j c_j · kept.strides[j] + Σ_k q_k · summed.strides[k]], q running over the
-// coordinates of `summed.shape` in row-major order, one sequential sum per output element (the
-// order depends only on the shapes): the gradient of a broadcast.
-KernelCall strided_sum_call(KernelCache& cache, DType dtype, int64_t x_numel,
-                            const StridedView& kept, const StridedView& summed, KernelArg x,
-                            KernelArg out);
 
 // out[o, offset + a, r] = x[o, a, r] for x [outer, len, inner] and out [outer, out_len, inner]:
 // one input's part of a concat (the rest of out is written by the other parts).

@@ -1,12 +1,10 @@
 // sum_to: the sum of x over the axes along which `shape` is broadcast to x's shape (NumPy rules)
-// — the gradient of a broadcast operand. Strict and batch-invariant: one thread owns each output
-// element and adds its inputs one by one in increasing index order, starting from -0 (the
-// identity of +, so a sum of -0s stays -0); the order depends on the shape only, no atomics.
-// The kernel runs over x's coalesced axes (neighbours both kept or both summed are merged), so
-// one kernel serves every shape of one kept/summed pattern.
+// — the gradient of a broadcast operand. Strict and batch-invariant: the reduction kernels'
+// lane order (reduce_kernel.h), fixed by the shape alone, no atomics; a sum of -0s stays -0.
 #include "kernels/broadcast.h"
 #include "kernels/expand_util.h"
 #include "kernels/op_registry.h"
+#include "kernels/reduce_kernel.h"
 #include "kernels/ref_util.h"
 #include "kernels/ref_values.h"
 #include "kernels/schema_util.h"
@@ -17,40 +15,8 @@ namespace {
 
 namespace cc = tilerun::compiler;
 
-constexpr int kThreads = 256;
-
 std::vector<int64_t> target_shape(const Attrs& attrs) {
   return std::get<std::vector<int64_t>>(attrs.at("shape"));
-}
-
-// x's axes as coalesced runs: extents, and whether each run is summed (else kept).
-struct Runs {
-  std::vector<int64_t> extents;
-  std::vector<bool> summed;
-};
-
-Runs coalesce(const std::vector<int64_t>& x, const std::vector<int64_t>& target) {
-  std::vector<int64_t> t(x.size() - target.size(), 1);
-  t.insert(t.end(), target.begin(), target.end());
-  Runs r;
-  for (size_t d = 0; d < x.size(); ++d) {
-    if (x[d] == 1) continue;
-    bool summed = t[d] == 1;
-    if (!r.extents.empty() && r.summed.back() == summed) {
-      r.extents.back() *= x[d];
-    } else {
-      r.extents.push_back(x[d]);
-      r.summed.push_back(summed);
-    }
-  }
-  if (r.extents.empty()) r.extents = {1}, r.summed = {false};
-  return r;
-}
-
-std::string pattern(const Runs& r) {
-  std::string s;
-  for (bool b : r.summed) s += b ? 's' : 'k';
-  return s;
 }
 
 std::vector<TensorType> infer_sum_to(const std::vector<TensorType>& in, const Attrs& attrs) {
@@ -67,8 +33,20 @@ std::vector<TensorType> infer_sum_to(const std::vector<TensorType>& in, const At
 }
 
 std::vector<RefTensor> ref_sum_to(const std::vector<RefTensor>& in, const Attrs& attrs) {
-  const RefTensor& x = in[0];
-  std::vector<int64_t> target = target_shape(attrs);
+  return {ref_sum_to_shape(in[0], target_shape(attrs))};
+}
+
+ExpandFn expand_sum_to(std::shared_ptr<KernelCache> cache) {
+  return
+      [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out, const Attrs&) {
+        return reduce_over_axes(*cache, ReduceKind::Sum, in[0], out[0].dtype,
+                                broadcast_axes(in[0].shape, out[0].shape));
+      };
+}
+
+}  // namespace
+
+RefTensor ref_sum_to_shape(const RefTensor& x, const std::vector<int64_t>& target) {
   RefTensor out = ref_zeros(target);
   for (double& v : out.data) v = -0.0;
   const size_t rank = x.shape.size();
@@ -86,67 +64,8 @@ std::vector<RefTensor> ref_sum_to(const std::vector<RefTensor>& in, const Attrs&
       coord[d] = 0;
     }
   }
-  return {out};
+  return out;
 }
-
-// out[o] = sum over the summed coordinates j (in index order) of x[kept(o), summed(j)].
-// Parameters: x, out; D0..D(r-1).
-cc::Kernel build_sum_to(const Runs& r, DType dtype) {
-  cc::KernelBuilder kb("sum_to_" + pattern(r) + "_" + std::string(dtype_name(dtype)));
-  const size_t rank = r.extents.size();
-  std::vector<cc::Dim> dims;
-  for (size_t d = 0; d < rank; ++d) dims.push_back(kb.dim("D" + std::to_string(d)));
-  cc::Buf x = kb.input("x", dtype, std::vector<cc::Val>(dims.begin(), dims.end()));
-  cc::Val kept = cc::Val(1), summed = cc::Val(1);
-  for (size_t d = 0; d < rank; ++d) {
-    if (r.summed[d])
-      summed = summed * dims[d];
-    else
-      kept = kept * dims[d];
-  }
-  cc::Buf out = kb.output("out", dtype, {kept});
-  // The coordinates of flat index `flat` over the axes of one class (last fastest), into coord.
-  auto split = [&](cc::Scope& s, const cc::Val& flat, bool cls, std::vector<cc::Val>& coord) {
-    cc::Val stride = cc::Val(1);
-    for (size_t d = rank; d-- > 0;) {
-      if (r.summed[d] != cls) continue;
-      coord[d] = s.let((flat / stride) % dims[d], "c" + std::to_string(d));
-      stride = stride * dims[d];
-    }
-  };
-  kb.body({cc::ceildiv(kept, kThreads)}, kThreads, [&](cc::Scope& s) {
-    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kThreads});
-    s.parallel(kThreads, [&](cc::Idx i) {
-      cc::Idx o = s.block_idx(0) * kThreads + i;
-      s.if_then(o < kept, [&] {
-        std::vector<cc::Val> coord(rank);
-        split(s, o, false, coord);
-        acc(i) = -0.0f;
-        s.serial(summed, [&](cc::Idx j) {
-          split(s, j, true, coord);
-          acc(i) = acc(i) + x.at(coord);
-        });
-        out(o) = acc(i);
-      });
-    });
-  });
-  return kb.build();
-}
-
-ExpandFn expand_sum_to(std::shared_ptr<KernelCache> cache) {
-  return
-      [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out, const Attrs&) {
-        DType dtype = out[0].dtype;
-        Runs r = coalesce(in[0].shape, out[0].shape);
-        KernelCall call{.kernel = cache->get(kernel_key("sum_to_" + pattern(r), dtype),
-                                             [&] { return build_sum_to(r, dtype); }),
-                        .buffers = {input_slot(0), output_slot(0)},
-                        .dims = r.extents};
-        return OpExpansion{.calls = {call}};
-      };
-}
-
-}  // namespace
 
 void register_sum_to(OpRegistry& registry) {
   auto cache = std::make_shared<KernelCache>();
@@ -154,7 +73,8 @@ void register_sum_to(OpRegistry& registry) {
       {.name = "sum_to",
        .doc = "out = x summed over the axes along which the attribute shape broadcasts to x's "
               "shape (the "
-              "gradient of a broadcast operand); each element summed in index order, no atomics",
+              "gradient of a broadcast operand); a fixed-order sum (the reductions' lane order), "
+              "no atomics",
        .inputs = {"x"},
        .outputs = {"out"},
        .attrs = {{.name = "shape",
