@@ -1,12 +1,14 @@
 #include "compiler/codegen/cpu_backend.h"
 
+#include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
-#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -19,7 +21,9 @@
 
 #include "compiler/analysis/launch_geometry.h"
 #include "compiler/base/check.h"
+#include "compiler/base/sha256.h"
 #include "compiler/codegen/cpu_codegen.h"
+#include "compiler/codegen/disk_cache.h"
 #include "compiler/codegen/fault_injection.h"
 #include "compiler/codegen/mma_model.h"
 #include "compiler/lower.h"
@@ -32,6 +36,7 @@ class CpuKernelImpl {
   KernelSignature sig;
   std::string llvm_ir;
   double compile_ms = 0;
+  bool from_cache = false;
   std::unique_ptr<llvm::orc::LLJIT> jit;  // owns the code `entry` points into
   CpuEntry entry = nullptr;
 };
@@ -106,11 +111,36 @@ void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
   pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(m, mam);
 }
 
+// Object code is cached on disk under the SHA-256 of everything that decides it: the LLVM
+// version, the host target (triple, CPU, features), the options above and the unoptimised IR.
+DiskCache object_cache() {
+  return DiskCache(default_cache_dir(), "cpu-object-v1", "tilerun-object 1", "object code");
+}
+
+std::string object_key(const llvm::orc::JITTargetMachineBuilder& jtmb, const std::string& ir) {
+  return sha256_hex("llvm " LLVM_VERSION_STRING "\n" + jtmb.getTargetTriple().str() + "\n" +
+                    jtmb.getCPU() + "\n" + jtmb.getFeatures().getString() + "\nO2 strict-fp\n" +
+                    ir);
+}
+
+// The module optimised and compiled to a relocatable object, as the JIT would compile it.
+std::string compile_object(llvm::Module& m, llvm::TargetMachine& tm, const std::string& name) {
+  optimize(m, tm);
+  llvm::SmallVector<char, 0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  llvm::legacy::PassManager pm;
+  TR_CHECK(!tm.addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_ObjectFile),
+           "the host target cannot emit object code for '" + name + "'");
+  pm.run(m);
+  return std::string(buffer.data(), buffer.size());
+}
+
 }  // namespace
 
 CpuKernel::CpuKernel(std::unique_ptr<CpuKernelImpl> impl) : impl_(std::move(impl)) {}
 CpuKernel::~CpuKernel() = default;
 double CpuKernel::compile_ms() const { return impl_->compile_ms; }
+bool CpuKernel::from_cache() const { return impl_->from_cache; }
 const KernelSignature& CpuKernel::signature() const { return impl_->sig; }
 const std::string& CpuKernel::llvm_ir() const { return impl_->llvm_ir; }
 
@@ -134,7 +164,16 @@ std::unique_ptr<CpuKernel> compile_cpu(const SimtKernel& kernel) {
       unwrap(jtmb.createTargetMachine(), "creating the target machine");
   mod.module->setDataLayout(tm->createDataLayout());
   mod.module->setTargetTriple(tm->getTargetTriple().str());
-  optimize(*mod.module, *tm);
+  const DiskCache cache = object_cache();
+  const std::string digest = cache.enabled() ? object_key(jtmb, impl->llvm_ir) : "";
+  std::string object;
+  if (std::optional<std::string> hit = cache.load(digest, kernel.sig.name)) {
+    object = std::move(*hit);
+    impl->from_cache = true;
+  } else {
+    object = compile_object(*mod.module, *tm, kernel.sig.name);
+    cache.store(digest, object);
+  }
 
   impl->jit = unwrap(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create(),
                      "creating the JIT");
@@ -150,8 +189,8 @@ std::unique_ptr<CpuKernel> compile_cpu(const SimtKernel& kernel) {
       llvm::pointerToJITTargetAddress(&tilerun_cpu_gemm), llvm::JITSymbolFlags::Exported);
   check(impl->jit->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(model))),
         "defining the tensor core model for '" + kernel.sig.name + "'");
-  llvm::orc::ThreadSafeModule tsm(std::move(mod.module), std::move(mod.context));
-  check(impl->jit->addIRModule(std::move(tsm)), "adding '" + kernel.sig.name + "' to the JIT");
+  check(impl->jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, kernel.sig.name)),
+        "adding '" + kernel.sig.name + "' to the JIT");
   // A test-injected failure (TILERUN_FAULT=LLJIT::lookup:N) stands for the machine-code step
   // failing: a clear error naming the kernel, with the JIT released by `impl`.
   if (inject_fault("LLJIT::lookup"))

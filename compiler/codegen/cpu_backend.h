@@ -1,7 +1,9 @@
 // The CPU backend: SIMT IR → LLVM IR → machine code through ORC LLJIT, and a launcher that runs
 // the grid on the calling thread, block after block (deterministic; blocks are independent).
 // Strict numerics: no fast-math flags, no FMA contraction (only the IR's explicit fma), IEEE
-// division and sqrt, denormals kept.
+// division and sqrt, denormals kept. The object code is cached on disk (default_cache_dir(),
+// folder cpu-object-v1, sealed entries as in disk_cache.h) under the SHA-256 of the LLVM
+// version, the host target and the unoptimised IR: a hit skips optimisation and codegen.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,8 @@ class CpuKernel {
   void launch(const KernelArgs& args) const;
   // Wall time of LLVM codegen + optimisation + JIT linking for this kernel.
   double compile_ms() const;
+  // Whether the object code came from the on-disk cache.
+  bool from_cache() const;
   const KernelSignature& signature() const;
   // The LLVM IR as emitted (before optimisation): deterministic text.
   const std::string& llvm_ir() const;

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "compiler/codegen/disk_cache.h"  // default_cache_dir
+
 namespace tilerun::compiler {
 
 struct CubinResult {
@@ -17,8 +19,6 @@ struct CubinResult {
 // IEEE division and square root, denormals kept).
 std::vector<std::string> strict_nvrtc_options();
 
-// "$TILERUN_CACHE_DIR", else "$HOME/.cache/tilerun", else "" (no cache).
-std::string default_cache_dir();
 // The file under `cache_dir` that caches (source, options), whether or not it exists yet.
 std::string cubin_cache_path(const std::string& cache_dir, const std::string& source,
                              const std::vector<std::string>& options);
