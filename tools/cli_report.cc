@@ -73,6 +73,7 @@ json report_json(const Options& o, const Model& model, const RunResult& r) {
         {"unknown", cs.unknown},
         {"disproved", cs.disproved},
         {"z3_queries", cs.z3_queries},
+        {"z3_disk_hits", cs.z3_disk_hits},
         {"z3_ms", cs.z3_ms},
         {"compile_ms", cs.compile_ms},
         {"compile_thread_ms", cs.compile_thread_ms},
@@ -180,9 +181,9 @@ void print_compiled(const Model& model, const Session& session) {
       cs.kernels_distinct, cs.compile_ms, session.arena_bytes() / 1048576.0,
       session.tensor_bytes() / 1048576.0);
   std::printf(
-      "index proofs: %d proved, %d unknown (guard kept), %d disproved; %d Z3 queries, "
-      "%.0f ms of solver time (%.0f%% of the compile threads' %.0f ms)\n",
-      cs.proved, cs.unknown, cs.disproved, cs.z3_queries, cs.z3_ms,
+      "index proofs: %d proved, %d unknown (guard kept), %d disproved; %d Z3 queries (%d from the "
+      "disk cache), %.0f ms of solver time (%.0f%% of the compile threads' %.0f ms)\n",
+      cs.proved, cs.unknown, cs.disproved, cs.z3_queries, cs.z3_disk_hits, cs.z3_ms,
       cs.compile_thread_ms > 0 ? 100.0 * cs.z3_ms / cs.compile_thread_ms : 0.0,
       cs.compile_thread_ms);
 }

@@ -247,6 +247,7 @@ class Analyzer : public IRMutator {
   void count(const ProofResult& pr) {
     AnalysisStats& st = r_->stats;
     if (pr.method == "z3") (pr.cached ? st.cache_hits : st.z3_queries)++;
+    if (pr.method == "z3" && !pr.cached && pr.from_disk) st.z3_disk_hits++;
     st.z3_ms += pr.ms;
   }
 
@@ -643,6 +644,7 @@ AnalysisStats& AnalysisStats::operator+=(const AnalysisStats& o) {
   disproved += o.disproved;
   z3_queries += o.z3_queries;
   cache_hits += o.cache_hits;
+  z3_disk_hits += o.z3_disk_hits;
   z3_ms += o.z3_ms;
   guards_removed += o.guards_removed;
   guards_kept += o.guards_kept;

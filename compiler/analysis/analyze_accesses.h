@@ -37,6 +37,7 @@ struct AccessVerdict {
 struct AnalysisStats {
   int proved = 0, unknown = 0, disproved = 0;  // every question
   int z3_queries = 0, cache_hits = 0;
+  int z3_disk_hits = 0;  // of z3_queries, verdicts read from the on-disk cache
   double z3_ms = 0;
   int guards_removed = 0, guards_kept = 0, vectorizable = 0, scalar = 0;
   AnalysisStats& operator+=(const AnalysisStats& o);

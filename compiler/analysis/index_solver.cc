@@ -8,12 +8,15 @@
 #include <future>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "compiler/base/check.h"
-#include "compiler/ir/ir_printer.h"
+#include "compiler/base/disk_cache.h"
 #include "compiler/base/sha256.h"
+#include "compiler/ir/ir_printer.h"
 #include "tilerun/error.h"
 
 namespace tilerun::compiler {
@@ -297,6 +300,38 @@ std::map<std::string, std::shared_future<ProofResult>>& cache() {
   return c;
 }
 
+// Verdicts also live on disk beside the cubins, keyed by the same text (which names the Z3
+// version and the budget): a warm compile asks Z3 nothing. A backstop Error is never stored.
+DiskCache verdict_cache() {
+  return DiskCache(default_cache_dir(), "z3-verdict-v1", "tilerun-verdict 1", "verdict");
+}
+
+std::string verdict_text(const ProofResult& r) {
+  std::string t = "outcome " + std::to_string(static_cast<int>(r.outcome)) + "\nsteps " +
+                  std::to_string(r.steps) + "\n";
+  for (const auto& [name, v] : r.model) t += "model " + name + " " + std::to_string(v) + "\n";
+  return t;
+}
+
+std::optional<ProofResult> parse_verdict(const std::string& text) {
+  ProofResult r;
+  r.method = "z3";
+  std::istringstream in(text);
+  std::string word;
+  int outcome = -1;
+  if (!(in >> word) || word != "outcome" || !(in >> outcome) || outcome < 0 || outcome > 2)
+    return std::nullopt;
+  r.outcome = static_cast<Outcome>(outcome);
+  if (!(in >> word) || word != "steps" || !(in >> r.steps)) return std::nullopt;
+  while (in >> word) {
+    std::string name;
+    int64_t v = 0;
+    if (word != "model" || !(in >> name >> v)) return std::nullopt;
+    r.model[name] = v;
+  }
+  return r;
+}
+
 ProofResult run_z3(const IndexQuery& q, const ProofBudget& budget) {
   ProofResult res;
   res.method = "z3";
@@ -430,8 +465,17 @@ ProofResult prove(const IndexQuery& q, const ProofBudget& budget) {
   IndexQuery canon = q;
   std::sort(canon.facts.begin(), canon.facts.end(),
             [](const Expr& a, const Expr& b) { return to_string(a) < to_string(b); });
+  const DiskCache disk = verdict_cache();
+  if (std::optional<std::string> stored = disk.load(key, q.name)) {
+    if (std::optional<ProofResult> r = parse_verdict(*stored)) {
+      r->from_disk = true;
+      mine.set_value(*r);
+      return *r;
+    }
+  }
   try {
     ProofResult r = run_z3(canon, budget);
+    disk.store(key, verdict_text(r));
     mine.set_value(r);
     return r;
   } catch (...) {

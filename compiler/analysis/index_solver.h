@@ -2,7 +2,8 @@
 // bounds), Z3 (QF_NIA) only when that cannot decide. Every Z3 query runs in a fresh context with
 // a fixed seed and step budget (rlimit), so a verdict never depends on machine load; a wall-clock
 // backstop interrupts a query Z3 fails to bound and throws tilerun::Error naming it. Verdicts
-// are cached process-wide by sha256(canonical query text, budget, Z3 version).
+// are cached process-wide by sha256(canonical query text, budget, Z3 version), and on disk
+// under the same key (default_cache_dir(), folder z3-verdict-v1).
 #pragma once
 
 #include <cstdint>
@@ -42,10 +43,11 @@ struct IndexQuery {
 
 struct ProofResult {
   Outcome outcome = Outcome::Unknown;
-  std::string method;  // "fact", "interval", "z3", "none"
-  bool cached = false;
-  uint64_t steps = 0;  // Z3 rlimit count
-  double ms = 0;       // Z3 wall time of this call (0 when cheap or cached)
+  std::string method;      // "fact", "interval", "z3", "none"
+  bool cached = false;     // answered by an earlier identical question in this process
+  bool from_disk = false;  // a Z3 verdict read from the on-disk cache (no solver time)
+  uint64_t steps = 0;      // Z3 rlimit count
+  double ms = 0;           // Z3 wall time of this call (0 when cheap or cached)
   // On Disproved: the counterexample, every integer Var of the query by name.
   std::map<std::string, int64_t> model;
 };

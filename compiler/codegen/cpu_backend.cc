@@ -23,7 +23,7 @@
 #include "compiler/base/check.h"
 #include "compiler/base/sha256.h"
 #include "compiler/codegen/cpu_codegen.h"
-#include "compiler/codegen/disk_cache.h"
+#include "compiler/base/disk_cache.h"
 #include "compiler/codegen/fault_injection.h"
 #include "compiler/codegen/mma_model.h"
 #include "compiler/lower.h"

@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "compiler/base/sha256.h"
-#include "compiler/codegen/disk_cache.h"
+#include "compiler/base/disk_cache.h"
 #include "compiler/codegen/fault_injection.h"
 #include "tilerun/error.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/codegen/disk_cache.h"  // default_cache_dir
+#include "compiler/base/disk_cache.h"  // default_cache_dir
 
 namespace tilerun::compiler {
 

@@ -27,6 +27,7 @@ void add_proof_stats(const compiler::AnalysisReport& report, CompileStats& stats
     }
   }
   stats.z3_queries += report.stats.z3_queries;
+  stats.z3_disk_hits += report.stats.z3_disk_hits;
   stats.z3_ms += report.stats.z3_ms;
 }
 

@@ -60,6 +60,7 @@ struct CompileStats {
   // Z3 queries over all questions (guards and vectorisation too) and their summed time.
   int proved = 0, unknown = 0, disproved = 0;
   int z3_queries = 0;
+  int z3_disk_hits = 0;  // of the queries, verdicts read from the on-disk cache (no solver time)
   double z3_ms = 0;
   // The compile threads' time summed over the distinct kernels (lowering, proofs, code
   // generation), the measure z3_ms is a share of (both are summed over threads).

@@ -1,5 +1,6 @@
-// Content-addressed, sealed entries on disk: the cubin cache (nvrtc.h) and the CPU backend's
-// object-code cache (cpu_backend.h) share it. An entry is a short text header, then the payload:
+// Content-addressed, sealed entries on disk: the cubin cache (codegen/nvrtc.h), the CPU backend's
+// object-code cache (codegen/cpu_backend.h) and the Z3 verdicts (analysis/index_solver.h) share it.
+// An entry is a short text header, then the payload:
 //   <magic>\n key <sha256 of the key>\n size <bytes>\n sha256 <of the payload>\n\n <payload>
 // The header names the key the entry answers (a file copied or renamed onto another entry's path
 // is caught) and the payload's length and digest (a flipped bit or a cut file is caught): a

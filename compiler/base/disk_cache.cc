@@ -1,4 +1,4 @@
-#include "compiler/codegen/disk_cache.h"
+#include "compiler/base/disk_cache.h"
 
 #include <unistd.h>
 
