@@ -3,9 +3,10 @@
 
   1. Generates x, the i32 targets and every weight (seeded, Python's own generator, the same file
      with or without torch) and writes them as .safetensors under tilerun's names.
-  2. Runs one training step in tilerun (`--steps 1 --check --save`; graph and launch modes on
-     CUDA, the CPU backend with --device cpu): the loss, the logits, every gradient and the
-     weights after one AdamW update. On CUDA, graph and launch must give the same bits.
+  2. Runs tilerun (graph and launch modes on CUDA, the CPU backend with --device cpu): one step
+     of the model without its optimizer with --check (the loss, logits, every gradient) and one
+     training step (the weights after one AdamW update). On CUDA, graph and launch must give the
+     same bits.
   3. The same step in PyTorch (fp32, TF32 off; and fp64 for scale): the loss, logits and
      gradients must agree within relative L2 1e-4, the AdamW-updated weights within 1e-3 (a
      first Adam step moves each weight by about lr * sign(grad), so a gradient within rounding
@@ -384,17 +385,33 @@ def main():
     wpath = os.path.join(workdir, "weights.safetensors")
     write_safetensors(wpath, inputs)
 
-    # One training step in each tilerun mode, the first with --check.
+    # In each tilerun mode: a step of the model without its optimizer (the loss, logits and
+    # gradients at the generated weights; the first run with --check), and one training step
+    # (the weights after one AdamW update). Two runs, because the CLI saves the outputs and
+    # gradients of its last pass, which after training is one at the trained weights.
+    plain = os.path.join(workdir, "no_optimizer.yaml")
+    with open(args.config, encoding="utf-8") as f:
+        text = f.read()
+    with open(plain, "w", encoding="utf-8") as f:
+        f.write(re.sub(r"^optimizer:.*$", "", text, flags=re.M))
     results = {}
     for i, mode in enumerate(["graph", "launch"] if args.device == "cuda" else ["cpu"]):
-        save, rep = os.path.join(workdir, f"{mode}.safetensors"), os.path.join(workdir, f"{mode}.json")
-        cmd = [tilerun, args.config, "--device", args.device, "--weights", wpath, "--save", save,
-               "--report", rep, "--steps", "1"] + (["--mode", mode] if args.device == "cuda" else [])
-        if run_tilerun(cmd + (["--check"] if i == 0 else [])).returncode != 0:
-            failures.append(f"tilerun ({mode}) failed")
-            continue
-        results[mode] = read_safetensors(save)
-        results[mode]["loss"] = ((1,), array.array("f", [json.load(open(rep))["loss"]["total"]]))
+        res = {}
+        for config, what in ((plain, "step"), (args.config, "update")):
+            save = os.path.join(workdir, f"{mode}_{what}.safetensors")
+            rep = os.path.join(workdir, f"{mode}_{what}.json")
+            cmd = [tilerun, config, "--device", args.device, "--weights", wpath, "--save", save,
+                   "--report", rep, "--steps", "1"] + (["--mode", mode] if args.device == "cuda" else [])
+            if run_tilerun(cmd + (["--check"] if i == 0 and what == "step" else [])).returncode != 0:
+                failures.append(f"tilerun ({mode}, {what}) failed")
+                continue
+            saved = read_safetensors(save)
+            if what == "step":
+                res.update(saved)
+                res["loss"] = ((1,), array.array("f", [json.load(open(rep))["loss"]["total"]]))
+            else:
+                res.update({n: saved[n] for n in weight_shapes(s) if n in saved})
+        results[mode] = res
     if len(results) == 2:
         same = results["graph"] == results["launch"]
         print(f"tilerun graph and launch: {'bit-identical' if same else 'DIFFERENT'}")
