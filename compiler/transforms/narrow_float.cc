@@ -21,25 +21,31 @@ Val let_in(const std::string& name, const Val& value, const std::function<Val(Va
   return Let::make(name, value.expr(), body(v).expr());
 }
 
-// An IEEE-like 8-bit format: `man` fraction bits, exponent bias `bias` (the smallest normal
-// exponent is 1 - bias), the largest finite magnitude code, the magnitude code an overflow gets
-// (infinity, or the largest finite one to saturate), and the whole code for NaN.
+// An IEEE-like small format of `bits` bits (the top one the sign): `man` fraction bits, exponent
+// bias `bias` (the smallest normal exponent is 1 - bias), the largest finite magnitude code, the
+// magnitude code an overflow gets (infinity, or the largest finite one to saturate), and the
+// whole code for NaN.
 struct Format8 {
-  int man, exp_bits, bias;
+  int bits, man, exp_bits, bias;
   int max_code, on_overflow, nan;
-  bool has_inf;  // the all-ones exponent is ±inf (fraction 0) and NaN, not numbers
+  bool has_inf;       // the all-ones exponent is ±inf (fraction 0) and NaN, not numbers
+  bool has_nan_code;  // the all-ones magnitude is NaN (e4m3); e2m1 has no NaN
 };
-constexpr Format8 kE4M3 = {3, 4, 7, 0x7E, 0x7E, 0x7F, false};
-constexpr Format8 kE5M2 = {2, 5, 15, 0x7B, 0x7C, 0x7E, true};
+constexpr Format8 kE4M3 = {8, 3, 4, 7, 0x7E, 0x7E, 0x7F, false, true};
+constexpr Format8 kE5M2 = {8, 2, 5, 15, 0x7B, 0x7C, 0x7E, true, false};
+// NaN, which e2m1 cannot hold, goes to +6 like any out-of-range value (numeric_convert.h).
+constexpr Format8 kE2M1 = {4, 1, 2, 1, 0x7, 0x7, 0x7, false, false};
 
 const Format8& format_of(DType d) {
-  TR_CHECK(d == DType::F8E4M3 || d == DType::F8E5M2, "not an 8-bit float format");
-  return d == DType::F8E4M3 ? kE4M3 : kE5M2;
+  TR_CHECK(d == DType::F8E4M3 || d == DType::F8E5M2 || d == DType::FP4E2M1,
+           "not an 8- or 4-bit float format");
+  return d == DType::F8E4M3 ? kE4M3 : d == DType::F8E5M2 ? kE5M2 : kE2M1;
 }
 
 Val decode8(const Format8& f, const Val& code) {
-  Val c = code & I(0xff);
-  Val sign = shl_c(c & I(0x80), 24);
+  const int sign_bit = 1 << (f.bits - 1);
+  Val c = code & I((1 << f.bits) - 1);
+  Val sign = shl_c(c & I(sign_bit), 32 - f.bits);
   Val e = shr_c(c, f.man) & I((1 << f.exp_bits) - 1);
   Val m = c & I((1 << f.man) - 1);
   Val normal = from_bits(sign | shl_c(e + I(127 - f.bias), 23) | shl_c(m, 23 - f.man));
@@ -52,13 +58,14 @@ Val decode8(const Format8& f, const Val& code) {
     Val inf = from_bits(sign | I(0x7f800000));
     return select(e == I((1 << f.exp_bits) - 1), select(m == I(0), inf, nan), value);
   }
-  return select((c & I(0x7f)) == I(0x7f), nan, value);
+  if (!f.has_nan_code) return value;
+  return select((c & I(sign_bit - 1)) == I(sign_bit - 1), nan, value);
 }
 
 Val encode8(const Format8& f, const Val& x, const std::string& p) {
   return let_in(p + ".b", bits_of(x), [&](Val b) {
     return let_in(p + ".a", b & I(0x7fffffff), [&](Val a) {
-      Val sign = shr_c(b, 24) & I(0x80);
+      Val sign = shr_c(b, 32 - f.bits) & I(1 << (f.bits - 1));
       const int drop = 23 - f.man;
       // Normal range: round the dropped fraction bits to nearest even (a carry into the
       // exponent is right: it rounds up to the next binade), then rebias the exponent.
@@ -108,6 +115,8 @@ Expr narrow_float_to_f32(DType d, const Expr& code, const std::string& prefix) {
   if (d == DType::E8M0) return decode_e8m0(Val(code)).expr();
   return let_in(prefix + ".c", Val(code), [&](Val c) { return decode8(format_of(d), c); }).expr();
 }
+
+bool is_small_float_code(DType d) { return is_narrow_float(d) || d == DType::FP4E2M1; }
 
 Expr f32_to_narrow_float(DType d, const Expr& x, const std::string& prefix) {
   return let_in(prefix + ".x", Val(x),

@@ -8,7 +8,10 @@
 //   f8e5m2  round to nearest even; IEEE-like: overflow to ±inf; NaN to 0x7E.
 //   e8m0    2^(e-127), 0xFF = NaN; a positive value goes to the nearest power of two (1.5·2^k,
 //           the tie, goes up), zero and negatives to 2^-127, beyond 2^127 to 2^127.
-// A code arrives and leaves as the low 8 bits of an i32.
+//   fp4e2m1 round to nearest even; saturates to ±6 (±inf too); NaN to +6 (e2m1 has no NaN).
+//           Only as a value code here (a fake-quant rounds through it); FP4 storage, two codes
+//           per byte, is not a load/store format yet.
+// A code arrives and leaves as the low 8 (fp4e2m1: 4) bits of an i32.
 #pragma once
 
 #include <string>
@@ -17,8 +20,10 @@
 
 namespace tilerun::compiler {
 
-// Whether `dtype` is one of the formats above.
+// Whether `dtype` is one of the 8-bit storage formats above (f8e4m3, f8e5m2, e8m0).
 bool is_narrow_float(DType dtype);
+// Whether the conversions below take `dtype`: the 8-bit formats and fp4e2m1.
+bool is_small_float_code(DType dtype);
 // The code's value as f32 (exact: every code of these formats is an f32).
 Expr narrow_float_to_f32(DType dtype, const Expr& code, const std::string& prefix);
 // The f32 value's code (an i32 in 0..255).

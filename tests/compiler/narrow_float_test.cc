@@ -145,5 +145,50 @@ TEST(NarrowFloat, RoundingRulesByHand) {
   }
 }
 
+// fp4e2m1 as value codes (no storage format yet): every code decoded, every tie and its
+// neighbours, specials and random bit patterns encoded, against the host.
+TEST(NarrowFloat, Fp4CodesMatchTheHost) {
+  static std::unique_ptr<CpuKernel> kernel = compile_cpu(testing::fp4_kernel());
+  std::vector<double> grid;
+  for (int i = 0; i < 16; ++i) grid.push_back(graph::fp4e2m1_to_double(uint8_t(i)));
+  grid.insert(grid.end(), {8.0, -8.0});  // past the largest magnitude: saturation
+  std::sort(grid.begin(), grid.end());
+  grid.erase(std::unique(grid.begin(), grid.end()), grid.end());
+  std::vector<float> x;
+  for (size_t i = 0; i < grid.size(); ++i) {
+    std::vector<double> points = {grid[i]};
+    if (i + 1 < grid.size()) points.push_back((grid[i] + grid[i + 1]) / 2);
+    for (double v : points) {
+      float f = static_cast<float>(v);
+      x.insert(x.end(), {f, std::nextafter(f, -kInf), std::nextafter(f, kInf)});
+    }
+  }
+  x.insert(x.end(), {0.0f, -0.0f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN(), 1e-45f,
+                     -1e-45f, 0.25f, -0.25f, 0.75f, 1e30f});
+  std::mt19937 rng(std::random_device{}());
+  for (int i = 0; i < (1 << 16); ++i) x.push_back(std::bit_cast<float>(uint32_t(rng())));
+  std::uniform_real_distribution<float> u(-7.0f, 7.0f);
+  for (int i = 0; i < (1 << 16); ++i) x.push_back(u(rng));
+  const size_t n = x.size();
+  std::vector<int32_t> c(n), q(n, -1);
+  for (size_t i = 0; i < n; ++i) c[i] = static_cast<int32_t>(i % 16);
+  std::vector<float> d(n);
+  kernel->launch({.buffers = {c.data(), x.data(), d.data(), q.data()},
+                  .dims = {static_cast<int64_t>(n)},
+                  .scalars = {}});
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(q[i], graph::round_to_fp4e2m1(x[i])) << "e2m1 of " << x[i] << " (" << i << ")";
+    ASSERT_TRUE(same(d[i], graph::fp4e2m1_to_double(uint8_t(c[i])))) << "code " << c[i];
+  }
+  // By hand: 0.25 ties to 0 (even), 0.75 to 1, 2.5 to 2, 5 to 4 (even), 7 saturates to 6.
+  std::vector<float> h = {0.25f, 0.75f, 2.5f, 5.0f, 7.0f, -7.0f, -0.0f};
+  std::vector<int32_t> hc(h.size(), 0), hq(h.size(), -1);
+  std::vector<float> hd(h.size());
+  kernel->launch({.buffers = {hc.data(), h.data(), hd.data(), hq.data()},
+                  .dims = {static_cast<int64_t>(h.size())},
+                  .scalars = {}});
+  EXPECT_EQ(hq, (std::vector<int32_t>{0x0, 0x2, 0x4, 0x6, 0x7, 0xF, 0x8}));
+}
+
 }  // namespace
 }  // namespace tilerun::compiler

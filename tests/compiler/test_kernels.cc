@@ -1,6 +1,7 @@
 #include "test_kernels.h"
 
 #include "compiler/ir/builder.h"
+#include "compiler/transforms/narrow_float.h"
 
 namespace tilerun::compiler::testing {
 
@@ -75,6 +76,23 @@ Kernel narrow_float_kernel() {
         q4(base + i) = x(base + i);
         q5(base + i) = x(base + i);
         qs(base + i) = x(base + i);
+      });
+    });
+  });
+  return kb.build();
+}
+
+Kernel fp4_kernel() {
+  KernelBuilder kb("fp4_codes");
+  Dim N = kb.dim("N");
+  Buf c = kb.input("c", DType::I32, {N}), x = kb.input("x", DType::F32, {N});
+  Buf d = kb.output("d", DType::F32, {N}), q = kb.output("q", DType::I32, {N});
+  kb.body({ceildiv(N, 128)}, 128, [&](Scope& s) {
+    Idx base = s.block_idx(0) * 128;
+    s.parallel(128, [&](Idx i) {
+      s.if_then(base + i < N, [&] {
+        d(base + i) = Val(narrow_float_to_f32(DType::FP4E2M1, c(base + i).expr(), "dec"));
+        q(base + i) = Val(f32_to_narrow_float(DType::FP4E2M1, x(base + i).expr(), "enc"));
       });
     });
   });

@@ -14,6 +14,8 @@ Kernel mixed_dtype_kernel();
 // The 8-bit float formats: d4/d5/ds[i] = the f32 value of the f8e4m3/f8e5m2/e8m0 code c4/c5/cs[i],
 // and q4/q5/qs[i] = x[i] rounded to each format (narrow_float.h).
 Kernel narrow_float_kernel();
+// fp4e2m1 as value codes: d = decode(c) (codes in i32), q = encode(x).
+Kernel fp4_kernel();
 // Row softmax over [T, D]: a max and a sum reduction per row.
 Kernel softmax_kernel();
 // The rmsnorm forward of the builder's documentation.

@@ -1,0 +1,246 @@
+// fake_quant(x; format, block, scale): x rounded through a low-precision format with one scale
+// per block of `block` consecutive elements along the last axis — the quantise-dequantise step
+// of the V4 recipe (FP8 activations per 1×128, MXFP4 per 1×32 with power-of-two scales) kept in
+// x's dtype. Per block:
+//   amax = max |x| (NaN if any element is NaN)
+//   s    = amax / max_finite(format) in f32 (1 when amax = 0); with scale: ue8m0 the smallest
+//          power of two >= that quotient, so no element can overflow the format
+//   y    = decode(encode(x / s)) · s, encode rounding to nearest even (compiler/transforms/
+//          narrow_float.h: e4m3 and e2m1 saturate, e5m2 overflows to inf)
+// Each step is one IEEE f32 operation, so the double reference rounds to f32 at the same points
+// and the kernel matches it bit for bit. The gradient is straight-through: dx = dy.
+// One thread owns one block (two passes over it: amax, then the rounding).
+#include <cmath>
+
+#include "compiler/ir/builder.h"
+#include "compiler/transforms/narrow_float.h"
+#include "kernels/expand_util.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/op_registry.h"
+#include "kernels/ref_util.h"
+#include "kernels/ref_values.h"
+#include "kernels/schema_util.h"
+
+namespace tilerun::kernels {
+
+namespace {
+
+namespace cc = tilerun::compiler;
+
+constexpr int kThreads = 128;
+
+// A format's rounding in the reference: significand digits, smallest normal exponent, largest
+// finite magnitude, and whether an overflow saturates (else it is inf).
+struct Format {
+  DType dtype;
+  int digits, emin;
+  double max;
+  bool saturates;
+};
+
+Format format_named(const std::string& name) {
+  if (name == "f8e4m3") return {DType::F8E4M3, 4, -6, 448.0, true};
+  if (name == "f8e5m2") return {DType::F8E5M2, 3, -14, 57344.0, false};
+  if (name == "fp4e2m1") return {DType::FP4E2M1, 2, 0, 6.0, true};
+  throw ShapeError("attribute 'format' is '" + name + "', expected one of f8e4m3, f8e5m2, fp4e2m1");
+}
+
+bool pow2_scale(const Attrs& attrs) {
+  const std::string& s = attr_string(attrs, "scale");
+  if (s != "f32" && s != "ue8m0")
+    throw ShapeError("attribute 'scale' is '" + s + "', expected f32 or ue8m0");
+  return s == "ue8m0";
+}
+
+std::vector<TensorType> infer_fake_quant(const std::vector<TensorType>& in, const Attrs& attrs) {
+  expect_float(in[0], "x");
+  format_named(attr_string(attrs, "format"));
+  pow2_scale(attrs);
+  const int64_t block = attr_int(attrs, "block");
+  if (in[0].shape.empty())
+    throw ShapeError("input 'x' is " + to_string(in[0]) + ", expected rank >= 1");
+  const int64_t last = in[0].shape.back();
+  if (block < 1 || last % block != 0)
+    throw ShapeError("attribute 'block' is " + std::to_string(block) + ", expected a divisor of " +
+                     "input 'x' " + to_string(in[0]) + "'s last extent " + std::to_string(last));
+  return {in[0]};
+}
+
+// ---- Reference: double arithmetic rounded to f32 where the kernel rounds ------------------
+
+double f32(double v) { return static_cast<double>(static_cast<float>(v)); }
+
+// v (an f32 value) rounded to the format: nearest even, subnormals below 2^emin.
+double round_format(double v, const Format& f) {
+  if (!std::isfinite(v) || v == 0) {
+    if (std::isinf(v) && f.saturates) return std::copysign(f.max, v);
+    return v;
+  }
+  int e = std::max(std::ilogb(v), f.emin);
+  double quantum = std::ldexp(1.0, e - (f.digits - 1));
+  double r = std::nearbyint(v / quantum) * quantum;
+  if (std::abs(r) > f.max) return f.saturates ? std::copysign(f.max, v) : std::copysign(kInf(), v);
+  return r;
+}
+
+// The smallest power of two >= s (s finite and > 0).
+double ceil_pow2(double s) {
+  int e = 0;
+  double m = std::frexp(s, &e);  // s = m·2^e, m in [0.5, 1)
+  return m == 0.5 ? s : std::ldexp(1.0, e);
+}
+
+std::vector<RefTensor> ref_fake_quant(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  const Format f = format_named(attr_string(attrs, "format"));
+  const bool pow2 = pow2_scale(attrs);
+  const int64_t block = attr_int(attrs, "block");
+  RefTensor y = in[0];
+  for (int64_t b0 = 0; b0 < y.numel(); b0 += block) {
+    double amax = 0;
+    for (int64_t j = b0; j < b0 + block; ++j) {
+      double a = std::abs(in[0].data[j]);
+      amax = std::isnan(a) || std::isnan(amax) ? kNaN() : std::max(amax, a);
+    }
+    double s = amax == 0 ? 1.0 : f32(amax / f.max);
+    if (pow2 && std::isfinite(s) && s > 0) s = ceil_pow2(s);
+    for (int64_t j = b0; j < b0 + block; ++j)
+      y.data[j] = f32(round_format(f32(in[0].data[j] / s), f) * s);
+  }
+  return {y};
+}
+
+// ---- Kernel ----------------------------------------------------------------------------------
+
+cc::Val bits(const cc::Val& x) { return cc::bitcast(cc::Type::I32, x); }
+cc::Val from_bits(const cc::Val& b) { return cc::bitcast(cc::Type::F32, b); }
+cc::Val i32(int64_t v) { return cc::literal(cc::Type::I32, v); }
+
+// The smallest power of two >= s for a finite s > 0 (inf and NaN pass through): a normal s
+// with a fraction moves to the next exponent; a subnormal one is scaled by 2^64 first (exact).
+cc::Val ceil_pow2(cc::Scope& s, const cc::Val& x) {
+  cc::Val e = s.let(cc::shr_logical(bits(x), i32(23)) & i32(0xff), "se");
+  cc::Val t = s.let(cc::select(e == i32(0), x * 0x1p64f, x), "st");
+  cc::Val tb = s.let(bits(t), "stb");
+  cc::Val up = from_bits(cc::shl((cc::shr_logical(tb, i32(23)) & i32(0xff)) + i32(1), i32(23)));
+  cc::Val r = s.let(cc::select((tb & i32(0x7fffff)) == i32(0), t, up), "sr");
+  cc::Val back = cc::select(e == i32(0), r * 0x1p-64f, r);
+  return cc::select(e == i32(0xff) || x == 0.0f, x, back);
+}
+
+// Parameters x, y [NB, B]: NB blocks of B elements; one thread per block.
+cc::Kernel build_fake_quant(DType dtype, const Format& f, bool pow2, const std::string& name) {
+  cc::KernelBuilder kb(name);
+  cc::Dim nb = kb.dim("NB"), b = kb.dim("B", {.min = 1, .max = 1 << 20});
+  cc::Buf x = kb.input("x", dtype, {nb, b});
+  cc::Buf y = kb.output("y", dtype, {nb, b});
+  kb.body({cc::ceildiv(nb, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(0) * kThreads;
+    cc::Buf amax = s.alloc_fragment("amax", DType::F32, {kThreads});
+    s.parallel(kThreads, [&](cc::Idx t) {
+      cc::Idx r = base + t;
+      s.if_then(r < nb, [&] {
+        amax(t) = 0.0f;
+        s.serial(b, [&](cc::Idx j) {
+          cc::Val a = s.let(cc::abs(x(r, j)), "a");
+          cc::Val m = amax(t);
+          // NaN sticks: once amax is NaN it stays; a NaN element replaces it.
+          amax(t) = cc::select(m != m, m, cc::select(!(a <= m), a, m));
+        });
+        cc::Val q = s.let(amax(t) / static_cast<float>(f.max), "q");
+        cc::Val scale = s.let(cc::select(amax(t) == 0.0f, cc::Val(1.0f), q), "scale");
+        if (pow2) scale = s.let(ceil_pow2(s, scale), "scale2");
+        s.serial(b, [&](cc::Idx j) {
+          cc::Val v = s.let(x(r, j) / scale, "v");
+          cc::Val code(cc::f32_to_narrow_float(f.dtype, v.expr(), "enc"));
+          cc::Val back(cc::narrow_float_to_f32(f.dtype, code.expr(), "dec"));
+          y(r, j) = back * scale;
+        });
+      });
+    });
+  });
+  return kb.build();
+}
+
+ExpandFn expand_fake_quant(std::shared_ptr<KernelCache> cache) {
+  return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                 const Attrs& attrs) {
+    const std::string& fmt = attr_string(attrs, "format");
+    const Format f = format_named(fmt);
+    const bool pow2 = pow2_scale(attrs);
+    const int64_t block = attr_int(attrs, "block");
+    const DType dtype = in[0].dtype;
+    const std::string name =
+        "fake_quant_" + fmt + (pow2 ? "_ue8m0_" : "_") + std::string(dtype_name(dtype));
+    KernelCall call{
+        .kernel = cache->get(name, [&] { return build_fake_quant(dtype, f, pow2, name); }),
+        .buffers = {input_slot(0), output_slot(0)},
+        .dims = {numel(in[0]) / block, block}};
+    return OpExpansion{.calls = {call}};
+  };
+}
+
+// Straight-through: the rounding's derivative is taken as 1.
+std::vector<GradOp> grad_fake_quant(const std::vector<TensorType>&, const Attrs&,
+                                    const std::vector<bool>& needs) {
+  if (!needs[0]) return {};
+  return {{"alias", {"dy0"}, {"dx0"}, {}}};
+}
+
+Attrs fq(const char* format, int64_t block, const char* scale = "f32") {
+  return {{"format", std::string(format)}, {"block", block}, {"scale", std::string(scale)}};
+}
+
+}  // namespace
+
+void register_quantize(OpRegistry& registry) {
+  auto cache = std::make_shared<KernelCache>();
+  const double nan = kNaN(), inf = kInf();
+  registry.add(
+      {.name = "fake_quant",
+       .doc = "y = x rounded through format with one scale per block of the last axis: s = "
+              "amax/max_finite (ue8m0: the next power of two), y = decode(encode(x/s))·s in f32; "
+              "gradient straight-through (dx = dy)",
+       .inputs = {"x"},
+       .outputs = {"y"},
+       .attrs = {{.name = "format",
+                  .kind = AttrKind::String,
+                  .default_value = AttrValue{std::string("f8e4m3")},
+                  .doc = "f8e4m3 (max 448, saturating), f8e5m2 (max 57344) or fp4e2m1 (max 6, "
+                         "saturating)"},
+                 {.name = "block",
+                  .kind = AttrKind::Int,
+                  .default_value = AttrValue{int64_t{128}},
+                  .doc = "elements per scale along the last axis (divides it)"},
+                 {.name = "scale",
+                  .kind = AttrKind::String,
+                  .default_value = AttrValue{std::string("f32")},
+                  .doc = "f32, or ue8m0 (power-of-two scales rounded up)"}},
+       .infer = infer_fake_quant,
+       .reference = ref_fake_quant,
+       .gradient = grad_fake_quant,
+       .expand = expand_fake_quant(cache),
+       .tests = {
+           .kernel = {{.shapes = {{33, 256}}, .attrs = fq("f8e4m3", 128)},
+                      {.shapes = {{7, 96}}, .attrs = fq("f8e5m2", 32, "ue8m0")},
+                      {.shapes = {{5, 3, 64}}, .attrs = fq("fp4e2m1", 32, "ue8m0")},
+                      {.shapes = {{9, 48}}, .attrs = fq("fp4e2m1", 16), .lo = -1e-3, .hi = 1e-3},
+                      {.shapes = {{1, 7}}, .attrs = fq("f8e4m3", 7), .lo = -300, .hi = 300},
+                      // Scales below f32's normal range (the ue8m0 rounding's scaled path).
+                      {.shapes = {{4, 32}},
+                       .attrs = fq("f8e4m3", 32, "ue8m0"),
+                       .lo = -1e-36,
+                       .hi = 1e-36}},
+           // A worked rounding on each format; zeros, NaN and infinity in a block (s = inf: x/s is
+           // 0 or NaN and 0·inf is NaN, so the whole block is NaN).
+           .examples = {{.inputs = {{{8}, {0.3, 6, -1.2, 2.6, 12, 5, -7, 0.9}}},
+                         .attrs = fq("fp4e2m1", 4, "ue8m0"),
+                         .outputs = {{{8}, {0.5, 6, -1, 3, 12, 4, -8, 1}}}},
+                        {.inputs = {{{4}, {896, 3.3, -0.0, 0.0}}},
+                         .attrs = fq("f8e4m3", 2),
+                         .outputs = {{{4}, {896, 3.25, -0.0, 0.0}}}},
+                        {.inputs = {{{4}, {1, nan, 2, -inf}}},
+                         .attrs = fq("f8e5m2", 2),
+                         .outputs = {{{4}, {nan, nan, nan, nan}}}}}}});
+}
+
+}  // namespace tilerun::kernels
