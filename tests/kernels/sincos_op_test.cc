@@ -31,7 +31,9 @@ double ulp_error(double y, double exact) {
   return std::fabs(y - exact) / std::ldexp(1.0, std::max(e - 24, -149));
 }
 
+// Fresh random bit patterns each run (TILERUN_TEST_SEED replays a run; the seed is printed).
 std::vector<double> arguments() {
+  std::printf("[seed] %llu\n", static_cast<unsigned long long>(testing::test_seed()));
   std::mt19937_64 rng(testing::test_seed());
   std::uniform_int_distribution<uint32_t> ub(0, 0xffffffffu);
   std::vector<double> x;
