@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The causal LM of configs/transformer.yaml in tilerun and in PyTorch, on the same weights.
 
-  1. Generates x, the i32 targets and every weight (seeded, Python's own generator, the same file
-     with or without torch) and writes them as .safetensors under tilerun's names.
+  1. Generates the i32 token ids, the targets (each the next token) and every weight (seeded,
+     Python's own generator, the same file with or without torch) and writes them as
+     .safetensors under tilerun's names.
   2. Runs tilerun (graph and launch modes on CUDA, the CPU backend with --device cpu): one step
      of the model without its optimizer with --check (the loss, logits, every gradient) and one
      training step (the weights after one AdamW update). On CUDA, graph and launch must give the
@@ -62,7 +63,8 @@ def spec_of(config):
             "weight_decay": find(r"adamw:.*\bweight_decay:\s*([-+0-9.eE]+)", "adamw weight_decay"),
             "scale": find(r"op: softmax.*\bscale:\s*([-+0-9.eE]+)", "the softmax scale"),
             "rope_step": find(r"out: expo.*\bstep:\s*([-+0-9.eE]+)", "the RoPE exponent step"),
-            "mask": find(r"out: mask.*\balpha:\s*([-+0-9.eE]+)", "the mask value")}
+            "mask": find(r"out: mask.*\balpha:\s*([-+0-9.eE]+)", "the mask value"),
+            "embedding": re.search(r"op: embedding", text) is not None}
 
 
 BLOCK_WEIGHTS = ["g1", "wq", "wk", "wv", "wo", "g2", "w1", "w2"]
@@ -75,15 +77,23 @@ def weight_shapes(s):
         for n, shape in zip(BLOCK_WEIGHTS, [(D,), (D, D), (D, D), (D, D), (D, D), (D,), (D, F), (F, D)]):
             shapes[f"block.{i}.{n}"] = shape
     shapes["head.g"], shapes["head.w"] = (D,), (D, V)
+    if s["embedding"]:
+        shapes["embed.table"] = (V, D)
     return shapes
 
 
 def make_inputs(s, seed):
-    """name -> (shape, array): x ~ N(0, 1), targets uniform in [0, V), norms' gains ~ N(1, 0.1),
-    matrices ~ N(0, 1/sqrt(fan_in))."""
+    """name -> (shape, array): token ids uniform in [0, V) and the next token as each target (or,
+    for a model without an embedding, x ~ N(0, 1) and random targets), norms' gains ~ N(1, 0.1),
+    matrices ~ N(0, 1/sqrt(rows))."""
     rng = random.Random(seed)
-    out = {"x": ((s["T"], s["D"]), array.array("f", (rng.gauss(0, 1) for _ in range(s["T"] * s["D"])))),
-           "targets": ((s["T"],), array.array("i", (rng.randrange(s["V"]) for _ in range(s["T"]))))}
+    T, V = s["T"], s["V"]
+    tokens = [rng.randrange(V) for _ in range(T + 1)]
+    out = {"targets": ((T,), array.array("i", tokens[1:]))}
+    if s["embedding"]:
+        out["ids"] = ((T,), array.array("i", tokens[:T]))
+    else:
+        out["x"] = ((T, s["D"]), array.array("f", (rng.gauss(0, 1) for _ in range(T * s["D"]))))
     for name, shape in weight_shapes(s).items():
         mean, std = (1.0, 0.1) if len(shape) == 1 else (0.0, 1 / math.sqrt(shape[0]))
         out[name] = (shape, array.array("f", (rng.gauss(mean, std) for _ in range(math.prod(shape)))))
@@ -122,7 +132,8 @@ def run_tilerun(cmd):
 
 
 def torch_model(torch, s, dev, dtype):
-    """loss_fn(params, x, targets) -> (loss, logits) for the config's model."""
+    """loss_fn(params, tokens, targets) -> (loss, logits) for the config's model; tokens are the
+    ids (an embedding model) or the float input x."""
     F = torch.nn.functional
     T, H, E, R, D = s["T"], s["H"], s["E"], s["R"], s["D"]
     pos = torch.arange(T, device=dev, dtype=torch.float32)[:, None]
@@ -139,7 +150,8 @@ def torch_model(torch, s, dev, dtype):
         a, b = u[..., :R], u[..., R:]
         return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
 
-    def loss_fn(p, x, targets):
+    def loss_fn(p, tokens, targets):
+        x = F.embedding(tokens, p["embed.table"]) if s["embedding"] else tokens
         for i in range(s["blocks"]):
             w = {n: p[f"block.{i}.{n}"] for n in BLOCK_WEIGHTS}
             h = rms(x, w["g1"])
@@ -159,10 +171,12 @@ def torch_leaves(torch, inputs, dev, dtype):
         shape, values = inputs[name]
         return torch.tensor(list(values), dtype=torch.float32).reshape(shape).to(dev, dtype)
 
-    params = {n: t(n).requires_grad_(True) for n in inputs if n not in ("x", "targets")}
-    x = t("x").requires_grad_(True)
-    targets = torch.tensor(list(inputs["targets"][1]), dtype=torch.long, device=dev)
-    return params, x, targets
+    def ids(name):
+        return torch.tensor(list(inputs[name][1]), dtype=torch.long, device=dev)
+
+    params = {n: t(n).requires_grad_(True) for n in inputs if n not in ("x", "ids", "targets")}
+    tokens = ids("ids") if "ids" in inputs else t("x").requires_grad_(True)
+    return params, tokens, ids("targets")
 
 
 def torch_step(torch, s, inputs, dev, dtype):
@@ -170,7 +184,9 @@ def torch_step(torch, s, inputs, dev, dtype):
     params, x, targets = torch_leaves(torch, inputs, dev, dtype)
     loss, logits = torch_model(torch, s, dev, dtype)(params, x, targets)
     loss.backward()
-    out = {"loss": loss.detach().reshape(1), "head.logits": logits.detach(), "grad.x": x.grad}
+    out = {"loss": loss.detach().reshape(1), "head.logits": logits.detach()}
+    if x.grad is not None:
+        out["grad.x"] = x.grad
     out.update({"grad." + n: p.grad for n, p in params.items()})
     opt = torch.optim.AdamW(list(params.values()), lr=s["lr"], betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=s["weight_decay"])
