@@ -1,9 +1,9 @@
-// Unary math: neg, abs, exp, log, sqrt, rsqrt, sigmoid, tanh, softplus, and the backward ops
-// that need a kernel of their own (abs_grad, sqrt_grad, rsqrt_grad, sigmoid_grad, tanh_grad,
-// softplus_grad). One flat map kernel each (kernels/map_kernel.h), strict: exp, log, rsqrt,
-// sigmoid and tanh are the compiler's own routines (compiler/transforms/strict_math.h), so the
-// CPU and the GPU give the same bits. Backward ops read the forward output where that is
-// cheaper (sigmoid' = y(1 - y)).
+// Unary math: neg, abs, exp, log, sqrt, rsqrt, sigmoid, tanh, softplus, sin, cos, and the
+// backward ops that need a kernel of their own (abs_grad, sqrt_grad, rsqrt_grad, sigmoid_grad,
+// tanh_grad, softplus_grad, sin_grad, cos_grad). One flat map kernel each
+// (kernels/map_kernel.h), strict: exp, log, rsqrt, sigmoid, tanh, sin and cos are the compiler's
+// own routines (compiler/transforms/strict_math.h), so the CPU and the GPU give the same bits.
+// Backward ops read the forward output where that is cheaper (sigmoid' = y(1 - y)).
 #include <cmath>
 
 #include "kernels/map_kernel.h"
@@ -89,6 +89,14 @@ OpTests unary_tests(double lo, double hi, std::vector<double> in, std::vector<do
           .examples = {{.inputs = {t1(std::move(in))}, .outputs = {t1(std::move(out))}}}};
 }
 
+// sin and cos: small arguments, then large ones (reduced by many multiples of π/2; f16 holds up
+// to 65504). The whole f32 range is tested by ulp in tests/kernels/sincos_op_test.cc.
+OpTests trig_tests(std::vector<double> in, std::vector<double> out) {
+  OpTests t = unary_tests(-10, 10, std::move(in), std::move(out), -4, 4);
+  t.kernel.push_back({.shapes = {{(1 << 12) + 1}}, .lo = -6e4, .hi = 6e4});
+  return t;
+}
+
 std::vector<Unary> unary_ops() {
   const double nan = kNaN(), inf = kInf();
   return {
@@ -160,6 +168,24 @@ std::vector<Unary> unary_ops() {
                    {std::log(2.0), inf, 0, nan, 1.3132616875182228, 9.357622968840175e-14}, -4, 4),
        "softplus_grad",
        {"x0", "dy0"}},
+      {"sin",
+       "y = sin x (radians, strict, <= 1 ulp for every f32: exact argument reduction; sin(-0) = "
+       "-0, sin(±inf) = NaN); gradient sin_grad",
+       [](double x) { return std::sin(x); },
+       [](cc::Scope&, const auto& v, const auto&) { return cc::sin(v[0]); },
+       trig_tests({0.0, -0.0, inf, -inf, nan, 3, 0x1p100},
+                  {0.0, -0.0, nan, nan, nan, 0.1411200080598672, -0.8721836054182673}),
+       "sin_grad",
+       {"x0", "dy0"}},
+      {"cos",
+       "y = cos x (radians, strict, <= 1 ulp for every f32: exact argument reduction; cos(±inf) = "
+       "NaN); gradient cos_grad",
+       [](double x) { return std::cos(x); },
+       [](cc::Scope&, const auto& v, const auto&) { return cc::cos(v[0]); },
+       trig_tests({0.0, -0.0, inf, -inf, nan, 3, 0x1p100},
+                  {1, 1, nan, nan, nan, -0.9899924966004454, 0.48917865697472146}),
+       "cos_grad",
+       {"x0", "dy0"}},
   };
 }
 
@@ -210,6 +236,24 @@ std::vector<Backward> backward_ops() {
        {.inputs = {t1({0, -kInf()}), t1({4, 4})}, .outputs = {t1({2, 0})}},
        -12,
        12,
+       "x"},
+      {"sin_grad",
+       "dx = dy · cos x (the backward op of sin)",
+       [](double x, double dy) { return dy * std::cos(x); },
+       [](cc::Scope&, const auto& v, const auto&) { return v[1] * cc::cos(v[0]); },
+       {.inputs = {t1({0, 3, -kInf()}), t1({4, 2, 1})},
+        .outputs = {t1({4, 2 * -0.9899924966004454, kNaN()})}},
+       -20,
+       20,
+       "x"},
+      {"cos_grad",
+       "dx = -dy · sin x (the backward op of cos)",
+       [](double x, double dy) { return -dy * std::sin(x); },
+       [](cc::Scope&, const auto& v, const auto&) { return -v[1] * cc::sin(v[0]); },
+       {.inputs = {t1({0, 3, kNaN()}), t1({4, 2, 1})},
+        .outputs = {t1({-0.0, -2 * 0.1411200080598672, kNaN()})}},
+       -20,
+       20,
        "x"},
   };
 }

@@ -66,35 +66,39 @@ TEST_F(GpuSession, TinyStepBitIdenticalToTheCpuInBothModes) {
   EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
 }
 
-// A training loop (configs/classifier.yaml: cross-entropy on integer labels, AdamW updates in
-// place) gives the CPU's bits on the GPU in both launch modes: every step's loss values, and
-// the trained weights and last gradients after 10 steps.
+// Training loops (configs/classifier.yaml: cross-entropy on integer labels, AdamW updates in
+// place; configs/transformer.yaml: the causal LM, RoPE tables from sin/cos) give the CPU's bits
+// on the GPU in both launch modes: every step's loss values, and the trained weights and last
+// gradients after 10 steps.
 TEST_F(GpuSession, TrainingBitIdenticalToTheCpuInBothModes) {
-  Model model = load_model(source_dir() + "/configs/classifier.yaml");
-  uint64_t seed = std::random_device{}();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  auto train = [&](Device device, LaunchMode mode) {
-    Session s(model, {.device = device, .mode = mode, .seed = seed});
-    TensorMap all;
-    for (int i = 0; i < 10; ++i) {
-      s.forward();
-      for (const LossValue& l : s.losses()) {
-        HostTensor v{.dtype = DType::F32, .shape = {}, .data = std::vector<uint8_t>(4)};
-        const float f = static_cast<float>(l.value);
-        std::memcpy(v.data.data(), &f, 4);
-        all["loss." + l.name + "." + std::to_string(i)] = v;
+  for (const char* config : {"classifier.yaml", "transformer.yaml"}) {
+    SCOPED_TRACE(config);
+    Model model = load_model(source_dir() + "/configs/" + config);
+    uint64_t seed = std::random_device{}();
+    std::printf("%s: seed %llu\n", config, static_cast<unsigned long long>(seed));
+    auto train = [&](Device device, LaunchMode mode) {
+      Session s(model, {.device = device, .mode = mode, .seed = seed});
+      TensorMap all;
+      for (int i = 0; i < 10; ++i) {
+        s.forward();
+        for (const LossValue& l : s.losses()) {
+          HostTensor v{.dtype = DType::F32, .shape = {}, .data = std::vector<uint8_t>(4)};
+          const float f = static_cast<float>(l.value);
+          std::memcpy(v.data.data(), &f, 4);
+          all["loss." + l.name + "." + std::to_string(i)] = v;
+        }
+        s.backward();
+        for (auto& [name, t] : s.gradients()) all["grad." + name] = std::move(t);
+        s.update();
       }
-      s.backward();
-      for (auto& [name, t] : s.gradients()) all["grad." + name] = std::move(t);
-      s.update();
-    }
-    for (const TensorDecl& t : model.tensors)
-      if (t.role == TensorRole::Weight) all[t.name] = s.tensor(t.name);
-    return all;
-  };
-  TensorMap want = train(Device::Cpu, LaunchMode::Graph);
-  expect_bit_identical(want, train(Device::Cuda, LaunchMode::Launch), "launch vs cpu");
-  expect_bit_identical(want, train(Device::Cuda, LaunchMode::Graph), "graph vs cpu");
+      for (const TensorDecl& t : model.tensors)
+        if (t.role == TensorRole::Weight) all[t.name] = s.tensor(t.name);
+      return all;
+    };
+    TensorMap want = train(Device::Cpu, LaunchMode::Graph);
+    expect_bit_identical(want, train(Device::Cuda, LaunchMode::Launch), "launch vs cpu");
+    expect_bit_identical(want, train(Device::Cuda, LaunchMode::Graph), "graph vs cpu");
+  }
 }
 
 TEST_F(GpuSession, ElementwiseConfigBitIdenticalToTheCpu) {

@@ -2,63 +2,28 @@
 // integer labels, AdamW) trains for 100 steps on the CPU with a falling loss, and two processes
 // print the same loss digits and save the same trained weights, byte for byte.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "tests/tools/cli_run.h"
+
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-};
-
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "tilerun_train_test_" + std::to_string(::getpid()) + "_" + name;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-Result run_cli(const std::string& args) {
-  std::string command = "'" + std::string(TILERUN_CLI) + "' " + args + " 2>&1";
-  Result r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
-  int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-// The "step N: loss X" lines, in order.
-std::vector<std::string> loss_lines(const std::string& out) {
-  std::vector<std::string> lines;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("step ", 0) == 0) lines.push_back(line);
-  return lines;
-}
-
-double loss_of(const std::string& line) { return std::stod(line.substr(line.find("loss ") + 5)); }
+using tilerun::testing::CliResult;
+using tilerun::testing::loss_lines;
+using tilerun::testing::loss_of;
+using tilerun::testing::read_file;
+using tilerun::testing::run_cli;
+using tilerun::testing::temp_path;
 
 TEST(Train, ClassifierLossFallsOverHundredStepsAndRepeatsBitForBit) {
   const std::string save_a = temp_path("a.safetensors"), save_b = temp_path("b.safetensors");
   const std::string args = std::string(TILERUN_SOURCE_DIR) +
                            "/configs/classifier.yaml --device cpu --steps 100 --print-loss --check "
                            "--save ";
-  Result a = run_cli(args + "'" + save_a + "'");
+  CliResult a = run_cli(args + "'" + save_a + "'");
   ASSERT_EQ(a.exit_code, 0) << a.out;
   std::vector<std::string> lines = loss_lines(a.out);
   ASSERT_EQ(lines.size(), 100u) << a.out;
@@ -79,7 +44,7 @@ TEST(Train, ClassifierLossFallsOverHundredStepsAndRepeatsBitForBit) {
   const std::string saved = read_file(save_a);
   EXPECT_NE(saved.find("\"mlp.w1\""), std::string::npos);
 
-  Result b = run_cli(args + "'" + save_b + "'");
+  CliResult b = run_cli(args + "'" + save_b + "'");
   ASSERT_EQ(b.exit_code, 0) << b.out;
   EXPECT_EQ(loss_lines(b.out), lines);  // every printed digit (9 significant) the same
   EXPECT_TRUE(read_file(save_b) == saved) << "the two processes saved different bytes";
@@ -90,8 +55,9 @@ TEST(Train, ClassifierLossFallsOverHundredStepsAndRepeatsBitForBit) {
 // The optimizer runs only after backward: a forward-only run prints the same first loss and
 // never changes the weights.
 TEST(Train, ForwardOnlyStepsDoNotTrain) {
-  Result r = run_cli(std::string(TILERUN_SOURCE_DIR) +
-                     "/configs/classifier.yaml --device cpu --steps 3 --print-loss --forward-only");
+  CliResult r =
+      run_cli(std::string(TILERUN_SOURCE_DIR) +
+              "/configs/classifier.yaml --device cpu --steps 3 --print-loss --forward-only");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   std::vector<std::string> lines = loss_lines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
