@@ -187,11 +187,17 @@ class RuleEmitter {
 // default is half_sum_squares of each output.
 void add_loss_terms(const Model& model, OpGraph& g) {
   std::vector<LossTerm> terms = model.loss.terms;
+  // An integer output (argmax's index) has no square to halve and no gradient: left out.
+  std::vector<std::string> float_outputs;
+  for (const std::string& out : model.outputs) {
+    const int id = g.find(out);
+    if (id >= 0 && dtype_is_float(g.tensors[id].type.dtype)) float_outputs.push_back(out);
+  }
   if (terms.empty())
-    for (const std::string& out : model.outputs) {
+    for (const std::string& out : float_outputs) {
       const TensorDecl* decl = model.find_tensor(out);
       std::string name =
-          model.outputs.size() == 1 ? "half_sum_squares" : "half_sum_squares(" + out + ")";
+          float_outputs.size() == 1 ? "half_sum_squares" : "half_sum_squares(" + out + ")";
       terms.push_back({.name = name,
                        .op = {.type = "half_sum_squares",
                               .inputs = {out},

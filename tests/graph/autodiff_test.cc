@@ -144,5 +144,19 @@ TEST(Autodiff, IntegerIndexPassesNoGradientButTheValuesItSelectsDo) {
   EXPECT_EQ(embedding_grads, 1);
 }
 
+// The default loss halves the squares of the float outputs only: an integer output gets no term.
+TEST(Autodiff, DefaultLossLeavesIntegerOutputsOut) {
+  const Model model = model_with(
+      "  - name: b\n    ops:\n      - {op: argmin, in: x, out: i}\n"
+      "      - {op: mul, in: [x, x], out: y}\n",
+      "[b.i, b.y]");
+  OpGraph g = build_forward(model);
+  ASSERT_EQ(g.loss.size(), 1u);
+  EXPECT_EQ(g.loss[0].name, "half_sum_squares");
+  EXPECT_EQ(g.ops[g.loss[0].op].inputs, std::vector<int>{g.find("b.y")});
+  append_backward(model, g);
+  EXPECT_TRUE(g.grad.count(g.find("x")));
+}
+
 }  // namespace
 }  // namespace tilerun::graph
