@@ -28,14 +28,16 @@ bool differentiable(const GraphTensor& t) {
          dtype_is_float(t.type.dtype);
 }
 
-// Whether each tensor depends on a float input or weight: only those need gradients.
+// Whether each tensor is a float that depends on a float input or weight: only those carry
+// gradients. An integer output (argmax's index, topk's indices) has none: no gradient flows into
+// it, nor through it into the op's inputs; the gradient flows through the values it selects.
 std::vector<bool> requires_grad(const OpGraph& g) {
   std::vector<bool> req(g.tensors.size(), false);
   for (size_t i = 0; i < g.tensors.size(); ++i) req[i] = differentiable(g.tensors[i]);
   for (const GraphOp& op : g.ops) {
     bool any = false;
     for (int in : op.inputs) any = any || req[in];
-    for (int out : op.outputs) req[out] = any;
+    for (int out : op.outputs) req[out] = any && dtype_is_float(g.tensors[out].type.dtype);
   }
   return req;
 }
@@ -53,9 +55,14 @@ class RuleEmitter {
     std::vector<bool> needs(fwd_.inputs.size());
     bool any = false;
     for (size_t i = 0; i < fwd_.inputs.size(); ++i) any |= needs[i] = req_[fwd_.inputs[i]];
-    if (!any) return;
-    // Output gradients that nothing produced (an output unused downstream) are zeros.
-    for (size_t i = 0; i < fwd_.outputs.size(); ++i) bind("dy" + std::to_string(i), dy(i));
+    // An op whose outputs carry no gradient (argmax: only an integer index) passes none back.
+    bool flows = false;
+    for (int out : fwd_.outputs) flows = flows || req_[out];
+    if (!any || !flows) return;
+    // Output gradients that nothing produced (an output unused downstream) are zeros; an integer
+    // output has no gradient to bind (a rule never reads its dy).
+    for (size_t i = 0; i < fwd_.outputs.size(); ++i)
+      if (req_[fwd_.outputs[i]]) bind("dy" + std::to_string(i), dy(i));
     for (size_t i = 0; i < fwd_.inputs.size(); ++i) bind("x" + std::to_string(i), fwd_.inputs[i]);
     for (size_t i = 0; i < fwd_.outputs.size(); ++i) bind("y" + std::to_string(i), fwd_.outputs[i]);
     if (!schema->gradient)
@@ -180,11 +187,17 @@ class RuleEmitter {
 // default is half_sum_squares of each output.
 void add_loss_terms(const Model& model, OpGraph& g) {
   std::vector<LossTerm> terms = model.loss.terms;
+  // An integer output (argmax's index) has no square to halve and no gradient: left out.
+  std::vector<std::string> float_outputs;
+  for (const std::string& out : model.outputs) {
+    const int id = g.find(out);
+    if (id >= 0 && dtype_is_float(g.tensors[id].type.dtype)) float_outputs.push_back(out);
+  }
   if (terms.empty())
-    for (const std::string& out : model.outputs) {
+    for (const std::string& out : float_outputs) {
       const TensorDecl* decl = model.find_tensor(out);
       std::string name =
-          model.outputs.size() == 1 ? "half_sum_squares" : "half_sum_squares(" + out + ")";
+          float_outputs.size() == 1 ? "half_sum_squares" : "half_sum_squares(" + out + ")";
       terms.push_back({.name = name,
                        .op = {.type = "half_sum_squares",
                               .inputs = {out},

@@ -112,6 +112,9 @@ struct OpTestCase {
   int64_t int_lo = 0, int_hi = 1;
   // Inputs (by index) drawn as random 0/1 masks instead (where's condition).
   std::vector<int> masks = {};
+  // > 0: float inputs rounded to multiples of this, so that equal values are common (the ties
+  // of argmax, topk, sorts).
+  double step = 0;
 };
 
 // A worked example: literal inputs and the outputs the reference must give (to 1e-12 relative),

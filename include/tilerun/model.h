@@ -68,8 +68,8 @@ struct LossTerm {
 };
 
 // The loss is the sum over the terms of weight * value. No terms (no `loss:` key, or
-// `loss: half_sum_squares`): 0.5 * sum(out^2) over every output, one term per output, so the
-// gradient seeded into each output is the output itself.
+// `loss: half_sum_squares`): 0.5 * sum(out^2) over every float output, one term per output, so
+// the gradient seeded into each output is the output itself (an integer output has no term).
 struct LossDecl {
   std::vector<LossTerm> terms;
 };

@@ -117,5 +117,46 @@ TEST(Autodiff, RepeatedLayerWithCarryReadingItsInputTwice) {
       "[b.y]"));
 }
 
+// An integer output carries no gradient: argmax's index picks table rows (embedding), so x's
+// gradient comes only through the product, the table's through the rows the index picked; no
+// gradient tensor of the index exists and argmax needs no gradient rule.
+TEST(Autodiff, IntegerIndexPassesNoGradientButTheValuesItSelectsDo) {
+  const Model model = model_with(
+      "  - name: b\n    weights:\n      table: {shape: [T, T]}\n    ops:\n"
+      "      - {op: argmax, in: x, out: i}\n"
+      "      - {op: embedding, in: [table, i], out: e}\n"
+      "      - {op: mul, in: [e, x], out: y}\n",
+      "[b.y]");
+  expect_gradients_match_finite_differences(model);
+  OpGraph g = build_forward(model);
+  append_backward(model, g);
+  const int index = g.find("b.i");
+  ASSERT_GE(index, 0);
+  EXPECT_EQ(g.tensors[index].type.dtype, DType::I32);
+  EXPECT_FALSE(g.grad.count(index));
+  int embedding_grads = 0;
+  for (const GraphOp& op : g.ops) {
+    embedding_grads += op.type == "embedding_grad";
+    for (int in : op.inputs)
+      if (op.direction == Direction::Backward && g.tensors[in].kind == TensorKind::Gradient)
+        EXPECT_TRUE(dtype_is_float(g.tensors[in].type.dtype)) << op.type;
+  }
+  EXPECT_EQ(embedding_grads, 1);
+}
+
+// The default loss halves the squares of the float outputs only: an integer output gets no term.
+TEST(Autodiff, DefaultLossLeavesIntegerOutputsOut) {
+  const Model model = model_with(
+      "  - name: b\n    ops:\n      - {op: argmin, in: x, out: i}\n"
+      "      - {op: mul, in: [x, x], out: y}\n",
+      "[b.i, b.y]");
+  OpGraph g = build_forward(model);
+  ASSERT_EQ(g.loss.size(), 1u);
+  EXPECT_EQ(g.loss[0].name, "half_sum_squares");
+  EXPECT_EQ(g.ops[g.loss[0].op].inputs, std::vector<int>{g.find("b.y")});
+  append_backward(model, g);
+  EXPECT_TRUE(g.grad.count(g.find("x")));
+}
+
 }  // namespace
 }  // namespace tilerun::graph

@@ -33,13 +33,16 @@ inline RefTensor random_tensor(std::mt19937_64& rng, std::vector<int64_t> shape,
   return t;
 }
 
-// A random tensor for one test case: values in [c.lo, c.hi), none nearer to zero than c.min_abs.
+// A random tensor for one test case: values in [c.lo, c.hi), none nearer to zero than c.min_abs,
+// multiples of c.step when it is set.
 inline RefTensor random_tensor(std::mt19937_64& rng, std::vector<int64_t> shape,
                                const OpTestCase& c) {
   RefTensor t = random_tensor(rng, std::move(shape), c.lo, c.hi);
   std::uniform_real_distribution<double> u(c.lo, c.hi);
-  for (double& v : t.data)
+  for (double& v : t.data) {
     while (std::abs(v) < c.min_abs) v = u(rng);
+    if (c.step > 0) v = std::floor(v / c.step) * c.step;
+  }
   return t;
 }
 

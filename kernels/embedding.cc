@@ -1,0 +1,218 @@
+// embedding (rows of a table picked by i32 ids) and its backward op embedding_grad. Kernels:
+// the gather is one block per (token, column tile), each thread one column of the token's row;
+// an id outside [0, V) gives a NaN row, never a read outside the table. The gradient is
+// owner-computes: one block per (table row, column tile), each thread one column, adding the dy
+// rows of the tokens that name the row in token order, so the sum's order is fixed by the ids
+// alone and nothing is atomic.
+#include <cmath>
+#include <limits>
+
+#include "compiler/ir/builder.h"
+#include "kernels/expand_util.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/op_registry.h"
+#include "kernels/ref_util.h"
+#include "kernels/ref_values.h"
+#include "kernels/schema_util.h"
+
+namespace tilerun::kernels {
+
+namespace {
+
+namespace cc = tilerun::compiler;
+
+constexpr int kThreads = 128;  // columns per block
+
+// ---- Inference -----------------------------------------------------------------------------
+
+// (table [V, D], ids i32 [..]) -> [.., D].
+std::vector<TensorType> infer_embedding(const std::vector<TensorType>& in, const Attrs&) {
+  expect_float(in[0], "table");
+  expect_rank(in[0], 2, "table");
+  if (in[1].dtype != DType::I32)
+    throw ShapeError("input 'ids' is " + to_string(in[1]) + ", expected i32 ids");
+  std::vector<int64_t> shape = in[1].shape;
+  shape.push_back(in[0].shape[1]);
+  return {TensorType{in[0].dtype, shape}};
+}
+
+// (table, ids, dy) -> dtable.
+std::vector<TensorType> infer_embedding_grad(const std::vector<TensorType>& in,
+                                             const Attrs& attrs) {
+  TensorType y = infer_embedding(in, attrs)[0];
+  expect_same(in[2], "dy", y, "the embedding's output");
+  return {in[0]};
+}
+
+// ---- References ----------------------------------------------------------------------------
+
+int64_t id_of(double v) { return static_cast<int64_t>(std::llround(v)); }
+
+std::vector<RefTensor> ref_embedding(const std::vector<RefTensor>& in, const Attrs&) {
+  const RefTensor &table = in[0], &ids = in[1];
+  const int64_t v = table.shape[0], d = table.shape[1];
+  std::vector<int64_t> shape = ids.shape;
+  shape.push_back(d);
+  RefTensor y = ref_zeros(shape);
+  for (int64_t n = 0; n < ids.numel(); ++n) {
+    const int64_t id = id_of(ids.data[n]);
+    for (int64_t j = 0; j < d; ++j)
+      y.data[n * d + j] = id >= 0 && id < v ? table.data[id * d + j] : kNaN();
+  }
+  return {y};
+}
+
+// dtable[v] = sum of dy[n] over the tokens n with ids[n] == v (ids outside [0, V) add nothing).
+std::vector<RefTensor> ref_embedding_grad(const std::vector<RefTensor>& in, const Attrs&) {
+  const RefTensor &table = in[0], &ids = in[1], &dy = in[2];
+  const int64_t v = table.shape[0], d = table.shape[1];
+  RefTensor dt = ref_zeros(table.shape);
+  for (int64_t n = 0; n < ids.numel(); ++n) {
+    const int64_t id = id_of(ids.data[n]);
+    if (id < 0 || id >= v) continue;
+    for (int64_t j = 0; j < d; ++j) dt.data[id * d + j] += dy.data[n * d + j];
+  }
+  return {dt};
+}
+
+// ---- Gradient rule -------------------------------------------------------------------------
+
+// The ids are integers: only the table has a gradient (autodiff asks only for float inputs).
+std::vector<GradOp> grad_embedding(const std::vector<TensorType>&, const Attrs&,
+                                   const std::vector<bool>& needs) {
+  if (!needs[0]) return {};
+  return {{"embedding_grad", {"x0", "x1", "dy0"}, {"dx0"}, {}}};
+}
+
+// ---- Kernels -------------------------------------------------------------------------------
+
+std::string suffix(DType dtype) { return "_" + std::string(dtype_name(dtype)); }
+
+cc::Kernel build_embedding(DType dtype) {
+  cc::KernelBuilder kb("embedding" + suffix(dtype));
+  cc::Dim n = kb.dim("N"), v = kb.dim("V"), d = kb.dim("D");
+  cc::Buf table = kb.input("table", dtype, {v, d});
+  cc::Buf ids = kb.input("ids", DType::I32, {n});
+  cc::Buf y = kb.output("y", dtype, {n, d});
+  kb.body({n, cc::ceildiv(d, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx token = s.block_idx(0);
+    cc::Idx base = s.block_idx(1) * kThreads;
+    cc::Val id = s.let(cc::to_i64(ids(token)), "id");
+    cc::Val in_range = s.let(id >= 0 && id < v, "in_range");
+    s.parallel(kThreads, [&](cc::Idx i) {
+      cc::Idx col = base + i;
+      s.if_then(col < d, [&] {
+        s.if_then_else(
+            in_range, [&] { y(token, col) = table(id, col); },
+            [&] { y(token, col) = cc::Val(std::numeric_limits<float>::quiet_NaN()); });
+      });
+    });
+  });
+  return kb.build();
+}
+
+cc::Kernel build_embedding_grad(DType dtype) {
+  cc::KernelBuilder kb("embedding_grad" + suffix(dtype));
+  cc::Dim n = kb.dim("N"), v = kb.dim("V"), d = kb.dim("D");
+  cc::Buf ids = kb.input("ids", DType::I32, {n});
+  cc::Buf dy = kb.input("dy", dtype, {n, d});
+  cc::Buf dt = kb.output("dtable", dtype, {v, d});
+  kb.body({v, cc::ceildiv(d, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(0);
+    cc::Idx base = s.block_idx(1) * kThreads;
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kThreads});
+    s.parallel(kThreads, [&](cc::Idx i) {
+      cc::Idx col = base + i;
+      s.if_then(col < d, [&] {
+        acc(i) = 0.0f;
+        s.serial(n, [&](cc::Idx t) {
+          s.if_then(cc::to_i64(ids(t)) == row, [&] { acc(i) = acc(i) + dy(t, col); });
+        });
+        dt(row, col) = acc(i);
+      });
+    });
+  });
+  return kb.build();
+}
+
+int64_t ids_count(const TensorType& ids) { return numel(ids); }
+
+ExpandFn expand_embedding(std::shared_ptr<KernelCache> cache) {
+  return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&, const Attrs&) {
+    DType dt = in[0].dtype;
+    KernelCall call{
+        .kernel = cache->get(kernel_key("embedding", dt), [&] { return build_embedding(dt); }),
+        .buffers = {input_slot(0), input_slot(1), output_slot(0)},
+        .dims = {ids_count(in[1]), in[0].shape[0], in[0].shape[1]}};
+    return OpExpansion{.calls = {call}};
+  };
+}
+
+ExpandFn expand_embedding_grad(std::shared_ptr<KernelCache> cache) {
+  return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&, const Attrs&) {
+    DType dt = in[0].dtype;
+    KernelCall call{.kernel = cache->get(kernel_key("embedding_grad", dt),
+                                         [&] { return build_embedding_grad(dt); }),
+                    .buffers = {input_slot(1), input_slot(2), output_slot(0)},
+                    .dims = {ids_count(in[1]), in[0].shape[0], in[0].shape[1]}};
+    return OpExpansion{.calls = {call}};
+  };
+}
+
+// A case: table [v, d] in [-2, 2), ids of `ids_shape` uniform in [lo, hi).
+OpTestCase ids_case(int64_t v, int64_t d, std::vector<int64_t> ids_shape, int64_t lo, int64_t hi,
+                    bool with_dy = false) {
+  OpTestCase c{.shapes = {{v, d}, ids_shape}, .int_lo = lo, .int_hi = hi};
+  if (with_dy) {
+    ids_shape.push_back(d);
+    c.shapes.push_back(ids_shape);
+  }
+  return c;
+}
+
+}  // namespace
+
+void register_embedding(OpRegistry& registry) {
+  auto cache = std::make_shared<KernelCache>();
+  registry.add(
+      {.name = "embedding",
+       .doc = "y[.., :] = table[ids[..], :]: the rows of table [V, D] named by i32 ids [..] "
+              "(an id outside [0, V) gives a NaN row)",
+       .inputs = {"table", "ids"},
+       .outputs = {"y"},
+       .input_dtypes = {{1, DType::I32}},
+       .infer = infer_embedding,
+       .reference = ref_embedding,
+       .gradient = grad_embedding,
+       .expand = expand_embedding(cache),
+       .tests = {.kernel = {ids_case(1, 1, {1}, 0, 1), ids_case(7, 5, {3}, 0, 7),
+                            ids_case(50, 133, {2, 65}, 0, 50), ids_case(9, 16, {}, 0, 9)},
+                 // Repeated ids: the gradient of a row named twice sums both tokens' dy.
+                 .gradient = {ids_case(5, 3, {7}, 0, 5), ids_case(3, 2, {2, 3}, 0, 3)},
+                 // Rows 2, 0, 2 of a [3, 2] table; an id of 3 or -1 gives a NaN row (the random
+                 // cases keep their ids in range: the suite poisons outputs with NaN).
+                 .examples = {{.inputs = {{{3, 2}, {1, 2, 3, 4, 5, 6}}, {{3}, {2, 0, 2}}},
+                               .outputs = {{{3, 2}, {5, 6, 1, 2, 5, 6}}}},
+                              {.inputs = {{{2, 1}, {1, 2}}, {{2}, {3, -1}}},
+                               .outputs = {{{2, 1}, {kNaN(), kNaN()}}}}}}});
+  registry.add(
+      {.name = "embedding_grad",
+       .doc = "dtable[v, :] = sum of dy[n, :] over the tokens n with ids[n] = v, in token order "
+              "(the backward op of embedding; ids outside [0, V) add nothing)",
+       .inputs = {"table", "ids", "dy"},
+       .outputs = {"dtable"},
+       .input_dtypes = {{1, DType::I32}},
+       .infer = infer_embedding_grad,
+       .reference = ref_embedding_grad,
+       .expand = expand_embedding_grad(cache),
+       .tests = {
+           .kernel = {ids_case(1, 1, {1}, 0, 1, true), ids_case(7, 5, {3}, 0, 7, true),
+                      ids_case(50, 133, {2, 65}, 0, 50, true), ids_case(4, 3, {11}, -2, 6, true),
+                      ids_case(9, 16, {}, 0, 9, true)},
+           // Row 0 is named by tokens 1 and 2, row 1 by none.
+           .examples = {
+               {.inputs = {{{2, 2}, {9, 9, 9, 9}}, {{3}, {2, 0, 0}}, {{3, 2}, {1, 2, 3, 4, 5, 6}}},
+                .outputs = {{{2, 2}, {8, 10, 0, 0}}}}}}});
+}
+
+}  // namespace tilerun::kernels
