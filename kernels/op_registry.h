@@ -132,6 +132,9 @@ struct OpTests {
   std::vector<OpTestCase> kernel = {};
   std::vector<OpTestCase> gradient = {};
   std::vector<OpExample> examples = {};
+  // The gradient rule is a straight-through estimator (dx = dy through a rounding, fake_quant),
+  // not the derivative: no finite-difference cases; the suite checks the rule is dy itself.
+  bool straight_through = false;
 };
 
 // The floating-point element types every op of the first families accepts.

@@ -240,7 +240,8 @@ void register_quantize(OpRegistry& registry) {
                          .outputs = {{{4}, {896, 3.25, -0.0, 0.0}}}},
                         {.inputs = {{{4}, {1, nan, 2, -inf}}},
                          .attrs = fq("f8e5m2", 2),
-                         .outputs = {{{4}, {nan, nan, nan, nan}}}}}}});
+                         .outputs = {{{4}, {nan, nan, nan, nan}}}}},
+           .straight_through = true}});
 }
 
 }  // namespace tilerun::kernels

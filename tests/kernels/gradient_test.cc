@@ -138,11 +138,32 @@ INSTANTIATE_TEST_SUITE_P(Ops, GradientTest,
 TEST(GradientCoverage, EveryRuleHasACase) {
   for (const std::string& name : op_registry().names()) {
     const OpSchema& s = *op_registry().find(name);
-    EXPECT_EQ(static_cast<bool>(s.gradient), !s.tests.gradient.empty())
+    EXPECT_EQ(static_cast<bool>(s.gradient), !s.tests.gradient.empty() || s.tests.straight_through)
         << name
         << (s.gradient ? " has a gradient rule but no gradient case"
                        : " has gradient cases but no gradient rule");
   }
+}
+
+// A straight-through rule hands dy on unchanged (an alias, no kernel), for one input.
+TEST(GradientCoverage, StraightThroughRulesPassDyOn) {
+  int checked = 0;
+  for (const std::string& name : op_registry().names()) {
+    const OpSchema& s = *op_registry().find(name);
+    if (!s.tests.straight_through) continue;
+    ASSERT_TRUE(s.gradient) << name;
+    ASSERT_FALSE(s.tests.kernel.empty()) << name;
+    const OpTestCase& c = s.tests.kernel[0];
+    std::vector<TensorType> in;
+    for (const auto& shape : c.shapes) in.push_back({DType::F32, shape});
+    std::vector<GradOp> rule = s.gradient(in, with_defaults(s, c.attrs), {true});
+    ASSERT_EQ(rule.size(), 1u) << name;
+    EXPECT_EQ(rule[0].type, "alias") << name;
+    EXPECT_EQ(rule[0].inputs, std::vector<std::string>{"dy0"}) << name;
+    EXPECT_EQ(rule[0].outputs, std::vector<std::string>{"dx0"}) << name;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
 }
 
 }  // namespace
