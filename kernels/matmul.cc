@@ -359,10 +359,10 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
 // stores the next step's tiles and loads the one after into registers: one barrier per step.
 // Three buffers, not two: step ko overwrites the tiles of gemm ko - 3, which every warpgroup
 // waited for in step ko - 2, before step ko - 1's barrier (with two, the other warpgroup's gemm
-// ko - 2 could still be reading). The last step's gemm waits for all (pending 0) before the
-// epilogue reads the accumulators. 96 KB of dynamic shared memory. The tiling is a constant, so it
-// depends on neither M nor the device: every output is the same chain of 16-wide tensor-core
-// steps in k order whatever the number of rows (batch invariance). Ragged edges read zeros.
+// ko - 2 could still be reading). The last gemm waits for all (pending 0). 96 KB of dynamic
+// shared memory. The tiling is a constant, so it depends on neither M nor the device: every
+// output is the same chain of 16-wide tensor-core steps in k order whatever the number of rows
+// (batch invariance). Ragged edges read zeros.
 constexpr int64_t kTcM = 128, kTcN = 128, kTcK = 64;
 constexpr int kTcThreads = 256, kTcStages = 3;
 
@@ -453,28 +453,28 @@ cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
     };
     // Step ko through buffer st: the tiles held in registers go to shared memory, one barrier,
     // step ko + 1's loads issue, and the gemm runs on while the next step stores.
-    // Step ko goes through buffer ko % kTcStages: the tiles held in registers are stored there
-    // (an if per buffer), one barrier, step ko + 1's loads issue, and the buffer's gemm runs on
-    // (pending 1) while the next step stores. A gemm names its tiles, so it is picked by
-    // 0-or-1-trip loops (gemms may not sit under an if); the loads are written once, which keeps
-    // the kernel far from 255 registers (unrolling the loop by three spilled). The last step is
-    // peeled off the loop with pending 0: ptxas waits for every gemm wherever a path with one
-    // still running reaches a read of the accumulators, and with the last step inside the loop
-    // that wait landed in the loop's latch, every step.
+    // Step ko goes through buffer (steps - 1 - ko) % kTcStages (from the end: the last step's is
+    // buffer 0): registers to that buffer (an if per buffer), one barrier, step ko + 1's loads,
+    // and its gemm runs on (pending 1) while the next step stores. A gemm names its tiles, so
+    // 0-or-1-trip loops pick it (gemms may not sit under an if); the loads are written once (a
+    // loop unrolled by three spilled). The last step is peeled off, unconditional, buffer 0,
+    // pending 0: unless every path to the epilogue passes a wait, ptxas waits in the loop's
+    // latch (C7517) or serialises every wgmma (C7514). K = 0 adds products of zeros to +0.
     const cc::Val zero(int64_t{0}), one(int64_t{1});
-    auto step = [&](const cc::Val& ko, int pending) {
-      cc::Val slot = s.let(ko % kTcStages, "slot");
+    load(zero);
+    s.serial(cc::max(steps - 1, zero), [&](cc::Idx ko) {
+      cc::Val slot = s.let((steps - 1 - ko) % kTcStages, "slot");
       for (int st = 0; st < kTcStages; ++st) s.if_then(slot == st, [&] { store(st); });
       s.barrier();
-      if (pending > 0) load(ko + 1);  // in flight during the gemm
+      load(ko + 1);  // in flight during the gemm
       for (int st = 0; st < kTcStages; ++st)
         s.serial(cc::select(slot == st, one, zero), [&](cc::Idx) {
-          s.gemm(acc, as[st], bs[st], /*trans_a=*/false, /*trans_b=*/true, pending);
+          s.gemm(acc, as[st], bs[st], /*trans_a=*/false, /*trans_b=*/true, /*pending=*/1);
         });
-    };
-    load(zero);
-    s.serial(cc::max(steps - 1, zero), [&](cc::Idx ko) { step(ko, 1); });
-    s.serial(cc::min(steps, one), [&](cc::Idx) { step(steps - 1, 0); });
+    });
+    store(0);
+    s.barrier();
+    s.gemm(acc, as[0], bs[0], /*trans_a=*/false, /*trans_b=*/true, /*pending=*/0);
     s.copy(c.region({by * kTcM, bx * kTcN}, {kTcM, kTcN}), acc);
   });
   return kb.build();
