@@ -354,17 +354,21 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
 // One 128 x 128 output tile per block of two warpgroups (256 threads), K in steps of 64: both
 // operands staged K-major into 128B-swizzled shared tiles (a as [128, 64], b as [128 (n), 64];
 // a transposed global operand is transposed on its way from registers to shared memory), then
-// one gemm (ir.h Gemm: wgmma on sm_90a, the tensor core's model on the CPU). Step ko + 1's
-// tiles are loaded into registers before step ko's gemm, so the global loads are in flight while
-// the tensor cores work; they go to shared memory after the gemm (one set of tiles: 32 KB). The
-// tiling is a constant, so it depends on neither M nor the device: every output is the same chain
-// of 16-wide tensor-core steps in k order whatever the number of rows (batch invariance). Ragged
-// edges read zeros.
+// one gemm (ir.h Gemm: wgmma on sm_90a, the tensor core's model on the CPU). The shared tiles
+// rotate through kTcStages buffers and each gemm is left running (pending 1) while the block
+// stores the next step's tiles and loads the one after into registers: one barrier per step.
+// Three buffers, not two: step ko overwrites the tiles of gemm ko - 3, which every warpgroup
+// waited for in step ko - 2, before step ko - 1's barrier (with two, the other warpgroup's gemm
+// ko - 2 could still be reading). The last gemm waits for all (pending 0). 96 KB of dynamic
+// shared memory. The tiling is a constant, so it depends on neither M nor the device: every
+// output is the same chain of 16-wide tensor-core steps in k order whatever the number of rows
+// (batch invariance). Ragged edges read zeros.
 constexpr int64_t kTcM = 128, kTcN = 128, kTcK = 64;
-constexpr int kTcThreads = 256;
+constexpr int kTcThreads = 256, kTcStages = 3;
 
 std::string tc_matmul_name(bool ta, bool tb) {
-  return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_128x128x64";
+  return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_128x128x64_s" +
+         std::to_string(kTcStages);
 }
 
 cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
@@ -376,8 +380,11 @@ cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
   kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, kTcM)}, kTcThreads, [&](cc::Scope& s) {
     cc::Idx bx = s.block_idx(0), by = s.block_idx(1);
     const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
-    cc::Buf as = s.alloc_shared("As", dtype, {kTcM, kTcK}, sw);
-    cc::Buf bs = s.alloc_shared("Bs", dtype, {kTcN, kTcK}, sw);
+    std::vector<cc::Buf> as, bs;
+    for (int st = 0; st < kTcStages; ++st) {
+      as.push_back(s.alloc_shared("As" + std::to_string(st), dtype, {kTcM, kTcK}, sw));
+      bs.push_back(s.alloc_shared("Bs" + std::to_string(st), dtype, {kTcN, kTcK}, sw));
+    }
     cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTcM, kTcN});
     // The next step's tiles in registers, in the operands' dtype (staging moves bits:
     // lower_storage_types copies a 16-bit float to its own dtype raw). A K-major operand (a
@@ -440,18 +447,34 @@ cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
                    [&](cc::Idx c, cc::Idx kk, cc::Idx l) { dst(c * 8 + l, kk) = frag(c, kk, l); });
       }
     };
-    auto store = [&] {
-      store_tile(as, ra, !ta, kTcM);
-      store_tile(bs, rb, tb, kTcN);
+    auto store = [&](int st) {
+      store_tile(as[st], ra, !ta, kTcM);
+      store_tile(bs[st], rb, tb, kTcN);
     };
-    load(cc::Val(int64_t{0}));
-    s.serial(steps, [&](cc::Idx ko) {
-      store();
+    // Step ko through buffer st: the tiles held in registers go to shared memory, one barrier,
+    // step ko + 1's loads issue, and the gemm runs on while the next step stores.
+    // Step ko goes through buffer (steps - 1 - ko) % kTcStages (from the end: the last step's is
+    // buffer 0): registers to that buffer (an if per buffer), one barrier, step ko + 1's loads,
+    // and its gemm runs on (pending 1) while the next step stores. A gemm names its tiles, so
+    // 0-or-1-trip loops pick it (gemms may not sit under an if); the loads are written once (a
+    // loop unrolled by three spilled). The last step is peeled off, unconditional, buffer 0,
+    // pending 0: unless every path to the epilogue passes a wait, ptxas waits in the loop's
+    // latch (C7517) or serialises every wgmma (C7514). K = 0 adds products of zeros to +0.
+    const cc::Val zero(int64_t{0}), one(int64_t{1});
+    load(zero);
+    s.serial(cc::max(steps - 1, zero), [&](cc::Idx ko) {
+      cc::Val slot = s.let((steps - 1 - ko) % kTcStages, "slot");
+      for (int st = 0; st < kTcStages; ++st) s.if_then(slot == st, [&] { store(st); });
       s.barrier();
-      s.if_then(ko + 1 < steps, [&] { load(ko + 1); });  // in flight during the gemm
-      s.gemm(acc, as, bs, /*trans_a=*/false, /*trans_b=*/true);
-      s.barrier();  // the next step overwrites the tiles the gemm read
+      load(ko + 1);  // in flight during the gemm
+      for (int st = 0; st < kTcStages; ++st)
+        s.serial(cc::select(slot == st, one, zero), [&](cc::Idx) {
+          s.gemm(acc, as[st], bs[st], /*trans_a=*/false, /*trans_b=*/true, /*pending=*/1);
+        });
     });
+    store(0);
+    s.barrier();
+    s.gemm(acc, as[0], bs[0], /*trans_a=*/false, /*trans_b=*/true, /*pending=*/0);
     s.copy(c.region({by * kTcM, bx * kTcN}, {kTcM, kTcN}), acc);
   });
   return kb.build();

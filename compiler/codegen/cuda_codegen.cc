@@ -143,21 +143,26 @@ class CudaEmitter {
       line("const long long " + bids[i] + " = (long long)blockIdx." + "xyz"[i] + ";");
       bind(kBlockIdx[i], bids[i]);
     }
-    int64_t shared_bytes = 0;
-    for (const SimtArray& a : k_.shared) {
+    // Up to 48 KiB as static arrays; above, one dynamic window the launch sizes
+    // (cuda_dynamic_shared_bytes) with each array at its offset in it.
+    const std::vector<int64_t> offsets = shared_offsets(k_);
+    const int64_t dynamic = cuda_dynamic_shared_bytes(k_);
+    if (dynamic > 0) line("extern __shared__ __align__(1024) unsigned char tr_dynamic_smem[];");
+    for (size_t i = 0; i < k_.shared.size(); ++i) {
+      const SimtArray& a = k_.shared[i];
       std::string c = fresh(a.name);
       buffers_[a.name] = c;
-      shared_bytes += dtype_bytes(a.dtype, a.size());
+      const std::string t(c_type(storage_type(a.dtype)));
+      const std::string what = "  // " + comment_safe(std::string(dtype_name(a.dtype)));
+      if (dynamic > 0) {
+        line(t + "* const " + c + " = reinterpret_cast<" + t + "*>(tr_dynamic_smem + " +
+             std::to_string(offsets[i]) + ");" + what);
+        continue;
+      }
       // A swizzled tile's atoms must start 1024-byte aligned (the hardware swizzles addresses).
-      line(std::string("__shared__ __align__(") + (a.swizzle.none() ? "16" : "1024") + ") " +
-           std::string(c_type(storage_type(a.dtype))) + " " + c + "[" + std::to_string(a.size()) +
-           "];  // " + comment_safe(std::string(dtype_name(a.dtype))));
+      line(std::string("__shared__ __align__(") + (a.swizzle.none() ? "16" : "1024") + ") " + t +
+           " " + c + "[" + std::to_string(a.size()) + "];" + what);
     }
-    if (shared_bytes > kMaxStaticShared)
-      throw Error("kernel '" + sig.name + "': " + std::to_string(shared_bytes) +
-                      " bytes of shared memory exceed the " + std::to_string(kMaxStaticShared) +
-                      " a CUDA kernel may declare statically",
-                  ErrorKind::Runtime);
     for (const SimtArray& a : k_.local_arrays) {
       std::string c = fresh(a.name);
       buffers_[a.name] = c;
@@ -667,9 +672,38 @@ std::string emit_cuda(const SimtKernel& kernel) {
   return CudaEmitter(k).run();
 }
 
+std::vector<int64_t> shared_offsets(const SimtKernel& kernel) {
+  std::vector<int64_t> out;
+  int64_t end = 0;
+  for (const SimtArray& a : kernel.shared) {
+    // A swizzled tile's atoms must start 1024-byte aligned (the hardware swizzles addresses).
+    const int64_t align = a.swizzle.none() ? 16 : 1024;
+    end = (end + align - 1) / align * align;
+    out.push_back(end);
+    end += dtype_bytes(a.dtype, a.size());
+  }
+  return out;
+}
+
+int64_t cuda_dynamic_shared_bytes(const SimtKernel& kernel) {
+  int64_t total = 0;
+  for (const SimtArray& a : kernel.shared) total += dtype_bytes(a.dtype, a.size());
+  if (total <= kMaxStaticShared) return 0;
+  const std::vector<int64_t> offsets = shared_offsets(kernel);
+  const int64_t bytes =
+      offsets.back() + dtype_bytes(kernel.shared.back().dtype, kernel.shared.back().size());
+  if (bytes > kMaxDynamicShared)
+    throw Error("kernel '" + kernel.sig.name + "': " + std::to_string(bytes) +
+                    " bytes of shared memory exceed the " + std::to_string(kMaxDynamicShared) +
+                    " a block may use on sm_90",
+                ErrorKind::Runtime);
+  return bytes;
+}
+
 CudaBinary compile_cuda(const SimtKernel& kernel, const std::string& cache_dir) {
   CudaBinary out;
   out.name = cuda_kernel_symbol(kernel.sig.name);
+  out.dynamic_shared = cuda_dynamic_shared_bytes(kernel);
   out.source = emit_cuda(kernel);
   CubinResult r = compile_cubin(kernel.sig.name, out.source, strict_nvrtc_options(), cache_dir);
   out.cubin = std::move(r.cubin);

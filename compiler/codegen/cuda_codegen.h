@@ -33,14 +33,22 @@ std::string cuda_kernel_symbol(const std::string& kernel_name);
 // with buffers as `T* __restrict__` of their storage type (const for inputs), dims as
 // `long long`, scalars as float / int / long long. Deterministic: the same kernel always gives
 // the same bytes. Every IR name becomes a sanitised, function-unique identifier. Expects
-// complete SIMT IR (lower.h); a kernel whose static shared memory exceeds 48 KiB is a
-// tilerun::Error.
+// complete SIMT IR (lower.h). Shared arrays of more than 48 KiB in all live in one dynamic
+// window (cuda_dynamic_shared_bytes); more than 227 KiB is a tilerun::Error.
 std::string emit_cuda(const SimtKernel& kernel);
 
+// Where each shared array (in kernel.shared's order) starts in the block's shared memory:
+// 16-byte aligned, 1024 for a swizzled tile (the hardware swizzles addresses).
+std::vector<int64_t> shared_offsets(const SimtKernel& kernel);
+// The dynamic shared memory a launch of `kernel` must pass and its function must be allowed
+// (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES): 0 when its arrays fit statically (48 KiB).
+int64_t cuda_dynamic_shared_bytes(const SimtKernel& kernel);
+
 struct CudaBinary {
-  std::string name;    // the entry point's symbol, for cuModuleGetFunction
-  std::string source;  // emit_cuda's text
-  std::string cubin;   // the sm_90a image for cuModuleLoadData
+  std::string name;            // the entry point's symbol, for cuModuleGetFunction
+  std::string source;          // emit_cuda's text
+  std::string cubin;           // the sm_90a image for cuModuleLoadData
+  int64_t dynamic_shared = 0;  // cuda_dynamic_shared_bytes: the launch's shared memory bytes
   bool from_cache = false;
   double compile_ms = 0;  // NVRTC time (0 when from the cache)
 };

@@ -75,7 +75,8 @@ std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const s
     }
   }
   out.push_back("  asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");");
-  out.push_back("  asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
+  out.push_back("  asm volatile(\"wgmma.wait_group.sync.aligned " + std::to_string(g.pending) +
+                ";\" ::: \"memory\");");
   out.push_back("}");
   return out;
 }

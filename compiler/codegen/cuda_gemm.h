@@ -19,7 +19,8 @@ extern const char* const kWgmmaHelpers;
 std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g);
 
 // The statements of one gemm: a fence, per 64-row block of this warpgroup and per 16 of k one
-// wgmma.mma_async m64nNk16 into the accumulator registers `acc`[...], then commit and wait.
+// wgmma.mma_async m64nNk16 into the accumulator registers `acc`[...], then commit and wait until at
+// most the gemm's `pending` newest groups run.
 // `a`, `b` are the shared arrays' C names and `tid` the thread index's.
 std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const std::string& acc,
                                      const std::string& a, const std::string& b,

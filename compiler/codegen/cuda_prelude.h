@@ -6,9 +6,11 @@
 
 namespace tilerun::compiler::cuda {
 
-// Static shared memory a kernel may declare without opting in to more (dynamic shared memory
-// and cuFuncSetAttribute come with the kernels that need it).
+// Static shared memory a kernel may declare without opting in to more; above it the kernel's
+// arrays live in dynamic shared memory, up to what one block may use on sm_90 (227 KiB), with
+// the loader raising the function's limit (cuFuncSetAttribute) and the launch passing the size.
 inline constexpr int64_t kMaxStaticShared = 48 * 1024;
+inline constexpr int64_t kMaxDynamicShared = 227 * 1024;
 
 // The helpers every kernel's source starts with. Integer arithmetic that could overflow is
 // done in unsigned types (signed overflow would be undefined, and NVVM would exploit it);

@@ -439,7 +439,8 @@ void Scope::copy(const BufRegion& dst, const BufRegion& src) {
 
 void Scope::barrier() { state_->append(Barrier::make()); }
 
-void Scope::gemm(const Buf& acc, const Buf& a, const Buf& b, bool trans_a, bool trans_b) {
+void Scope::gemm(const Buf& acc, const Buf& a, const Buf& b, bool trans_a, bool trans_b,
+                 int pending) {
   auto shape = [&](const Buf& x) -> const std::vector<int64_t>& {
     for (const TileAlloc& t : state_->kernel.allocs)
       if (t.name == x.name()) return t.shape;
@@ -448,7 +449,11 @@ void Scope::gemm(const Buf& acc, const Buf& a, const Buf& b, bool trans_a, bool 
   const std::vector<int64_t>&sa = shape(a), &sb = shape(b), &sc = shape(acc);
   if (sa.size() != 2 || sb.size() != 2 || sc.size() != 2) fail("gemm operands are 2-d tiles");
   const int64_t k = trans_a ? sa[0] : sa[1];
-  state_->append(Gemm::make(acc.name(), a.name(), b.name(), trans_a, trans_b, sc[0], sc[1], k));
+  if (pending < 0 || pending > Gemm::kMaxPending)
+    fail("gemm pending count " + std::to_string(pending) + " is outside 0.." +
+         std::to_string(Gemm::kMaxPending));
+  state_->append(
+      Gemm::make(acc.name(), a.name(), b.name(), trans_a, trans_b, sc[0], sc[1], k, pending));
 }
 
 // ---------------------------------------------------------------------------------------------

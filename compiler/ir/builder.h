@@ -278,7 +278,10 @@ class Scope {
   // acc[m, n] += op(a) op(b) on the tensor cores (ir.h Gemm): a, b shared bf16/f16 tiles
   // ([m, k] or, transposed, [k, m]; [k, n] or [n, k]), acc an f32 fragment whose layout the
   // gemm fixes. Block-uniform, like barrier(); write the tiles and pass a barrier first.
-  void gemm(const Buf& acc, const Buf& a, const Buf& b, bool trans_a = false, bool trans_b = false);
+  // `pending` > 0 leaves that many of the newest gemms running (ir.h Gemm says what the program
+  // must then not touch until a gemm with pending 0).
+  void gemm(const Buf& acc, const Buf& a, const Buf& b, bool trans_a = false, bool trans_b = false,
+            int pending = 0);
 
  private:
   BuilderState* state_;

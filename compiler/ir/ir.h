@@ -420,13 +420,20 @@ struct WarpShuffle : StmtNode {
 // arithmetic (codegen/mma_model.h), in k order, so the bits depend on (m, n, k) and the data
 // only. Every thread takes part, so, like a barrier, only in block-uniform control flow; the
 // shared tiles must be written (and a barrier passed) before.
+// `pending` (0..7): how many of this thread's newest gemms may still be running when it moves
+// on (wgmma.wait_group pending on sm_90a; the CPU model finishes every gemm at once). 0, the
+// default, waits for all. With pending p > 0 the program must neither read the accumulator nor
+// overwrite a tile that one of the last p + 1 gemms reads before a later gemm with pending 0:
+// a pipeline rotates at least p + 2 tile buffers when one barrier per step orders its stores
+// (the barrier proves the other warpgroups' waits of the step before, one step later).
 struct Gemm : StmtNode {
   static constexpr StmtKind kKind = StmtKind::Gemm;
   std::string c, a, b;
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
+  int pending = 0;
   Gemm(std::string c_, std::string a_, std::string b_, bool ta, bool tb, int64_t m_, int64_t n_,
-       int64_t k_)
+       int64_t k_, int pending_)
       : StmtNode(kKind),
         c(std::move(c_)),
         a(std::move(a_)),
@@ -435,9 +442,11 @@ struct Gemm : StmtNode {
         trans_b(tb),
         m(m_),
         n(n_),
-        k(k_) {}
+        k(k_),
+        pending(pending_) {}
+  static constexpr int kMaxPending = 7;
   static Stmt make(const std::string& c, const std::string& a, const std::string& b, bool trans_a,
-                   bool trans_b, int64_t m, int64_t n, int64_t k);
+                   bool trans_b, int64_t m, int64_t n, int64_t k, int pending = 0);
 };
 
 // ---------------------------------------------------------------------------------------------

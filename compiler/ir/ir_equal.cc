@@ -164,7 +164,8 @@ bool equal_stmt(const Stmt& a, const Stmt& b) {
     case StmtKind::Gemm: {
       const Gemm *x = a.as<Gemm>(), *y = b.as<Gemm>();
       return x->c == y->c && x->a == y->a && x->b == y->b && x->trans_a == y->trans_a &&
-             x->trans_b == y->trans_b && x->m == y->m && x->n == y->n && x->k == y->k;
+             x->trans_b == y->trans_b && x->m == y->m && x->n == y->n && x->k == y->k &&
+             x->pending == y->pending;
     }
   }
   return false;

@@ -373,7 +373,7 @@ class Parser {
     return Store::make(target, std::move(idx), expr());
   }
 
-  // `gemm acc += As * Bs^T over [m, n, k]`.
+  // `gemm acc += As * Bs^T over [m, n, k]`, optionally `pending P`.
   Stmt gemm_stmt() {
     expect("gemm");
     std::string c = name("an accumulator name");
@@ -402,7 +402,16 @@ class Parser {
       if (ext[i] <= 0) fail(t, "a gemm's tile extents are positive");
     }
     expect("]");
-    return Gemm::make(c, a, b, ta, tb, ext[0], ext[1], ext[2]);
+    int pending = 0;
+    if (is("pending") && peek(1).kind == TokKind::Int) {
+      expect("pending");
+      const Token& t = peek();
+      const int64_t p = integer("a pending gemm count");
+      if (p < 0 || p > Gemm::kMaxPending)
+        fail(t, "a gemm's pending count is 0 to " + std::to_string(Gemm::kMaxPending));
+      pending = static_cast<int>(p);
+    }
+    return Gemm::make(c, a, b, ta, tb, ext[0], ext[1], ext[2], pending);
   }
 
   Stmt vector_move(const std::string& dst, Expr dst_index) {

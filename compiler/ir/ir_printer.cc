@@ -227,8 +227,9 @@ class Printer : public IRVisitor {
   void visit_stmt(const Gemm* op) override {
     line_start();
     os << "gemm " << op->c << " += " << op->a << (op->trans_a ? "^T" : "") << " * " << op->b
-       << (op->trans_b ? "^T" : "") << " over [" << op->m << ", " << op->n << ", " << op->k
-       << "]\n";
+       << (op->trans_b ? "^T" : "") << " over [" << op->m << ", " << op->n << ", " << op->k << "]";
+    if (op->pending) os << " pending " << op->pending;
+    os << "\n";
   }
   void visit_stmt(const VectorMove* op) override {
     line_start();

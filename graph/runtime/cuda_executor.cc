@@ -78,7 +78,14 @@ class CudaExecutor final : public Executor {
       modules_.push_back(module);
       check(d_->cuModuleGetFunction(&fn, module, binaries[k].name.c_str()), "cuModuleGetFunction",
             what);
+      // A kernel with more than 48 KiB of shared memory opts in to it once, at load.
+      const int64_t dyn = binaries[k].dynamic_shared;
+      if (dyn > 0)
+        check(d_->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     static_cast<int>(dyn)),
+              "cuFuncSetAttribute", what);
       functions_.push_back(fn);
+      dynamic_shared_.push_back(static_cast<unsigned>(dyn));
     }
     stats.compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     stats.kernels_distinct = static_cast<int>(binaries.size());
@@ -106,7 +113,8 @@ class CudaExecutor final : public Executor {
       int per_sm = 0;
       if (!geo.empty())
         check(d_->cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                  &per_sm, functions_[g.nodes[i].kernel], static_cast<int>(geo.threads), 0),
+                  &per_sm, functions_[g.nodes[i].kernel], static_cast<int>(geo.threads),
+                  dynamic_shared_[g.nodes[i].kernel]),
               "cuOccupancyMaxActiveBlocksPerMultiprocessor", kernel_name(static_cast<int>(i)));
       pdl_facts_.push_back(pdl_facts(*g.kernels[g.nodes[i].kernel], geo, per_sm, sms));
     }
@@ -343,6 +351,7 @@ class CudaExecutor final : public Executor {
     cfg.gridDimZ = static_cast<unsigned>(geo.grid[2]);
     cfg.blockDimX = static_cast<unsigned>(geo.threads);
     cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = dynamic_shared_[graph_.nodes[i].kernel];
     cfg.hStream = stream_;
     cfg.attrs = pdl ? &attr : nullptr;
     cfg.numAttrs = pdl ? 1 : 0;
@@ -380,6 +389,7 @@ class CudaExecutor final : public Executor {
       p.gridDimZ = static_cast<unsigned>(geo.grid[2]);
       p.blockDimX = static_cast<unsigned>(geo.threads);
       p.blockDimY = p.blockDimZ = 1;
+      p.sharedMemBytes = dynamic_shared_[graph_.nodes[i].kernel];
       p.kernelParams = params_[i].kernel_params();
       check(d_->cuGraphAddKernelNode(&nodes[j], graph, nullptr, 0, &p), "cuGraphAddKernelNode",
             kernel_name(i));
@@ -447,6 +457,7 @@ class CudaExecutor final : public Executor {
   CUmodule hold_module_ = nullptr;
   CUfunction hold_fn_ = nullptr;
   std::vector<CUfunction> functions_;
+  std::vector<unsigned> dynamic_shared_;  // per kernel: the launch's dynamic shared memory bytes
   std::vector<compiler::LaunchGeometry> geometry_;
   std::vector<compiler::CudaParams> params_;
   std::vector<Group> groups_;

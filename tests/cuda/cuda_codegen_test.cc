@@ -214,12 +214,39 @@ TEST(CudaCodegen, OddNamesAreEscapedAndCompile) {
   EXPECT_NE(bin.cubin.find(bin.name), std::string::npos);
 }
 
-TEST(CudaCodegen, TooMuchStaticSharedMemoryIsAnError) {
+// Over 48 KiB the arrays move into one dynamic window, each at its offset (16-byte aligned,
+// a swizzled tile 1024), and the binary carries the bytes the launch must pass.
+TEST(CudaCodegen, SharedMemoryOver48KiBIsDynamic) {
   SimtKernel k = lower(tiled_matmul_kernel());
+  ASSERT_EQ(cuda_dynamic_shared_bytes(k), 0);
+  int64_t before = 0;
+  for (const SimtArray& a : k.shared) before += dtype_bytes(a.dtype, a.size());
   k.shared.push_back({"big", DType::F32, {48 * 256}});
+  const std::vector<int64_t> offsets = shared_offsets(k);
+  ASSERT_EQ(offsets.size(), k.shared.size());
+  EXPECT_EQ(offsets.front(), 0);
+  EXPECT_EQ(offsets.back(), (before + 15) / 16 * 16);
+  const int64_t bytes = cuda_dynamic_shared_bytes(k);
+  EXPECT_EQ(bytes, offsets.back() + 48 * 1024);
+  const std::string src = emit_cuda(k);
+  EXPECT_NE(src.find("extern __shared__ __align__(1024) unsigned char tr_dynamic_smem[];"),
+            std::string::npos)
+      << src;
+  EXPECT_NE(src.find("float* const big = reinterpret_cast<float*>(tr_dynamic_smem + " +
+                     std::to_string(offsets.back()) + ");"),
+            std::string::npos)
+      << src;
+  EXPECT_EQ(src.find("__shared__ __align__(16) float"), std::string::npos) << src;
+  CudaBinary bin = compile_cuda(k, "");
+  EXPECT_EQ(bin.dynamic_shared, bytes);
+}
+
+TEST(CudaCodegen, SharedMemoryOverTheBlockLimitIsAnError) {
+  SimtKernel k = lower(tiled_matmul_kernel());
+  k.shared.push_back({"big", DType::F32, {227 * 256}});
   try {
     emit_cuda(k);
-    FAIL() << "48 KiB more shared memory emitted";
+    FAIL() << "227 KiB more shared memory emitted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tiled_matmul"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("shared memory"), std::string::npos) << e.what();

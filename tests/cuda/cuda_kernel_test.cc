@@ -202,6 +202,10 @@ class CudaKernelTest : public ::testing::Test {
     CUfunction fn = nullptr;
     cuda_check(d.cuModuleGetFunction(&fn, module, bin.name.c_str()), "cuModuleGetFunction",
                bin.name);
+    if (bin.dynamic_shared > 0)  // the tensor-core matmuls' 96 KB of shared tiles
+      cuda_check(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                      static_cast<int>(bin.dynamic_shared)),
+                 "cuFuncSetAttribute", bin.name);
     std::vector<CUdeviceptr> dev(host.size());
     std::vector<void*> dev_ptrs;
     for (size_t i = 0; i < host.size(); ++i) {
@@ -216,7 +220,8 @@ class CudaKernelTest : public ::testing::Test {
       cuda_check(
           d.cuLaunchKernel(fn, static_cast<unsigned>(g.grid[0]), static_cast<unsigned>(g.grid[1]),
                            static_cast<unsigned>(g.grid[2]), static_cast<unsigned>(g.threads), 1, 1,
-                           0, nullptr, params.kernel_params(), nullptr),
+                           static_cast<unsigned>(bin.dynamic_shared), nullptr,
+                           params.kernel_params(), nullptr),
           "cuLaunchKernel", bin.name);
     }
     cuda_check(d.cuCtxSynchronize(), "cuCtxSynchronize", bin.name);

@@ -286,44 +286,53 @@ TEST(MatmulOrder, FmaChainsAddedInGroupOrder) {
 // tensor core's model (compiler/codegen/mma_model.h) of its dot product, from +0, in k order,
 // rounded to the dtype once at the end, whatever the transposes; emulated here element by
 // element through the model's own entry point, bit for bit.
+void expect_models_dot_products(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  std::mt19937_64 rng(testing::test_seed());
+  RefTensor a =
+      testing::rounded(dt, testing::random_tensor(rng, ta ? std::vector{k, m} : std::vector{m, k}));
+  RefTensor b =
+      testing::rounded(dt, testing::random_tensor(rng, tb ? std::vector{n, k} : std::vector{k, n}));
+  std::vector<Bytes> got =
+      runner().run("matmul", {a, b}, {{"transpose_a", ta}, {"transpose_b", tb}}, dt, kNaN);
+  ASSERT_EQ(got.size(), 1u);
+  auto bits = [&](double v) {
+    Bytes e = testing::encode(dt, {v});
+    uint16_t h;
+    std::memcpy(&h, e.data.data(), 2);
+    return h;
+  };
+  int64_t mismatches = 0;
+  const compiler::MmaModel model = compiler::hopper_mma_model();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      std::vector<uint16_t> row(k), col(k);
+      for (int64_t p = 0; p < k; ++p) {
+        row[p] = bits(ta ? a.data[p * m + i] : a.data[i * k + p]);
+        col[p] = bits(tb ? b.data[j * k + p] : b.data[p * n + j]);
+      }
+      const float want =
+          compiler::mma_dot(model, 0.0f, row.data(), 1, col.data(), 1, k, dt == DType::F16);
+      uint16_t have;
+      std::memcpy(&have, got[0].data.data() + 2 * (i * n + j), 2);
+      if (have != bits(want) && mismatches++ < 3)
+        ADD_FAILURE() << dtype_name(dt) << " ta=" << ta << " tb=" << tb << ": c[" << i << ", " << j
+                      << "] bits " << have << ", the model gives " << bits(want);
+    }
+  EXPECT_EQ(mismatches, 0) << dtype_name(dt) << " ta=" << ta << " tb=" << tb << " k=" << k;
+}
+
 TEST(MatmulTensorCore, EveryOutputIsTheModelsDotProduct) {
   for (DType dt : {DType::BF16, DType::F16})
-    for (int flags = 0; flags < 4; ++flags) {
-      const bool ta = flags & 1, tb = flags & 2;
-      const int64_t m = 70, n = 40, k = 150;
-      std::mt19937_64 rng(testing::test_seed());
-      RefTensor a = testing::rounded(
-          dt, testing::random_tensor(rng, ta ? std::vector{k, m} : std::vector{m, k}));
-      RefTensor b = testing::rounded(
-          dt, testing::random_tensor(rng, tb ? std::vector{n, k} : std::vector{k, n}));
-      std::vector<Bytes> got =
-          runner().run("matmul", {a, b}, {{"transpose_a", ta}, {"transpose_b", tb}}, dt, kNaN);
-      ASSERT_EQ(got.size(), 1u);
-      auto bits = [&](double v) {
-        Bytes e = testing::encode(dt, {v});
-        uint16_t h;
-        std::memcpy(&h, e.data.data(), 2);
-        return h;
-      };
-      int64_t mismatches = 0;
-      const compiler::MmaModel model = compiler::hopper_mma_model();
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          std::vector<uint16_t> row(k), col(k);
-          for (int64_t p = 0; p < k; ++p) {
-            row[p] = bits(ta ? a.data[p * m + i] : a.data[i * k + p]);
-            col[p] = bits(tb ? b.data[j * k + p] : b.data[p * n + j]);
-          }
-          const float want =
-              compiler::mma_dot(model, 0.0f, row.data(), 1, col.data(), 1, k, dt == DType::F16);
-          uint16_t have;
-          std::memcpy(&have, got[0].data.data() + 2 * (i * n + j), 2);
-          if (have != bits(want) && mismatches++ < 3)
-            ADD_FAILURE() << dtype_name(dt) << " ta=" << ta << " tb=" << tb << ": c[" << i << ", "
-                          << j << "] bits " << have << ", the model gives " << bits(want);
-        }
-      EXPECT_EQ(mismatches, 0) << dtype_name(dt) << " ta=" << ta << " tb=" << tb;
-    }
+    for (int flags = 0; flags < 4; ++flags)
+      expect_models_dot_products(dt, flags & 1, flags & 2, 70, 40, 150);
+}
+
+// The K loop rotates three shared buffers, counted from the last step, which is peeled off
+// (kernels/matmul.cc): every step count from one (a ragged K below one step, no loop at all) to
+// seven (each buffer used two or three times) gives the model's dot products.
+TEST(MatmulTensorCore, EveryStepCountOfThePipelineIsTheModelsDotProduct) {
+  for (int64_t k : {1, 64, 100, 192, 256, 300, 448})
+    expect_models_dot_products(DType::BF16, false, k % 2 == 0, 9, 24, k);
 }
 
 // Batch invariance: the tensor-core tiling is a constant, so a row's bits do not depend on how
