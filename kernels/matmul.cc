@@ -365,6 +365,11 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
 // (batch invariance). Ragged edges read zeros.
 constexpr int64_t kTcM = 128, kTcN = 128, kTcK = 64;
 constexpr int kTcThreads = 256, kTcStages = 3;
+// How many gemms a step leaves running (wgmma.wait_group N). 1 is what the three buffers are
+// for; it stays 0 (each gemm waited for, as in the serial kernel the H200 has verified) until
+// tensor_core_gpu_test has run the pipelined kernel on the H200 — no device time was left in the
+// session that wrote it (bench/RESULTS.md, 2026-11-30). The CPU bits are the same either way.
+constexpr int kGemmsInFlight = 0;
 
 std::string tc_matmul_name(bool ta, bool tb) {
   return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_128x128x64_s" +
@@ -455,7 +460,7 @@ cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
     // step ko + 1's loads issue, and the gemm runs on while the next step stores.
     // Step ko goes through buffer (steps - 1 - ko) % kTcStages (from the end: the last step's is
     // buffer 0): registers to that buffer (an if per buffer), one barrier, step ko + 1's loads,
-    // and its gemm runs on (pending 1) while the next step stores. A gemm names its tiles, so
+    // and its gemm runs on (kGemmsInFlight) while the next step stores. A gemm names its tiles, so
     // 0-or-1-trip loops pick it (gemms may not sit under an if); the loads are written once (a
     // loop unrolled by three spilled). The last step is peeled off, unconditional, buffer 0,
     // pending 0: unless every path to the epilogue passes a wait, ptxas waits in the loop's
@@ -469,7 +474,7 @@ cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
       load(ko + 1);  // in flight during the gemm
       for (int st = 0; st < kTcStages; ++st)
         s.serial(cc::select(slot == st, one, zero), [&](cc::Idx) {
-          s.gemm(acc, as[st], bs[st], /*trans_a=*/false, /*trans_b=*/true, /*pending=*/1);
+          s.gemm(acc, as[st], bs[st], /*trans_a=*/false, /*trans_b=*/true, kGemmsInFlight);
         });
     });
     store(0);
