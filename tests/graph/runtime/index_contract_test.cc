@@ -13,6 +13,7 @@
 #include "compiler/lower.h"
 #include "graph/autodiff.h"
 #include "graph/model/numeric_convert.h"
+#include "graph/runtime/cuda_driver.h"
 #include "kernels/op_registry.h"
 #include "tilerun/tilerun.h"
 
@@ -112,6 +113,33 @@ TEST(IndexContract, AnIdOutsideTheTableFailsTheStepNamingTheElement) {
   // A good step afterwards runs.
   s.set_tensor("ids", ids_tensor(std::vector<int32_t>(15, 19)));
   EXPECT_NO_THROW(s.forward());
+}
+
+// On the GPU, replayed as a CUDA graph or launched kernel by kernel: the same error, then a good
+// step gives the CPU's bits. Skips without a device.
+TEST(IndexContract, OnTheGpuAnIdOutsideTheTableFailsTheStepToo) {
+  std::string why;
+  if (!graph::cuda_driver(&why)) GTEST_SKIP() << why;
+  const Model model = parse_model(lm_yaml("{uniform: {low: -0.5, high: 19.5}}"), "lm.yaml");
+  std::vector<int32_t> good(15, 4), bad(15, 4);
+  good[7] = 19;
+  bad[9] = 20;
+  Session cpu(model, {.device = Device::Cpu, .seed = 3});
+  cpu.set_tensor("ids", ids_tensor(good));
+  cpu.forward();
+  for (LaunchMode mode : {LaunchMode::Graph, LaunchMode::Launch}) {
+    Session gpu(model, {.device = Device::Cuda, .mode = mode, .seed = 3});
+    gpu.set_tensor("ids", ids_tensor(bad));
+    try {
+      gpu.forward();
+      ADD_FAILURE() << "no error on the GPU";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("element [1, 4] is 20"), std::string::npos) << e.what();
+    }
+    gpu.set_tensor("ids", ids_tensor(good));
+    gpu.forward();
+    EXPECT_EQ(gpu.tensor("lm.y").data, cpu.tensor("lm.y").data);
+  }
 }
 
 // The CLI exits 1 with the error on stderr.
