@@ -257,6 +257,46 @@ void add_seed(OpGraph& g, int x, int contribution, const GraphOp& at) {
   it->second = sum;
 }
 
+// Before an op with index contracts: a check_index per index input (one per tensor and bound,
+// shared by later ops that index with it; its error names the first), its status appended to
+// the op's inputs.
+void add_index_checks(OpGraph& g, GraphOp& op) {
+  const kernels::OpSchema* schema = kernels::op_registry().find(op.type);
+  TR_CHECK(schema != nullptr, "checked model uses unknown op " + op.type);
+  if (schema->index_contracts.empty()) return;
+  std::vector<kernels::TensorType> in_types;
+  for (int in : op.inputs) in_types.push_back(g.tensors[in].type);
+  std::vector<int> statuses;
+  const size_t first_new = g.index_checks.size();
+  for (const kernels::IndexContract& c : schema->index_contracts) {
+    const int ids = op.inputs[c.slot];
+    const int64_t bound = c.bound(in_types, op.attrs);
+    int status = -1;
+    for (const GraphIndexCheck& k : g.index_checks)
+      if (k.ids == ids && k.bound == bound) status = k.status;
+    if (status < 0) {
+      status = g.add_tensor({.name = g.unique_name("check:" + g.tensors[ids].name),
+                             .type = {DType::I32, {2}},
+                             .kind = TensorKind::Activation,
+                             .producer = static_cast<int>(g.ops.size())});
+      g.ops.push_back(GraphOp{.type = "check_index",
+                              .inputs = {ids},
+                              .outputs = {status},
+                              .attrs = {{"bound", bound}},
+                              .layer = op.layer,
+                              .direction = Direction::Forward,
+                              .loc = op.loc});
+      g.index_checks.push_back(
+          {.status = status, .ids = ids, .bound = bound, .slot = c.slot, .indexes = c.indexes});
+    }
+    statuses.push_back(status);
+  }
+  // The op itself comes right after its checks.
+  for (size_t i = first_new; i < g.index_checks.size(); ++i)
+    g.index_checks[i].op = static_cast<int>(g.ops.size());
+  op.inputs.insert(op.inputs.end(), statuses.begin(), statuses.end());
+}
+
 }  // namespace
 
 OpGraph build_forward(const Model& model) {
@@ -279,6 +319,7 @@ OpGraph build_forward(const Model& model) {
         TR_CHECK(id >= 0, "checked model reads unknown tensor " + in);
         op.inputs.push_back(id);
       }
+      add_index_checks(g, op);
       int op_id = static_cast<int>(g.ops.size());
       for (const std::string& out : d.outputs) {
         auto decl_it = decls.find(out);

@@ -50,13 +50,26 @@ struct GraphLossTerm {
   int value = -1;
 };
 
+// The run-time check of an index contract (kernels::IndexContract): check_index's status
+// tensor (read after forward()), the index tensor it checked, its bound, and the op (and its
+// input slot) whose contract it is, for the error.
+struct GraphIndexCheck {
+  int status = -1;
+  int ids = -1;
+  int64_t bound = 0;
+  int op = -1;
+  int slot = 0;
+  std::string indexes;  // what the indices select: "the rows of input 'table'"
+};
+
 struct OpGraph {
   std::vector<GraphTensor> tensors;
   std::vector<GraphOp> ops;         // in execution order: forward ops, then backward ops
   std::vector<int> outputs;         // the model's outputs
   std::vector<GraphLossTerm> loss;  // computed by the last forward ops, in the model's order
-  std::map<int, int> grad;          // tensor id -> the id of its gradient (inputs and weights after
-                                    // autodiff; intermediates too while it runs)
+  std::vector<GraphIndexCheck> index_checks;  // forward, before the ops they guard
+  std::map<int, int> grad;  // tensor id -> the id of its gradient (inputs and weights after
+                            // autodiff; intermediates too while it runs)
 
   int find(const std::string& name) const;  // -1 when there is none; O(log n)
   int add_tensor(GraphTensor t);            // the name must be new

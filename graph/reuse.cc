@@ -12,8 +12,8 @@ int64_t tensor_bytes(const GraphTensor& t) {
 }
 
 // Everything bound or read from outside outlives the step's kernels: inputs, weights, outputs,
-// loss values, the gradients of inputs and weights, and zero gradients that nothing writes; and
-// with a view that does, its base (and every view of that base).
+// loss values, index checks' statuses, the gradients of inputs and weights, and zero gradients that
+// nothing writes; and with a view that does, its base (and every view of that base).
 std::vector<bool> persistent_tensors(const KernelGraph& kg) {
   const OpGraph& g = kg.ops;
   std::vector<bool> p(g.tensors.size(), false);
@@ -22,6 +22,7 @@ std::vector<bool> persistent_tensors(const KernelGraph& kg) {
            g.tensors[i].producer < 0;
   for (int out : g.outputs) p[out] = true;
   for (const GraphLossTerm& term : g.loss) p[term.value] = true;
+  for (const GraphIndexCheck& check : g.index_checks) p[check.status] = true;
   for (const auto& [x, dx] : g.grad) {
     TensorKind k = g.tensors[x].kind;
     if (k == TensorKind::Input || k == TensorKind::Weight) p[dx] = true;

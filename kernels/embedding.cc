@@ -88,23 +88,34 @@ std::vector<GradOp> grad_embedding(const std::vector<TensorType>&, const Attrs&,
 
 std::string suffix(DType dtype) { return "_" + std::string(dtype_name(dtype)); }
 
-cc::Kernel build_embedding(DType dtype) {
-  cc::KernelBuilder kb("embedding" + suffix(dtype));
+// `checked`: the ids come with their contract (an index input, ids < V) and the status of the
+// check_index that established it; blocks do nothing when the status reports a bad id, and the
+// analysis proves the in-range guard from the contract and removes it.
+cc::Kernel build_embedding(DType dtype, bool checked) {
+  cc::KernelBuilder kb(std::string(checked ? "embedding_checked" : "embedding") + suffix(dtype));
   cc::Dim n = kb.dim("N"), v = kb.dim("V"), d = kb.dim("D");
   cc::Buf table = kb.input("table", dtype, {v, d});
-  cc::Buf ids = kb.input("ids", DType::I32, {n});
+  cc::Buf ids = checked ? kb.index_input("ids", {n}, v) : kb.input("ids", DType::I32, {n});
+  cc::Buf status = checked ? kb.input("status", DType::I32, {2}) : cc::Buf{};
   cc::Buf y = kb.output("y", dtype, {n, d});
   kb.body({n, cc::ceildiv(d, kThreads)}, kThreads, [&](cc::Scope& s) {
     cc::Idx token = s.block_idx(0);
     cc::Idx base = s.block_idx(1) * kThreads;
+    cc::Val ok = checked ? s.let(status(0) < 0, "checked") : cc::boolean(true);
     cc::Val id = s.let(cc::to_i64(ids(token)), "id");
     cc::Val in_range = s.let(id >= 0 && id < v, "in_range");
     s.parallel(kThreads, [&](cc::Idx i) {
       cc::Idx col = base + i;
       s.if_then(col < d, [&] {
-        s.if_then_else(
-            in_range, [&] { y(token, col) = table(id, col); },
-            [&] { y(token, col) = cc::Val(std::numeric_limits<float>::quiet_NaN()); });
+        auto gather = [&] {
+          s.if_then_else(
+              in_range, [&] { y(token, col) = table(id, col); },
+              [&] { y(token, col) = cc::Val(std::numeric_limits<float>::quiet_NaN()); });
+        };
+        if (checked)
+          s.if_then(ok, gather);
+        else
+          gather();
       });
     });
   });
@@ -140,10 +151,13 @@ int64_t ids_count(const TensorType& ids) { return numel(ids); }
 ExpandFn expand_embedding(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&, const Attrs&) {
     DType dt = in[0].dtype;
+    const bool checked = in.size() > 2;  // the graph appended the ids' check status
     KernelCall call{
-        .kernel = cache->get(kernel_key("embedding", dt), [&] { return build_embedding(dt); }),
+        .kernel = cache->get(kernel_key(checked ? "embedding_checked" : "embedding", dt),
+                             [&] { return build_embedding(dt, checked); }),
         .buffers = {input_slot(0), input_slot(1), output_slot(0)},
         .dims = {ids_count(in[1]), in[0].shape[0], in[0].shape[1]}};
+    if (checked) call.buffers.insert(call.buffers.begin() + 2, input_slot(2));
     return OpExpansion{.calls = {call}};
   };
 }
@@ -170,6 +184,12 @@ OpTestCase ids_case(int64_t v, int64_t d, std::vector<int64_t> ids_shape, int64_
   return c;
 }
 
+// ids index the table's rows.
+const IndexContract kIdsContract{
+    .slot = 1,
+    .bound = [](const std::vector<TensorType>& in, const Attrs&) { return in[0].shape[0]; },
+    .indexes = "the rows of input 'table'"};
+
 }  // namespace
 
 void register_embedding(OpRegistry& registry) {
@@ -177,7 +197,7 @@ void register_embedding(OpRegistry& registry) {
   registry.add(
       {.name = "embedding",
        .doc = "y[.., :] = table[ids[..], :]: the rows of table [V, D] named by i32 ids [..] "
-              "(an id outside [0, V) gives a NaN row)",
+              "(ids are checked at run time: one outside [0, V) fails the step, naming it)",
        .inputs = {"table", "ids"},
        .outputs = {"y"},
        .input_dtypes = {{1, DType::I32}},
@@ -185,6 +205,7 @@ void register_embedding(OpRegistry& registry) {
        .reference = ref_embedding,
        .gradient = grad_embedding,
        .expand = expand_embedding(cache),
+       .index_contracts = {kIdsContract},
        .tests = {.kernel = {ids_case(1, 1, {1}, 0, 1), ids_case(7, 5, {3}, 0, 7),
                             ids_case(50, 133, {2, 65}, 0, 50), ids_case(9, 16, {}, 0, 9)},
                  // Repeated ids: the gradient of a row named twice sums both tokens' dy.

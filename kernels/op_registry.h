@@ -137,6 +137,20 @@ struct OpTests {
   bool straight_through = false;
 };
 
+// An input slot of indices into something the op reads (embedding's ids into the table's
+// rows): every value must lie in [0, bound). graph/ runs check_index on the indices before the
+// op (an index outside fails the step after forward() with an error naming the tensor, the
+// element and the value) and appends the check's status (i32[2]) to the op's inputs, after the
+// declared ones; the op's expansion, given it, passes it to kernels that declare the indices
+// with KernelBuilder::index_input, skip their work when the status reports a bad index, and so
+// have their bound checks proved from the contract instead of kept.
+struct IndexContract {
+  int slot = 0;
+  // The exclusive bound, from the op's (declared) input types and attributes.
+  std::function<int64_t(const std::vector<TensorType>&, const Attrs&)> bound;
+  std::string indexes;  // what the indices select, for errors: "the rows of input 'table'"
+};
+
 // The floating-point element types every op of the first families accepts.
 inline const std::vector<DType> kFloatTypes = {DType::F32, DType::BF16, DType::F16};
 
@@ -184,6 +198,9 @@ struct OpSchema {
   std::function<std::optional<std::vector<ViewOf>>(
       const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs, const Attrs&)>
       view = {};
+
+  // Index inputs checked at run time (see IndexContract); their statuses follow the inputs.
+  std::vector<IndexContract> index_contracts = {};
 
   // The cases the shared test suites run (see OpTests); a test requires kernel cases for every
   // op with kernels and gradient cases for every op with a gradient rule.

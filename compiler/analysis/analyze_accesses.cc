@@ -199,9 +199,30 @@ class Analyzer : public IRMutator {
       push(eq(Var::make(value.type(), name), value));
       ranges_[name] = interval_of(value, ranges_);
       lets_[name] = value;
+      assume_contract(name, value);
     } else {
       opaque_.insert(name);
     }
+  }
+
+  // A value loaded from an input with an index contract (BufferParam::values_below), directly or
+  // widened: 0 <= value < bound is a fact, established by the caller before the launch.
+  void assume_contract(const std::string& name, const Expr& value) {
+    const Expr* e = &value;
+    if (const Cast* c = e->as<Cast>(); c && is_int(c->value.type()) && is_int(c->type) &&
+                                       type_bits(c->type) >= type_bits(c->value.type()))
+      e = &c->value;
+    const Load* ld = e->as<Load>();
+    if (!ld) return;
+    const BufferParam* b = find_buffer(k_.sig, ld->buffer);
+    if (!b || !b->values_below.defined()) return;
+    Expr v = Var::make(value.type(), name);
+    push(le(make_const(value.type(), 0), v));
+    push(lt(v, value.type() == Type::I64 ? b->values_below
+                                         : Cast::make(value.type(), b->values_below)));
+    Interval bound = interval_of(b->values_below, ranges_);
+    Interval& r = ranges_[name];
+    r = {std::max<int64_t>(r.lo, 0), std::min(r.hi, bound.hi - 1)};
   }
 
   bool mentions_opaque(const Expr& e) const {

@@ -492,6 +492,15 @@ Buf add_buffer(BuilderState* st, const std::string& name, DType dtype,
 Buf KernelBuilder::input(const std::string& name, DType dtype, const std::vector<Val>& shape) {
   return add_buffer(state_.get(), name, dtype, shape, false);
 }
+Buf KernelBuilder::index_input(const std::string& name, const std::vector<Val>& shape,
+                               const Val& below) {
+  Buf b = add_buffer(state_.get(), name, DType::I32, shape, false);
+  if (need(below, "an index bound").type() != Type::I64)
+    fail("the index bound of '" + name + "' must be i64");
+  state_->kernel.sig.buffers.back().values_below = below.expr();
+  return b;
+}
+
 Buf KernelBuilder::output(const std::string& name, DType dtype, const std::vector<Val>& shape) {
   return add_buffer(state_.get(), name, dtype, shape, true);
 }

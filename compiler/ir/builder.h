@@ -298,6 +298,10 @@ class KernelBuilder {
   Dim dim(const std::string& name, DimBounds bounds = {});
   Buf input(const std::string& name, DType dtype, const std::vector<Val>& shape);
   Buf output(const std::string& name, DType dtype, const std::vector<Val>& shape);
+  // An i32 input of indices with a contract: every element lies in [0, below) (BufferParam::
+  // values_below). The caller establishes it before the launch; the index analysis assumes it of
+  // values let-bound to its loads, so bound checks on them are proved instead of kept.
+  Buf index_input(const std::string& name, const std::vector<Val>& shape, const Val& below);
   Val scalar_f32(const std::string& name) { return scalar(name, Type::F32); }
   Val scalar_i32(const std::string& name) { return scalar(name, Type::I32); }
   Val scalar_i64(const std::string& name) { return scalar(name, Type::I64); }

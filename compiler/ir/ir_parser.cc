@@ -236,6 +236,15 @@ class Parser {
       expect(":");
       b.dtype = dtype();
       b.shape = index_list("[", "]");
+      if (accept("values")) {  // an index contract: values in [0, bound)
+        expect("in");
+        expect("[");
+        const Token zero = peek();
+        if (integer("the values' lower bound, 0") != 0) fail(zero, "an index contract starts at 0");
+        expect(",");
+        b.values_below = i64_expr("the values' bound");
+        expect(")");
+      }
       buffers_[b.name] = b.dtype;
       sig.buffers.push_back(std::move(b));
     } else if (accept("scalar")) {

@@ -244,9 +244,12 @@ void print_signature(std::ostringstream& os, const KernelSignature& sig) {
     if (d.bounds.divisible_by != 1) os << " divisible_by " << d.bounds.divisible_by;
     os << "\n";
   }
-  for (const BufferParam& b : sig.buffers)
+  for (const BufferParam& b : sig.buffers) {
     os << "  " << (b.is_output ? "output " : "input ") << b.name << ": " << dtype_name(b.dtype)
-       << "[" << join(b.shape) << "]\n";
+       << "[" << join(b.shape) << "]";
+    if (b.values_below.defined()) os << " values in [0, " << to_string(b.values_below) << ")";
+    os << "\n";
+  }
   for (const ScalarParam& s : sig.scalars)
     os << "  scalar " << s.name << ": " << type_name(s.type) << "\n";
 }

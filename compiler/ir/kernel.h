@@ -31,6 +31,11 @@ struct BufferParam {
   DType dtype;
   std::vector<Expr> shape;
   bool is_output = false;
+  // Defined on an integer input: an index contract, every element lies in [0, values_below)
+  // (an i64 expression over the dims). The caller establishes it before the launch (graph/: a
+  // run-time check kernel whose status the kernel reads); the index analysis assumes it of every
+  // value let-bound to a load of the buffer.
+  Expr values_below = {};
 };
 
 struct ScalarParam {

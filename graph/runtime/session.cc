@@ -47,6 +47,33 @@ struct Session::Impl {
     executor->read_tensor(id, out.data.data(), static_cast<int64_t>(out.data.size()));
     return out;
   }
+
+  // After forward(): every index contract's check (graph::GraphIndexCheck) passed, or an Error
+  // naming the op, the index tensor, the first element outside its bound and its value. The op
+  // skipped its work on the bad indices (its outputs are not meaningful).
+  void check_indices() const {
+    for (const graph::GraphIndexCheck& c : graph.ops.index_checks) {
+      HostTensor st = read(c.status);
+      const auto element = static_cast<int64_t>(graph::load_element(DType::I32, st.data.data(), 0));
+      if (element < 0) continue;
+      const auto value = static_cast<int64_t>(graph::load_element(DType::I32, st.data.data(), 1));
+      const graph::GraphTensor& ids = graph.ops.tensors[c.ids];
+      const graph::GraphOp& op = graph.ops.ops[c.op];
+      // The element as a row-major multi-index.
+      std::string at;
+      int64_t rest = element;
+      for (size_t d = ids.type.shape.size(); d-- > 0;) {
+        at = std::to_string(rest % ids.type.shape[d]) + (at.empty() ? "" : ", ") + at;
+        rest /= ids.type.shape[d];
+      }
+      throw Error(op.loc,
+                  op.type + ": index tensor '" + ids.name + "' (input " + std::to_string(c.slot) +
+                      ", " + kernels::to_string(ids.type) + ") element [" + at + "] is " +
+                      std::to_string(value) + ", outside [0, " + std::to_string(c.bound) + ") (" +
+                      c.indexes + "); the step's results are not valid",
+                  ErrorKind::Runtime);
+    }
+  }
 };
 
 namespace {
@@ -152,6 +179,7 @@ void Session::set_tensors(const TensorMap& values) {
 
 void Session::forward() {
   impl_->forward_timings = impl_->executor->run(Direction::Forward);
+  impl_->check_indices();
   impl_->forward_done = true;
   impl_->backward_done = false;
 }

@@ -1,0 +1,121 @@
+// check_index: the run-time half of an index contract (OpSchema::index_contracts). graph/ runs it
+// on an op's index input before the op; its status says whether every index lies in
+// [0, bound) and, when not, the first element that does not and its value. The session reads the
+// status after forward() and fails the step with an error naming the tensor, the element and the
+// value; the op's kernels read the status too and do nothing when it reports a bad index, so an
+// index outside the contract is never used as an address.
+//
+// Kernel: one block; the first bad element is a block-wide min over the elements (the lowest
+// index, whatever the order of the fold), its value read once after.
+#include <cmath>
+
+#include "compiler/ir/builder.h"
+#include "kernels/expand_util.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/op_registry.h"
+#include "kernels/ref_util.h"
+
+namespace tilerun::kernels {
+
+namespace {
+
+namespace cc = tilerun::compiler;
+
+constexpr int kThreads = 256;
+
+std::vector<TensorType> infer_check_index(const std::vector<TensorType>& in, const Attrs&) {
+  if (in[0].dtype != DType::I32)
+    throw ShapeError("input 'ids' is " + to_string(in[0]) + ", expected i32 indices");
+  return {TensorType{DType::I32, {2}}};
+}
+
+std::vector<RefTensor> ref_check_index(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  const int64_t bound = attr_int(attrs, "bound");
+  RefTensor status{.shape = {2}, .data = {-1, 0}};
+  for (int64_t e = 0; e < in[0].numel(); ++e) {
+    const double v = in[0].data[e];
+    if (v < 0 || v >= static_cast<double>(bound)) {
+      status.data = {static_cast<double>(e), v};
+      break;
+    }
+  }
+  return {status};
+}
+
+cc::Kernel build_check_index() {
+  cc::KernelBuilder kb("check_index");
+  cc::Dim n = kb.dim("N");
+  cc::Buf ids = kb.input("ids", DType::I32, {n});
+  cc::Buf status = kb.output("status", DType::I32, {2});
+  cc::Val bound = kb.scalar_i64("bound");
+  kb.body({1}, kThreads, [&](cc::Scope& s) {
+    cc::Val first = s.reduce_min(n, [&](cc::Idx e) {
+      cc::Val v = cc::to_i64(ids(e));
+      return cc::select(v < 0 || v >= bound, e, n);
+    });
+    s.parallel(1, [&](cc::Idx i) {
+      s.if_then_else(
+          first < n,
+          [&] {
+            status(i) = cc::to_i32(first);
+            // Clamped only so that the analysis sees the address in bounds: first < n here.
+            status(i + 1) = ids(cc::max(cc::min(first, n - 1), cc::Val(int64_t{0})));
+          },
+          [&] {
+            status(i) = cc::to_i32(cc::Val(-1));
+            status(i + 1) = cc::to_i32(cc::Val(0));
+          });
+    });
+  });
+  return kb.build();
+}
+
+ExpandFn expand_check_index(std::shared_ptr<KernelCache> cache) {
+  return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                 const Attrs& attrs) {
+    KernelCall call{.kernel = cache->get("check_index", build_check_index),
+                    .buffers = {input_slot(0), output_slot(0)},
+                    .dims = {numel(in[0])},
+                    .scalars = {static_cast<double>(attr_int(attrs, "bound"))}};
+    return OpExpansion{.calls = {call}};
+  };
+}
+
+OpTestCase ids_case(std::vector<int64_t> shape, int64_t bound, int64_t lo, int64_t hi) {
+  return {.shapes = {std::move(shape)}, .attrs = {{"bound", bound}}, .int_lo = lo, .int_hi = hi};
+}
+
+}  // namespace
+
+void register_index_check(OpRegistry& registry) {
+  auto cache = std::make_shared<KernelCache>();
+  registry.add(
+      {.name = "check_index",
+       .doc = "status = [-1, 0] when every element of ids lies in [0, bound), else [e, ids[e]] "
+              "for the first element e outside it (row-major): the run-time check of an index "
+              "contract, added by the graph before an op that indexes with ids",
+       .inputs = {"ids"},
+       .outputs = {"status"},
+       .attrs = {{.name = "bound",
+                  .kind = AttrKind::Int,
+                  .doc = "the indices' exclusive upper bound",
+                  .positive = true}},
+       .dtypes = {DType::I32},  // every slot is fixed: run once
+       .input_dtypes = {{0, DType::I32}},
+       .output_dtypes = {{0, DType::I32}},
+       .infer = infer_check_index,
+       .reference = ref_check_index,
+       .expand = expand_check_index(cache),
+       .tests = {.kernel = {ids_case({1}, 1, 0, 1), ids_case({7, 33}, 20, 0, 20),
+                            ids_case({2, 1000}, 50, 0, 51), ids_case({3000}, 5, -1, 5),
+                            ids_case({65}, 100, -200, 200)},
+                 // All in range; the first of two bad ones (element 1, value 7) is reported.
+                 .examples = {{.inputs = {{{3}, {0, 4, 2}}},
+                               .attrs = {{"bound", int64_t{5}}},
+                               .outputs = {{{2}, {-1, 0}}}},
+                              {.inputs = {{{2, 2}, {0, 7, -1, 3}}},
+                               .attrs = {{"bound", int64_t{5}}},
+                               .outputs = {{{2}, {1, 7}}}}}}});
+}
+
+}  // namespace tilerun::kernels

@@ -1,0 +1,189 @@
+// Index contracts (kernels::IndexContract): the graph checks embedding's ids with check_index
+// before the gather; an id outside [0, V) fails the step with a tilerun::Error naming the op's
+// line, the tensor, the element and the value (exit 1 from the CLI), never an out-of-table read;
+// the gather kernel given the check's status has its bound check proved from the contract.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "compiler/lower.h"
+#include "graph/autodiff.h"
+#include "graph/model/numeric_convert.h"
+#include "graph/runtime/cuda_driver.h"
+#include "kernels/op_registry.h"
+#include "tilerun/tilerun.h"
+
+namespace tilerun {
+namespace {
+
+// ids [B, T] into a table [V, D]; `init` is the ids' YAML init.
+std::string lm_yaml(const std::string& init) {
+  return "model: lm\ndims: {B: 3, T: 5, V: 20, D: 24}\n"
+         "inputs:\n  ids: {shape: [B, T], dtype: i32, init: " +
+         init +
+         "}\n"
+         "layers:\n  - name: lm\n    weights:\n      table: {shape: [V, D]}\n    ops:\n"
+         "      - {op: embedding, in: [table, ids], out: x}\n"
+         "      - {op: embedding, in: [table, ids], out: x2}\n"
+         "      - {op: add, in: [x, x2], out: y}\n"
+         "outputs: [lm.y]\n";
+}
+
+HostTensor ids_tensor(const std::vector<int32_t>& v) {
+  HostTensor t{.dtype = DType::I32, .shape = {3, 5}, .data = {}};
+  t.data.resize(v.size() * 4);
+  for (size_t i = 0; i < v.size(); ++i) graph::store_element(DType::I32, t.data.data(), i, v[i]);
+  return t;
+}
+
+// One check_index per checked tensor, before the first op that indexes with it; both embeddings
+// read its status as their third input.
+TEST(IndexContract, GraphChecksEachIndexTensorOnceBeforeItsFirstUse) {
+  const Model model = parse_model(lm_yaml("{uniform: {low: -0.5, high: 19.5}}"), "lm.yaml");
+  const graph::OpGraph g = graph::build_forward(model);
+  ASSERT_EQ(g.index_checks.size(), 1u);
+  const graph::GraphIndexCheck& c = g.index_checks[0];
+  EXPECT_EQ(g.tensors[c.ids].name, "ids");
+  EXPECT_EQ(c.bound, 20);
+  EXPECT_EQ(g.ops[c.op].type, "embedding");
+  int checks = 0, first_embedding = -1;
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    if (g.ops[i].type == "check_index") {
+      ++checks;
+      EXPECT_EQ(first_embedding, -1) << "the check runs before the first gather";
+    }
+    if (g.ops[i].type == "embedding") {
+      if (first_embedding < 0) first_embedding = static_cast<int>(i);
+      ASSERT_EQ(g.ops[i].inputs.size(), 3u);
+      EXPECT_EQ(g.ops[i].inputs[2], c.status);
+    }
+  }
+  EXPECT_EQ(checks, 1);
+}
+
+// In range: the step runs, and y's rows are twice the table rows the ids name; with the table's
+// gradient (embedding_grad) summing dy rows per id.
+TEST(IndexContract, IdsInRangeGatherTheirRows) {
+  const Model model = parse_model(lm_yaml("{uniform: {low: -0.5, high: 19.5}}"), "lm.yaml");
+  Session s(model, {.device = Device::Cpu, .seed = 7});
+  std::mt19937 rng(std::random_device{}());
+  std::vector<int32_t> ids(15);
+  for (int32_t& v : ids) v = std::uniform_int_distribution<int32_t>(0, 19)(rng);
+  ids[3] = ids[4] = 19;  // repeated, and the last row
+  ids[0] = 0;
+  s.set_tensor("ids", ids_tensor(ids));
+  s.forward();
+  s.backward();
+  const HostTensor table = s.tensor("lm.table"), y = s.tensor("lm.y");
+  for (size_t n = 0; n < ids.size(); ++n)
+    for (int64_t j = 0; j < 24; ++j)
+      ASSERT_EQ(graph::load_element(DType::F32, y.data.data(), n * 24 + j),
+                2 * graph::load_element(DType::F32, table.data.data(), ids[n] * 24 + j))
+          << "token " << n << " column " << j;
+  EXPECT_TRUE(s.check().ok);
+}
+
+// Out of range: forward() fails naming the op's line, the tensor, the first bad element (as a
+// row-major index) and its value.
+TEST(IndexContract, AnIdOutsideTheTableFailsTheStepNamingTheElement) {
+  const Model model = parse_model(lm_yaml("{uniform: {low: -0.5, high: 19.5}}"), "lm.yaml");
+  Session s(model, {.device = Device::Cpu, .seed = 7});
+  for (auto [bad, at, text] : {std::tuple{20, 7, "[1, 2] is 20"}, std::tuple{-1, 0, "[0, 0] is -1"},
+                               std::tuple{1 << 30, 14, "[2, 4] is 1073741824"}}) {
+    std::vector<int32_t> ids(15, 3);
+    ids[at] = bad;
+    if (at + 1 < 15) ids[at + 1] = 99;  // a later bad id is not the one reported
+    s.set_tensor("ids", ids_tensor(ids));
+    try {
+      s.forward();
+      ADD_FAILURE() << "no error for id " << bad;
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(e.kind(), ErrorKind::Runtime);
+      EXPECT_NE(m.find("lm.yaml:10:"), std::string::npos) << m;
+      EXPECT_NE(m.find("embedding: index tensor 'ids'"), std::string::npos) << m;
+      EXPECT_NE(m.find(std::string("element ") + text), std::string::npos) << m;
+      EXPECT_NE(m.find("outside [0, 20) (the rows of input 'table')"), std::string::npos) << m;
+    }
+  }
+  // A good step afterwards runs.
+  s.set_tensor("ids", ids_tensor(std::vector<int32_t>(15, 19)));
+  EXPECT_NO_THROW(s.forward());
+}
+
+// On the GPU, replayed as a CUDA graph or launched kernel by kernel: the same error, then a good
+// step gives the CPU's bits. Skips without a device.
+TEST(IndexContract, OnTheGpuAnIdOutsideTheTableFailsTheStepToo) {
+  std::string why;
+  if (!graph::cuda_driver(&why)) GTEST_SKIP() << why;
+  const Model model = parse_model(lm_yaml("{uniform: {low: -0.5, high: 19.5}}"), "lm.yaml");
+  std::vector<int32_t> good(15, 4), bad(15, 4);
+  good[7] = 19;
+  bad[9] = 20;
+  Session cpu(model, {.device = Device::Cpu, .seed = 3});
+  cpu.set_tensor("ids", ids_tensor(good));
+  cpu.forward();
+  for (LaunchMode mode : {LaunchMode::Graph, LaunchMode::Launch}) {
+    Session gpu(model, {.device = Device::Cuda, .mode = mode, .seed = 3});
+    gpu.set_tensor("ids", ids_tensor(bad));
+    try {
+      gpu.forward();
+      ADD_FAILURE() << "no error on the GPU";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("element [1, 4] is 20"), std::string::npos) << e.what();
+    }
+    gpu.set_tensor("ids", ids_tensor(good));
+    gpu.forward();
+    EXPECT_EQ(gpu.tensor("lm.y").data, cpu.tensor("lm.y").data);
+  }
+}
+
+// The CLI exits 1 with the error on stderr.
+TEST(IndexContract, TheCliExitsOneOnAnIdOutsideTheTable) {
+  const std::string path =
+      ::testing::TempDir() + "index_contract_" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(path) << lm_yaml("{uniform: {low: 19.5, high: 25.5}}");  // every id >= 20
+  const std::string err = path + ".err";
+  const std::string cmd =
+      std::string("'") + TILERUN_CLI + "' '" + path + "' --device cpu 2>'" + err + "' >/dev/null";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("index tensor 'ids'"), std::string::npos) << text;
+  EXPECT_NE(text.find("element [0, 0] is 2"), std::string::npos) << text;
+  std::remove(path.c_str());
+  std::remove(err.c_str());
+}
+
+// The gather given the check's status: the analysis proves the in-range guard from the contract
+// and removes it; without the status (no contract) the guard is kept.
+TEST(IndexContract, TheContractProvesTheGathersBoundCheck) {
+  const kernels::OpSchema* schema = kernels::op_registry().find("embedding");
+  ASSERT_NE(schema, nullptr);
+  const kernels::TensorType table{DType::F32, {20, 24}}, ids{DType::I32, {15}},
+      status{DType::I32, {2}}, y{DType::F32, {15, 24}};
+  for (bool checked : {false, true}) {
+    std::vector<kernels::TensorType> in = {table, ids};
+    if (checked) in.push_back(status);
+    kernels::OpExpansion e = schema->expand(in, {y}, {});
+    ASSERT_EQ(e.calls.size(), 1u);
+    compiler::AnalysisReport report;
+    compiler::lower(*e.calls[0].kernel, {.report = &report});
+    int guards = 0;
+    for (const compiler::AccessVerdict& v : report.verdicts) {
+      if (v.question != "guard" || v.access.find("in_range") == std::string::npos) continue;
+      ++guards;
+      EXPECT_EQ(v.note, checked ? "guard removed" : "guard kept") << v.access;
+    }
+    EXPECT_EQ(guards, 1) << report.text();
+  }
+}
+
+}  // namespace
+}  // namespace tilerun
