@@ -350,26 +350,21 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
 }
 
 // ---- Tensor-core kernels (bf16, f16) ---------------------------------------------------------
-//
 // One 128 x 128 output tile per block of two warpgroups (256 threads), K in steps of 64: both
 // operands staged K-major into 128B-swizzled shared tiles (a as [128, 64], b as [128 (n), 64];
 // a transposed global operand is transposed on its way from registers to shared memory), then
 // one gemm (ir.h Gemm: wgmma on sm_90a, the tensor core's model on the CPU). The shared tiles
-// rotate through kTcStages buffers and each gemm is left running (pending 1) while the block
-// stores the next step's tiles and loads the one after into registers: one barrier per step.
-// Three buffers, not two: step ko overwrites the tiles of gemm ko - 3, which every warpgroup
-// waited for in step ko - 2, before step ko - 1's barrier (with two, the other warpgroup's gemm
-// ko - 2 could still be reading). The last gemm waits for all (pending 0). 96 KB of dynamic
-// shared memory. The tiling is a constant, so it depends on neither M nor the device: every
-// output is the same chain of 16-wide tensor-core steps in k order whatever the number of rows
-// (batch invariance). Ragged edges read zeros.
+// rotate through kTcStages buffers and each gemm may be left running (kGemmsInFlight: 1 is what
+// three buffers allow; main keeps 0, each gemm waited for as the H200 verified, until
+// tensor_core_gpu_test has run 1 there) while the block stores the next step's tiles and loads
+// the one after into registers: one barrier per step. Three buffers, not two: step ko overwrites
+// the tiles of gemm ko - 3, which every warpgroup waited for in step ko - 2, before step ko - 1's
+// barrier. The last gemm waits for all. 96 KB of dynamic shared memory. The tiling is a
+// constant, so it depends on neither M nor the device: every output is the same chain of
+// 16-wide tensor-core steps in k order whatever the number of rows (batch invariance). Ragged
+// edges read zeros.
 constexpr int64_t kTcM = 128, kTcN = 128, kTcK = 64;
-constexpr int kTcThreads = 256, kTcStages = 3;
-// How many gemms a step leaves running (wgmma.wait_group N). 1 is what the three buffers are
-// for; it stays 0 (each gemm waited for, as in the serial kernel the H200 has verified) until
-// tensor_core_gpu_test has run the pipelined kernel on the H200 — no device time was left in the
-// session that wrote it (bench/RESULTS.md, 2026-11-30). The CPU bits are the same either way.
-constexpr int kGemmsInFlight = 0;
+constexpr int kTcThreads = 256, kTcStages = 3, kGemmsInFlight = 0;
 
 std::string tc_matmul_name(bool ta, bool tb) {
   return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_128x128x64_s" +

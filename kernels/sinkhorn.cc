@@ -359,17 +359,23 @@ void register_sinkhorn(OpRegistry& registry) {
                               {.inputs = {{{1, 2, 2}, {0, std::log(3.0), 0, 0}}},
                                .attrs = it(1, 0),
                                .outputs = {{{1, 2, 2}, {1.0 / 3, 0.6, 2.0 / 3, 0.4}}}}}}});
-  registry.add({.name = "sinkhorn_grad",
-                .doc = "dx of sinkhorn from (x, dy), by recomputing the forward to each "
-                       "normalisation step (the backward op of sinkhorn)",
-                .inputs = {"x", "dy"},
-                .outputs = {"dx"},
-                .attrs = sinkhorn_attrs(),
-                .infer = infer_sinkhorn_grad,
-                .reference = ref_sinkhorn_grad,
-                .expand = expand(cache, true),
-                .tests = {.kernel = {{.shapes = {{33, 4, 4}, {33, 4, 4}}, .attrs = it(20)},
-                                     {.shapes = {{3, 3, 3}, {3, 3, 3}}, .attrs = it(3, 1e-3)}}}});
+  registry.add(
+      {.name = "sinkhorn_grad",
+       .doc = "dx of sinkhorn from (x, dy), by recomputing the forward to each "
+              "normalisation step (the backward op of sinkhorn)",
+       .inputs = {"x", "dy"},
+       .outputs = {"dx"},
+       .attrs = sinkhorn_attrs(),
+       .infer = infer_sinkhorn_grad,
+       .reference = ref_sinkhorn_grad,
+       .expand = expand(cache, true),
+       .tests = {.kernel = {{.shapes = {{33, 4, 4}, {33, 4, 4}}, .attrs = it(20)},
+                            {.shapes = {{3, 3, 3}, {3, 3, 3}}, .attrs = it(3, 1e-3)}},
+                 // Equal logits, eps 0, one round: q = 1/2 everywhere; dy = e00 goes
+                 // through the column step to (1/2, 0; -1/2, 0), then the softmax.
+                 .examples = {{.inputs = {{{1, 2, 2}, {0, 0, 0, 0}}, {{1, 2, 2}, {1, 0, 0, 0}}},
+                               .attrs = it(1, 0),
+                               .outputs = {{{1, 2, 2}, {0.125, -0.125, -0.125, 0.125}}}}}}});
 }
 
 }  // namespace tilerun::kernels
