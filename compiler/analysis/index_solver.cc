@@ -437,8 +437,10 @@ ProofResult prove(const IndexQuery& q, const ProofBudget& budget) {
   if (!budget.use_z3) return {.outcome = Outcome::Unknown, .method = "none"};
 
   // The canonical text: facts in a sorted set, so construction order does not matter.
-  std::string text = "z3 " + z3_version() + " rlimit " + std::to_string(budget.rlimit) + " seed " +
-                     std::to_string(budget.seed) + (q.exact ? " exact\n" : " approx\n");
+  // The encoding's version is part of the key: a verdict read from disk must come from the same
+  // translation of the query into Z3 terms. Bump it whenever Encoder or run_z3 changes meaning.
+  std::string text = "encoding 1 z3 " + z3_version() + " rlimit " + std::to_string(budget.rlimit) +
+                     " seed " + std::to_string(budget.seed) + (q.exact ? " exact\n" : " approx\n");
   std::set<std::string> sorted;
   for (const Expr& f : q.facts) sorted.insert(to_string(f));
   for (const std::string& f : sorted) text += "assume " + f + "\n";

@@ -21,9 +21,9 @@
 
 #include "compiler/analysis/launch_geometry.h"
 #include "compiler/base/check.h"
+#include "compiler/base/disk_cache.h"
 #include "compiler/base/sha256.h"
 #include "compiler/codegen/cpu_codegen.h"
-#include "compiler/base/disk_cache.h"
 #include "compiler/codegen/fault_injection.h"
 #include "compiler/codegen/mma_model.h"
 #include "compiler/lower.h"
@@ -113,6 +113,7 @@ void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
 
 // Object code is cached on disk under the SHA-256 of everything that decides it: the LLVM
 // version, the host target (triple, CPU, features), the options above and the unoptimised IR.
+// The "O2 strict-fp" tag stands for strict_host_target() and optimize(): change it with them.
 DiskCache object_cache() {
   return DiskCache(default_cache_dir(), "cpu-object-v1", "tilerun-object 1", "object code");
 }
