@@ -61,18 +61,6 @@ std::vector<int> reduced_axes(const TensorType& x, const Attrs& attrs) {
   return axes;
 }
 
-// Runs of adjacent reduced axes, [first, last), in axis order.
-std::vector<std::pair<int, int>> runs_of(const std::vector<int>& axes) {
-  std::vector<std::pair<int, int>> runs;
-  for (int a : axes) {
-    if (!runs.empty() && runs.back().second == a)
-      runs.back().second = a + 1;
-    else
-      runs.push_back({a, a + 1});
-  }
-  return runs;
-}
-
 std::vector<int64_t> reduced_shape(const std::vector<int64_t>& shape, const std::vector<int>& axes,
                                    bool keepdims) {
   std::vector<int64_t> out;

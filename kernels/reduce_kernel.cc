@@ -140,9 +140,7 @@ AxisView axis_view(const std::vector<int64_t>& shape, int first, int last) {
   return v;
 }
 
-OpExpansion reduce_over_axes(KernelCache& cache, ReduceKind kind, const TensorType& x,
-                             DType out_dtype, const std::vector<int>& axes) {
-  // Runs of adjacent axes, [first, last), the last run first.
+std::vector<std::pair<int, int>> runs_of(const std::vector<int>& axes) {
   std::vector<std::pair<int, int>> runs;
   for (int a : axes) {
     if (!runs.empty() && runs.back().second == a)
@@ -150,6 +148,12 @@ OpExpansion reduce_over_axes(KernelCache& cache, ReduceKind kind, const TensorTy
     else
       runs.push_back({a, a + 1});
   }
+  return runs;
+}
+
+OpExpansion reduce_over_axes(KernelCache& cache, ReduceKind kind, const TensorType& x,
+                             DType out_dtype, const std::vector<int>& axes) {
+  std::vector<std::pair<int, int>> runs = runs_of(axes);  // the last run first
   std::reverse(runs.begin(), runs.end());
   OpExpansion ex;
   if (runs.empty()) {  // nothing to fold: a copy (extent 1 folds nothing, -0 stays -0)

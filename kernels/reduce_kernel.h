@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/ir/builder.h"
@@ -44,6 +45,9 @@ bool use_row_kernel(const AxisView& v);
 // The call of the reduction kernel for `v`: x [P, K, R] of `in` dtype → y [P, R] of `out` dtype.
 KernelCall reduce_call(KernelCache& cache, ReduceKind kind, DType in, DType out, const AxisView& v,
                        KernelArg x, KernelArg y);
+
+// Runs of adjacent axes of the sorted `axes`, [first, last), in axis order.
+std::vector<std::pair<int, int>> runs_of(const std::vector<int>& axes);
 
 // A reduction of x over `axes` (sorted, each once; empty: a plain copy) into out_dtype: one
 // reduce_call per run of adjacent axes, the last run first, each later stage reading the f32
