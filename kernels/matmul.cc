@@ -1,3 +1,4 @@
+// over 600 lines: the f32 SIMT kernels and the tensor-core ones share the op family; split pending.
 // Matrix multiplication, with optional transposes of either operand. f32: strict fma chains on
 // the CUDA cores, 32x32 (or, below 128 such tiles, 16x16) tiles, 4x4 outputs per thread, K split
 // over up to 8 thread groups of the block (group g takes every k with (k / 16) % G == g), their
@@ -480,6 +481,100 @@ cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
   return kb.build();
 }
 
+// ---- Tensor-core kernel with asynchronous copies (a not transposed) ---------------------------
+// The same 128 x 128 output tile, two warpgroups and 64-wide K steps, but the tiles go from
+// global to shared memory by copy_async (cp.async.cg, 16 bytes a thread, never through the
+// registers), kAsyncStages buffers deep. a [m, k] lands K-major in a [128, 64] tile; b as given:
+// transposed ([n, k]) K-major in a [128, 64] tile and one gemm, else ([k, n], rows of N) as two
+// N-major [64 (k), 64 (n)] tiles, 128-byte rows under the same swizzle, and two gemms of 64
+// columns each (wgmma reads N-major bf16/f16 B tiles; a 128-wide N-major tile is two atoms
+// apart, which one 2-d tile cannot state). Needs K, and N when b is not transposed, multiples
+// of 8 (16-byte aligned rows); the kernel states it with its dims' divisibility.
+//
+// Step ko reads buffer slot(ko) = (steps - 1 - ko) % S (counted from the end, so the last step,
+// peeled off with pending 0, is buffer 0). Each thread commits one group of copies per step,
+// kAhead = S - 2 steps ahead of the gemms: at step ko it waits until its group of step ko is
+// done (async_wait kAhead - 1), a barrier makes every thread's copies visible and proves every
+// warpgroup past the wait of gemm ko - 2, then it issues the copies of step ko + kAhead into the
+// buffer of step ko - 2, and gemm ko runs on while the next step waits (pending 1 per
+// accumulator). Zero-filled edges; at least one step, so K = 0 adds zeros to +0. The chain of
+// each output is the one of build_tc_matmul: the same bits, whatever M.
+constexpr int kAsyncStages = 5, kAhead = kAsyncStages - 2;
+
+std::string tc_async_name(bool tb) {
+  return std::string("matmul_tc_n") + (tb ? "t" : "n") + "_128x128x64_async" +
+         std::to_string(kAsyncStages);
+}
+
+cc::Kernel build_tc_matmul_async(DType dtype, bool tb) {
+  cc::KernelBuilder kb(tc_async_name(tb) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim m = kb.dim("M"), n = kb.dim("N", {.min = 1, .divisible_by = tb ? 1 : 8}),
+          k = kb.dim("K", {.min = 0, .divisible_by = 8});
+  cc::Buf a = kb.input("a", dtype, {m, k});
+  cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
+  cc::Buf c = kb.output("c", dtype, {m, n});
+  const int halves = tb ? 1 : 2;  // gemms (and accumulators) per step
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, kTcM)}, kTcThreads, [&](cc::Scope& s) {
+    cc::Idx bx = s.block_idx(0), by = s.block_idx(1);
+    const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
+    std::vector<cc::Buf> as;
+    std::vector<std::vector<cc::Buf>> bs(halves);
+    for (int st = 0; st < kAsyncStages; ++st) {
+      as.push_back(s.alloc_shared("As" + std::to_string(st), dtype, {kTcM, kTcK}, sw));
+      for (int h = 0; h < halves; ++h)
+        bs[h].push_back(s.alloc_shared(
+            "Bs" + std::to_string(st) + (tb ? "" : "_" + std::to_string(h)), dtype,
+            tb ? std::vector<int64_t>{kTcN, kTcK} : std::vector<int64_t>{kTcK, kTcN / 2}, sw));
+    }
+    std::vector<cc::Buf> acc;
+    for (int h = 0; h < halves; ++h)
+      acc.push_back(s.alloc_fragment("acc" + std::to_string(h), DType::F32, {kTcM, kTcN / halves}));
+    for (int h = 0; h < halves; ++h)
+      s.parallel(kTcM, kTcN / halves, [&](cc::Idx i, cc::Idx j) { acc[h](i, j) = 0.0f; });
+    cc::Val steps = s.let(cc::max(cc::ceildiv(k, cc::Val(kTcK)), cc::Val(int64_t{1})), "steps");
+    const cc::Val zero(int64_t{0}), one(int64_t{1});
+    auto slot = [&](const cc::Val& j) { return (steps - 1 - j) % kAsyncStages; };
+    // Step j's copies into its buffer (an if per buffer: a copy names its tile), then one commit
+    // whether or not j exists, so that the group count per step stays one.
+    auto issue = [&](const cc::Val& j) {
+      cc::Val sl = s.let(slot(j), "slot");
+      s.if_then(j < steps, [&] {
+        for (int st = 0; st < kAsyncStages; ++st)
+          s.if_then(sl == st, [&] {
+            s.copy_async(as[st], a.region({by * kTcM, j * kTcK}, {kTcM, kTcK}));
+            for (int h = 0; h < halves; ++h)
+              s.copy_async(bs[h][st],
+                           tb ? b.region({bx * kTcN, j * kTcK}, {kTcN, kTcK})
+                              : b.region({j * kTcK, bx * kTcN + h * (kTcN / 2)}, {kTcK, kTcN / 2}));
+          });
+      });
+      s.async_commit();
+    };
+    // Left running: this step's gemms (one per accumulator), so every gemm of the step before
+    // has finished when the thread leaves the step (what the buffer rotation needs).
+    auto gemms = [&](int st, bool left_running) {
+      for (int h = 0; h < halves; ++h)
+        s.gemm(acc[h], as[st], bs[h][st], /*trans_a=*/false, /*trans_b=*/tb,
+               left_running ? halves : 0);
+    };
+    for (int d = 0; d < kAhead; ++d) issue(cc::Val(int64_t{d}));
+    s.serial(steps - 1, [&](cc::Idx ko) {
+      s.async_wait(kAhead - 1);
+      s.barrier();
+      issue(ko + kAhead);
+      cc::Val sl = s.let(slot(ko), "cur");
+      for (int st = 0; st < kAsyncStages; ++st)
+        s.serial(cc::select(sl == st, one, zero), [&](cc::Idx) { gemms(st, true); });
+    });
+    s.async_wait(0);
+    s.barrier();
+    gemms(0, false);
+    for (int h = 0; h < halves; ++h)
+      s.copy(c.region({by * kTcM, bx * kTcN + h * (kTcN / halves)}, {kTcM, kTcN / halves}), acc[h]);
+  });
+  return kb.build();
+}
+
 ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                  const Attrs& attrs) {
@@ -493,6 +588,13 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
     // bf16/f16 on the tensor cores when the product is one matrix product (a's batch folded into
     // its rows): the tiling never depends on M, so a row's bits do not depend on the batch.
     if ((dt == DType::BF16 || dt == DType::F16) && (mb.count == 1 || folds_into_rows(mb, ta))) {
+      // Asynchronous copies where the rows are 16-byte aligned (a choice by K and N only).
+      if (!ta && k % 8 == 0 && (tb || n % 8 == 0))
+        return OpExpansion{
+            .calls = {{.kernel = cache->get(kernel_key(tc_async_name(tb), dt),
+                                            [&] { return build_tc_matmul_async(dt, tb); }),
+                       .buffers = {input_slot(0), input_slot(1), output_slot(0)},
+                       .dims = {m * mb.count, n, k}}}};
       KernelCall tc{.kernel = cache->get(kernel_key(tc_matmul_name(ta, tb), dt),
                                          [&] { return build_tc_matmul(dt, ta, tb); }),
                     .buffers = {input_slot(0), input_slot(1), output_slot(0)},
