@@ -327,9 +327,10 @@ TEST(MatmulTensorCore, EveryOutputIsTheModelsDotProduct) {
       expect_models_dot_products(dt, flags & 1, flags & 2, 70, 40, 150);
 }
 
-// The K loop rotates three shared buffers, counted from the last step, which is peeled off
-// (kernels/matmul.cc): every step count from one (a ragged K below one step, no loop at all) to
-// seven (each buffer used two or three times) gives the model's dot products.
+// The K loop rotates shared buffers counted from the last step, which is peeled off
+// (kernels/matmul_tc.cc): every step count from one (a ragged K below one step, no loop at all) to
+// seven gives the model's dot products (K = 1, 100, 300: the register-staged kernel's three
+// buffers; the others, 16-byte rows, the asynchronous kernel's five).
 TEST(MatmulTensorCore, EveryStepCountOfThePipelineIsTheModelsDotProduct) {
   for (int64_t k : {1, 64, 100, 192, 256, 300, 448})
     expect_models_dot_products(DType::BF16, false, k % 2 == 0, 9, 24, k);
