@@ -8,13 +8,15 @@
 // (DeepSeek-V4's convention: comb's first index is the source stream.)
 // Kernels of hc_pre: the mixing GEMM is the matmul family's own (a tiled GEMM reads fn once per
 // tile of tokens; a per-token dot in the fused kernel would re-read all of fn, n·D·M floats, for
-// every token), then `hc_pre_split`: one thread per token (like sinkhorn's), its mean square in
-// index order, σ splits and the whole Sinkhorn fused, pre into scratch; then `hc_pre_combine`,
-// one block per token, y in stream order. The backward op hc_pre_grad recomputes the GEMM (a
-// matmul in the gradient rule) and Sinkhorn, and gives per-token partials (the gradient of base
-// and scale) that reduce_sum adds in its fixed order; hc_post and hc_post_grad are one block per
-// token, every sum in stream order or index order. No atomics: every output has one owner.
+// every token), then `hc_pre_split`, 64 tokens per block: their mean squares by block-wide
+// reductions (coalesced), then one thread per token (like sinkhorn's) for the σ splits and the
+// whole Sinkhorn, pre into scratch; then `hc_pre_combine`, one block per token, y in stream order.
+// The backward op hc_pre_grad recomputes the GEMM (a matmul in the gradient rule) and Sinkhorn, and
+// gives per-token partials (the gradient of base and scale) that reduce_sum adds in its fixed
+// order; hc_post and hc_post_grad are one block per token, every sum in stream order or index
+// order. No atomics: every output has one owner.
 #include <cmath>
+#include <functional>
 
 #include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
@@ -136,17 +138,35 @@ std::vector<GradOp> grad_hc_post(const std::vector<TensorType>&, const Attrs&,
 
 // ---- Kernels ---------------------------------------------------------------------------------
 
-// Per thread: the token's logits a[j] into fragments lg (with r and the mean square of x [T, K]).
-cc::Val logits_into(cc::Scope& s, std::vector<cc::Buf>& lg, cc::Buf& acc, const cc::Buf& x,
-                    const cc::Buf& mix, const cc::Buf& scale, const cc::Buf& base,
-                    const cc::Idx& tok, const cc::Idx& t, const cc::Dim& k, int64_t n,
-                    const cc::Val& norm_eps) {
-  acc(t) = -0.0f;
-  s.serial(k, [&](cc::Idx i) {
-    cc::Val v = s.let(x(tok, i), "x");
-    acc(t) = acc(t) + v * v;
+// Per-token sums over a row, for the block's kTokenThreads tokens, into shared [kTokenThreads]:
+// one block-wide reduction per token (the block's threads stride along the row, so the loads
+// coalesce on the GPU; its fixed order is reduce_sum's), tokens in order. The barrier after each
+// keeps the reduction's scratch from being rewritten while it is read.
+cc::Buf token_sums(cc::Scope& s, const std::string& name, const cc::Dim& tokens,
+                   const cc::Val& extent, const std::function<cc::Val(cc::Idx, cc::Idx)>& value) {
+  cc::Buf sums = s.alloc_shared(name, DType::F32, {kTokenThreads});
+  cc::Idx t0 = s.block_idx(0) * kTokenThreads;
+  s.serial(cc::min(cc::Val(kTokenThreads), tokens - t0), [&](cc::Idx i) {
+    cc::Val sum = s.reduce_sum(extent, [&](cc::Idx j) { return value(t0 + i, j); });
+    s.parallel(1, [&](cc::Idx) { sums(i) = sum; });
+    s.barrier();
   });
-  cc::Val r = s.let(1.0f / cc::sqrt(acc(t) / cc::to_f32(k) + norm_eps), "r");
+  return sums;
+}
+
+// The squares of the token's n·D stream values x [T, K], summed.
+cc::Buf squares_of(cc::Scope& s, const cc::Buf& x, const cc::Dim& tokens, const cc::Dim& k) {
+  return token_sums(s, "ss", tokens, k, [&](cc::Idx tok, cc::Idx j) {
+    cc::Val v = x(tok, j);
+    return v * v;
+  });
+}
+
+// Per thread (token t of the block): its logits a[j] into fragments lg; returns r.
+cc::Val logits_into(cc::Scope& s, std::vector<cc::Buf>& lg, const cc::Buf& ss, const cc::Buf& mix,
+                    const cc::Buf& scale, const cc::Buf& base, const cc::Idx& tok, const cc::Idx& t,
+                    const cc::Dim& k, int64_t n, const cc::Val& norm_eps) {
+  cc::Val r = s.let(1.0f / cc::sqrt(ss(t) / cc::to_f32(k) + norm_eps), "r");
   for (int64_t j = 0; j < mixes_of(n); ++j)
     lg[j](t) = mix(tok, j) * r * scale(group_of(j, n)) + base(j);
   return r;
@@ -171,14 +191,14 @@ cc::Kernel build_hc_pre_split(int64_t n, const std::string& name) {
   cc::Buf post = kb.output("post", DType::F32, {tokens, cc::Val(n)});
   cc::Buf comb = kb.output("comb", DType::F32, {tokens, cc::Val(n * n)});
   kb.body({cc::ceildiv(tokens, kTokenThreads)}, kTokenThreads, [&](cc::Scope& s) {
+    cc::Buf ss = squares_of(s, x, tokens, k);
     std::vector<cc::Buf> lg = sinkhorn_vector(s, "lg", m, kTokenThreads);
-    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTokenThreads});
     SinkhornFrags q(s, "q", n, kTokenThreads);
     std::vector<cc::Buf> d = sinkhorn_vector(s, "d", n, kTokenThreads);
     s.parallel(kTokenThreads, [&](cc::Idx t) {
       cc::Idx tok = s.block_idx(0) * kTokenThreads + t;
       s.if_then(tok < tokens, [&] {
-        logits_into(s, lg, acc, x, mix, scale, base, tok, t, k, n, norm_eps);
+        logits_into(s, lg, ss, mix, scale, base, tok, t, k, n, norm_eps);
         for (int64_t i = 0; i < n; ++i) {
           pre(tok, i) = cc::sigmoid(lg[i](t)) + eps;
           post(tok, i) = 2.0f * cc::sigmoid(lg[n + i](t));
@@ -231,23 +251,26 @@ cc::Kernel build_hc_pre_grad_mix(int64_t n, const std::string& name) {
   cc::Buf dscale = kb.output("dscale", DType::F32, {tokens, cc::Val(3)});
   cc::Buf coef = kb.output("coef", DType::F32, {tokens, cc::Val(n + 1)});
   kb.body({cc::ceildiv(tokens, kTokenThreads)}, kTokenThreads, [&](cc::Scope& s) {
+    cc::Buf ss = squares_of(s, x, tokens, k);
+    std::vector<cc::Buf> dpre;  // Σ_d dy·xₙ
+    for (int64_t i = 0; i < n; ++i)
+      dpre.push_back(
+          token_sums(s, "dpre" + std::to_string(i), tokens, dd,
+                     [&](cc::Idx tok, cc::Idx c) { return dy(tok, c) * x(tok, i * dd + c); }));
     std::vector<cc::Buf> lg = sinkhorn_vector(s, "lg", m, kTokenThreads);
-    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTokenThreads});
     SinkhornFrags q(s, "q", n, kTokenThreads), g(s, "g", n, kTokenThreads);
     std::vector<cc::Buf> d = sinkhorn_vector(s, "d", n, kTokenThreads);
     std::vector<cc::Buf> dot = sinkhorn_vector(s, "dot", n, kTokenThreads);
     s.parallel(kTokenThreads, [&](cc::Idx t) {
       cc::Idx tok = s.block_idx(0) * kTokenThreads + t;
       s.if_then(tok < tokens, [&] {
-        cc::Val r = logits_into(s, lg, acc, x, mix, scale, base, tok, t, k, n, norm_eps);
+        cc::Val r = logits_into(s, lg, ss, mix, scale, base, tok, t, k, n, norm_eps);
         for (int64_t e = 0; e < n * n; ++e) g.v[e](t) = dcomb(tok, e);
         sinkhorn_backward(s, q, g, d, dot, comb_logit(lg, t, n), t, eps, steps);
         for (int64_t i = 0; i < n; ++i) {
-          acc(t) = -0.0f;
-          s.serial(dd, [&](cc::Idx c) { acc(t) = acc(t) + dy(tok, c) * x(tok, i * dd + c); });
           cc::Val sp = s.let(cc::sigmoid(lg[i](t)), "sp");
           cc::Val sq = s.let(cc::sigmoid(lg[n + i](t)), "sq");
-          da(tok, i) = acc(t) * sp * (1.0f - sp);
+          da(tok, i) = dpre[i](t) * sp * (1.0f - sp);
           da(tok, n + i) = dpost(tok, i) * 2.0f * sq * (1.0f - sq);
           coef(tok, i) = sp + eps;
         }
