@@ -11,9 +11,11 @@
 // every token), then `hc_pre_split`, 64 tokens per block: their mean squares by block-wide
 // reductions (coalesced), then one thread per token (like sinkhorn's) for the σ splits and the
 // whole Sinkhorn, pre into scratch; then `hc_pre_combine`, one block per token, y in stream order.
-// The backward op hc_pre_grad recomputes the GEMM (a matmul in the gradient rule) and Sinkhorn, and
-// gives per-token partials (the gradient of base and scale) that reduce_sum adds in its fixed
-// order; hc_post and hc_post_grad are one block per token, every sum in stream order or index
+// The backward op hc_pre_grad recomputes the GEMM and Sinkhorn: x·fn (a matmul), then per token
+// (as hc_pre_split) dmix, per-token partials of the gradients of base and scale (reduce_sum adds
+// them in its fixed order) and the coefficients of dx; dmix·fnᵀ (a matmul); then dx, the GEMM's
+// part added in the same kernel. dfn = xᵀ·dmix is a matmul of the rule. hc_post and hc_post_grad
+// are one block per token, every sum in stream order or index
 // order. No atomics: every output has one owner.
 #include <cmath>
 #include <functional>
@@ -72,10 +74,10 @@ std::vector<TensorType> infer_hc_pre(const std::vector<TensorType>& in, const At
   return {{DType::F32, {t, d}}, {DType::F32, {t, n}}, {DType::F32, {t, n, n}}};
 }
 
-// (x, mix, scale, base, dy, dpost, dcomb) -> (dx, dmix, da, dscale)
+// (x, fn, scale, base, dy, dpost, dcomb) -> (dx, dmix, da, dscale)
 std::vector<TensorType> infer_hc_pre_grad(const std::vector<TensorType>& in, const Attrs& attrs) {
   const int64_t n = streams_of(in[0]), t = in[0].shape[0], d = in[0].shape[2], m = mixes_of(n);
-  expect_shape(in[1], "mix", {t, m});
+  expect_shape(in[1], "fn", {n * d, m});
   expect_shape(in[2], "scale", {3});
   expect_shape(in[3], "base", {m});
   expect_shape(in[4], "dy", {t, d});
@@ -102,24 +104,19 @@ std::vector<TensorType> infer_hc_post_grad(const std::vector<TensorType>& in, co
 
 // ---- Gradient rules ----------------------------------------------------------------------------
 
-// The GEMM is recomputed (x·fn, a matmul) rather than stored; hc_pre_grad gives the direct part
-// of dx, dmix and per-token partials of dbase and dscale; the GEMM's two gradients are matmuls.
+// hc_pre_grad gives dx whole, dmix and per-token partials of dbase and dscale; dfn = xᵀ·dmix.
 std::vector<GradOp> grad_hc_pre(const std::vector<TensorType>& in, const Attrs& attrs,
                                 const std::vector<bool>& needs) {
   if (!needs[0] && !needs[1] && !needs[2] && !needs[3]) return {};
   const int64_t t = in[0].shape[0], k = in[0].shape[1] * in[0].shape[2];
-  std::vector<GradOp> ops = {{"reshape", {"x0"}, {"xf"}, {{"shape", std::vector<int64_t>{t, k}}}},
-                             {"matmul", {"xf", "x1"}, {"mix"}, {}},
-                             {"hc_pre_grad",
-                              {"x0", "mix", "x2", "x3", "dy0", "dy1", "dy2"},
-                              {"dx_direct", "dmix", "da", "dscale_t"},
+  std::vector<GradOp> ops = {{"hc_pre_grad",
+                              {"x0", "x1", "x2", "x3", "dy0", "dy1", "dy2"},
+                              {needs[0] ? "dx0" : "unused_dx", "dmix", "da", "dscale_t"},
                               attrs}};
-  if (needs[0]) {
-    ops.push_back({"matmul", {"dmix", "x1"}, {"dxf"}, {{"transpose_b", true}}});
-    ops.push_back({"reshape", {"dxf"}, {"dx_mix"}, {{"shape", in[0].shape}}});
-    ops.push_back({"add", {"dx_direct", "dx_mix"}, {"dx0"}, {}});
+  if (needs[1]) {
+    ops.push_back({"reshape", {"x0"}, {"xf"}, {{"shape", std::vector<int64_t>{t, k}}}});
+    ops.push_back({"matmul", {"xf", "dmix"}, {"dx1"}, {{"transpose_a", true}}});
   }
-  if (needs[1]) ops.push_back({"matmul", {"xf", "dmix"}, {"dx1"}, {{"transpose_a", true}}});
   const Attrs over_tokens = {{"axes", std::vector<int64_t>{0}}};
   if (needs[2]) ops.push_back({"reduce_sum", {"dscale_t"}, {"dx2"}, over_tokens});
   if (needs[3]) ops.push_back({"reduce_sum", {"da"}, {"dx3"}, over_tokens});
@@ -293,19 +290,20 @@ cc::Kernel build_hc_pre_grad_mix(int64_t n, const std::string& name) {
   return kb.build();
 }
 
-// dx[t, i, :] = coef[t, i]·dy[t, :] + coef[t, n]·x[t, i, :], one block per token. Parameters coef,
-// x, dy, dx; dims T, D.
+// dx[t, i, :] = coef[t, i]·dy[t, :] + coef[t, n]·x[t, i, :] + dxf[t, i, :] (the GEMM's part), one
+// block per token. Parameters coef, x, dy, dxf, dx; dims T, D.
 cc::Kernel build_hc_pre_grad_dx(int64_t n, const std::string& name) {
   cc::KernelBuilder kb(name);
   cc::Dim tokens = kb.dim("T"), dd = kb.dim("D");
   cc::Buf coef = kb.input("coef", DType::F32, {tokens, cc::Val(n + 1)});
   cc::Buf x = kb.input("x", DType::F32, {tokens, cc::Val(n), dd});
   cc::Buf dy = kb.input("dy", DType::F32, {tokens, dd});
+  cc::Buf dxf = kb.input("dxf", DType::F32, {tokens, cc::Val(n), dd});
   cc::Buf dx = kb.output("dx", DType::F32, {tokens, cc::Val(n), dd});
   kb.body({tokens}, kThreads, [&](cc::Scope& s) {
     cc::Idx tok = s.block_idx(0);
     s.parallel(cc::Val(n), dd, [&](cc::Idx i, cc::Idx c) {
-      dx(tok, i, c) = coef(tok, i) * dy(tok, c) + coef(tok, n) * x(tok, i, c);
+      dx(tok, i, c) = coef(tok, i) * dy(tok, c) + coef(tok, n) * x(tok, i, c) + dxf(tok, i, c);
     });
   });
   return kb.build();
@@ -380,25 +378,34 @@ std::string name_of(const std::string& kernel, int64_t n) {
   return kernel + "_n" + std::to_string(n);
 }
 
+// Appends the matmul family's expansion of c = a·op(b) (a [T, K] f32, b the op's input `b_slot`
+// [K, M], or [M, K] read transposed) to `ex`, its scratch after ex's, its operands bound to a,
+// the input and c.
+void append_matmul(OpExpansion& ex, const TensorType& a, const TensorType& b, bool tb,
+                   KernelArg a_arg, int b_slot, KernelArg c_arg) {
+  const OpSchema* matmul = op_registry().find("matmul");
+  const std::vector<TensorType> mm_in = {a, b};
+  const Attrs mm_attrs = {{"transpose_a", false}, {"transpose_b", tb}};
+  OpExpansion mm = matmul->expand(mm_in, matmul->infer(mm_in, mm_attrs), mm_attrs);
+  const int base = static_cast<int>(ex.scratch.size());
+  ex.scratch.insert(ex.scratch.end(), mm.scratch.begin(), mm.scratch.end());
+  for (KernelCall call : mm.calls) {
+    for (KernelArg& arg : call.buffers)
+      arg = arg.kind == KernelArg::Kind::Scratch  ? scratch_slot(base + arg.index)
+            : arg.kind == KernelArg::Kind::Output ? c_arg
+            : arg.index == 0                      ? a_arg
+                                                  : input_slot(b_slot);
+    ex.calls.push_back(call);
+  }
+}
+
 ExpandFn expand_hc_pre(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&,
                  const Attrs& attrs) {
     const int64_t t = in[0].shape[0], n = in[0].shape[1], d = in[0].shape[2];
-    // The mixing GEMM: the matmul family's expansion, its a = x as [T, n·D], b = fn, c = mix.
-    const OpSchema* matmul = op_registry().find("matmul");
-    const std::vector<TensorType> mm_in = {{DType::F32, {t, n * d}}, in[1]};
-    const Attrs mm_attrs = {{"transpose_a", false}, {"transpose_b", false}};
-    OpExpansion mm = matmul->expand(mm_in, matmul->infer(mm_in, mm_attrs), mm_attrs);
+    // Scratch: mix = x·fn [T, M], pre [T, n].
     OpExpansion ex{.scratch = {{DType::F32, {t, mixes_of(n)}}, {DType::F32, {t, n}}}};
-    const int base = static_cast<int>(ex.scratch.size());
-    ex.scratch.insert(ex.scratch.end(), mm.scratch.begin(), mm.scratch.end());
-    for (KernelCall call : mm.calls) {
-      for (KernelArg& arg : call.buffers)
-        arg = arg.kind == KernelArg::Kind::Scratch  ? scratch_slot(base + arg.index)
-              : arg.kind == KernelArg::Kind::Output ? scratch_slot(0)
-                                                    : input_slot(arg.index);
-      ex.calls.push_back(call);
-    }
+    append_matmul(ex, {DType::F32, {t, n * d}}, in[1], false, input_slot(0), 1, scratch_slot(0));
     const std::string split = name_of("hc_pre_split", n), combine = name_of("hc_pre_combine", n);
     ex.calls.push_back({.kernel = cache->get(split, [&] { return build_hc_pre_split(n, split); }),
                         .buffers = {input_slot(0), scratch_slot(0), input_slot(2), input_slot(3),
@@ -416,18 +423,24 @@ ExpandFn expand_hc_pre(std::shared_ptr<KernelCache> cache) {
 ExpandFn expand_hc_pre_grad(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&,
                  const Attrs& attrs) {
-    const int64_t t = in[0].shape[0], n = in[0].shape[1], d = in[0].shape[2];
+    const int64_t t = in[0].shape[0], n = in[0].shape[1], d = in[0].shape[2], m = mixes_of(n);
     const std::string mix = name_of("hc_pre_grad_mix", n), dx = name_of("hc_pre_grad_dx", n);
-    KernelCall mix_call{.kernel = cache->get(mix, [&] { return build_hc_pre_grad_mix(n, mix); }),
-                        .buffers = {input_slot(0), input_slot(1), input_slot(2), input_slot(3),
+    // Scratch: mix = x·fn [T, M], coef [T, n + 1], dxf = dmix·fnᵀ [T, n·D].
+    OpExpansion ex{
+        .scratch = {{DType::F32, {t, m}}, {DType::F32, {t, n + 1}}, {DType::F32, {t, n * d}}}};
+    append_matmul(ex, {DType::F32, {t, n * d}}, in[1], false, input_slot(0), 1, scratch_slot(0));
+    ex.calls.push_back({.kernel = cache->get(mix, [&] { return build_hc_pre_grad_mix(n, mix); }),
+                        .buffers = {input_slot(0), scratch_slot(0), input_slot(2), input_slot(3),
                                     input_slot(4), input_slot(5), input_slot(6), output_slot(1),
-                                    output_slot(2), output_slot(3), scratch_slot(0)},
+                                    output_slot(2), output_slot(3), scratch_slot(1)},
                         .dims = {t, d, n * d, steps_of(attrs)},
-                        .scalars = {attr_float(attrs, "eps"), attr_float(attrs, "norm_eps")}};
-    KernelCall dx_call{.kernel = cache->get(dx, [&] { return build_hc_pre_grad_dx(n, dx); }),
-                       .buffers = {scratch_slot(0), input_slot(0), input_slot(4), output_slot(0)},
-                       .dims = {t, d}};
-    return OpExpansion{.scratch = {{DType::F32, {t, n + 1}}}, .calls = {mix_call, dx_call}};
+                        .scalars = {attr_float(attrs, "eps"), attr_float(attrs, "norm_eps")}});
+    append_matmul(ex, {DType::F32, {t, m}}, in[1], true, output_slot(1), 1, scratch_slot(2));
+    ex.calls.push_back({.kernel = cache->get(dx, [&] { return build_hc_pre_grad_dx(n, dx); }),
+                        .buffers = {scratch_slot(1), input_slot(0), input_slot(4), scratch_slot(2),
+                                    output_slot(0)},
+                        .dims = {t, d}});
+    return ex;
   };
 }
 
@@ -467,89 +480,6 @@ std::vector<AttrSpec> hc_pre_attrs() {
            .positive = true}};
 }
 
-Attrs it(int64_t iters, double eps = 1e-6) {
-  return {{"iters", iters}, {"eps", eps}, {"norm_eps", 1e-6}};
-}
-
-// Test cases: shapes {x [T, n, D], fn [n·D, M], scale [3], base [M]} and the others alike.
-std::vector<std::vector<int64_t>> pre_shapes(int64_t t, int64_t n, int64_t d) {
-  return {{t, n, d}, {n * d, mixes_of(n)}, {3}, {mixes_of(n)}};
-}
-std::vector<std::vector<int64_t>> pre_grad_shapes(int64_t t, int64_t n, int64_t d) {
-  return {{t, n, d}, {t, mixes_of(n)}, {3}, {mixes_of(n)}, {t, d}, {t, n}, {t, n, n}};
-}
-std::vector<std::vector<int64_t>> post_shapes(int64_t t, int64_t n, int64_t d, bool grad) {
-  std::vector<std::vector<int64_t>> s = {{t, d}, {t, n, d}, {t, n}, {t, n, n}};
-  if (grad) s.push_back({t, n, d});
-  return s;
-}
-
-OpTests hc_pre_tests() {
-  // Scale 0: the mixes are the bias alone whatever fn is. pre = σ(0, ln 3) = (1/2, 3/4), so
-  // y = 3/2 + 3; post = 2σ(0) = 1; comb as sinkhorn's 2×2 worked example.
-  const double l3 = std::log(3.0);
-  return {.kernel = {{.shapes = pre_shapes(33, 4, 8), .attrs = it(20), .lo = -1, .hi = 1},
-                     {.shapes = pre_shapes(5, 2, 3), .attrs = it(3, 1e-3)},
-                     {.shapes = pre_shapes(1, 1, 1), .attrs = it(1)},
-                     {.shapes = pre_shapes(70, 4, 130), .attrs = it(20), .lo = -1, .hi = 1}},
-          .gradient = {{.shapes = pre_shapes(2, 2, 3), .attrs = it(3, 1e-2), .lo = -1, .hi = 1},
-                       {.shapes = pre_shapes(2, 4, 2), .attrs = it(20), .lo = -1, .hi = 1}},
-          .examples = {
-              {.inputs = {{{1, 2, 1}, {3, 4}},
-                          {{2, 8}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
-                          {{3}, {0, 0, 0}},
-                          {{8}, {0, l3, 0, 0, 0, l3, 0, 0}}},
-               .attrs = it(1, 0),
-               .outputs = {
-                   {{1, 1}, {4.5}}, {{1, 2}, {1, 1}}, {{1, 2, 2}, {1.0 / 3, 0.6, 2.0 / 3, 0.4}}}}}};
-}
-
-OpTests hc_pre_grad_tests() {
-  // n = D = 1, x = 2, mixes 0: pre = 1/2, dpre = dy·x = 2, da = 2·σ' = 1/2, dmix = da·r; the
-  // 1×1 Sinkhorn is constant (zero gradient); dr = Σ dz·mix = 0, so dx = pre·dy.
-  const double r = 1 / std::sqrt(4 + 1e-6);
-  return {.kernel = {{.shapes = pre_grad_shapes(33, 4, 8), .attrs = it(20), .lo = -1, .hi = 1},
-                     {.shapes = pre_grad_shapes(5, 2, 3), .attrs = it(3, 1e-3)},
-                     {.shapes = pre_grad_shapes(70, 4, 130), .attrs = it(20), .lo = -1, .hi = 1}},
-          .examples = {{.inputs = {{{1, 1, 1}, {2}},
-                                   {{1, 3}, {0, 0, 0}},
-                                   {{3}, {1, 1, 1}},
-                                   {{3}, {0, 0, 0}},
-                                   {{1, 1}, {1}},
-                                   {{1, 1}, {0}},
-                                   {{1, 1, 1}, {0}}},
-                        .attrs = it(1, 0),
-                        .outputs = {{{1, 1, 1}, {0.5}},
-                                    {{1, 3}, {0.5 * r, 0, 0}},
-                                    {{1, 3}, {0.5, 0, 0}},
-                                    {{1, 3}, {0, 0, 0}}}}}};
-}
-
-// f = 5, x = (1, 2), post = (1, 2), comb = (1 2; 3 4): out_q = post_q·5 + Σ_p comb[p, q]·x_p.
-const std::vector<RefTensor> kPostInputs = {
-    {{1, 1}, {5}}, {{1, 2, 1}, {1, 2}}, {{1, 2}, {1, 2}}, {{1, 2, 2}, {1, 2, 3, 4}}};
-
-OpTests hc_post_tests() {
-  return {.kernel = {{.shapes = post_shapes(33, 4, 8, false)},
-                     {.shapes = post_shapes(3, 3, 130, false)},
-                     {.shapes = post_shapes(1, 1, 1, false)}},
-          .gradient = {{.shapes = post_shapes(2, 2, 3, false)},
-                       {.shapes = post_shapes(2, 4, 2, false)}},
-          .examples = {{.inputs = kPostInputs, .outputs = {{{1, 2, 1}, {12, 20}}}}}};
-}
-
-OpTests hc_post_grad_tests() {
-  // dout = (1, 0): df = post_0, dx_p = comb[p, 0], dpost = (f, 0), dcomb[p, q] = x_p·dout_q.
-  std::vector<RefTensor> in = kPostInputs;
-  in.push_back({{1, 2, 1}, {1, 0}});
-  return {
-      .kernel = {{.shapes = post_shapes(33, 4, 8, true)}, {.shapes = post_shapes(3, 3, 130, true)}},
-      .examples = {
-          {.inputs = in,
-           .outputs = {
-               {{1, 1}, {1}}, {{1, 2, 1}, {1, 3}}, {{1, 2}, {5, 0}}, {{1, 2, 2}, {1, 0, 2, 0}}}}}};
-}
-
 }  // namespace
 
 void register_hc(OpRegistry& registry) {
@@ -569,10 +499,10 @@ void register_hc(OpRegistry& registry) {
                 .expand = expand_hc_pre(cache),
                 .tests = hc_pre_tests()});
   registry.add({.name = "hc_pre_grad",
-                .doc = "hc_pre's backward from (x, mix = x·fn, scale, base, dy, dpost, dcomb): dx "
-                       "but the GEMM's part, dmix, and per-token da (dbase) and dscale [T, 3], "
-                       "Sinkhorn recomputed",
-                .inputs = {"x", "mix", "scale", "base", "dy", "dpost", "dcomb"},
+                .doc = "hc_pre's backward from (x, fn, scale, base, dy, dpost, dcomb): dx, dmix "
+                       "(dfn = xᵀ·dmix), and per-token da (dbase) and dscale [T, 3]; the GEMM "
+                       "and Sinkhorn recomputed",
+                .inputs = {"x", "fn", "scale", "base", "dy", "dpost", "dcomb"},
                 .outputs = {"dx", "dmix", "da", "dscale"},
                 .attrs = hc_pre_attrs(),
                 .dtypes = {DType::F32},

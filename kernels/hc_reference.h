@@ -1,4 +1,5 @@
-// The double-precision references of the fused mHC ops (hc.cc says what they compute).
+// The double-precision references of the fused mHC ops (hc.cc says what they compute) and their
+// test cases.
 #pragma once
 
 #include <cstdint>
@@ -17,5 +18,11 @@ std::vector<RefTensor> ref_hc_pre(const std::vector<RefTensor>& in, const Attrs&
 std::vector<RefTensor> ref_hc_pre_grad(const std::vector<RefTensor>& in, const Attrs& attrs);
 std::vector<RefTensor> ref_hc_post(const std::vector<RefTensor>& in, const Attrs& attrs);
 std::vector<RefTensor> ref_hc_post_grad(const std::vector<RefTensor>& in, const Attrs& attrs);
+
+// The cases the shared test suites run for each op (kernel, gradient, worked examples).
+OpTests hc_pre_tests();
+OpTests hc_pre_grad_tests();
+OpTests hc_post_tests();
+OpTests hc_post_grad_tests();
 
 }  // namespace tilerun::kernels
