@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -87,6 +89,37 @@ TEST(MhcFused, MatchesTheComposedOpsOnFreshInputs) {
   std::printf("[kernels] composed %lld, fused %lld (forward and backward)\n",
               static_cast<long long>(ka), static_cast<long long>(kb));
   EXPECT_LT(kb, ka);
+}
+
+// Batch invariance: the first 5 tokens through a T = 5 copy of the model give the bits they get
+// among 16 (every kernel's sums are per token or fixed by the shape's other dims).
+TEST(MhcFused, ATokensResultDoesNotDependOnTheBatch) {
+  std::ifstream in(kDir + "mhc-fused.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string small = text.str();
+  const size_t at = small.find("T: 16");
+  ASSERT_NE(at, std::string::npos);
+  small.replace(at, 5, "T: 5");
+  std::random_device rd;
+  const uint64_t seed = rd();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Session a(load_model(kDir + "mhc-fused.yaml"), {.device = Device::Cpu, .seed = seed});
+  Session b(parse_model(small, "mhc-fused-T5.yaml"), {.device = Device::Cpu, .seed = seed + 1});
+  a.forward();
+  a.backward();
+  for (const auto& [name, g] : a.gradients()) {
+    HostTensor v = a.tensor(name);
+    if (name == "x") {
+      v.shape[0] = 5;
+      v.data.resize(v.data.size() * 5 / 16);
+    }
+    b.set_tensor(name, v);
+  }
+  b.forward();
+  const HostTensor out_a = a.outputs().begin()->second, out_b = b.outputs().begin()->second;
+  ASSERT_EQ(out_b.nbytes() * 16, out_a.nbytes() * 5);
+  EXPECT_EQ(std::memcmp(out_a.data.data(), out_b.data.data(), out_b.data.size()), 0);
 }
 
 }  // namespace
