@@ -181,7 +181,8 @@ OpTests hc_pre_tests() {
   return {.kernel = {{.shapes = pre_shapes(33, 4, 8), .attrs = it(20), .lo = -1, .hi = 1},
                      {.shapes = pre_shapes(5, 2, 3), .attrs = it(3, 1e-3)},
                      {.shapes = pre_shapes(1, 1, 1), .attrs = it(1)},
-                     {.shapes = pre_shapes(70, 4, 130), .attrs = it(20), .lo = -1, .hi = 1}},
+                     {.shapes = pre_shapes(70, 4, 130), .attrs = it(20), .lo = -1, .hi = 1},
+                     {.shapes = pre_shapes(16, 4, 64), .attrs = it(20), .lo = -1, .hi = 1}},
           .gradient = {{.shapes = pre_shapes(2, 2, 3), .attrs = it(3, 1e-2), .lo = -1, .hi = 1},
                        {.shapes = pre_shapes(2, 4, 2), .attrs = it(20), .lo = -1, .hi = 1}},
           .examples = {

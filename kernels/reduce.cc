@@ -412,15 +412,19 @@ Attrs axes_attrs(std::vector<int64_t> axes, bool keepdims = false) {
 
 // Kernel cases shared by the forward ops: the row kernel (last axis, K >= 64), the column kernel
 // (a leading or middle axis; short rows), the strided row kernel (axis 0 of [1000, 3]), several
-// runs (non-adjacent axes), keepdims, and K past the lane count with a ragged last lane.
+// runs (non-adjacent axes), keepdims, and K past the lane count with a ragged last lane. The
+// sums of 1000 and 1320 terms draw positive terms: a signed sum that cancels to near 0 (seen in
+// CI: 1320 terms to -0.398) misses the relative bound by the f32 rounding of its large partial
+// sums, which says nothing about the kernel.
 OpTests forward_tests(ReduceKind kind, std::vector<OpExample> examples) {
   double lo = kind == ReduceKind::L2 ? 0.25 : -2;  // keeps the L2 gradient off its kink at 0
   OpTests t;
-  t.kernel = {{{{7, 300}}, axes_attrs({-1})},           {{{1, 1}}, axes_attrs({1})},
-              {{{33, 5}}, axes_attrs({1}, true)},       {{{300, 9}}, axes_attrs({0})},
-              {{{1000, 3}}, axes_attrs({0})},           {{{3, 130, 17}}, axes_attrs({1})},
-              {{{4, 5, 6, 7}}, axes_attrs({0, 2})},     {{{4, 5, 66}}, axes_attrs({0, 1, 2})},
-              {{{5, 6, 7}}, axes_attrs({-3, -1}, true)}};
+  t.kernel = {
+      {{{7, 300}}, axes_attrs({-1})},           {{{1, 1}}, axes_attrs({1})},
+      {{{33, 5}}, axes_attrs({1}, true)},       {{{300, 9}}, axes_attrs({0})},
+      {{{1000, 3}}, axes_attrs({0}), 0.25, 2},  {{{3, 130, 17}}, axes_attrs({1})},
+      {{{4, 5, 6, 7}}, axes_attrs({0, 2})},     {{{4, 5, 66}}, axes_attrs({0, 1, 2}), 0.25, 2},
+      {{{5, 6, 7}}, axes_attrs({-3, -1}, true)}};
   t.gradient = {{{{3, 4}}, axes_attrs({1}), lo, 2, 1e-3},
                 {{{4, 3}}, axes_attrs({0}, true), lo, 2, 1e-3},
                 {{{2, 3, 4}}, axes_attrs({0, 2}), lo, 2, 1e-3},

@@ -77,7 +77,11 @@ class LaneLoop : public IRMutator {
   Stmt mutate_stmt(const LetStmt* op, const Stmt& self) override {
     Expr v = mutate(op->value);
     bool index_let = is_int(op->value.type());
-    if (index_let) lets_[op->name] = op->value;
+    if (uses_var(op->value, loop_->var)) lins_.insert(op->name);
+    // An outer parallel var is the same in every lane: it stands for its lane-0 value, so an
+    // access through it alone (post[t, i] beside x[t, i, j]) stays a scalar load instead of
+    // being read as lanes of consecutive elements.
+    if (index_let) lets_[op->name] = outer_var(op->value) ? at_lane0(op->value) : op->value;
     Stmt b = mutate(op->body);
     if (index_let) lets_.erase(op->name);
     if (v.same_as(op->value) && b.same_as(op->body)) return self;
@@ -122,10 +126,28 @@ class LaneLoop : public IRMutator {
     return tmp;
   }
 
+  // lower_parallel binds an outer var of a multi-dimensional parallel as floordiv(lin, S),
+  // floormod'ed or not, with lin = group·W + lane and S the product of the inner extents: the
+  // innermost extent is a multiple of W wherever the vector was proved (analyze_accesses), so
+  // every lane of a vector has the same value. The innermost var is floormod(lin, E) or lin.
+  bool outer_var(const Expr& value) const {
+    const Binary* b = value.as<Binary>();
+    if (b && b->op == BinaryOp::Mod) b = b->a.as<Binary>();
+    if (!b || b->op != BinaryOp::Div) return false;
+    const Var* lin = b->a.as<Var>();
+    return lin && lins_.count(lin->name);
+  }
+
+  Expr at_lane0(const Expr& value) const {
+    std::map<std::string, Expr> first{{loop_->var, make_i64(0)}};
+    return Substitute(first).mutate(Substitute(lets_).mutate(value));
+  }
+
   SimtKernel* k_;
   NameGen* names_;
   const For* loop_;
   int lanes_ = 1;
+  std::set<std::string> lins_;  // lets whose value reads the lane var itself
   std::set<std::string> inner_;
   std::map<std::string, Expr> lets_;
   std::map<std::string, std::string> arrays_;  // access key → local array

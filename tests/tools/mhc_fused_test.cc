@@ -45,50 +45,56 @@ int64_t kernels_of(const Session& s) {
 }
 
 TEST(MhcFused, MatchesTheComposedOpsOnFreshInputs) {
-  const Model composed = load_model(kDir + "mhc.yaml"), fused = load_model(kDir + "mhc-fused.yaml");
-  std::random_device rd;
-  const uint64_t seed = rd();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Session a(composed, {.device = Device::Cpu, .seed = seed});
-  Session b(fused, {.device = Device::Cpu, .seed = seed + 1});
-  a.forward();
-  a.backward();
-  // Every input and weight of the composed model, bound in the fused one; its extra weight,
-  // V4's scale of the mixes, is 1 (the composed model has none).
-  const TensorMap grads_a = a.gradients();
-  for (const auto& [name, g] : grads_a) b.set_tensor(name, a.tensor(name));
-  b.forward();  // a first step names b's weights (gradients() lists them)
-  b.backward();
-  int scales = 0;
-  for (const auto& [name, g] : b.gradients()) {
-    if (grads_a.count(name)) continue;
-    ASSERT_NE(name.find("scale"), std::string::npos) << name << " is not in the composed model";
-    HostTensor ones = b.tensor(name);
-    const float one = 1.0f;
-    for (int64_t i = 0; i < ones.numel(); ++i) std::memcpy(ones.data.data() + 4 * i, &one, 4);
-    b.set_tensor(name, ones);
-    ++scales;
-  }
-  EXPECT_EQ(scales, 2);  // one per layer
-  b.forward();
-  b.backward();
+  // D = 64 (K = 256) as well as the files' own D = 32: the GEMM then takes another tiling.
+  for (int64_t d : {int64_t{32}, int64_t{64}}) {
+    SCOPED_TRACE("D = " + std::to_string(d));
+    const ModelOptions dims{.dims = {{"D", d}, {"ND", 4 * d}}};
+    const Model composed = load_model(kDir + "mhc.yaml", dims),
+                fused = load_model(kDir + "mhc-fused.yaml", dims);
+    std::random_device rd;
+    const uint64_t seed = rd();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Session a(composed, {.device = Device::Cpu, .seed = seed});
+    Session b(fused, {.device = Device::Cpu, .seed = seed + 1});
+    a.forward();
+    a.backward();
+    // Every input and weight of the composed model, bound in the fused one; its extra weight,
+    // V4's scale of the mixes, is 1 (the composed model has none).
+    const TensorMap grads_a = a.gradients();
+    for (const auto& [name, g] : grads_a) b.set_tensor(name, a.tensor(name));
+    b.forward();  // a first step names b's weights (gradients() lists them)
+    b.backward();
+    int scales = 0;
+    for (const auto& [name, g] : b.gradients()) {
+      if (grads_a.count(name)) continue;
+      ASSERT_NE(name.find("scale"), std::string::npos) << name << " is not in the composed model";
+      HostTensor ones = b.tensor(name);
+      const float one = 1.0f;
+      for (int64_t i = 0; i < ones.numel(); ++i) std::memcpy(ones.data.data() + 4 * i, &one, 4);
+      b.set_tensor(name, ones);
+      ++scales;
+    }
+    EXPECT_EQ(scales, 2);  // one per layer
+    b.forward();
+    b.backward();
 
-  const TensorMap outs_a = a.outputs(), outs_b = b.outputs();
-  ASSERT_EQ(outs_a.size(), 1u);
-  for (const auto& [name, out] : outs_a) {
-    ASSERT_TRUE(outs_b.count(name)) << name;
-    EXPECT_LT(relative_l2(outs_b.at(name), out), 1e-5) << name;
+    const TensorMap outs_a = a.outputs(), outs_b = b.outputs();
+    ASSERT_EQ(outs_a.size(), 1u);
+    for (const auto& [name, out] : outs_a) {
+      ASSERT_TRUE(outs_b.count(name)) << name;
+      EXPECT_LT(relative_l2(outs_b.at(name), out), 1e-5) << name;
+    }
+    const TensorMap grads_b = b.gradients();
+    for (const auto& [name, g] : grads_a) {
+      SCOPED_TRACE(name);
+      ASSERT_TRUE(grads_b.count(name));
+      EXPECT_LT(relative_l2(grads_b.at(name), g), 1e-4);
+    }
+    const int64_t ka = kernels_of(a), kb = kernels_of(b);
+    std::printf("[kernels] composed %lld, fused %lld (forward and backward)\n",
+                static_cast<long long>(ka), static_cast<long long>(kb));
+    EXPECT_LT(kb, ka);
   }
-  const TensorMap grads_b = b.gradients();
-  for (const auto& [name, g] : grads_a) {
-    SCOPED_TRACE(name);
-    ASSERT_TRUE(grads_b.count(name));
-    EXPECT_LT(relative_l2(grads_b.at(name), g), 1e-4);
-  }
-  const int64_t ka = kernels_of(a), kb = kernels_of(b);
-  std::printf("[kernels] composed %lld, fused %lld (forward and backward)\n",
-              static_cast<long long>(ka), static_cast<long long>(kb));
-  EXPECT_LT(kb, ka);
 }
 
 // Batch invariance: the first 5 tokens through a T = 5 copy of the model give the bits they get
