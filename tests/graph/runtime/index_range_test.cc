@@ -1,0 +1,141 @@
+// Index contracts established by construction (kernels::IndexOutput): indices written by topk or
+// counting_sort lie in a declared range, so an op indexing with them under a contract at least
+// as wide runs no check_index; a narrower contract is still checked at run time. The dump says
+// which way each contract was established, and topk's sort stores are proved unique (none
+// depends on a loaded value).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "compiler/lower.h"
+#include "graph/autodiff.h"
+#include "graph/model/numeric_convert.h"
+#include "kernels/op_registry.h"
+#include "tilerun/tilerun.h"
+
+namespace tilerun {
+namespace {
+
+// topk of scores [T, S] gathers rows of kv [R, D]; R >= S needs no check.
+std::string gather_yaml(int s, int r) {
+  return "model: sel\ndims: {T: 6, S: " + std::to_string(s) + ", R: " + std::to_string(r) +
+         ", D: 4}\n"
+         "inputs:\n  scores: {shape: [T, S]}\n"
+         "layers:\n  - name: sel\n    weights:\n      kv: {shape: [R, D]}\n    ops:\n"
+         "      - {op: topk, in: scores, out: [best, picked], k: 3}\n"
+         "      - {op: embedding, in: [kv, picked], out: rows}\n"
+         "outputs: [sel.rows, sel.best]\n";
+}
+
+int count_ops(const graph::OpGraph& g, const std::string& type) {
+  int n = 0;
+  for (const graph::GraphOp& op : g.ops) n += op.type == type;
+  return n;
+}
+
+TEST(IndexRange, TopkIndicesNeedNoCheckWhenTheTableHasTheirRange) {
+  const graph::OpGraph g = graph::build_forward(parse_model(gather_yaml(10, 10), "sel.yaml"));
+  EXPECT_EQ(count_ops(g, "check_index"), 0);
+  ASSERT_EQ(g.index_checks.size(), 1u);
+  const graph::GraphIndexCheck& c = g.index_checks[0];
+  EXPECT_EQ(c.status, -1);
+  ASSERT_GE(c.producer, 0);
+  EXPECT_EQ(g.ops[c.producer].type, "topk");
+  EXPECT_EQ(g.tensors[c.ids].name, "sel.picked");
+  for (const graph::GraphOp& op : g.ops)
+    if (op.type == "embedding") EXPECT_EQ(op.inputs.size(), 2u) << "no status appended";
+}
+
+// Indices in [0, 12) into a table of 10 rows: the range does not cover the contract, so the
+// graph checks them, and a step whose top scores sit past row 10 fails.
+TEST(IndexRange, AWiderRangeThanTheTableIsCheckedAtRunTime) {
+  const Model model = parse_model(gather_yaml(12, 10), "sel.yaml");
+  const graph::OpGraph g = graph::build_forward(model);
+  EXPECT_EQ(count_ops(g, "check_index"), 1);
+  ASSERT_EQ(g.index_checks.size(), 1u);
+  EXPECT_EQ(g.index_checks[0].producer, -1);
+  Session s(model, {.device = Device::Cpu, .seed = 3});
+  HostTensor scores{.dtype = DType::F32, .shape = {6, 12}, .data = {}};
+  scores.data.resize(6 * 12 * 4);
+  for (int64_t i = 0; i < 6 * 12; ++i)
+    graph::store_element(DType::F32, scores.data.data(), i, i % 12 >= 9 ? 5.0 + i % 12 : 0.0);
+  s.set_tensor("scores", scores);
+  try {
+    s.forward();
+    FAIL() << "a top index of 11 into 10 rows must fail the step";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'sel.picked'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is 11, outside [0, 10)"), std::string::npos) << e.what();
+  }
+}
+
+// counting_sort's position and row feed gathers without checks; its ids, from topk over E
+// router logits, are in [0, E) by construction too.
+TEST(IndexRange, CountingSortOutputsAndTopkRoutesNeedNoCheck) {
+  const std::string yaml =
+      "model: moe\ndims: {T: 5, E: 4, R: 2, TR: 10, D: 3}\n"
+      "inputs:\n  router: {shape: [T, E]}\n  h: {shape: [T, D]}\n"
+      "layers:\n  - name: moe\n    ops:\n"
+      "      - {op: topk, in: router, out: [gate, expert], k: 2}\n"
+      "      - {op: counting_sort, in: expert, out: [position, order, row, offsets], bins: 4}\n"
+      "      - {op: embedding, in: [h, row], out: xs}\n"
+      "      - {op: embedding, in: [xs, position], out: back}\n"
+      "outputs: [moe.back, moe.gate]\n";
+  const Model model = parse_model(yaml, "moe.yaml");
+  const graph::OpGraph g = graph::build_forward(model);
+  EXPECT_EQ(count_ops(g, "check_index"), 0);
+  ASSERT_EQ(g.index_checks.size(), 3u);
+  EXPECT_EQ(g.ops[g.index_checks[0].producer].type, "topk");
+  EXPECT_EQ(g.ops[g.index_checks[1].producer].type, "counting_sort");
+  EXPECT_EQ(g.ops[g.index_checks[2].producer].type, "counting_sort");
+  // back[t, r] is h[t] itself: the permutation and its inverse compose to the identity.
+  Session s(model, {.device = Device::Cpu, .seed = 11});
+  s.forward();
+  const HostTensor h = s.tensor("h"), back = s.tensor("moe.back");
+  for (int64_t t = 0; t < 5; ++t)
+    for (int64_t r = 0; r < 2; ++r)
+      for (int64_t d = 0; d < 3; ++d)
+        EXPECT_EQ(graph::load_element(DType::F32, back.data.data(), (t * 2 + r) * 3 + d),
+                  graph::load_element(DType::F32, h.data.data(), t * 3 + d))
+            << t << " " << r << " " << d;
+}
+
+TEST(IndexRange, TheDumpSaysHowEachContractIsEstablished) {
+  const std::string dir = ::testing::TempDir() + "index_range_" + std::to_string(::getpid());
+  {
+    Session s(parse_model(gather_yaml(10, 10), "sel.yaml"),
+              {.device = Device::Cpu, .dump_dir = dir});
+  }
+  std::ifstream in(dir + "/index_contracts.txt");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("embedding at sel.yaml:"), std::string::npos) << text;
+  EXPECT_NE(text.find("'sel.picked' values in [0, 10)"), std::string::npos) << text;
+  EXPECT_NE(text.find("established by construction by topk at sel.yaml:"), std::string::npos)
+      << text;
+  std::filesystem::remove_all(dir);
+}
+
+// The sort network's stores are at addresses affine in its loop coordinates: every one proved
+// unique, none left unknown.
+TEST(IndexRange, TopkSortsWithoutAnUnprovedStore) {
+  const kernels::OpSchema* schema = kernels::op_registry().find("topk");
+  ASSERT_NE(schema, nullptr);
+  const kernels::OpExpansion e = schema->expand(
+      {{DType::F32, {3, 100}}}, {{DType::F32, {3, 7}}, {DType::I32, {3, 7}}}, {{"k", int64_t{7}}});
+  ASSERT_EQ(e.calls.size(), 1u);
+  compiler::AnalysisReport report;
+  compiler::lower(*e.calls[0].kernel, {.report = &report});
+  int unique = 0;
+  for (const compiler::AccessVerdict& v : report.verdicts) {
+    if (v.question != "unique" || v.buffer != "keys") continue;
+    ++unique;
+    EXPECT_EQ(v.result.outcome, compiler::Outcome::Proved) << v.access;
+  }
+  EXPECT_GT(unique, 0) << report.text();
+}
+
+}  // namespace
+}  // namespace tilerun
