@@ -119,6 +119,11 @@ for model in chain200 dag200; do
   done
 done
 
+# The V4 layer's selections at T = 4096 (top-k, KV gather, MoE counting sort): per-kernel times.
+if [ "$DEVICE" = cuda ]; then
+  cli "select4096.graph" configs/bench/select4096.yaml --mode graph --forward-only
+fi
+
 # Every report (and trace) in one JSON file, and a digest of each run into the summary.
 "$PYTHON" - "$TMP" "$REPORTS" >>"$SUMMARY" 2>&1 <<'EOF' || FAILURES+=("merging the reports")
 import glob, json, os, sys
