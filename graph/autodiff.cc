@@ -274,10 +274,27 @@ int range_producer(const OpGraph& g, int ids, int64_t bound) {
   return -1;
 }
 
+// The status every contract established by construction shares: index_established's [-1, 0],
+// written once by a kernel before the first op that needs it.
+int established_status(OpGraph& g, const GraphOp& op) {
+  for (const GraphIndexCheck& k : g.index_checks)
+    if (k.producer >= 0) return k.status;
+  const int status = g.add_tensor({.name = g.unique_name("index_established"),
+                                   .type = {DType::I32, {2}},
+                                   .kind = TensorKind::Activation,
+                                   .producer = static_cast<int>(g.ops.size())});
+  g.ops.push_back(GraphOp{.type = "index_established",
+                          .outputs = {status},
+                          .layer = op.layer,
+                          .direction = Direction::Forward,
+                          .loc = op.loc});
+  return status;
+}
+
 // Before an op with index contracts: a check_index per index input (one per tensor and bound,
 // shared by later ops that index with it; its error names the first), its status appended to
-// the op's inputs; none for indices whose producer establishes their range by construction
-// (recorded, without a status, for the dump).
+// the op's inputs; for indices whose producer establishes their range by construction, no check
+// but index_established's status, so the op's kernels assume the contract the same way.
 void add_index_checks(OpGraph& g, GraphOp& op) {
   const kernels::OpSchema* schema = kernels::op_registry().find(op.type);
   TR_CHECK(schema != nullptr, "checked model uses unknown op " + op.type);
@@ -290,12 +307,14 @@ void add_index_checks(OpGraph& g, GraphOp& op) {
     const int ids = op.inputs[c.slot];
     const int64_t bound = c.bound(in_types, op.attrs);
     if (int producer = range_producer(g, ids, bound); producer >= 0) {
-      g.index_checks.push_back({.status = -1,
+      const int status = established_status(g, op);
+      g.index_checks.push_back({.status = status,
                                 .producer = producer,
                                 .ids = ids,
                                 .bound = bound,
                                 .slot = c.slot,
                                 .indexes = c.indexes});
+      statuses.push_back(status);
       continue;
     }
     int status = -1;

@@ -52,11 +52,12 @@ struct GraphLossTerm {
 
 // How an index contract (kernels::IndexContract) is established: at run time, check_index's
 // status tensor (read after forward()), or by construction, the op that produced the indices
-// declaring their range (kernels::IndexOutput) and no status; the index tensor, its bound, and
-// the op (and its input slot) whose contract it is, for the error and the dump.
+// declaring their range (kernels::IndexOutput), with index_established's constant status; the
+// index tensor, its bound, and the op (and its input slot) whose contract it is, for the error
+// and the dump.
 struct GraphIndexCheck {
-  int status = -1;    // -1: established by construction
-  int producer = -1;  // established by construction: the op that wrote the indices
+  int status = -1;
+  int producer = -1;  // >= 0: established by construction by this op (nothing to read back)
   int ids = -1;
   int64_t bound = 0;
   int op = -1;

@@ -22,8 +22,7 @@ std::vector<bool> persistent_tensors(const KernelGraph& kg) {
            g.tensors[i].producer < 0;
   for (int out : g.outputs) p[out] = true;
   for (const GraphLossTerm& term : g.loss) p[term.value] = true;
-  for (const GraphIndexCheck& check : g.index_checks)
-    if (check.status >= 0) p[check.status] = true;
+  for (const GraphIndexCheck& check : g.index_checks) p[check.status] = true;
   for (const auto& [x, dx] : g.grad) {
     TensorKind k = g.tensors[x].kind;
     if (k == TensorKind::Input || k == TensorKind::Weight) p[dx] = true;

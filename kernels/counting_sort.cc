@@ -17,9 +17,9 @@
 // Cost at MoE's 4096 tokens × 6 routes into 64 experts (N = 24576, G = 96): about 40 integer
 // steps per id in kernels 1 and 4, 400 in kernel 5, 6k per bin in kernel 2.
 //
-// Both take an index contract on ids (in [0, bins)): checked at run time by check_index, whose
-// status the kernels read (they do nothing on a bad id, and the positions kernel's table read
-// is proved in bounds from the contract), or established by construction (the router's topk).
+// Both take an index contract on ids (in [0, bins)): checked at run time by check_index, or
+// established by construction (the router's topk); either way the kernels read a status (they
+// do nothing on a bad id) and the positions kernel's table read is proved from the contract.
 // position, order and row are in range by construction (OpSchema::index_outputs), so gathers
 // through them (embedding of the tokens by row, of the expert outputs by position) run no check.
 #include <algorithm>

@@ -155,7 +155,9 @@ struct IndexContract {
 // (topk's positions, a counting sort's permutation: values the kernel computes from its own loop
 // coordinates, never copies of what it read). An op indexing with that tensor under a contract
 // whose bound is at least this one needs no run-time check: graph/ records the contract as
-// established by construction (GraphIndexCheck::producer) and runs no check_index for it.
+// established by construction (GraphIndexCheck::producer), runs no check_index for it, and
+// hands the op index_established's constant status instead, so its kernels assume the contract
+// (and have their bound checks proved) exactly as after a check.
 struct IndexOutput {
   int slot = 0;
   std::function<int64_t(const std::vector<TensorType>&, const Attrs&)> bound;

@@ -5,10 +5,10 @@
 //
 // Kernels: the gather is one thread per output element; an index outside [0, N) gives NaN,
 // never a read outside the row. The indices carry a contract (in [0, N)): checked at run time by
-// check_index, whose status the checked kernel reads (it does nothing on a bad index, and its
-// in-range test is proved from the contract and removed), or established by construction when
-// they come from an op that declares their range (topk), in which case the kernel keeps its
-// test. The gradient is owner-computes: one thread per x element (row, j) searches the row's K
+// check_index, or established by construction when they come from an op that declares their
+// range (topk); either way the graph hands the op a status, which the checked kernel reads (it
+// does nothing on a bad index), and its in-range test is proved from the contract and removed.
+// The gradient is owner-computes: one thread per x element (row, j) searches the row's K
 // indices in order and sums the dy of those naming j: O(N·K) per row, no atomics, the same order
 // (so the same bits) on every device.
 #include <cmath>

@@ -54,7 +54,7 @@ struct Session::Impl {
   // skipped its work on the bad indices (its outputs are not meaningful).
   void check_indices() const {
     for (const graph::GraphIndexCheck& c : graph.ops.index_checks) {
-      if (c.status < 0) continue;  // established by construction
+      if (c.producer >= 0) continue;  // established by construction
       HostTensor st = read(c.status);
       const auto element = static_cast<int64_t>(graph::load_element(DType::I32, st.data.data(), 0));
       if (element < 0) continue;
@@ -89,7 +89,7 @@ void dump_index_contracts(const graph::OpGraph& g, const std::string& dir) {
     text += op.type + " at " + op.loc.str() + ": input " + std::to_string(c.slot) + " '" +
             g.tensors[c.ids].name + "' values in [0, " + std::to_string(c.bound) + ") (" +
             c.indexes + "): ";
-    if (c.status >= 0) {
+    if (c.producer < 0) {
       text += "checked at run time by check_index\n";
     } else {
       const graph::GraphOp& by = g.ops[c.producer];

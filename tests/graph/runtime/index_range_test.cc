@@ -1,6 +1,7 @@
 // Index contracts established by construction (kernels::IndexOutput): indices written by topk or
 // counting_sort lie in a declared range, so an op indexing with them under a contract at least
-// as wide runs no check_index; a narrower contract is still checked at run time. The dump says
+// as wide runs no check_index (its kernels read index_established's constant status instead); a
+// narrower contract is still checked at run time. The dump says
 // which way each contract was established, and topk's sort stores are proved unique (none
 // depends on a loaded value).
 #include <gtest/gtest.h>
@@ -39,14 +40,20 @@ int count_ops(const graph::OpGraph& g, const std::string& type) {
 TEST(IndexRange, TopkIndicesNeedNoCheckWhenTheTableHasTheirRange) {
   const graph::OpGraph g = graph::build_forward(parse_model(gather_yaml(10, 10), "sel.yaml"));
   EXPECT_EQ(count_ops(g, "check_index"), 0);
+  EXPECT_EQ(count_ops(g, "index_established"), 1);
   ASSERT_EQ(g.index_checks.size(), 1u);
   const graph::GraphIndexCheck& c = g.index_checks[0];
-  EXPECT_EQ(c.status, -1);
   ASSERT_GE(c.producer, 0);
   EXPECT_EQ(g.ops[c.producer].type, "topk");
   EXPECT_EQ(g.tensors[c.ids].name, "sel.picked");
+  // The gather reads index_established's status, so its kernel assumes the contract.
+  ASSERT_GE(c.status, 0);
+  EXPECT_EQ(g.ops[g.tensors[c.status].producer].type, "index_established");
   for (const graph::GraphOp& op : g.ops)
-    if (op.type == "embedding") EXPECT_EQ(op.inputs.size(), 2u) << "no status appended";
+    if (op.type == "embedding") {
+      ASSERT_EQ(op.inputs.size(), 3u);
+      EXPECT_EQ(op.inputs[2], c.status);
+    }
 }
 
 // Indices in [0, 12) into a table of 10 rows: the range does not cover the contract, so the
@@ -87,6 +94,7 @@ TEST(IndexRange, CountingSortOutputsAndTopkRoutesNeedNoCheck) {
   const Model model = parse_model(yaml, "moe.yaml");
   const graph::OpGraph g = graph::build_forward(model);
   EXPECT_EQ(count_ops(g, "check_index"), 0);
+  EXPECT_EQ(count_ops(g, "index_established"), 1);  // one status, shared
   ASSERT_EQ(g.index_checks.size(), 3u);
   EXPECT_EQ(g.ops[g.index_checks[0].producer].type, "topk");
   EXPECT_EQ(g.ops[g.index_checks[1].producer].type, "counting_sort");
@@ -115,6 +123,11 @@ TEST(IndexRange, TheDumpSaysHowEachContractIsEstablished) {
   EXPECT_NE(text.find("'sel.picked' values in [0, 10)"), std::string::npos) << text;
   EXPECT_NE(text.find("established by construction by topk at sel.yaml:"), std::string::npos)
       << text;
+  // The gather assumes the contract: its checked kernel, with the in-range test proved.
+  bool checked_gather = false;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    checked_gather |= e.path().filename().string().find("embedding_checked") != std::string::npos;
+  EXPECT_TRUE(checked_gather);
   std::filesystem::remove_all(dir);
 }
 
