@@ -8,13 +8,16 @@
 // check_index, or established by construction when they come from an op that declares their
 // range (topk); either way the graph hands the op a status, which the checked kernel reads (it
 // does nothing on a bad index), and its in-range test is proved from the contract and removed.
-// The gradient is owner-computes: one thread per x element (row, j) searches the row's K
-// indices in order and sums the dy of those naming j: O(N·K) per row, no atomics, the same order
-// (so the same bits) on every device.
+// The gradient is owner-computes: one thread per x element (row, j) sums the dy of the indices
+// naming j in index order, no atomics, the same bits on every device. Up to kMaxSortedRow
+// indices per row, each block first sorts its row's indices (bitonic_sort) and each element
+// finds its run by binary search (topk's backward at the indexer's N = 1024, K = 128: about 20
+// steps per element instead of 128); beyond, each element scans the row, O(N·K) per row.
 #include <cmath>
 #include <limits>
 
 #include "compiler/ir/builder.h"
+#include "kernels/bitonic_sort.h"
 #include "kernels/expand_util.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/op_registry.h"
@@ -29,6 +32,9 @@ namespace {
 namespace cc = tilerun::compiler;
 
 constexpr int kThreads = 128;
+// The longest index row the gradient sorts in shared memory (32 KiB of keys); beyond, every
+// element searches the whole row.
+constexpr int64_t kMaxSortedRow = 4096;
 
 // ---- Inference -----------------------------------------------------------------------------
 
@@ -152,6 +158,63 @@ cc::Kernel build_take_grad(DType dtype) {
   return kb.build();
 }
 
+// The same sums through the row's indices sorted in shared memory: each block sorts its row's
+// K keys index·2^32 + p (bitonic_sort, m >= K), then each thread finds its column's run of keys
+// by binary search and adds their dy in p order, the order of build_take_grad's scan, so the
+// same bits: O(K log² K + log K + run) per column tile instead of O(K) per element.
+cc::Kernel build_take_grad_sorted(DType dtype, int64_t m) {
+  int steps = 1;
+  for (int64_t w = 1; w < m; w *= 2) ++steps;
+  cc::KernelBuilder kb("take_along_axis_grad_sorted_" + std::to_string(m) + suffix(dtype));
+  cc::Dim p = kb.dim("P"), n = kb.dim("N"), k = kb.dim("K", {.min = 1, .max = m});
+  cc::Buf idx = kb.input("indices", DType::I32, {p, k});
+  cc::Buf dy = kb.input("dy", dtype, {p, k});
+  cc::Buf dx = kb.output("dx", dtype, {p, n});
+  kb.body({p, cc::ceildiv(n, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(0);
+    cc::Idx base = s.block_idx(1) * kThreads;
+    cc::Buf keys = s.alloc_shared("keys", DType::I64, {m});
+    s.parallel(m, [&](cc::Idx q) {
+      s.if_then_else(
+          q < k, [&] { keys(q) = cc::to_i64(idx(row, q)) * int64_t{4294967296} + q; },
+          [&] { keys(q) = cc::Val(std::numeric_limits<int64_t>::max()); });  // sorts last
+    });
+    bitonic_sort(s, keys, m, /*descending=*/false);
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kThreads});
+    cc::Buf lo = s.alloc_fragment("lo", DType::I64, {kThreads});
+    cc::Buf hi = s.alloc_fragment("hi", DType::I64, {kThreads});
+    cc::Buf first = s.alloc_fragment("first", DType::I64, {kThreads});
+    s.parallel(kThreads, [&](cc::Idx i) {
+      cc::Idx col = base + i;
+      s.if_then(col < n, [&] {
+        // The first q with (keys[q] >> 32) >= target, in lo.
+        auto lower_bound = [&](const cc::Val& target) {
+          lo(i) = cc::Val(int64_t{0});
+          hi(i) = k;
+          s.serial(steps, [&](cc::Idx) {
+            cc::Val l = s.let(lo(i), "l"), h = s.let(hi(i), "h");
+            s.if_then(l < h, [&] {
+              cc::Val mid = s.let((l + h) / 2, "mid");
+              s.if_then_else(
+                  cc::shr(keys(mid), cc::Val(int64_t{32})) < target, [&] { lo(i) = mid + 1; },
+                  [&] { hi(i) = mid; });
+            });
+          });
+        };
+        lower_bound(col);
+        first(i) = lo(i);
+        lower_bound(col + 1);
+        cc::Val begin = s.let(first(i), "begin");
+        acc(i) = 0.0f;
+        s.serial(lo(i) - begin,
+                 [&](cc::Idx q) { acc(i) = acc(i) + dy(row, keys(begin + q) & 4294967295); });
+        dx(row, col) = acc(i);
+      });
+    });
+  });
+  return kb.build();
+}
+
 // (rows, N, K) of x [.., N] and indices [.., K].
 std::vector<int64_t> dims_of(const std::vector<TensorType>& in) {
   const auto [rows, n] = rows_cols(in[0].shape);
@@ -175,6 +238,16 @@ ExpandFn expand_take(std::shared_ptr<KernelCache> cache) {
 ExpandFn expand_take_grad(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&, const Attrs&) {
     const DType dt = in[0].dtype;
+    const std::vector<int64_t> dims = dims_of(in);
+    if (dims[2] <= kMaxSortedRow) {
+      const int64_t m = bitonic_length(dims[2]);
+      KernelCall call{
+          .kernel = cache->get(kernel_key("take_along_axis_grad_sorted_" + std::to_string(m), dt),
+                               [&] { return build_take_grad_sorted(dt, m); }),
+          .buffers = {input_slot(1), input_slot(2), output_slot(0)},
+          .dims = dims};
+      return OpExpansion{.calls = {call}};
+    }
     KernelCall call{.kernel = cache->get(kernel_key("take_along_axis_grad", dt),
                                          [&] { return build_take_grad(dt); }),
                     .buffers = {input_slot(1), input_slot(2), output_slot(0)},
@@ -242,7 +315,9 @@ void register_take_along_axis(OpRegistry& registry) {
        .tests = {
            .kernel = {take_case({}, 1, 1, 0, 1, true), take_case({3}, 40, 7, 0, 40, true),
                       take_case({2}, 300, 130, -3, 310, true),
-                      take_case({4}, 1024, 128, 0, 1024, true)},
+                      take_case({4}, 1024, 128, 0, 1024, true),
+                      // Past kMaxSortedRow: the scan of the whole row per element.
+                      take_case({2}, 50, kMaxSortedRow + 3, -2, 52, true)},
            // Position 1 chosen twice (two dy summed), position 2 never.
            .examples = {{.inputs = {{{1, 3}, {9, 9, 9}}, {{1, 3}, {1, 0, 1}}, {{1, 3}, {1, 2, 4}}},
                          .outputs = {{{1, 3}, {2, 5, 0}}}}}}});
