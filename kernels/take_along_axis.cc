@@ -10,9 +10,9 @@
 // does nothing on a bad index), and its in-range test is proved from the contract and removed.
 // The gradient is owner-computes: one thread per x element (row, j) sums the dy of the indices
 // naming j in index order, no atomics, the same bits on every device. Up to kMaxSortedRow
-// indices per row, each block first sorts its row's indices (bitonic_sort) and each element
-// finds its run by binary search (topk's backward at the indexer's N = 1024, K = 128: about 20
-// steps per element instead of 128); beyond, each element scans the row, O(N·K) per row.
+// indices per row, one block per row first sorts the row's indices (bitonic_sort) and each
+// element finds its run by binary search (topk's backward at the indexer's N = 1024, K = 128: about
+// 20 steps per element instead of 128); beyond, each element scans the row, O(N·K) per row.
 #include <cmath>
 #include <limits>
 
@@ -158,10 +158,11 @@ cc::Kernel build_take_grad(DType dtype) {
   return kb.build();
 }
 
-// The same sums through the row's indices sorted in shared memory: each block sorts its row's
-// K keys index·2^32 + p (bitonic_sort, m >= K), then each thread finds its column's run of keys
-// by binary search and adds their dy in p order, the order of build_take_grad's scan, so the
-// same bits: O(K log² K + log K + run) per column tile instead of O(K) per element.
+// The same sums through the row's indices sorted in shared memory: one block per row sorts its
+// K keys index·2^32 + p (bitonic_sort, m >= K) once, then for each tile of columns each thread
+// finds its column's run of keys by binary search and adds their dy in p order, the order of
+// build_take_grad's scan, so the same bits: O(K log² K) per row and O(log K + run) per element
+// instead of O(K) per element.
 cc::Kernel build_take_grad_sorted(DType dtype, int64_t m) {
   int steps = 1;
   for (int64_t w = 1; w < m; w *= 2) ++steps;
@@ -170,9 +171,8 @@ cc::Kernel build_take_grad_sorted(DType dtype, int64_t m) {
   cc::Buf idx = kb.input("indices", DType::I32, {p, k});
   cc::Buf dy = kb.input("dy", dtype, {p, k});
   cc::Buf dx = kb.output("dx", dtype, {p, n});
-  kb.body({p, cc::ceildiv(n, kThreads)}, kThreads, [&](cc::Scope& s) {
+  kb.body({p}, kThreads, [&](cc::Scope& s) {
     cc::Idx row = s.block_idx(0);
-    cc::Idx base = s.block_idx(1) * kThreads;
     cc::Buf keys = s.alloc_shared("keys", DType::I64, {m});
     s.parallel(m, [&](cc::Idx q) {
       s.if_then_else(
@@ -184,31 +184,33 @@ cc::Kernel build_take_grad_sorted(DType dtype, int64_t m) {
     cc::Buf lo = s.alloc_fragment("lo", DType::I64, {kThreads});
     cc::Buf hi = s.alloc_fragment("hi", DType::I64, {kThreads});
     cc::Buf first = s.alloc_fragment("first", DType::I64, {kThreads});
-    s.parallel(kThreads, [&](cc::Idx i) {
-      cc::Idx col = base + i;
-      s.if_then(col < n, [&] {
-        // The first q with (keys[q] >> 32) >= target, in lo.
-        auto lower_bound = [&](const cc::Val& target) {
-          lo(i) = cc::Val(int64_t{0});
-          hi(i) = k;
-          s.serial(steps, [&](cc::Idx) {
-            cc::Val l = s.let(lo(i), "l"), h = s.let(hi(i), "h");
-            s.if_then(l < h, [&] {
-              cc::Val mid = s.let((l + h) / 2, "mid");
-              s.if_then_else(
-                  cc::shr(keys(mid), cc::Val(int64_t{32})) < target, [&] { lo(i) = mid + 1; },
-                  [&] { hi(i) = mid; });
+    s.serial(cc::ceildiv(n, kThreads), [&](cc::Idx tile) {
+      s.parallel(kThreads, [&](cc::Idx i) {
+        cc::Idx col = tile * kThreads + i;
+        s.if_then(col < n, [&] {
+          // The first q with (keys[q] >> 32) >= target, in lo.
+          auto lower_bound = [&](const cc::Val& target) {
+            lo(i) = cc::Val(int64_t{0});
+            hi(i) = k;
+            s.serial(steps, [&](cc::Idx) {
+              cc::Val l = s.let(lo(i), "l"), h = s.let(hi(i), "h");
+              s.if_then(l < h, [&] {
+                cc::Val mid = s.let((l + h) / 2, "mid");
+                s.if_then_else(
+                    cc::shr(keys(mid), cc::Val(int64_t{32})) < target, [&] { lo(i) = mid + 1; },
+                    [&] { hi(i) = mid; });
+              });
             });
-          });
-        };
-        lower_bound(col);
-        first(i) = lo(i);
-        lower_bound(col + 1);
-        cc::Val begin = s.let(first(i), "begin");
-        acc(i) = 0.0f;
-        s.serial(lo(i) - begin,
-                 [&](cc::Idx q) { acc(i) = acc(i) + dy(row, keys(begin + q) & 4294967295); });
-        dx(row, col) = acc(i);
+          };
+          lower_bound(col);
+          first(i) = lo(i);
+          lower_bound(col + 1);
+          cc::Val begin = s.let(first(i), "begin");
+          acc(i) = 0.0f;
+          s.serial(lo(i) - begin,
+                   [&](cc::Idx q) { acc(i) = acc(i) + dy(row, keys(begin + q) & 4294967295); });
+          dx(row, col) = acc(i);
+        });
       });
     });
   });
