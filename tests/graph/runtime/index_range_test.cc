@@ -2,14 +2,17 @@
 // counting_sort lie in a declared range, so an op indexing with them under a contract at least
 // as wide runs no check_index (its kernels read index_established's constant status instead); a
 // narrower contract is still checked at run time. The dump says
-// which way each contract was established, and topk's sort stores are proved unique (none
-// depends on a loaded value).
+// which way each contract was established, topk's sort stores are proved unique (none depends
+// on a loaded value), and the selections give the same bits in two processes.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "compiler/lower.h"
 #include "graph/autodiff.h"
@@ -148,6 +151,31 @@ TEST(IndexRange, TopkSortsWithoutAnUnprovedStore) {
     EXPECT_EQ(v.result.outcome, compiler::Outcome::Proved) << v.access;
   }
   EXPECT_GT(unique, 0) << report.text();
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {(std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()};
+}
+
+// configs/topk.yaml (topk, take_along_axis, bincount, counting_sort, the gathers and their
+// gradients) gives the same bits in two processes; another seed gives others.
+TEST(IndexRange, TheSelectionsGiveTheSameBitsInTwoProcesses) {
+  const std::string base = ::testing::TempDir() + "topk_" + std::to_string(::getpid());
+  std::vector<std::string> saved;
+  for (const char* run : {"a --seed 5", "b --seed 5", "c --seed 6"}) {
+    const std::string name(run);
+    const std::string path = base + "_" + name.substr(0, 1) + ".safetensors";
+    const std::string cmd = std::string("'") + TILERUN_CLI + "' '" + TILERUN_SOURCE_DIR +
+                            "/configs/topk.yaml' --device cpu" + name.substr(1) + " --save '" +
+                            path + "' >/dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    saved.push_back(file_bytes(path));
+    std::remove(path.c_str());
+  }
+  EXPECT_GT(saved[0].size(), 16u * 8 * 24 * 4);  // kv_sel alone
+  EXPECT_EQ(saved[0], saved[1]);
+  EXPECT_NE(saved[0], saved[2]);
 }
 
 }  // namespace
