@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <string_view>
 
 #include "tilerun/error.h"
@@ -18,10 +19,11 @@ namespace {
 
 // What follows an option on the command line.
 enum class Value {
-  None,    // a switch
-  Choice,  // one of the words of its metavar, "graph|launch|both"
-  Number,  // a non-negative integer
-  Path,    // a file or folder name
+  None,     // a switch
+  Choice,   // one of the words of its metavar, "graph|launch|both"
+  Number,   // a non-negative integer
+  Path,     // a file or folder name
+  Setting,  // NAME=N
 };
 
 struct OptionSpec {
@@ -62,6 +64,23 @@ constexpr std::array kOptions = {
                [](Options& o, std::string_view f, const std::string& v) {
                  o.steps = static_cast<int>(parse_number(f, v, 1000000));
                  if (o.steps == 0) throw Error("option --steps expects at least 1, found '0'");
+               }},
+    OptionSpec{"--dim", "", "NAME=N", Value::Setting,
+               "set the model's dim NAME to N (repeatable), e.g. --dim T=1024: the shapes,\n"
+               "attributes and kernels that name it follow",
+               [](Options& o, std::string_view f, const std::string& v) {
+                 const size_t eq = v.find('=');
+                 const std::string name = v.substr(0, eq);
+                 if (eq == std::string::npos || name.empty())
+                   throw Error("option --dim expects NAME=N, found '" + v + "'");
+                 const auto n = static_cast<int64_t>(
+                     parse_number(f, v.substr(eq + 1), std::numeric_limits<int32_t>::max()));
+                 if (n == 0) throw Error("option --dim expects N >= 1, found '" + v + "'");
+                 for (const auto& [given, value] : o.dims)
+                   if (given == name)
+                     throw Error("option --dim gives dim '" + name + "' twice ('" + name + "=" +
+                                 std::to_string(value) + "' and '" + v + "')");
+                 o.dims.emplace_back(name, n);
                }},
     OptionSpec{"--print-loss", "", "", Value::None,
                "print the loss and each term of it after every step (with an\n"

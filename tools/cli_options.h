@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tilerun::cli {
@@ -19,6 +20,8 @@ struct Options {
   bool profile = true;  // --profile off: the profiling pass times kernels with events only
   int steps = 1;
   uint64_t seed = 0;
+  // --dim NAME=N, in the order given: each replaces the value of a dim the model declares.
+  std::vector<std::pair<std::string, int64_t>> dims;
 };
 
 // The help text, generated from the option table so that it cannot miss an option.

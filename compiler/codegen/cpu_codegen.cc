@@ -288,6 +288,35 @@ class CpuCodegen {
         b_.CreateAlignedStore(v, element_ptr(op->dst, op->dst_index, et), align);
         return;
       }
+      case StmtKind::AsyncCopy: {
+        // Copied at once, element by element (the bits cp.async moves): the waits that follow
+        // have nothing left to wait for. Lanes past `valid` are zero and read nothing.
+        const AsyncCopy* op = s.as<AsyncCopy>();
+        const BufferParam* src = find_buffer(k_.sig, op->src);
+        TR_CHECK(src != nullptr, "async copy from '" + op->src + "'");
+        Type et = storage_type(src->dtype);
+        llvm::Value* valid = emit_expr(op->valid);
+        for (int l = 0; l < op->lanes; ++l) {
+          llvm::BasicBlock* read_bb = llvm::BasicBlock::Create(ctx_, "acp.read", fn_);
+          llvm::BasicBlock* zero_bb = llvm::BasicBlock::Create(ctx_, "acp.zero", fn_);
+          llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx_, "acp.done", fn_);
+          llvm::Value* dst = element_ptr(op->dst, add(op->dst_indices[0], make_i64(l)), et);
+          b_.CreateCondBr(b_.CreateICmpSLT(b_.getInt64(l), valid), read_bb, zero_bb);
+          b_.SetInsertPoint(read_bb);
+          llvm::Value* v = b_.CreateLoad(
+              llvm_type(et), element_ptr(op->src, add(op->src_indices[0], make_i64(l)), et));
+          b_.CreateStore(v, dst);
+          b_.CreateBr(done);
+          b_.SetInsertPoint(zero_bb);
+          b_.CreateStore(llvm::Constant::getNullValue(llvm_type(et)), dst);
+          b_.CreateBr(done);
+          b_.SetInsertPoint(done);
+        }
+        return;
+      }
+      case StmtKind::AsyncCommit:
+      case StmtKind::AsyncWait:
+        return;  // every async copy has completed where it stands
       default:
         TR_CHECK(false, "statement not valid in SIMT IR at thread level: " + to_string(s));
     }

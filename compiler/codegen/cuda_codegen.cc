@@ -107,9 +107,17 @@ class CudaEmitter {
       buffers_[b.name] = c;
       std::string shape;
       for (size_t i = 0; i < b.shape.size(); ++i) shape += (i ? ", " : "") + to_string(b.shape[i]);
+      // Outputs are __restrict__ (no other parameter reaches their bytes, so loads may move
+      // past stores); inputs are not. `const __restrict__` lets NVRTC load an input through the
+      // non-coherent path (ld.global.nc), whose data must stay unchanged for the kernel's whole
+      // lifetime. Under programmatic dependent launch a kernel starts while its producer is
+      // still writing those inputs. On the H200, 8 processes at once with PDL: 5 of 40 runs of
+      // configs/embedding.yaml and 27 of 40 of transformer.yaml gave other bits than the CPU
+      // with `const __restrict__` inputs (0 of 40 with --pdl off), 0 of 40 without.
       params.push_back(std::string(b.is_output ? "" : "const ") + c_type(storage_type(b.dtype)) +
-                       "* __restrict__ " + c + "|" + (b.is_output ? "output " : "input ") +
-                       std::string(dtype_name(b.dtype)) + " [" + shape + "]");
+                       (b.is_output ? "* __restrict__ " : "* ") + c + "|" +
+                       (b.is_output ? "output " : "input ") + std::string(dtype_name(b.dtype)) +
+                       " [" + shape + "]");
     }
     for (const DimParam& d : sig.dims) {
       std::string c = fresh(d.name);
@@ -633,6 +641,35 @@ class CudaEmitter {
              vt + "*>(" + src + ");");
         return;
       }
+      case StmtKind::AsyncCopy: {
+        // cp.async.cg: 16 bytes straight into shared memory, bypassing L1 and the registers;
+        // the source size zero-fills past the tensor (and, at 0, reads nothing: the address
+        // falls back to the buffer's start). Both sides 16-byte aligned (tile_verifier).
+        const AsyncCopy* op = s.as<AsyncCopy>();
+        const BufferParam* src = find_buffer(k_.sig, op->src);
+        TR_CHECK(src != nullptr, "async copy from '" + op->src + "'");
+        const int64_t bytes = dtype_bytes(src->dtype, 1);
+        TR_CHECK(bytes * op->lanes == 16, "async copy of other than 16 bytes");
+        line("{");
+        line("  const long long tr_n = " + expr(op->valid) + ";");
+        line("  const void* tr_src = tr_n > 0 ? (const void*)&" + buffer(op->src) + "[" +
+             expr(op->src_indices[0]) + "] : (const void*)" + buffer(op->src) + ";");
+        line(
+            "  asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"((unsigned)"
+            "__cvta_generic_to_shared(&" +
+            buffer(op->dst) + "[" + expr(op->dst_indices[0]) +
+            "])), \"l\"(tr_src), \"r\"((unsigned)(tr_n * " + std::to_string(bytes) +
+            ")) : \"memory\");");
+        line("}");
+        return;
+      }
+      case StmtKind::AsyncCommit:
+        line("asm volatile(\"cp.async.commit_group;\" ::: \"memory\");");
+        return;
+      case StmtKind::AsyncWait:
+        line("asm volatile(\"cp.async.wait_group " + std::to_string(s.as<AsyncWait>()->pending) +
+             ";\" ::: \"memory\");");
+        return;
       default:
         TR_CHECK(false, "statement not valid in SIMT IR: " + to_string(s));
     }

@@ -437,6 +437,25 @@ void Scope::copy(const BufRegion& dst, const BufRegion& src) {
   state_->append(Copy::make(region(dst), region(src)));
 }
 
+void Scope::copy_async(const Buf& dst, const BufRegion& src) {
+  BufRegion d = dst;
+  if (d.extents != src.extents)
+    fail("copy_async from '" + src.buffer + "' to '" + d.buffer + "': extents differ");
+  auto region = [](const BufRegion& r) {
+    return Region{r.buffer, index_exprs(r.origin, r.buffer), r.extents};
+  };
+  state_->append(Copy::make(region(d), region(src), /*async=*/true));
+}
+
+void Scope::async_commit() { state_->append(AsyncCommit::make()); }
+
+void Scope::async_wait(int pending) {
+  if (pending < 0 || pending > AsyncWait::kMaxPending)
+    fail("async_wait pending count " + std::to_string(pending) + " is outside 0.." +
+         std::to_string(AsyncWait::kMaxPending));
+  state_->append(AsyncWait::make(pending));
+}
+
 void Scope::barrier() { state_->append(Barrier::make()); }
 
 void Scope::gemm(const Buf& acc, const Buf& a, const Buf& b, bool trans_a, bool trans_b,

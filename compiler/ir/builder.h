@@ -270,6 +270,14 @@ class Scope {
   // dst[box] = src[box] element by element; the boxes' extents must match. Global elements
   // outside the tensor read as 0 and are not written. No implicit barrier: call barrier().
   void copy(const BufRegion& dst, const BufRegion& src);
+  // A global input's box into a whole shared tile as asynchronous 16-byte copies (cp.async on
+  // sm_90a; ir.h Copy::async), zeros outside the tensor. The tile may be read only after this
+  // thread's async_commit() and async_wait(p) leaving that group done, and a barrier.
+  void copy_async(const Buf& dst, const BufRegion& src);
+  // Closes the group of this thread's async copies since the last commit.
+  void async_commit();
+  // Waits until at most `pending` (0..7) of this thread's committed groups are still running.
+  void async_wait(int pending);
 
   // All threads of the block wait; shared writes before are visible after. Only outside
   // parallel and if.

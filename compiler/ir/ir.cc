@@ -385,11 +385,29 @@ Stmt Assign::make(const std::string& name, Expr value) {
   return Stmt(std::make_shared<Assign>(name, std::move(value)));
 }
 
-Stmt Copy::make(Region dst, Region src) {
+Stmt Copy::make(Region dst, Region src, bool async) {
   TR_CHECK(dst.extents == src.extents, "Copy extents differ");
   TR_CHECK(dst.origin.size() == dst.extents.size() && src.origin.size() == src.extents.size(),
            "Copy region rank");
-  return Stmt(std::make_shared<Copy>(std::move(dst), std::move(src)));
+  return Stmt(std::make_shared<Copy>(std::move(dst), std::move(src), async));
+}
+
+Stmt AsyncCopy::make(const std::string& dst, std::vector<Expr> dst_indices, const std::string& src,
+                     std::vector<Expr> src_indices, int lanes, Expr valid) {
+  for (const std::vector<Expr>* v : {&dst_indices, &src_indices})
+    for (const Expr& i : *v) TR_CHECK(i.defined() && i.type() == Type::I64, "AsyncCopy index");
+  TR_CHECK(!dst_indices.empty() && !src_indices.empty(), "AsyncCopy without indices");
+  TR_CHECK(lanes >= 2 && lanes <= 16 && (lanes & (lanes - 1)) == 0, "AsyncCopy lanes");
+  TR_CHECK(valid.defined() && valid.type() == Type::I64, "AsyncCopy valid count");
+  return Stmt(std::make_shared<AsyncCopy>(dst, std::move(dst_indices), src, std::move(src_indices),
+                                          lanes, std::move(valid)));
+}
+
+Stmt AsyncCommit::make() { return Stmt(std::make_shared<AsyncCommit>()); }
+
+Stmt AsyncWait::make(int pending) {
+  TR_CHECK(pending >= 0 && pending <= AsyncWait::kMaxPending, "AsyncWait pending count");
+  return Stmt(std::make_shared<AsyncWait>(pending));
 }
 
 Stmt Barrier::make() { return Stmt(std::make_shared<Barrier>()); }

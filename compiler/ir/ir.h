@@ -38,7 +38,7 @@ enum class ExprKind : uint8_t {
 };
 enum class StmtKind : uint8_t {
   Seq, LetStmt, For, Parallel, Reduce, IfThenElse, Store, Assign, Copy, Barrier, VectorMove,
-  WarpShuffle, Gemm,
+  WarpShuffle, Gemm, AsyncCopy, AsyncCommit, AsyncWait,
 };
 // clang-format on
 
@@ -359,11 +359,61 @@ struct Region {
 
 // Tile IR only: dst[box] = src[box], element by element in the compute type. Global elements
 // outside the tensor read as 0 and are not written — the guard that makes ragged tiles safe.
+// `async` (text `copy_async`): a global input's box into a whole shared tile, moved as 16-byte
+// AsyncCopy pieces that complete later: the program commits them (AsyncCommit) and waits
+// (AsyncWait) before a barrier and the tile's readers. tile_verifier states what it accepts.
 struct Copy : StmtNode {
   static constexpr StmtKind kKind = StmtKind::Copy;
   Region dst, src;
-  Copy(Region d, Region s) : StmtNode(kKind), dst(std::move(d)), src(std::move(s)) {}
-  static Stmt make(Region dst, Region src);
+  bool async = false;
+  Copy(Region d, Region s, bool a)
+      : StmtNode(kKind), dst(std::move(d)), src(std::move(s)), async(a) {}
+  static Stmt make(Region dst, Region src, bool async = false);
+};
+
+// Both levels, from lower_copies of a `copy_async` on: dst[di + l] = l < valid ? src[si + l] : 0
+// for l in [0, lanes), storage bits, one 16-byte piece (lanes = 16 / element bytes) of a global
+// input (src) into a shared tile (dst) that completes asynchronously (cp.async.cg with a source
+// size of valid elements on sm_90a; the CPU backend copies at once). Indices as in Load/Store
+// (one flat index each from flatten_buffers on); `valid` (i64, 0..lanes) counts the elements
+// inside the tensor, the rest are zero-filled; with valid = 0 nothing is read.
+struct AsyncCopy : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::AsyncCopy;
+  std::string dst;
+  std::vector<Expr> dst_indices;
+  std::string src;
+  std::vector<Expr> src_indices;
+  int lanes;
+  Expr valid;
+  AsyncCopy(std::string d, std::vector<Expr> di, std::string s, std::vector<Expr> si, int l, Expr v)
+      : StmtNode(kKind),
+        dst(std::move(d)),
+        dst_indices(std::move(di)),
+        src(std::move(s)),
+        src_indices(std::move(si)),
+        lanes(l),
+        valid(std::move(v)) {}
+  static Stmt make(const std::string& dst, std::vector<Expr> dst_indices, const std::string& src,
+                   std::vector<Expr> src_indices, int lanes, Expr valid);
+};
+
+// Both levels: closes the group of this thread's async copies issued since the last commit
+// (cp.async.commit_group). Text `async_commit`.
+struct AsyncCommit : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::AsyncCommit;
+  AsyncCommit() : StmtNode(kKind) {}
+  static Stmt make();
+};
+
+// Both levels: waits until at most `pending` (0..7) of this thread's committed groups are
+// still running (cp.async.wait_group). Other threads' copies are visible only after a barrier
+// that follows their waits. Text `async_wait N`.
+struct AsyncWait : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::AsyncWait;
+  int pending;
+  explicit AsyncWait(int p) : StmtNode(kKind), pending(p) {}
+  static constexpr int kMaxPending = 7;
+  static Stmt make(int pending);
 };
 
 // Every thread of the block waits here until all arrive; shared-memory writes before it are

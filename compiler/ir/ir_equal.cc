@@ -149,8 +149,18 @@ bool equal_stmt(const Stmt& a, const Stmt& b) {
     }
     case StmtKind::Copy: {
       const Copy *x = a.as<Copy>(), *y = b.as<Copy>();
-      return equal_region(x->dst, y->dst) && equal_region(x->src, y->src);
+      return equal_region(x->dst, y->dst) && equal_region(x->src, y->src) && x->async == y->async;
     }
+    case StmtKind::AsyncCopy: {
+      const AsyncCopy *x = a.as<AsyncCopy>(), *y = b.as<AsyncCopy>();
+      return x->dst == y->dst && x->src == y->src && x->lanes == y->lanes &&
+             equal_all(x->dst_indices, y->dst_indices) &&
+             equal_all(x->src_indices, y->src_indices) && equal(x->valid, y->valid);
+    }
+    case StmtKind::AsyncCommit:
+      return true;
+    case StmtKind::AsyncWait:
+      return a.as<AsyncWait>()->pending == b.as<AsyncWait>()->pending;
     case StmtKind::Barrier:
       return true;
     case StmtKind::VectorMove: {

@@ -349,7 +349,20 @@ class Parser {
     if (is("for") && peek(1).kind == TokKind::Ident && is("in", 2)) return for_stmt();
     if (is("parallel") && peek(1).kind == TokKind::Ident && is("in", 2)) return parallel_stmt();
     if (is("if") && !is("[", 1) && !is("=", 1) && !is(":=", 1)) return if_stmt();
-    if (is("copy") && peek(1).kind == TokKind::Ident) return copy_stmt();
+    if ((is("copy") || is("copy_async")) && peek(1).kind == TokKind::Ident) return copy_stmt();
+    if (is("async_copy") && peek(1).kind == TokKind::Ident && is("[", 2)) return async_copy_stmt();
+    if (is("async_commit") && !is("[", 1) && !is("=", 1) && !is(":=", 1)) {
+      next();
+      return AsyncCommit::make();
+    }
+    if (is("async_wait") && peek(1).kind == TokKind::Int) {
+      next();
+      const Token& p = peek();
+      const int64_t n = integer("a pending group count");
+      if (n < 0 || n > AsyncWait::kMaxPending)
+        fail(p, "an async_wait's pending count is 0 to " + std::to_string(AsyncWait::kMaxPending));
+      return AsyncWait::make(static_cast<int>(n));
+    }
     if (is("gemm") && peek(1).kind == TokKind::Ident && is("+", 2) && is("=", 3))
       return gemm_stmt();
     if (is("barrier") && !is("[", 1) && !is("=", 1) && !is(":=", 1)) {
@@ -531,13 +544,41 @@ class Parser {
   }
 
   Stmt copy_stmt() {
-    expect("copy");
+    const bool async = accept("copy_async");
+    if (!async) expect("copy");
     const Token& t = peek();
     Region dst = region();
     expect("<-");
     Region src = region();
     if (dst.extents != src.extents) fail(t, "a copy's two boxes have one shape");
-    return Copy::make(dst, src);
+    return Copy::make(dst, src, async);
+  }
+
+  // `async_copy dst[i, j] <- src[i, j] +: L valid V` (ir.h AsyncCopy).
+  Stmt async_copy_stmt() {
+    expect("async_copy");
+    auto element = [&](std::string* buf) {
+      const Token& t = peek();
+      *buf = name("a buffer name");
+      buffer_dtype(t);
+      expect("[");
+      std::vector<Expr> idx{i64_expr("an index")};
+      while (accept(",")) idx.push_back(i64_expr("an index"));
+      expect("]");
+      return idx;
+    };
+    std::string dst, src;
+    std::vector<Expr> di = element(&dst);
+    expect("<-");
+    std::vector<Expr> si = element(&src);
+    expect("+:");
+    const Token& t = peek();
+    int lanes = small_int("a lane count");
+    if (lanes < 2 || lanes > 16 || (lanes & (lanes - 1)) != 0)
+      fail(t, "an async copy has 2, 4, 8 or 16 lanes");
+    expect("valid");
+    Expr valid = i64_expr("a valid element count");
+    return AsyncCopy::make(dst, std::move(di), src, std::move(si), lanes, valid);
   }
 
   // ---- Expressions.

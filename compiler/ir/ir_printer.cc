@@ -214,7 +214,22 @@ class Printer : public IRVisitor {
         out += (i ? ", " : "") + to_string(r.origin[i]) + " +: " + std::to_string(r.extents[i]);
       return out + "]";
     };
-    os << "copy " << region(op->dst) << " <- " << region(op->src) << "\n";
+    os << (op->async ? "copy_async " : "copy ") << region(op->dst) << " <- " << region(op->src)
+       << "\n";
+  }
+  void visit_stmt(const AsyncCopy* op) override {
+    line_start();
+    os << "async_copy " << op->dst << "[" << join(op->dst_indices) << "] <- " << op->src << "["
+       << join(op->src_indices) << "] +: " << op->lanes << " valid " << to_string(op->valid)
+       << "\n";
+  }
+  void visit_stmt(const AsyncCommit*) override {
+    line_start();
+    os << "async_commit\n";
+  }
+  void visit_stmt(const AsyncWait* op) override {
+    line_start();
+    os << "async_wait " << op->pending << "\n";
   }
   void visit_stmt(const Barrier*) override {
     line_start();

@@ -61,6 +61,12 @@ void IRVisitor::visit(const Stmt& s) {
       return visit_stmt(s.as<WarpShuffle>());
     case StmtKind::Gemm:
       return visit_stmt(s.as<Gemm>());
+    case StmtKind::AsyncCopy:
+      return visit_stmt(s.as<AsyncCopy>());
+    case StmtKind::AsyncCommit:
+      return visit_stmt(s.as<AsyncCommit>());
+    case StmtKind::AsyncWait:
+      return visit_stmt(s.as<AsyncWait>());
   }
 }
 
@@ -126,6 +132,11 @@ void IRVisitor::visit_stmt(const VectorMove* op) {
   visit(op->dst_index);
   visit(op->src_index);
 }
+void IRVisitor::visit_stmt(const AsyncCopy* op) {
+  for (const Expr& e : op->dst_indices) visit(e);
+  for (const Expr& e : op->src_indices) visit(e);
+  visit(op->valid);
+}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -187,6 +198,12 @@ Stmt IRMutator::mutate(const Stmt& s) {
       return mutate_stmt(s.as<WarpShuffle>(), s);
     case StmtKind::Gemm:
       return mutate_stmt(s.as<Gemm>(), s);
+    case StmtKind::AsyncCopy:
+      return mutate_stmt(s.as<AsyncCopy>(), s);
+    case StmtKind::AsyncCommit:
+      return mutate_stmt(s.as<AsyncCommit>(), s);
+    case StmtKind::AsyncWait:
+      return mutate_stmt(s.as<AsyncWait>(), s);
   }
   return s;
 }
@@ -295,7 +312,16 @@ Stmt IRMutator::mutate_stmt(const Copy* op, const Stmt& self) {
   Region dst = op->dst, src = op->src;
   dst.origin = mutate_all(op->dst.origin, &changed);
   src.origin = mutate_all(op->src.origin, &changed);
-  return changed ? Copy::make(std::move(dst), std::move(src)) : self;
+  return changed ? Copy::make(std::move(dst), std::move(src), op->async) : self;
+}
+
+Stmt IRMutator::mutate_stmt(const AsyncCopy* op, const Stmt& self) {
+  bool changed = false;
+  std::vector<Expr> di = mutate_all(op->dst_indices, &changed);
+  std::vector<Expr> si = mutate_all(op->src_indices, &changed);
+  Expr v = mutate(op->valid);
+  if (!changed && v.same_as(op->valid)) return self;
+  return AsyncCopy::make(op->dst, std::move(di), op->src, std::move(si), op->lanes, v);
 }
 
 Stmt IRMutator::mutate_stmt(const VectorMove* op, const Stmt& self) {

@@ -39,6 +39,9 @@ class IRVisitor {
   virtual void visit_stmt(const VectorMove* op);
   virtual void visit_stmt(const WarpShuffle*) {}
   virtual void visit_stmt(const Gemm*) {}
+  virtual void visit_stmt(const AsyncCopy* op);
+  virtual void visit_stmt(const AsyncCommit*) {}
+  virtual void visit_stmt(const AsyncWait*) {}
 };
 
 class IRMutator {
@@ -74,6 +77,9 @@ class IRMutator {
   virtual Stmt mutate_stmt(const VectorMove* op, const Stmt& self);
   virtual Stmt mutate_stmt(const WarpShuffle*, const Stmt& self) { return self; }
   virtual Stmt mutate_stmt(const Gemm*, const Stmt& self) { return self; }
+  virtual Stmt mutate_stmt(const AsyncCopy* op, const Stmt& self);
+  virtual Stmt mutate_stmt(const AsyncCommit*, const Stmt& self) { return self; }
+  virtual Stmt mutate_stmt(const AsyncWait*, const Stmt& self) { return self; }
 
   std::vector<Expr> mutate_all(const std::vector<Expr>& es, bool* changed);
 };

@@ -190,6 +190,19 @@ class SimtVerifier : public IRVisitor {
     varying(op->dst_index);
     varying(op->src_index);
   }
+  void visit_stmt(const AsyncCopy* op) override {
+    Decl d = decl(op->dst), s = decl(op->src);
+    if (d.space != Space::Shared || s.space != Space::Global || s.writable || d.dtype != s.dtype)
+      fail("async copy from '" + op->src + "' to '" + op->dst +
+           "': from a global input into a shared array of one dtype");
+    if (dtype_bytes(d.dtype, op->lanes) != 16) fail("async copy of other than 16 bytes");
+    const size_t want = form_ >= SimtForm::Flat ? 1 : 0;
+    if (want && (op->dst_indices.size() != 1 || op->src_indices.size() != 1))
+      fail("async copy with multi-dimensional indices after flatten_buffers");
+    for (const Expr& i : op->dst_indices) varying(i);
+    for (const Expr& i : op->src_indices) varying(i);
+    varying(op->valid);
+  }
   void visit_stmt(const Parallel*) override { fail("parallel loop in SIMT IR"); }
   void visit_stmt(const Reduce*) override { fail("reduce in SIMT IR"); }
   void visit_stmt(const Copy*) override { fail("copy in SIMT IR"); }

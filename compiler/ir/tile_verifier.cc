@@ -29,6 +29,8 @@ class TileVerifier : public IRVisitor {
     for (size_t i = 0; i < sig.grid.size(); ++i) define(kBlockIdx[i], Type::I64);
     if (!k_.body.defined()) fail("no body");
     visit(k_.body);
+    if (has_async_copy_ && !has_async_wait_)
+      fail("copy_async whose copies are never waited for (no async_wait in the kernel)");
   }
 
  private:
@@ -160,8 +162,73 @@ class TileVerifier : public IRVisitor {
     if (parallel_depth_ > 0) fail("copy inside parallel (a copy is itself a parallel loop)");
     for (int64_t e : op->dst.extents)
       if (e <= 0) fail("copy with a non-positive extent");
+    if (op->async) check_async_copy(*op);
     where_ = "a copy";
     IRVisitor::visit_stmt(op);
+  }
+  // copy_async moves 16-byte pieces of a global input straight into a shared tile
+  // (cp.async.cg): the pieces must be whole and aligned on both sides, and the program must wait.
+  void check_async_copy(const Copy& op) {
+    const std::string what = "copy_async from '" + op.src.buffer + "' to '" + op.dst.buffer + "'";
+    const BufferParam* src = find_buffer(k_.sig, op.src.buffer);
+    const TileAlloc* dst = find_alloc(k_, op.dst.buffer);
+    if (!src || src->is_output) fail(what + ": the source must be a global input");
+    if (!dst || dst->scope != MemScope::Shared)
+      fail(what + ": the destination must be a shared tile");
+    if (dst->dtype != src->dtype) fail(what + ": it moves bits, so both need one dtype");
+    for (size_t d = 0; d < op.dst.origin.size(); ++d) {
+      int64_t o;
+      if (!const_int(op.dst.origin[d], &o) || o != 0 || op.dst.extents[d] != dst->shape[d])
+        fail(what + ": the destination is the whole tile");
+    }
+    const int64_t lanes = 16 / dtype_bytes(src->dtype, 1);
+    if (op.src.extents.back() % lanes != 0)
+      fail(what + ": the innermost extent must be a multiple of " + std::to_string(lanes) +
+           " (16-byte pieces)");
+    if (dst->layout.rank() > 0 && !(dst->layout == compact_row_major(dst->shape)))
+      fail(what + ": the tile must be row-major (under an optional swizzle)");
+    if (!dst->swizzle.none() && (int64_t{1} << dst->swizzle.base) % lanes != 0)
+      fail(what + ": " + to_string(dst->swizzle) + " splits a 16-byte piece");
+    if (!multiple_of(src->shape.back(), lanes) || !multiple_of(op.src.origin.back(), lanes))
+      fail(what +
+           ": the source's rows and the box's innermost origin must be provably multiples"
+           " of " +
+           std::to_string(lanes) + " elements (16-byte aligned pieces)");
+    has_async_copy_ = true;
+  }
+  // A constant, a dim declared divisible, or a sum/product built from them.
+  bool multiple_of(const Expr& e, int64_t n) const {
+    int64_t c;
+    if (const_int(e, &c)) return c % n == 0;
+    if (const Var* v = e.as<Var>()) {
+      for (const DimParam& d : k_.sig.dims)
+        if (d.name == v->name) return d.bounds.divisible_by % n == 0;
+      return false;
+    }
+    if (const Binary* b = e.as<Binary>()) {
+      if (b->op == BinaryOp::Mul) return multiple_of(b->a, n) || multiple_of(b->b, n);
+      if (b->op == BinaryOp::Add || b->op == BinaryOp::Sub)
+        return multiple_of(b->a, n) && multiple_of(b->b, n);
+    }
+    return false;
+  }
+  void visit_stmt(const AsyncCopy* op) override {
+    const BufferParam* src = find_buffer(k_.sig, op->src);
+    const TileAlloc* dst = find_alloc(k_, op->dst);
+    if (!src || src->is_output || !dst || dst->scope != MemScope::Shared)
+      fail("async copy from '" + op->src + "' to '" + op->dst +
+           "': from a global input into a shared tile");
+    if (op->lanes * dtype_bytes(src->dtype, 1) != 16) fail("async copy of other than 16 bytes");
+    has_async_copy_ = true;
+    where_ = "an async copy";
+    IRVisitor::visit_stmt(op);
+  }
+  void visit_stmt(const AsyncCommit*) override {
+    if (parallel_depth_ > 0) fail("async_commit inside parallel (it closes the thread's group)");
+  }
+  void visit_stmt(const AsyncWait*) override {
+    if (parallel_depth_ > 0) fail("async_wait inside parallel");
+    has_async_wait_ = true;
   }
   void visit_stmt(const Barrier*) override {
     if (parallel_depth_ > 0)
@@ -223,6 +290,7 @@ class TileVerifier : public IRVisitor {
   std::string where_ = "the kernel";
   int parallel_depth_ = 0, if_depth_ = 0;
   bool in_reduce_value_ = false;
+  bool has_async_copy_ = false, has_async_wait_ = false;
 };
 
 }  // namespace

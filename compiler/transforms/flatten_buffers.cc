@@ -22,6 +22,15 @@ class Flattener : public IRMutator {
     std::vector<Expr> idx = mutate_all(op->indices, &changed);
     return Store::make(op->buffer, {flat(op->buffer, idx)}, mutate(op->value));
   }
+  // The destination's 16-byte piece stays contiguous under its swizzle (tile_verifier), so the
+  // swizzled offset of its first element is the piece's.
+  Stmt mutate_stmt(const AsyncCopy* op, const Stmt&) override {
+    bool changed = false;
+    std::vector<Expr> di = mutate_all(op->dst_indices, &changed);
+    std::vector<Expr> si = mutate_all(op->src_indices, &changed);
+    return AsyncCopy::make(op->dst, {flat(op->dst, di)}, op->src, {flat(op->src, si)}, op->lanes,
+                           mutate(op->valid));
+  }
 
  private:
   Expr flat(const std::string& buffer, const std::vector<Expr>& idx) const {

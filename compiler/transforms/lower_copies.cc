@@ -12,6 +12,7 @@ class CopyLowerer : public IRMutator {
 
  protected:
   Stmt mutate_stmt(const Copy* op, const Stmt&) override {
+    if (op->async) return lower_async(*op);
     size_t rank = op->dst.extents.size();
     std::vector<std::string> vars;
     std::vector<Expr> extents, dst_idx, src_idx;
@@ -37,6 +38,41 @@ class CopyLowerer : public IRMutator {
   }
 
  private:
+  // copy_async (verified: a global input into a whole row-major shared tile, the innermost
+  // extent, origin and row length multiples of the lanes): one 16-byte AsyncCopy per piece of
+  // the innermost axis, its valid count the piece's elements inside the tensor (all or none
+  // when the rows are multiples of the lanes, which the verifier asks).
+  Stmt lower_async(const Copy& op) {
+    const BufferParam* src = find_buffer(k_.sig, op.src.buffer);
+    const int lanes = static_cast<int>(16 / dtype_bytes(src->dtype, 1));
+    const size_t rank = op.dst.extents.size();
+    std::vector<std::string> vars;
+    std::vector<Expr> extents, dst_idx, src_idx;
+    Expr outer_ok = make_bool(true), inner;
+    for (size_t d = 0; d < rank; ++d) {
+      const bool last = d + 1 == rank;
+      vars.push_back(names_->fresh("cp"));
+      Expr v = Var::make(Type::I64, vars.back());
+      extents.push_back(make_i64(last ? op.dst.extents[d] / lanes : op.dst.extents[d]));
+      Expr e = last ? mul(v, make_i64(lanes)) : v;
+      dst_idx.push_back(add(op.dst.origin[d], e));
+      src_idx.push_back(add(op.src.origin[d], e));
+      if (!last) {
+        outer_ok = logical_and(outer_ok, Binary::make(BinaryOp::Le, make_i64(0), src_idx[d]));
+        outer_ok = logical_and(outer_ok, lt(src_idx[d], src->shape[d]));
+      } else {
+        outer_ok = logical_and(outer_ok, Binary::make(BinaryOp::Le, make_i64(0), src_idx[d]));
+        inner = sub(src->shape[d], src_idx[d]);
+      }
+    }
+    Expr count = Binary::make(BinaryOp::Min, Binary::make(BinaryOp::Max, inner, make_i64(0)),
+                              make_i64(lanes));
+    Expr valid = Select::make(outer_ok, count, make_i64(0));
+    return Parallel::make(
+        std::move(vars), std::move(extents),
+        AsyncCopy::make(op.dst.buffer, dst_idx, op.src.buffer, src_idx, lanes, valid));
+  }
+
   static Expr in_bounds(const BufferParam& b, const std::vector<Expr>& idx) {
     Expr ok = make_bool(true);
     for (size_t d = 0; d < idx.size(); ++d) {

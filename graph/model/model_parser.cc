@@ -59,12 +59,13 @@ struct DoneLayer {
 
 class ModelParser {
  public:
-  ModelParser(std::string file, const kernels::OpRegistry& registry)
-      : file_(std::move(file)), registry_(registry) {}
+  ModelParser(std::string file, const kernels::OpRegistry& registry, const ModelOptions& options)
+      : file_(std::move(file)), registry_(registry), options_(options) {}
 
   Model parse(const YamlNode& root);
 
  private:
+  void set_dims();
   TensorDecl read_tensor(const YamlEntry& entry, TensorRole role, const std::string& full_name,
                          int layer) const;
   void declare(TensorDecl t);
@@ -85,6 +86,7 @@ class ModelParser {
 
   std::string file_;
   const kernels::OpRegistry& registry_;
+  const ModelOptions& options_;
   Model m_;
   std::map<std::string, int64_t> dims_;
   std::map<std::string, size_t> index_;          // tensor name → position in m_.tensors
@@ -95,6 +97,27 @@ class ModelParser {
   int64_t param_bytes_ = 0;
 };
 
+// ModelOptions::dims over the file's own values. A name the file does not declare is a usage
+// error naming the dims it does (a dim cannot be added: nothing in the file would refer to it).
+void ModelParser::set_dims() {
+  for (const auto& [name, value] : options_.dims) {
+    auto it = std::find_if(m_.dims.begin(), m_.dims.end(),
+                           [&](const auto& d) { return d.first == name; });
+    if (it == m_.dims.end()) {
+      std::vector<std::string> names;
+      for (const auto& d : m_.dims) names.push_back(d.first);
+      throw Error("--dim " + name + "=" + std::to_string(value) + ": model '" + m_.name + "' (" +
+                      file_ + ") declares no dim '" + name + "'" + did_you_mean(name, names) +
+                      (names.empty() ? " (it declares none)" : " (its dims: " + join(names) + ")"),
+                  ErrorKind::Usage);
+    }
+    if (value <= 0)
+      throw Error("--dim " + name + "=" + std::to_string(value) + ": expected a positive integer",
+                  ErrorKind::Usage);
+    it->second = value;
+  }
+}
+
 Model ModelParser::parse(const YamlNode& root) {
   if (root.is_null())
     throw Error(SourceLoc{file_, 1, 1},
@@ -104,8 +127,9 @@ Model ModelParser::parse(const YamlNode& root) {
   if (const YamlNode* n = top.find("dtype")) m_.dtype = read_dtype(*n, "'dtype'");
   if (const YamlNode* n = top.find("dims")) {
     m_.dims = read_dims(*n);
-    dims_.insert(m_.dims.begin(), m_.dims.end());
   }
+  set_dims();
+  dims_.insert(m_.dims.begin(), m_.dims.end());
   if (const YamlNode* n = top.find("inputs")) {
     if (!n->is_null()) expect_kind(*n, YamlNode::Kind::Mapping, "'inputs'");
     for (const YamlEntry& e : n->entries) {
@@ -472,22 +496,23 @@ void ModelParser::parse_outputs(const YamlNode& node) {
 }  // namespace
 
 Model parse_model(const std::string& yaml_text, const std::string& file_name,
-                  const kernels::OpRegistry& registry) {
+                  const kernels::OpRegistry& registry, const ModelOptions& options) {
   YamlLimits limits;
   limits.max_bytes = kMaxModelBytes;
   YamlNode root = parse_yaml(yaml_text, file_name, limits);
-  Model model = ModelParser(file_name, registry).parse(root);
+  Model model = ModelParser(file_name, registry, options).parse(root);
   model.file = file_name;
   return model;
 }
 
 }  // namespace graph
 
-Model parse_model(const std::string& yaml_text, const std::string& file_name) {
-  return graph::parse_model(yaml_text, file_name, kernels::op_registry());
+Model parse_model(const std::string& yaml_text, const std::string& file_name,
+                  const ModelOptions& options) {
+  return graph::parse_model(yaml_text, file_name, kernels::op_registry(), options);
 }
 
-Model load_model(const std::string& path) {
+Model load_model(const std::string& path, const ModelOptions& options) {
   SourceLoc at{path, 0, 0};
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
@@ -506,7 +531,7 @@ Model load_model(const std::string& path) {
     if (text.size() > graph::kMaxModelBytes) break;  // a pipe or device: parse_yaml refuses it
   }
   if (in.bad()) throw Error(at, "cannot read the model file");
-  return parse_model(text, path);
+  return parse_model(text, path, options);
 }
 
 }  // namespace tilerun

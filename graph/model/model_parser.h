@@ -12,7 +12,7 @@ namespace tilerun::graph {
 // Parses and checks a model written in YAML (docs/model-format.md) against the ops of
 // `registry`. Throws tilerun::Error "file:line:col: error: ..." for every mistake.
 Model parse_model(const std::string& yaml_text, const std::string& file_name,
-                  const kernels::OpRegistry& registry);
+                  const kernels::OpRegistry& registry, const ModelOptions& options = {});
 
 // The largest model text accepted, in bytes; load_model refuses bigger files before reading.
 constexpr size_t kMaxModelBytes = size_t{16} << 20;

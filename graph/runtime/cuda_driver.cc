@@ -26,7 +26,8 @@ namespace {
   X(cuLaunchKernelEx, CUDA_ERROR_LAUNCH_FAILED) X(cuGraphLaunch, CUDA_ERROR_LAUNCH_FAILED)  \
   X(cuStreamSynchronize, CUDA_ERROR_LAUNCH_FAILED)                                         \
   X(cuCtxSynchronize, CUDA_ERROR_LAUNCH_FAILED)                                            \
-  X(cuMemcpyHtoD, CUDA_ERROR_INVALID_VALUE) X(cuMemcpyDtoH, CUDA_ERROR_INVALID_VALUE)
+  X(cuMemcpyHtoDAsync, CUDA_ERROR_INVALID_VALUE)                                           \
+  X(cuMemcpyDtoHAsync, CUDA_ERROR_INVALID_VALUE)
 // clang-format on
 
 // The real entry points behind the fault-injecting wrappers.

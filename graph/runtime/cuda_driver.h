@@ -19,7 +19,8 @@ namespace tilerun::graph {
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                          \
   X(cuLaunchKernel) X(cuLaunchKernelEx)                                                   \
   X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD) X(cuMemcpyDtoH)             \
-  X(cuMemcpyDtoD) X(cuMemsetD8) X(cuMemsetD8Async)                                        \
+  X(cuMemcpyDtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)         \
+  X(cuMemsetD8) X(cuMemsetD8Async)                                                        \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)                             \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)               \
   X(cuEventElapsedTime)                                                                   \

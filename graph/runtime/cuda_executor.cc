@@ -93,8 +93,14 @@ class CudaExecutor final : public Executor {
 
     const size_t arena = static_cast<size_t>(std::max<int64_t>(g.plan.arena_bytes, 256));
     check(d_->cuMemAlloc(&arena_, arena), "cuMemAlloc", "the arena");
-    check(d_->cuMemsetD8(arena_, 0, arena), "cuMemsetD8", "the arena");
+    // Every copy and memset goes on stream_ and is waited for there. The synchronous driver
+    // calls (cuMemsetD8, cuMemcpyHtoD from pageable memory, cuMemcpyDtoD) run on the legacy
+    // stream and may still be in flight when they return, and a CU_STREAM_NON_BLOCKING stream
+    // does not wait for the legacy stream: on the H200, with eight processes sharing the GPU, a
+    // step read inputs before their copy landed (wrong bits from some byte on).
     check(d_->cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate", "the stream");
+    check(d_->cuMemsetD8Async(arena_, 0, arena, stream_), "cuMemsetD8Async", "the arena");
+    check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "the arena");
 
     for (const KernelNode& node : g.nodes) {
       const compiler::KernelSignature& sig = g.kernels[node.kernel]->sig;
@@ -157,9 +163,10 @@ class CudaExecutor final : public Executor {
 
   void write_tensor(int tensor, const void* data, int64_t bytes) override {
     ensure_usable();
+    check(d_->cuMemcpyHtoDAsync(arena_ + graph_.plan.offsets[tensor], data,
+                                static_cast<size_t>(bytes), stream_),
+          "cuMemcpyHtoDAsync", "tensor " + graph_.ops.tensors[tensor].name);
     check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "a tensor write");
-    check(d_->cuMemcpyHtoD(arena_ + graph_.plan.offsets[tensor], data, static_cast<size_t>(bytes)),
-          "cuMemcpyHtoD", "tensor " + graph_.ops.tensors[tensor].name);
   }
   void write_tensor_from_device(int tensor, const void* device_ptr, int64_t bytes) override {
     const std::string& name = graph_.ops.tensors[tensor].name;
@@ -168,16 +175,18 @@ class CudaExecutor final : public Executor {
                   std::to_string(reinterpret_cast<uintptr_t>(device_ptr)) +
                   " is not 16-byte aligned");
     ensure_usable();
+    check(d_->cuMemcpyDtoDAsync(arena_ + graph_.plan.offsets[tensor],
+                                reinterpret_cast<CUdeviceptr>(device_ptr),
+                                static_cast<size_t>(bytes), stream_),
+          "cuMemcpyDtoDAsync", "tensor " + name);
     check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "a tensor write");
-    check(d_->cuMemcpyDtoD(arena_ + graph_.plan.offsets[tensor],
-                           reinterpret_cast<CUdeviceptr>(device_ptr), static_cast<size_t>(bytes)),
-          "cuMemcpyDtoD", "tensor " + name);
   }
   void read_tensor(int tensor, void* data, int64_t bytes) const override {
     ensure_usable();
+    check(d_->cuMemcpyDtoHAsync(data, arena_ + graph_.plan.offsets[tensor],
+                                static_cast<size_t>(bytes), stream_),
+          "cuMemcpyDtoHAsync", "tensor " + graph_.ops.tensors[tensor].name);
     check(d_->cuStreamSynchronize(stream_), "cuStreamSynchronize", "a tensor read");
-    check(d_->cuMemcpyDtoH(data, arena_ + graph_.plan.offsets[tensor], static_cast<size_t>(bytes)),
-          "cuMemcpyDtoH", "tensor " + graph_.ops.tensors[tensor].name);
   }
 
   // Every kernel of `direction` once, standalone and without PDL, so each kernel's duration is
@@ -191,8 +200,10 @@ class CudaExecutor final : public Executor {
     for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i)
       if (graph_.nodes[i].direction == direction && !geometry_[i].empty()) which.push_back(i);
     std::string why = "CUPTI turned off: SessionOptions::profile";
+    bool cupti_ran = false;  // the kernels ran once under CUPTI
     if (CuptiKernelTimer* cupti = cupti_ ? CuptiKernelTimer::get(&why) : nullptr) {
       if (cupti->start(&why)) {
+        cupti_ran = true;
         try {
           hold(20000 + 5000 * static_cast<unsigned long long>(which.size()));
           for (int i : which) launch(i, false);
@@ -214,6 +225,16 @@ class CudaExecutor final : public Executor {
       }
     }
     profile_source_ = "events around each launch (" + why + ")";
+    // The CUPTI pass may have run the direction already. Forward kernels recompute everything
+    // from the bound tensors, but backward kernels read forward activations whose bytes the
+    // plan hands to later backward tensors: a second backward pass would read those instead
+    // and leave wrong gradients. The forward runs again first, untimed, so the pass starts from
+    // the state a step leaves.
+    if (direction == Direction::Backward && cupti_ran) {
+      for (int i = 0; i < static_cast<int>(graph_.nodes.size()); ++i)
+        if (graph_.nodes[i].direction == Direction::Forward && !geometry_[i].empty())
+          launch(i, false);
+    }
     return profile_with_events(which);
   }
 

@@ -102,11 +102,19 @@ struct Model {
   int64_t parameter_bytes() const;
 };
 
+// What a caller changes in a model file as it is read.
+struct ModelOptions {
+  // Dims to set, by name (the command line's --dim NAME=N): each must be a dim the file
+  // declares, and replaces its value before any shape, attribute or layer is read.
+  std::vector<std::pair<std::string, int64_t>> dims;
+};
+
 // Parses and checks a model file. Every mistake throws tilerun::Error with the location
 // "file:line:col" and what was expected there.
-Model load_model(const std::string& path);
+Model load_model(const std::string& path, const ModelOptions& options = {});
 // The same from text; `file_name` is used in error locations.
-Model parse_model(const std::string& yaml_text, const std::string& file_name);
+Model parse_model(const std::string& yaml_text, const std::string& file_name,
+                  const ModelOptions& options = {});
 
 // A human-readable summary: layers, ops per layer, tensors, parameter count and bytes.
 std::string model_summary(const Model& model);

@@ -39,8 +39,10 @@ class Session {
   void set_tensor(const std::string& name, const HostTensor& value);
   void set_tensors(const TensorMap& values);
   // Binds an input or weight from CUDA device memory (a CUdeviceptr as a pointer, 16-byte
-  // aligned, holding the tensor's bytes): they are copied into the session's arena. CUDA
-  // sessions only; a misaligned pointer or a CPU session is a tilerun::Error.
+  // aligned, holding the tensor's bytes): they are copied into the session's arena, on the
+  // session's own stream, before this returns. Work of yours that writes those bytes must be
+  // finished first (synchronise its stream): the session's stream does not wait for others.
+  // CUDA sessions only; a misaligned pointer or a CPU session is a tilerun::Error.
   void set_tensor_from_device(const std::string& name, const void* device_ptr);
 
   void forward();   // computes the outputs

@@ -364,5 +364,39 @@ TEST(CpuJit, LaunchRejectsDimsOutsideBoundsNamingKernelAndDim) {
   EXPECT_THROW(k->launch({.buffers = {buf.data()}, .dims = {8}, .scalars = {1.0}}), Error);
 }
 
+// copy_async (ir.h Copy::async) on the CPU is a copy of the same bits: a bf16 box of 16 rows and
+// 64 columns into a 128B-swizzled shared tile, read back through the swizzle. Rows past M and
+// columns past K are zero-filled (K a multiple of 8, from one 16-byte piece to the whole row).
+TEST(CpuJit, CopyAsyncMovesTheBitsAndZeroFillsTheEdges) {
+  KernelBuilder kb("copy_async_tile");
+  Dim M = kb.dim("M"), K = kb.dim("K", {.min = 0, .max = 64, .divisible_by = 8});
+  Dim R = kb.dim("R");  // c's rows: M rounded up to the 16-row tiles
+  Buf a = kb.input("a", DType::BF16, {M, K});
+  Buf c = kb.output("c", DType::BF16, {R, 64});
+  kb.body({ceildiv(M, 16)}, 64, [&](Scope& s) {
+    Buf t = s.alloc_shared("t", DType::BF16, {16, 64}, tensor_core_swizzle(128, 2));
+    Idx r0 = s.block_idx(0) * 16;
+    s.copy_async(t, a.region({r0, Val(int64_t{0})}, {16, 64}));
+    s.async_commit();
+    s.async_wait(0);
+    s.barrier();
+    s.parallel(16, 64, [&](Idx i, Idx j) { c(r0 + i, j) = t(i, j); });
+  });
+  auto k = jit(kb.build());
+  std::mt19937 gen(7);
+  for (int64_t m : {1, 16, 37})
+    for (int64_t kd : {0, 8, 40, 64}) {
+      const int64_t rows = (m + 15) / 16 * 16;
+      std::vector<uint16_t> x(static_cast<size_t>(std::max<int64_t>(m * kd, 1))),
+          y(static_cast<size_t>(rows * 64), 0xffff);
+      for (uint16_t& v : x) v = static_cast<uint16_t>(gen() | 1);  // never +0
+      k->launch({.buffers = {x.data(), y.data()}, .dims = {m, kd, rows}, .scalars = {}});
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < 64; ++j)
+          ASSERT_EQ(y[i * 64 + j], i < m && j < kd ? x[i * kd + j] : 0)
+              << "M=" << m << " K=" << kd << " at (" << i << ", " << j << ")";
+    }
+}
+
 }  // namespace
 }  // namespace tilerun::compiler

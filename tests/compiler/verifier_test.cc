@@ -196,5 +196,44 @@ TEST(SimtVerifier, EveryTestKernelLowersToValidSimt) {
   }
 }
 
+// copy_async needs a global input, a whole shared tile, 16-byte pieces and an async_wait.
+TEST(TileVerifier, CopyAsyncMisuse) {
+  auto build = [](bool from_output, int64_t cols, bool wait) {
+    KernelBuilder kb("bad");
+    Dim N = kb.dim("N", {.divisible_by = 8});
+    Buf x = kb.input("x", DType::BF16, {N, N});
+    Buf y = kb.output("y", DType::BF16, {N, N});
+    kb.body({1}, 32, [&](Scope& s) {
+      Buf t = s.alloc_shared("t", DType::BF16, {8, cols});
+      s.copy_async(t, (from_output ? y : x).region({Val(int64_t{0}), Val(int64_t{0})}, {8, cols}));
+      s.async_commit();
+      if (wait) s.async_wait(0);
+      s.barrier();
+      s.parallel(8, cols, [&](Idx i, Idx j) { y(i, j) = t(i, j); });
+    });
+    return kb.build();
+  };
+  auto expect = [](const std::function<void()>& f, const std::string& message) {
+    try {
+      f();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << "got: " << e.what();
+      return;
+    }
+    ADD_FAILURE() << "accepted: " << message;
+  };
+  EXPECT_NO_THROW(build(false, 16, true));
+  expect([&] { build(true, 16, true); },
+         "copy_async from 'y' to 't': the source must be a global input");
+  expect([&] { build(false, 12, true); }, "the innermost extent must be a multiple of 8");
+  expect([&] { build(false, 16, false); }, "copy_async whose copies are never waited for");
+  expect(
+      [&] {
+        KernelBuilder kb("bad");
+        kb.body({1}, 32, [&](Scope& s) { s.async_wait(8); });
+      },
+      "async_wait pending count 8 is outside 0..7");
+}
+
 }  // namespace
 }  // namespace tilerun::compiler

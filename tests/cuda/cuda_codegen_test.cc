@@ -76,8 +76,8 @@ TEST(CudaCodegen, SourceIsDeterministicAndSelfContained) {
 
 TEST(CudaCodegen, SignatureAndStrictOperations) {
   std::string src = emit_cuda(lower(ragged_elementwise_kernel()));
-  const char* params[] = {"const float* __restrict__ x,", "float* __restrict__ y,",
-                          "short* __restrict__ yb,", "long long N,", "float a) {"};
+  const char* params[] = {"const float* x,", "float* __restrict__ y,", "short* __restrict__ yb,",
+                          "long long N,", "float a) {"};
   size_t at = 0;
   for (const char* p : params) {
     size_t next = src.find(p, at);
@@ -204,7 +204,7 @@ TEST(CudaCodegen, OddNamesAreEscapedAndCompile) {
   EXPECT_EQ(first_line.find("\\"), std::string::npos) << first_line;  // no line splice
   EXPECT_NE(first_line.find("evil%0Aname%5C"), std::string::npos) << first_line;
   EXPECT_EQ(src.find("in put"), std::string::npos);
-  for (const char* ident : {"const float* __restrict__ in_put,", "float* __restrict__ vtr_add,",
+  for (const char* ident : {"const float* in_put,", "float* __restrict__ vtr_add,",
                             "long long float_,", "float threadIdx_,", "int v1st)",
                             "float v__shared__[32]", "float x_y = 0.0f;", "const float int_ ="})
     EXPECT_NE(src.find(ident), std::string::npos) << ident << "\n" << src;

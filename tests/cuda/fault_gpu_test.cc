@@ -88,7 +88,7 @@ TEST_F(GpuFaults, AFailedBuildNamesTheCallFreesEverythingAndTheNextSessionWorks)
       {"cuGraphInstantiateWithFlags:1", "cuGraphInstantiate", LaunchMode::Graph},
       {"cuGraphInstantiateWithFlags:3", "cuGraphInstantiate", LaunchMode::Graph},
       {"cuGraphUpload:2", "cuGraphUpload", LaunchMode::Graph},
-      {"cuMemcpyHtoD:2", "cuMemcpyHtoD", LaunchMode::Graph},
+      {"cuMemcpyHtoDAsync:2", "cuMemcpyHtoDAsync", LaunchMode::Graph},
   };
   for (const BuildFault& f : faults) {
     // Under an attached tool (compute-sanitizer) graphs are not uploaded at build (see
@@ -148,11 +148,11 @@ TEST_F(GpuFaults, AFailedStepNamesTheCallAndTheSessionRefusesFurtherUse) {
 TEST_F(GpuFaults, AFailedReadRefusesFurtherUse) {
   Session s(tiny(), {.device = Device::Cuda, .seed = 13});
   step(s);
-  compiler::set_faults("cuMemcpyDtoH:1");
+  compiler::set_faults("cuMemcpyDtoHAsync:1");
   const std::string m = message_of([&] { s.outputs(); });
   compiler::set_faults("");
-  EXPECT_NE(m.find("cuMemcpyDtoH failed for tensor "), std::string::npos) << m;
-  EXPECT_NE(message_of([&] { s.outputs(); }).find("session is unusable after: cuMemcpyDtoH"),
+  EXPECT_NE(m.find("cuMemcpyDtoHAsync failed for tensor "), std::string::npos) << m;
+  EXPECT_NE(message_of([&] { s.outputs(); }).find("session is unusable after: cuMemcpyDtoHAsync"),
             std::string::npos);
 }
 

@@ -285,6 +285,7 @@ TEST_F(GpuSession, BindsInputsFromDeviceMemory) {
   CUdeviceptr p = 0;
   ASSERT_EQ(d->cuMemAlloc(&p, x.data.size() + 16), CUDA_SUCCESS);
   ASSERT_EQ(d->cuMemcpyHtoD(p, x.data.data(), x.data.size()), CUDA_SUCCESS);
+  ASSERT_EQ(d->cuCtxSynchronize(), CUDA_SUCCESS);  // the copy may still be in flight
   TensorMap weights = initialize_tensors(tiny(), seed);
   weights.erase("x");  // x stays seed+1's unless the device copy lands
   dev.set_tensors(weights);

@@ -327,12 +327,24 @@ TEST(MatmulTensorCore, EveryOutputIsTheModelsDotProduct) {
       expect_models_dot_products(dt, flags & 1, flags & 2, 70, 40, 150);
 }
 
-// The K loop rotates three shared buffers, counted from the last step, which is peeled off
-// (kernels/matmul.cc): every step count from one (a ragged K below one step, no loop at all) to
-// seven (each buffer used two or three times) gives the model's dot products.
+// The K loop rotates shared buffers counted from the last step, which is peeled off
+// (kernels/matmul_tc.cc): every step count from one (a ragged K below one step, no loop at all) to
+// seven gives the model's dot products (K = 1, 100, 300: the register-staged kernel's three
+// buffers; the others, 16-byte rows, the asynchronous kernel's five).
 TEST(MatmulTensorCore, EveryStepCountOfThePipelineIsTheModelsDotProduct) {
   for (int64_t k : {1, 64, 100, 192, 256, 300, 448})
     expect_models_dot_products(DType::BF16, false, k % 2 == 0, 9, 24, k);
+}
+
+// The asynchronous-copy kernel (a not transposed, K and N or b^T rows 16-byte aligned;
+// kernels/matmul.cc build_tc_matmul_async): b N-major (two 64-column gemms) and K-major, step
+// counts from one to nine (the five buffers' prologue, each buffer reused), ragged M, N and K
+// edges zero-filled, and K = 8 (one short step): every output is the model's dot product.
+TEST(MatmulTensorCore, AsyncCopyPipelineGivesTheModelsDotProducts) {
+  for (int64_t k : {8, 64, 136, 320, 520})
+    for (bool tb : {false, true}) expect_models_dot_products(DType::BF16, false, tb, 9, 24, k);
+  expect_models_dot_products(DType::F16, false, false, 130, 136, 200);
+  expect_models_dot_products(DType::F16, false, true, 70, 40, 152);
 }
 
 // Batch invariance: the tensor-core tiling is a constant, so a row's bits do not depend on how
@@ -340,23 +352,27 @@ TEST(MatmulTensorCore, EveryStepCountOfThePipelineIsTheModelsDotProduct) {
 // same rows computed in products of M = 1, 7, 128 and 1000 rows (placed off the 128-row tiles).
 TEST(MatmulTensorCore, RowsDoNotDependOnM) {
   for (DType dt : {DType::BF16, DType::F16}) {
-    const int64_t big = 4096, n = 24, k = 40;
-    std::mt19937_64 rng(testing::test_seed());
-    RefTensor a = testing::rounded(dt, testing::random_tensor(rng, {big, k}));
-    RefTensor b = testing::rounded(dt, testing::random_tensor(rng, {k, n}));
-    std::vector<Bytes> all = runner().run("matmul", {a, b}, {}, dt, kNaN);
-    ASSERT_EQ(all.size(), 1u);
-    for (int64_t m : {1, 7, 128, 1000}) {
-      const int64_t first = big - m - 3;  // rows [first, first + m) of the big product
-      RefTensor part{
-          {m, k},
-          std::vector<double>(a.data.begin() + first * k, a.data.begin() + (first + m) * k)};
-      std::vector<Bytes> got = runner().run("matmul", {part, b}, {}, dt, kNaN);
-      ASSERT_EQ(got.size(), 1u);
-      const size_t row_bytes = static_cast<size_t>(2 * n);
-      EXPECT_EQ(
-          0, std::memcmp(got[0].data.data(), all[0].data.data() + first * row_bytes, m * row_bytes))
-          << dtype_name(dt) << " M=" << m << ": rows differ from the M=4096 product's";
+    // k = 40: the asynchronous-copy kernel (rows 16-byte aligned), k = 44 the register one.
+    for (const int64_t k : {40, 44}) {
+      const int64_t big = 4096, n = 24;
+      std::mt19937_64 rng(testing::test_seed());
+      RefTensor a = testing::rounded(dt, testing::random_tensor(rng, {big, k}));
+      RefTensor b = testing::rounded(dt, testing::random_tensor(rng, {k, n}));
+      std::vector<Bytes> all = runner().run("matmul", {a, b}, {}, dt, kNaN);
+      ASSERT_EQ(all.size(), 1u);
+      for (int64_t m : {1, 7, 128, 1000}) {
+        const int64_t first = big - m - 3;  // rows [first, first + m) of the big product
+        RefTensor part{
+            {m, k},
+            std::vector<double>(a.data.begin() + first * k, a.data.begin() + (first + m) * k)};
+        std::vector<Bytes> got = runner().run("matmul", {part, b}, {}, dt, kNaN);
+        ASSERT_EQ(got.size(), 1u);
+        const size_t row_bytes = static_cast<size_t>(2 * n);
+        EXPECT_EQ(0, std::memcmp(got[0].data.data(), all[0].data.data() + first * row_bytes,
+                                 m * row_bytes))
+            << dtype_name(dt) << " M=" << m << " K=" << k
+            << ": rows differ from the M=4096 product's";
+      }
     }
   }
 }

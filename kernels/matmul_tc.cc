@@ -1,0 +1,246 @@
+// The tensor-core matmul kernels (matmul_tc.h): one tiling, two ways of staging the tiles.
+#include "kernels/matmul_tc.h"
+
+#include "compiler/ir/builder.h"
+
+namespace tilerun::kernels {
+
+namespace cc = tilerun::compiler;
+
+namespace {
+
+// ---- Staged through registers ---------------------------------------------------------------
+// One 128 x 128 output tile per block of two warpgroups (256 threads), K in steps of 64: both
+// operands staged K-major into 128B-swizzled shared tiles (a as [128, 64], b as [128 (n), 64];
+// a transposed global operand is transposed on its way from registers to shared memory), then
+// one gemm (ir.h Gemm: wgmma on sm_90a, the tensor core's model on the CPU). The shared tiles
+// rotate through kTcStages buffers and each gemm may be left running (kGemmsInFlight: 1 is what
+// three buffers allow; main keeps 0, each gemm waited for as the H200 verified, until
+// tensor_core_gpu_test has run 1 there) while the block stores the next step's tiles and loads
+// the one after into registers: one barrier per step. Three buffers, not two: step ko overwrites
+// the tiles of gemm ko - 3, which every warpgroup waited for in step ko - 2, before step ko - 1's
+// barrier. The last gemm waits for all. 96 KB of dynamic shared memory. The tiling is a
+// constant, so it depends on neither M nor the device: every output is the same chain of
+// 16-wide tensor-core steps in k order whatever the number of rows (batch invariance). Ragged
+// edges read zeros.
+constexpr int64_t kTcM = 128, kTcN = 128, kTcK = 64;
+constexpr int kTcThreads = 256, kTcStages = 3, kGemmsInFlight = 0;
+// The asynchronous kernel's buffers, and how many steps its copies run ahead of the gemms.
+constexpr int kAsyncStages = 5, kAhead = kAsyncStages - 2;
+
+}  // namespace
+
+std::string tc_matmul_name(bool ta, bool tb) {
+  return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_128x128x64_s" +
+         std::to_string(kTcStages);
+}
+
+cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
+  cc::KernelBuilder kb(tc_matmul_name(ta, tb) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim m = kb.dim("M"), n = kb.dim("N"), k = kb.dim("K");
+  cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
+  cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
+  cc::Buf c = kb.output("c", dtype, {m, n});
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, kTcM)}, kTcThreads, [&](cc::Scope& s) {
+    cc::Idx bx = s.block_idx(0), by = s.block_idx(1);
+    const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
+    std::vector<cc::Buf> as, bs;
+    for (int st = 0; st < kTcStages; ++st) {
+      as.push_back(s.alloc_shared("As" + std::to_string(st), dtype, {kTcM, kTcK}, sw));
+      bs.push_back(s.alloc_shared("Bs" + std::to_string(st), dtype, {kTcN, kTcK}, sw));
+    }
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTcM, kTcN});
+    // The next step's tiles in registers, in the operands' dtype (staging moves bits:
+    // lower_storage_types copies a 16-bit float to its own dtype raw). A K-major operand (a
+    // [m, k], b^T [n, k]) is held as its [rows, 64] tile; a k-outer one (a^T [k, m], b [k, n]) as
+    // [rows / 8, 64, 8]: a thread still reads 8 consecutive global elements (one 16-byte load),
+    // but the threads of a warp run along k, so its transposing 2-byte stores fill consecutive
+    // addresses of one shared row instead of 16 rows that share a bank under the swizzle.
+    auto frag_shape = [](bool k_major, int64_t rows) {
+      return k_major ? std::vector<int64_t>{rows, kTcK} : std::vector<int64_t>{rows / 8, kTcK, 8};
+    };
+    cc::Buf ra = s.alloc_fragment("ra", dtype, frag_shape(!ta, kTcM));
+    cc::Buf rb = s.alloc_fragment("rb", dtype, frag_shape(tb, kTcN));
+    cc::Val steps = s.let(cc::ceildiv(k, cc::Val(kTcK)), "steps");
+    s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+    // A tile wholly inside its operand loads unguarded (its loads issue back to back); an edge
+    // tile reads zeros outside.
+    auto load_tile = [&](const cc::Buf& frag, const cc::Buf& src, bool k_major, int64_t r_len,
+                         const cc::Val& k0, const cc::Val& r0, const cc::Val& rows) {
+      cc::Val inside = k0 + kTcK <= k && r0 + r_len <= rows;
+      if (k_major) {
+        std::vector<int64_t> tile{r_len, kTcK};
+        s.if_then_else(
+            inside,
+            [&] {
+              s.parallel(r_len, kTcK,
+                         [&](cc::Idx i, cc::Idx j) { frag(i, j) = src(r0 + i, k0 + j); });
+            },
+            [&] {
+              s.copy(frag, src.region({r0, k0}, tile));
+            });
+        return;
+      }
+      s.if_then_else(
+          inside,
+          [&] {
+            s.parallel(r_len / 8, kTcK, 8, [&](cc::Idx c, cc::Idx kk, cc::Idx l) {
+              frag(c, kk, l) = src(k0 + kk, r0 + c * 8 + l);
+            });
+          },
+          [&] {
+            s.parallel(r_len / 8, kTcK, 8, [&](cc::Idx c, cc::Idx kk, cc::Idx l) {
+              s.if_then_else(
+                  k0 + kk < k && r0 + c * 8 + l < rows,
+                  [&] { frag(c, kk, l) = src(k0 + kk, r0 + c * 8 + l); },
+                  [&] { frag(c, kk, l) = 0.0f; });
+            });
+          });
+    };
+    auto load = [&](const cc::Val& ko) {
+      cc::Val k0 = s.let(ko * kTcK, "k0");
+      load_tile(ra, a, !ta, kTcM, k0, by * kTcM, m);
+      load_tile(rb, b, tb, kTcN, k0, bx * kTcN, n);
+    };
+    // Registers into the K-major shared tiles.
+    auto store_tile = [&](const cc::Buf& dst, const cc::Buf& frag, bool k_major, int64_t r_len) {
+      if (k_major) {
+        s.parallel(r_len, kTcK, [&](cc::Idx i, cc::Idx j) { dst(i, j) = frag(i, j); });
+      } else {
+        s.parallel(r_len / 8, kTcK, 8,
+                   [&](cc::Idx c, cc::Idx kk, cc::Idx l) { dst(c * 8 + l, kk) = frag(c, kk, l); });
+      }
+    };
+    auto store = [&](int st) {
+      store_tile(as[st], ra, !ta, kTcM);
+      store_tile(bs[st], rb, tb, kTcN);
+    };
+    // Step ko through buffer st: the tiles held in registers go to shared memory, one barrier,
+    // step ko + 1's loads issue, and the gemm runs on while the next step stores.
+    // Step ko goes through buffer (steps - 1 - ko) % kTcStages (from the end: the last step's is
+    // buffer 0): registers to that buffer (an if per buffer), one barrier, step ko + 1's loads,
+    // and its gemm runs on (kGemmsInFlight) while the next step stores. A gemm names its tiles, so
+    // 0-or-1-trip loops pick it (gemms may not sit under an if); the loads are written once (a
+    // loop unrolled by three spilled). The last step is peeled off, unconditional, buffer 0,
+    // pending 0: unless every path to the epilogue passes a wait, ptxas waits in the loop's
+    // latch (C7517) or serialises every wgmma (C7514). K = 0 adds products of zeros to +0.
+    const cc::Val zero(int64_t{0}), one(int64_t{1});
+    load(zero);
+    s.serial(cc::max(steps - 1, zero), [&](cc::Idx ko) {
+      cc::Val slot = s.let((steps - 1 - ko) % kTcStages, "slot");
+      for (int st = 0; st < kTcStages; ++st) s.if_then(slot == st, [&] { store(st); });
+      s.barrier();
+      load(ko + 1);  // in flight during the gemm
+      for (int st = 0; st < kTcStages; ++st)
+        s.serial(cc::select(slot == st, one, zero), [&](cc::Idx) {
+          s.gemm(acc, as[st], bs[st], /*trans_a=*/false, /*trans_b=*/true, kGemmsInFlight);
+        });
+    });
+    store(0);
+    s.barrier();
+    s.gemm(acc, as[0], bs[0], /*trans_a=*/false, /*trans_b=*/true, /*pending=*/0);
+    s.copy(c.region({by * kTcM, bx * kTcN}, {kTcM, kTcN}), acc);
+  });
+  return kb.build();
+}
+
+// ---- Staged by copy_async (a not transposed) --------------------------------------------------
+// The same 128 x 128 output tile, two warpgroups and 64-wide K steps, but the tiles go from
+// global to shared memory by copy_async (cp.async.cg, 16 bytes a thread, never through the
+// registers), kAsyncStages buffers deep. a [m, k] lands K-major in a [128, 64] tile; b as given:
+// transposed ([n, k]) K-major in a [128, 64] tile and one gemm, else ([k, n], rows of N) as two
+// N-major [64 (k), 64 (n)] tiles, 128-byte rows under the same swizzle, and two gemms of 64
+// columns each (wgmma reads N-major bf16/f16 B tiles; a 128-wide N-major tile is two atoms
+// apart, which one 2-d tile cannot state). Needs K, and N when b is not transposed, multiples
+// of 8 (16-byte aligned rows); the kernel states it with its dims' divisibility.
+//
+// Step ko reads buffer slot(ko) = (steps - 1 - ko) % S (counted from the end, so the last step,
+// peeled off with pending 0, is buffer 0). Each thread commits one group of copies per step,
+// kAhead = S - 2 steps ahead of the gemms: at step ko it waits until its group of step ko is
+// done (async_wait kAhead - 1), a barrier makes every thread's copies visible and proves every
+// warpgroup past the wait of gemm ko - 2, then it issues the copies of step ko + kAhead into the
+// buffer of step ko - 2, and gemm ko runs on while the next step waits (`gemms` below). Zero-filled
+// edges; at least one step, so K = 0 adds zeros to +0. The chain of each output is the one of
+// build_tc_matmul: the same bits, whatever M.
+
+std::string tc_async_name(bool tb) {
+  return std::string("matmul_tc_n") + (tb ? "t" : "n") + "_128x128x64_async" +
+         std::to_string(kAsyncStages);
+}
+
+cc::Kernel build_tc_matmul_async(DType dtype, bool tb) {
+  cc::KernelBuilder kb(tc_async_name(tb) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim m = kb.dim("M"), n = kb.dim("N", {.min = 1, .divisible_by = tb ? 1 : 8}),
+          k = kb.dim("K", {.min = 0, .divisible_by = 8});
+  cc::Buf a = kb.input("a", dtype, {m, k});
+  cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
+  cc::Buf c = kb.output("c", dtype, {m, n});
+  const int halves = tb ? 1 : 2;  // gemms (and accumulators) per step
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, kTcM)}, kTcThreads, [&](cc::Scope& s) {
+    cc::Idx bx = s.block_idx(0), by = s.block_idx(1);
+    const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
+    std::vector<cc::Buf> as;
+    std::vector<std::vector<cc::Buf>> bs(halves);
+    for (int st = 0; st < kAsyncStages; ++st) {
+      as.push_back(s.alloc_shared("As" + std::to_string(st), dtype, {kTcM, kTcK}, sw));
+      for (int h = 0; h < halves; ++h)
+        bs[h].push_back(s.alloc_shared(
+            "Bs" + std::to_string(st) + (tb ? "" : "_" + std::to_string(h)), dtype,
+            tb ? std::vector<int64_t>{kTcN, kTcK} : std::vector<int64_t>{kTcK, kTcN / 2}, sw));
+    }
+    std::vector<cc::Buf> acc;
+    for (int h = 0; h < halves; ++h)
+      acc.push_back(s.alloc_fragment("acc" + std::to_string(h), DType::F32, {kTcM, kTcN / halves}));
+    for (int h = 0; h < halves; ++h)
+      s.parallel(kTcM, kTcN / halves, [&](cc::Idx i, cc::Idx j) { acc[h](i, j) = 0.0f; });
+    cc::Val steps = s.let(cc::max(cc::ceildiv(k, cc::Val(kTcK)), cc::Val(int64_t{1})), "steps");
+    const cc::Val zero(int64_t{0}), one(int64_t{1});
+    auto slot = [&](const cc::Val& j) { return (steps - 1 - j) % kAsyncStages; };
+    // Step j's copies into its buffer (an if per buffer: a copy names its tile), then one commit
+    // whether or not j exists, so that the group count per step stays one.
+    auto issue = [&](const cc::Val& j) {
+      cc::Val sl = s.let(slot(j), "slot");
+      s.if_then(j < steps, [&] {
+        for (int st = 0; st < kAsyncStages; ++st)
+          s.if_then(sl == st, [&] {
+            s.copy_async(as[st], a.region({by * kTcM, j * kTcK}, {kTcM, kTcK}));
+            for (int h = 0; h < halves; ++h)
+              s.copy_async(bs[h][st],
+                           tb ? b.region({bx * kTcN, j * kTcK}, {kTcN, kTcK})
+                              : b.region({j * kTcK, bx * kTcN + h * (kTcN / 2)}, {kTcK, kTcN / 2}));
+          });
+      });
+      s.async_commit();
+    };
+    // Left running: one gemm runs on into the next step (every gemm of the step before has
+    // finished when the thread leaves a step, which the buffer rotation needs). With two
+    // accumulators the step's second gemm waits for both: left running, ptxas serialised every
+    // wgmma (C7515, accumulator registers moved between the 0/1-trip loops); the copies are
+    // in flight either way.
+    auto gemms = [&](int st, bool left_running) {
+      for (int h = 0; h < halves; ++h)
+        s.gemm(acc[h], as[st], bs[h][st], /*trans_a=*/false, /*trans_b=*/tb,
+               !left_running ? 0
+               : halves == 1 ? 1
+               : h == 0      ? 2
+                             : 0);
+    };
+    for (int d = 0; d < kAhead; ++d) issue(cc::Val(int64_t{d}));
+    s.serial(steps - 1, [&](cc::Idx ko) {
+      s.async_wait(kAhead - 1);
+      s.barrier();
+      issue(ko + kAhead);
+      cc::Val sl = s.let(slot(ko), "cur");
+      for (int st = 0; st < kAsyncStages; ++st)
+        s.serial(cc::select(sl == st, one, zero), [&](cc::Idx) { gemms(st, true); });
+    });
+    s.async_wait(0);
+    s.barrier();
+    gemms(0, false);
+    for (int h = 0; h < halves; ++h)
+      s.copy(c.region({by * kTcM, bx * kTcN + h * (kTcN / halves)}, {kTcM, kTcN / halves}), acc[h]);
+  });
+  return kb.build();
+}
+
+}  // namespace tilerun::kernels

@@ -1,0 +1,59 @@
+// --dim NAME=N: the command line sets a dim the model declares before anything is read from it;
+// shapes, attributes and kernels follow, and a mistake is a usage error (exit 2) saying why.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "tests/tools/cli_run.h"
+#include "tilerun/tilerun.h"
+
+namespace tilerun {
+namespace {
+
+using testing::run_cli;
+
+const std::string kTiny = TILERUN_SOURCE_DIR "/configs/tiny.yaml";
+
+TEST(CliDim, SetsTheDimBeforeTheShapesAreRead) {
+  std::mt19937 rng(std::random_device{}());
+  const int64_t t = std::uniform_int_distribution<int64_t>(1, 300)(rng);
+  Model model = load_model(kTiny, {.dims = {{"T", t}}});
+  EXPECT_EQ(model.find_tensor("x")->shape, (std::vector<int64_t>{t, 256}));
+  bool listed = false;
+  for (const auto& [name, value] : model.dims) listed = listed || (name == "T" && value == t);
+  EXPECT_TRUE(listed);
+  // The file's own value otherwise.
+  EXPECT_EQ(load_model(kTiny).find_tensor("x")->shape, (std::vector<int64_t>{128, 256}));
+}
+
+TEST(CliDim, AStepAtTheNewSizeMatchesTheReference) {
+  std::mt19937 rng(std::random_device{}());
+  const int t = std::uniform_int_distribution<int>(1, 40)(rng);
+  testing::CliResult r =
+      run_cli("'" + kTiny + "' --device cpu --check --dim T=" + std::to_string(t) + " --dim F=96");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("check: ok"), std::string::npos) << r.out;
+}
+
+TEST(CliDim, MistakesAreUsageErrors) {
+  struct Case {
+    std::string args, says;
+  } cases[] = {
+      {"--dim X=3",
+       "--dim X=3: model 'tiny' (" + kTiny + ") declares no dim 'X' (its dims: T, D, F)"},
+      {"--dim t=3", "declares no dim 't'"},
+      {"--dim T=0", "option --dim expects N >= 1, found 'T=0'"},
+      {"--dim T", "option --dim expects NAME=N, found 'T'"},
+      {"--dim =4", "option --dim expects NAME=N, found '=4'"},
+      {"--dim T=-1", "option --dim expects a non-negative integer"},
+      {"--dim T=2 --dim T=3", "option --dim gives dim 'T' twice ('T=2' and 'T=3')"},
+  };
+  for (const Case& c : cases) {
+    testing::CliResult r = run_cli("'" + kTiny + "' --validate " + c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << c.args << ": " << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace tilerun
