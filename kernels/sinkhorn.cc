@@ -20,6 +20,7 @@
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
+#include "kernels/sinkhorn_kernel.h"
 
 namespace tilerun::kernels {
 
@@ -158,65 +159,6 @@ std::vector<GradOp> grad_sinkhorn(const std::vector<TensorType>&, const Attrs& a
 
 // ---- Kernels -------------------------------------------------------------------------------
 
-// One thread's matrix: n² fragments, entry (i, j) in frag[i·n + j].
-struct Frags {
-  int64_t n;
-  std::vector<cc::Buf> v;
-  Frags(cc::Scope& s, const std::string& name, int64_t side) : n(side) {
-    for (int64_t e = 0; e < n * n; ++e)
-      v.push_back(s.alloc_fragment(name + std::to_string(e), DType::F32, {kThreads}));
-  }
-  cc::Buf& at(int64_t i, int64_t j) { return v[i * n + j]; }
-};
-
-// q = softmax(x[m], rows) (+ eps when `plus_eps`), from global memory.
-void softmax_into(cc::Scope& s, Frags& q, const cc::Buf& x, const cc::Idx& m, const cc::Idx& t,
-                  const cc::Val& eps, bool plus_eps) {
-  const int64_t n = q.n;
-  for (int64_t i = 0; i < n; ++i) {
-    cc::Val mx = s.let(x(m, i * n), "mx");
-    for (int64_t j = 1; j < n; ++j) mx = s.let(cc::max(mx, x(m, i * n + j)), "mx");
-    cc::Val sum;
-    for (int64_t j = 0; j < n; ++j) {
-      q.at(i, j)(t) = cc::exp(x(m, i * n + j) - mx);
-      sum = j == 0 ? s.let(q.at(i, j)(t), "sum") : s.let(sum + q.at(i, j)(t), "sum");
-    }
-    for (int64_t j = 0; j < n; ++j)
-      q.at(i, j)(t) = plus_eps ? q.at(i, j)(t) / sum + eps : q.at(i, j)(t) / sum;
-  }
-}
-
-// Normalisation of q along columns (or rows); d[a] receives the sums + eps.
-void normalize_into(cc::Scope& s, Frags& q, std::vector<cc::Buf>& d, const cc::Idx& t,
-                    const cc::Val& eps, bool cols) {
-  const int64_t n = q.n;
-  for (int64_t a = 0; a < n; ++a) {
-    cc::Val sum;
-    for (int64_t b = 0; b < n; ++b) {
-      cc::Val v = cols ? q.at(b, a)(t) : q.at(a, b)(t);
-      sum = b == 0 ? s.let(v, "sum") : s.let(sum + v, "sum");
-    }
-    d[a](t) = sum + eps;
-  }
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) q.at(i, j)(t) = q.at(i, j)(t) / d[cols ? j : i](t);
-}
-
-// Normalisation step k (even: columns, odd: rows).
-void step_into(cc::Scope& s, Frags& q, std::vector<cc::Buf>& d, const cc::Idx& t,
-               const cc::Val& eps, const cc::Idx& k) {
-  s.if_then_else(
-      k % 2 == 0, [&] { normalize_into(s, q, d, t, eps, true); },
-      [&] { normalize_into(s, q, d, t, eps, false); });
-}
-
-std::vector<cc::Buf> divisors(cc::Scope& s, int64_t n) {
-  std::vector<cc::Buf> d;
-  for (int64_t a = 0; a < n; ++a)
-    d.push_back(s.alloc_fragment("d" + std::to_string(a), DType::F32, {kThreads}));
-  return d;
-}
-
 // Parameters x, y [M, n·n]; STEPS (2·iters - 1); eps.
 cc::Kernel build_sinkhorn(DType dtype, int64_t n, const std::string& name) {
   cc::KernelBuilder kb(name);
@@ -225,13 +167,13 @@ cc::Kernel build_sinkhorn(DType dtype, int64_t n, const std::string& name) {
   cc::Buf x = kb.input("x", dtype, {mats, cc::Val(n * n)});
   cc::Buf y = kb.output("y", dtype, {mats, cc::Val(n * n)});
   kb.body({cc::ceildiv(mats, kThreads)}, kThreads, [&](cc::Scope& s) {
-    Frags q(s, "q", n);
-    std::vector<cc::Buf> d = divisors(s, n);
+    SinkhornFrags q(s, "q", n, kThreads);
+    std::vector<cc::Buf> d = sinkhorn_vector(s, "d", n, kThreads);
     s.parallel(kThreads, [&](cc::Idx t) {
       cc::Idx m = s.block_idx(0) * kThreads + t;
       s.if_then(m < mats, [&] {
-        softmax_into(s, q, x, m, t, eps, true);
-        s.serial(steps, [&](cc::Idx k) { step_into(s, q, d, t, eps, k); });
+        sinkhorn_forward(
+            s, q, d, [&](int64_t i, int64_t j) { return cc::Val(x(m, i * n + j)); }, t, eps, steps);
         for (int64_t e = 0; e < n * n; ++e) y(m, e) = q.v[e](t);
       });
     });
@@ -248,48 +190,17 @@ cc::Kernel build_sinkhorn_grad(DType dtype, int64_t n, const std::string& name) 
   cc::Buf dy = kb.input("dy", dtype, {mats, cc::Val(n * n)});
   cc::Buf dx = kb.output("dx", dtype, {mats, cc::Val(n * n)});
   kb.body({cc::ceildiv(mats, kThreads)}, kThreads, [&](cc::Scope& s) {
-    Frags q(s, "q", n), g(s, "g", n);
-    std::vector<cc::Buf> d = divisors(s, n), dot;
-    for (int64_t a = 0; a < n; ++a)
-      dot.push_back(s.alloc_fragment("dot" + std::to_string(a), DType::F32, {kThreads}));
+    SinkhornFrags q(s, "q", n, kThreads), g(s, "g", n, kThreads);
+    std::vector<cc::Buf> d = sinkhorn_vector(s, "d", n, kThreads);
+    std::vector<cc::Buf> dot = sinkhorn_vector(s, "dot", n, kThreads);
     s.parallel(kThreads, [&](cc::Idx t) {
       cc::Idx m = s.block_idx(0) * kThreads + t;
       s.if_then(m < mats, [&] {
         for (int64_t e = 0; e < n * n; ++e) g.v[e](t) = dy(m, e);
-        // Step k = STEPS - 1 - r: run the forward to it again, then its adjoint.
-        s.serial(steps, [&](cc::Idx r) {
-          cc::Idx k = s.let(steps - 1 - r, "k");
-          softmax_into(s, q, x, m, t, eps, true);
-          s.serial(k + 1, [&](cc::Idx j) { step_into(s, q, d, t, eps, j); });
-          auto adjoint = [&](bool cols) {
-            for (int64_t a = 0; a < n; ++a) {
-              cc::Val sum;
-              for (int64_t b = 0; b < n; ++b) {
-                const int64_t i = cols ? b : a, j = cols ? a : b;
-                cc::Val v = g.at(i, j)(t) * q.at(i, j)(t);
-                sum = b == 0 ? s.let(v, "dot") : s.let(sum + v, "dot");
-              }
-              dot[a](t) = sum;
-            }
-            for (int64_t i = 0; i < n; ++i)
-              for (int64_t j = 0; j < n; ++j) {
-                const int64_t a = cols ? j : i;
-                g.at(i, j)(t) = (g.at(i, j)(t) - dot[a](t)) / d[a](t);
-              }
-          };
-          s.if_then_else(
-              k % 2 == 0, [&] { adjoint(true); }, [&] { adjoint(false); });
-        });
-        // The softmax's adjoint, p = softmax(x) without eps.
-        softmax_into(s, q, x, m, t, eps, false);
-        for (int64_t i = 0; i < n; ++i) {
-          cc::Val sum;
-          for (int64_t j = 0; j < n; ++j) {
-            cc::Val v = g.at(i, j)(t) * q.at(i, j)(t);
-            sum = j == 0 ? s.let(v, "dot") : s.let(sum + v, "dot");
-          }
-          for (int64_t j = 0; j < n; ++j) dx(m, i * n + j) = q.at(i, j)(t) * (g.at(i, j)(t) - sum);
-        }
+        sinkhorn_backward(
+            s, q, g, d, dot, [&](int64_t i, int64_t j) { return cc::Val(x(m, i * n + j)); }, t, eps,
+            steps);
+        for (int64_t e = 0; e < n * n; ++e) dx(m, e) = g.v[e](t);
       });
     });
   });

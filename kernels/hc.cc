@@ -1,0 +1,535 @@
+// Fused mHC (V4_LAYER.md steps 1 and 8): n residual streams per token, x [T, n, D].
+//   hc_pre(x, fn, scale, base) -> y [T, D], post [T, n], comb [T, n, n]:
+//     r = rsqrt(mean(x[t]²) + norm_eps) over the n·D flattened streams; mix = x[t]·fn [M = n² + 2n]
+//     a = mix·r·scale[g] + base (g = 0 for the first n mixes, 1 for the next n, 2 for the n²)
+//     pre = σ(a[:n]) + eps, post = 2σ(a[n:2n]), comb = sinkhorn(a[2n:] as n×n; iters, eps)
+//     y = Σₙ preₙ·xₙ
+//   hc_post(f, x, post, comb) -> out [T, n, D]: out_q = post_q·f + Σ_p comb[p, q]·x_p
+// (DeepSeek-V4's convention: comb's first index is the source stream.)
+// Kernels of hc_pre: the mixing GEMM is the matmul family's own (a tiled GEMM reads fn once per
+// tile of tokens; a per-token dot in the fused kernel would re-read all of fn, n·D·M floats, for
+// every token), then `hc_pre_split`, 64 tokens per block: their mean squares by block-wide
+// reductions (coalesced), then one thread per token (like sinkhorn's) for the σ splits and the
+// whole Sinkhorn, pre into scratch; then `hc_pre_combine`, one block per token, y in stream order.
+// The backward op hc_pre_grad recomputes the GEMM and Sinkhorn: x·fn (a matmul), then per token
+// (as hc_pre_split) dmix, per-token partials of the gradients of base and scale (reduce_sum adds
+// them in its fixed order) and the coefficients of dx; dmix·fnᵀ (a matmul); then dx, the GEMM's
+// part added in the same kernel. dfn = xᵀ·dmix is a matmul of the rule. hc_post and hc_post_grad
+// are one block per token, every sum in stream order or index
+// order. No atomics: every output has one owner.
+#include <cmath>
+#include <functional>
+
+#include "compiler/ir/builder.h"
+#include "kernels/expand_util.h"
+#include "kernels/hc_reference.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/op_registry.h"
+#include "kernels/ref_util.h"
+#include "kernels/schema_util.h"
+#include "kernels/sinkhorn_kernel.h"
+
+namespace tilerun::kernels {
+
+namespace {
+
+namespace cc = tilerun::compiler;
+
+constexpr int kTokenThreads = 64;  // one token per thread (hc_pre_split, hc_pre_grad_mix)
+constexpr int kThreads = 128;      // one token per block
+constexpr int64_t kMaxN = 8;
+
+int64_t steps_of(const Attrs& attrs) { return 2 * attr_int(attrs, "iters") - 1; }
+
+// ---- Inference -----------------------------------------------------------------------------
+
+// The streams x [T, n, D]: returns n.
+int64_t streams_of(const TensorType& x) {
+  expect_rank(x, 3, "x");
+  if (x.shape[1] < 1 || x.shape[1] > kMaxN)
+    throw ShapeError("input 'x' is " + to_string(x) +
+                     ", expected [T, n, D] with 1 <= n <= " + std::to_string(kMaxN));
+  return x.shape[1];
+}
+
+void expect_shape(const TensorType& t, const std::string& slot, std::vector<int64_t> shape) {
+  expect_same(t, slot, TensorType{DType::F32, std::move(shape)}, "the streams' sizes");
+}
+
+void check_attrs(const Attrs& attrs) {
+  if (attr_int(attrs, "iters") < 1)
+    throw ShapeError("attribute 'iters' is " + std::to_string(attr_int(attrs, "iters")) +
+                     ", expected >= 1");
+  if (!(attr_float(attrs, "eps") >= 0))
+    throw ShapeError("attribute 'eps' is " + std::to_string(attr_float(attrs, "eps")) +
+                     ", expected >= 0");
+}
+
+std::vector<TensorType> infer_hc_pre(const std::vector<TensorType>& in, const Attrs& attrs) {
+  const int64_t n = streams_of(in[0]), t = in[0].shape[0], d = in[0].shape[2];
+  expect_shape(in[1], "fn", {n * d, mixes_of(n)});
+  expect_shape(in[2], "scale", {3});
+  expect_shape(in[3], "base", {mixes_of(n)});
+  check_attrs(attrs);
+  return {{DType::F32, {t, d}}, {DType::F32, {t, n}}, {DType::F32, {t, n, n}}};
+}
+
+// (x, fn, scale, base, dy, dpost, dcomb) -> (dx, dmix, da, dscale)
+std::vector<TensorType> infer_hc_pre_grad(const std::vector<TensorType>& in, const Attrs& attrs) {
+  const int64_t n = streams_of(in[0]), t = in[0].shape[0], d = in[0].shape[2], m = mixes_of(n);
+  expect_shape(in[1], "fn", {n * d, m});
+  expect_shape(in[2], "scale", {3});
+  expect_shape(in[3], "base", {m});
+  expect_shape(in[4], "dy", {t, d});
+  expect_shape(in[5], "dpost", {t, n});
+  expect_shape(in[6], "dcomb", {t, n, n});
+  check_attrs(attrs);
+  return {in[0], {DType::F32, {t, m}}, {DType::F32, {t, m}}, {DType::F32, {t, 3}}};
+}
+
+std::vector<TensorType> infer_hc_post(const std::vector<TensorType>& in, const Attrs&) {
+  const int64_t n = streams_of(in[1]), t = in[1].shape[0], d = in[1].shape[2];
+  expect_shape(in[0], "f", {t, d});
+  expect_shape(in[2], "post", {t, n});
+  expect_shape(in[3], "comb", {t, n, n});
+  return {in[1]};
+}
+
+// (f, x, post, comb, dout) -> (df, dx, dpost, dcomb)
+std::vector<TensorType> infer_hc_post_grad(const std::vector<TensorType>& in, const Attrs& a) {
+  infer_hc_post({in[0], in[1], in[2], in[3]}, a);
+  expect_same(in[4], "dout", in[1], "x");
+  return {in[0], in[1], in[2], in[3]};
+}
+
+// ---- Gradient rules ----------------------------------------------------------------------------
+
+// hc_pre_grad gives dx whole, dmix and per-token partials of dbase and dscale; dfn = xᵀ·dmix.
+std::vector<GradOp> grad_hc_pre(const std::vector<TensorType>& in, const Attrs& attrs,
+                                const std::vector<bool>& needs) {
+  if (!needs[0] && !needs[1] && !needs[2] && !needs[3]) return {};
+  const int64_t t = in[0].shape[0], k = in[0].shape[1] * in[0].shape[2];
+  std::vector<GradOp> ops = {{"hc_pre_grad",
+                              {"x0", "x1", "x2", "x3", "dy0", "dy1", "dy2"},
+                              {needs[0] ? "dx0" : "unused_dx", "dmix", "da", "dscale_t"},
+                              attrs}};
+  if (needs[1]) {
+    ops.push_back({"reshape", {"x0"}, {"xf"}, {{"shape", std::vector<int64_t>{t, k}}}});
+    ops.push_back({"matmul", {"xf", "dmix"}, {"dx1"}, {{"transpose_a", true}}});
+  }
+  const Attrs over_tokens = {{"axes", std::vector<int64_t>{0}}};
+  if (needs[2]) ops.push_back({"reduce_sum", {"dscale_t"}, {"dx2"}, over_tokens});
+  if (needs[3]) ops.push_back({"reduce_sum", {"da"}, {"dx3"}, over_tokens});
+  return ops;
+}
+
+std::vector<GradOp> grad_hc_post(const std::vector<TensorType>&, const Attrs&,
+                                 const std::vector<bool>& needs) {
+  if (!needs[0] && !needs[1] && !needs[2] && !needs[3]) return {};
+  auto name = [&](int i) {
+    return needs[i] ? "dx" + std::to_string(i) : "unused" + std::to_string(i);
+  };
+  return {
+      {"hc_post_grad", {"x0", "x1", "x2", "x3", "dy0"}, {name(0), name(1), name(2), name(3)}, {}}};
+}
+
+// ---- Kernels ---------------------------------------------------------------------------------
+
+// Per-token sums over a row, for the block's kTokenThreads tokens, into shared [kTokenThreads]:
+// one block-wide reduction per token (the block's threads stride along the row, so the loads
+// coalesce on the GPU; its fixed order is reduce_sum's), tokens in order. The barrier after each
+// keeps the reduction's scratch from being rewritten while it is read.
+cc::Buf token_sums(cc::Scope& s, const std::string& name, const cc::Dim& tokens,
+                   const cc::Val& extent, const std::function<cc::Val(cc::Idx, cc::Idx)>& value) {
+  cc::Buf sums = s.alloc_shared(name, DType::F32, {kTokenThreads});
+  cc::Idx t0 = s.block_idx(0) * kTokenThreads;
+  s.serial(cc::min(cc::Val(kTokenThreads), tokens - t0), [&](cc::Idx i) {
+    cc::Val sum = s.reduce_sum(extent, [&](cc::Idx j) { return value(t0 + i, j); });
+    s.parallel(1, [&](cc::Idx) { sums(i) = sum; });
+    s.barrier();
+  });
+  return sums;
+}
+
+// The squares of the token's n·D stream values x [T, K], summed.
+cc::Buf squares_of(cc::Scope& s, const cc::Buf& x, const cc::Dim& tokens, const cc::Dim& k) {
+  return token_sums(s, "ss", tokens, k, [&](cc::Idx tok, cc::Idx j) {
+    cc::Val v = x(tok, j);
+    return v * v;
+  });
+}
+
+// Per thread (token t of the block): its logits a[j] into fragments lg; returns r.
+cc::Val logits_into(cc::Scope& s, std::vector<cc::Buf>& lg, const cc::Buf& ss, const cc::Buf& mix,
+                    const cc::Buf& scale, const cc::Buf& base, const cc::Idx& tok, const cc::Idx& t,
+                    const cc::Dim& k, int64_t n, const cc::Val& norm_eps) {
+  cc::Val r = s.let(1.0f / cc::sqrt(ss(t) / cc::to_f32(k) + norm_eps), "r");
+  for (int64_t j = 0; j < mixes_of(n); ++j)
+    lg[j](t) = mix(tok, j) * r * scale(group_of(j, n)) + base(j);
+  return r;
+}
+
+SinkhornLogit comb_logit(std::vector<cc::Buf>& lg, const cc::Idx& t, int64_t n) {
+  return [&lg, t, n](int64_t i, int64_t j) { return cc::Val(lg[2 * n + i * n + j](t)); };
+}
+
+// Parameters x [T, K], mix [T, M], scale [3], base [M], pre [T, n], post [T, n], comb [T, n²];
+// dims T, K, STEPS; scalars eps, norm_eps.
+cc::Kernel build_hc_pre_split(int64_t n, const std::string& name) {
+  const int64_t m = mixes_of(n);
+  cc::KernelBuilder kb(name);
+  cc::Dim tokens = kb.dim("T"), k = kb.dim("K"), steps = kb.dim("STEPS");
+  cc::Val eps = kb.scalar_f32("eps"), norm_eps = kb.scalar_f32("norm_eps");
+  cc::Buf x = kb.input("x", DType::F32, {tokens, k});
+  cc::Buf mix = kb.input("mix", DType::F32, {tokens, cc::Val(m)});
+  cc::Buf scale = kb.input("scale", DType::F32, {cc::Val(3)});
+  cc::Buf base = kb.input("base", DType::F32, {cc::Val(m)});
+  cc::Buf pre = kb.output("pre", DType::F32, {tokens, cc::Val(n)});
+  cc::Buf post = kb.output("post", DType::F32, {tokens, cc::Val(n)});
+  cc::Buf comb = kb.output("comb", DType::F32, {tokens, cc::Val(n * n)});
+  kb.body({cc::ceildiv(tokens, kTokenThreads)}, kTokenThreads, [&](cc::Scope& s) {
+    cc::Buf ss = squares_of(s, x, tokens, k);
+    std::vector<cc::Buf> lg = sinkhorn_vector(s, "lg", m, kTokenThreads);
+    SinkhornFrags q(s, "q", n, kTokenThreads);
+    std::vector<cc::Buf> d = sinkhorn_vector(s, "d", n, kTokenThreads);
+    s.parallel(kTokenThreads, [&](cc::Idx t) {
+      cc::Idx tok = s.block_idx(0) * kTokenThreads + t;
+      s.if_then(tok < tokens, [&] {
+        logits_into(s, lg, ss, mix, scale, base, tok, t, k, n, norm_eps);
+        for (int64_t i = 0; i < n; ++i) {
+          pre(tok, i) = cc::sigmoid(lg[i](t)) + eps;
+          post(tok, i) = 2.0f * cc::sigmoid(lg[n + i](t));
+        }
+        sinkhorn_forward(s, q, d, comb_logit(lg, t, n), t, eps, steps);
+        for (int64_t e = 0; e < n * n; ++e) comb(tok, e) = q.v[e](t);
+      });
+    });
+  });
+  return kb.build();
+}
+
+// y[t, :] = Σₙ pre[t, n]·x[t, n, :] in stream order, one block per token. Parameters pre, x, y;
+// dims T, D.
+cc::Kernel build_hc_pre_combine(int64_t n, const std::string& name) {
+  cc::KernelBuilder kb(name);
+  cc::Dim tokens = kb.dim("T"), dd = kb.dim("D");
+  cc::Buf pre = kb.input("pre", DType::F32, {tokens, cc::Val(n)});
+  cc::Buf x = kb.input("x", DType::F32, {tokens, cc::Val(n), dd});
+  cc::Buf y = kb.output("y", DType::F32, {tokens, dd});
+  kb.body({tokens}, kThreads, [&](cc::Scope& s) {
+    cc::Idx tok = s.block_idx(0);
+    s.parallel(dd, [&](cc::Idx c) {
+      cc::Val v = s.let(pre(tok, 0) * x(tok, 0, c), "y");
+      for (int64_t i = 1; i < n; ++i) v = s.let(v + pre(tok, i) * x(tok, i, c), "y");
+      y(tok, c) = v;
+    });
+  });
+  return kb.build();
+}
+
+// One thread per token: the logits again, dpre = Σ_d dy·xₙ, Sinkhorn's backward, then dmix, da,
+// dscale (per token) and coef [T, n + 1] = (pre, c) for hc_pre_grad_dx. Parameters x [T, n, D],
+// mix, scale, base, dy [T, D], dpost [T, n], dcomb [T, n²], dmix, da, dscale [T, 3], coef; dims T,
+// D, K (= n·D), STEPS; scalars eps, norm_eps.
+cc::Kernel build_hc_pre_grad_mix(int64_t n, const std::string& name) {
+  const int64_t m = mixes_of(n);
+  cc::KernelBuilder kb(name);
+  cc::Dim tokens = kb.dim("T"), dd = kb.dim("D"), k = kb.dim("K"), steps = kb.dim("STEPS");
+  cc::Val eps = kb.scalar_f32("eps"), norm_eps = kb.scalar_f32("norm_eps");
+  cc::Buf x = kb.input("x", DType::F32, {tokens, k});
+  cc::Buf mix = kb.input("mix", DType::F32, {tokens, cc::Val(m)});
+  cc::Buf scale = kb.input("scale", DType::F32, {cc::Val(3)});
+  cc::Buf base = kb.input("base", DType::F32, {cc::Val(m)});
+  cc::Buf dy = kb.input("dy", DType::F32, {tokens, dd});
+  cc::Buf dpost = kb.input("dpost", DType::F32, {tokens, cc::Val(n)});
+  cc::Buf dcomb = kb.input("dcomb", DType::F32, {tokens, cc::Val(n * n)});
+  cc::Buf dmix = kb.output("dmix", DType::F32, {tokens, cc::Val(m)});
+  cc::Buf da = kb.output("da", DType::F32, {tokens, cc::Val(m)});
+  cc::Buf dscale = kb.output("dscale", DType::F32, {tokens, cc::Val(3)});
+  cc::Buf coef = kb.output("coef", DType::F32, {tokens, cc::Val(n + 1)});
+  kb.body({cc::ceildiv(tokens, kTokenThreads)}, kTokenThreads, [&](cc::Scope& s) {
+    cc::Buf ss = squares_of(s, x, tokens, k);
+    std::vector<cc::Buf> dpre;  // Σ_d dy·xₙ
+    for (int64_t i = 0; i < n; ++i)
+      dpre.push_back(
+          token_sums(s, "dpre" + std::to_string(i), tokens, dd,
+                     [&](cc::Idx tok, cc::Idx c) { return dy(tok, c) * x(tok, i * dd + c); }));
+    std::vector<cc::Buf> lg = sinkhorn_vector(s, "lg", m, kTokenThreads);
+    SinkhornFrags q(s, "q", n, kTokenThreads), g(s, "g", n, kTokenThreads);
+    std::vector<cc::Buf> d = sinkhorn_vector(s, "d", n, kTokenThreads);
+    std::vector<cc::Buf> dot = sinkhorn_vector(s, "dot", n, kTokenThreads);
+    s.parallel(kTokenThreads, [&](cc::Idx t) {
+      cc::Idx tok = s.block_idx(0) * kTokenThreads + t;
+      s.if_then(tok < tokens, [&] {
+        cc::Val r = logits_into(s, lg, ss, mix, scale, base, tok, t, k, n, norm_eps);
+        for (int64_t e = 0; e < n * n; ++e) g.v[e](t) = dcomb(tok, e);
+        sinkhorn_backward(s, q, g, d, dot, comb_logit(lg, t, n), t, eps, steps);
+        for (int64_t i = 0; i < n; ++i) {
+          cc::Val sp = s.let(cc::sigmoid(lg[i](t)), "sp");
+          cc::Val sq = s.let(cc::sigmoid(lg[n + i](t)), "sq");
+          da(tok, i) = dpre[i](t) * sp * (1.0f - sp);
+          da(tok, n + i) = dpost(tok, i) * 2.0f * sq * (1.0f - sq);
+          coef(tok, i) = sp + eps;
+        }
+        for (int64_t e = 0; e < n * n; ++e) da(tok, 2 * n + e) = g.v[e](t);
+        cc::Val dr, part[3];
+        for (int64_t j = 0; j < m; ++j) {
+          const int64_t gi = group_of(j, n);
+          cc::Val a = s.let(da(tok, j), "da"), mx = s.let(mix(tok, j), "mix");
+          cc::Val term = s.let(a * mx * r, "term");
+          part[gi] = part[gi].defined() ? s.let(part[gi] + term, "ds") : term;
+          cc::Val dz = s.let(a * scale(gi), "dz");
+          dmix(tok, j) = dz * r;
+          dr = j == 0 ? s.let(dz * mx, "dr") : s.let(dr + dz * mx, "dr");
+        }
+        for (int64_t gi = 0; gi < 3; ++gi) dscale(tok, gi) = part[gi];
+        coef(tok, n) = -dr * r * r * r / cc::to_f32(k);
+      });
+    });
+  });
+  return kb.build();
+}
+
+// dx[t, i, :] = coef[t, i]·dy[t, :] + coef[t, n]·x[t, i, :] + dxf[t, i, :] (the GEMM's part), one
+// block per token. Parameters coef, x, dy, dxf, dx; dims T, D.
+cc::Kernel build_hc_pre_grad_dx(int64_t n, const std::string& name) {
+  cc::KernelBuilder kb(name);
+  cc::Dim tokens = kb.dim("T"), dd = kb.dim("D");
+  cc::Buf coef = kb.input("coef", DType::F32, {tokens, cc::Val(n + 1)});
+  cc::Buf x = kb.input("x", DType::F32, {tokens, cc::Val(n), dd});
+  cc::Buf dy = kb.input("dy", DType::F32, {tokens, dd});
+  cc::Buf dxf = kb.input("dxf", DType::F32, {tokens, cc::Val(n), dd});
+  cc::Buf dx = kb.output("dx", DType::F32, {tokens, cc::Val(n), dd});
+  kb.body({tokens}, kThreads, [&](cc::Scope& s) {
+    cc::Idx tok = s.block_idx(0);
+    s.parallel(cc::Val(n), dd, [&](cc::Idx i, cc::Idx c) {
+      dx(tok, i, c) = coef(tok, i) * dy(tok, c) + coef(tok, n) * x(tok, i, c) + dxf(tok, i, c);
+    });
+  });
+  return kb.build();
+}
+
+// out[t, q, :] = post[t, q]·f[t, :] + Σ_p comb[t, p, q]·x[t, p, :], p in order; one block per
+// token. Parameters f, x, post, comb, out; dims T, D.
+cc::Kernel build_hc_post(int64_t n, const std::string& name) {
+  cc::KernelBuilder kb(name);
+  cc::Dim tokens = kb.dim("T"), dd = kb.dim("D");
+  cc::Buf f = kb.input("f", DType::F32, {tokens, dd});
+  cc::Buf x = kb.input("x", DType::F32, {tokens, cc::Val(n), dd});
+  cc::Buf post = kb.input("post", DType::F32, {tokens, cc::Val(n)});
+  cc::Buf comb = kb.input("comb", DType::F32, {tokens, cc::Val(n), cc::Val(n)});
+  cc::Buf out = kb.output("out", DType::F32, {tokens, cc::Val(n), dd});
+  kb.body({tokens}, kThreads, [&](cc::Scope& s) {
+    cc::Idx tok = s.block_idx(0);
+    s.parallel(cc::Val(n), dd, [&](cc::Idx q, cc::Idx c) {
+      cc::Val v = s.let(post(tok, q) * f(tok, c), "out");
+      for (int64_t p = 0; p < n; ++p) v = s.let(v + comb(tok, p, q) * x(tok, p, c), "out");
+      out(tok, q, c) = v;
+    });
+  });
+  return kb.build();
+}
+
+// hc_post's backward, one block per token: df and dx element-wise (sums over q in order), then
+// dpost and dcomb, one thread each, summing over D in index order. Parameters f, x, post, comb,
+// dout, df, dx, dpost, dcomb; dims T, D.
+cc::Kernel build_hc_post_grad(int64_t n, const std::string& name) {
+  cc::KernelBuilder kb(name);
+  cc::Dim tokens = kb.dim("T"), dd = kb.dim("D");
+  const cc::Val nv(n);
+  cc::Buf f = kb.input("f", DType::F32, {tokens, dd});
+  cc::Buf x = kb.input("x", DType::F32, {tokens, nv, dd});
+  cc::Buf post = kb.input("post", DType::F32, {tokens, nv});
+  cc::Buf comb = kb.input("comb", DType::F32, {tokens, nv, nv});
+  cc::Buf dout = kb.input("dout", DType::F32, {tokens, nv, dd});
+  cc::Buf df = kb.output("df", DType::F32, {tokens, dd});
+  cc::Buf dx = kb.output("dx", DType::F32, {tokens, nv, dd});
+  cc::Buf dpost = kb.output("dpost", DType::F32, {tokens, nv});
+  cc::Buf dcomb = kb.output("dcomb", DType::F32, {tokens, nv, nv});
+  kb.body({tokens}, kThreads, [&](cc::Scope& s) {
+    cc::Idx tok = s.block_idx(0);
+    s.parallel(dd, [&](cc::Idx c) {
+      cc::Val v = s.let(post(tok, 0) * dout(tok, 0, c), "df");
+      for (int64_t q = 1; q < n; ++q) v = s.let(v + post(tok, q) * dout(tok, q, c), "df");
+      df(tok, c) = v;
+      for (int64_t p = 0; p < n; ++p) {
+        cc::Val w = s.let(comb(tok, p, 0) * dout(tok, 0, c), "dx");
+        for (int64_t q = 1; q < n; ++q) w = s.let(w + comb(tok, p, q) * dout(tok, q, c), "dx");
+        dx(tok, p, c) = w;
+      }
+    });
+    cc::Buf accp = s.alloc_fragment("accp", DType::F32, {n});
+    s.parallel(nv, [&](cc::Idx q) {
+      accp(q) = -0.0f;
+      s.serial(dd, [&](cc::Idx c) { accp(q) = accp(q) + dout(tok, q, c) * f(tok, c); });
+      dpost(tok, q) = accp(q);
+    });
+    cc::Buf accc = s.alloc_fragment("accc", DType::F32, {n, n});
+    s.parallel(nv, nv, [&](cc::Idx p, cc::Idx q) {
+      accc(p, q) = -0.0f;
+      s.serial(dd, [&](cc::Idx c) { accc(p, q) = accc(p, q) + x(tok, p, c) * dout(tok, q, c); });
+      dcomb(tok, p, q) = accc(p, q);
+    });
+  });
+  return kb.build();
+}
+
+std::string name_of(const std::string& kernel, int64_t n) {
+  return kernel + "_n" + std::to_string(n);
+}
+
+// Appends the matmul family's expansion of c = a·op(b) (a [T, K] f32, b the op's input `b_slot`
+// [K, M], or [M, K] read transposed) to `ex`, its scratch after ex's, its operands bound to a,
+// the input and c.
+void append_matmul(OpExpansion& ex, const TensorType& a, const TensorType& b, bool tb,
+                   KernelArg a_arg, int b_slot, KernelArg c_arg) {
+  const OpSchema* matmul = op_registry().find("matmul");
+  const std::vector<TensorType> mm_in = {a, b};
+  const Attrs mm_attrs = {{"transpose_a", false}, {"transpose_b", tb}};
+  OpExpansion mm = matmul->expand(mm_in, matmul->infer(mm_in, mm_attrs), mm_attrs);
+  const int base = static_cast<int>(ex.scratch.size());
+  ex.scratch.insert(ex.scratch.end(), mm.scratch.begin(), mm.scratch.end());
+  for (KernelCall call : mm.calls) {
+    for (KernelArg& arg : call.buffers)
+      arg = arg.kind == KernelArg::Kind::Scratch  ? scratch_slot(base + arg.index)
+            : arg.kind == KernelArg::Kind::Output ? c_arg
+            : arg.index == 0                      ? a_arg
+                                                  : input_slot(b_slot);
+    ex.calls.push_back(call);
+  }
+}
+
+ExpandFn expand_hc_pre(std::shared_ptr<KernelCache> cache) {
+  return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                 const Attrs& attrs) {
+    const int64_t t = in[0].shape[0], n = in[0].shape[1], d = in[0].shape[2];
+    // Scratch: mix = x·fn [T, M], pre [T, n].
+    OpExpansion ex{.scratch = {{DType::F32, {t, mixes_of(n)}}, {DType::F32, {t, n}}}};
+    append_matmul(ex, {DType::F32, {t, n * d}}, in[1], false, input_slot(0), 1, scratch_slot(0));
+    const std::string split = name_of("hc_pre_split", n), combine = name_of("hc_pre_combine", n);
+    ex.calls.push_back({.kernel = cache->get(split, [&] { return build_hc_pre_split(n, split); }),
+                        .buffers = {input_slot(0), scratch_slot(0), input_slot(2), input_slot(3),
+                                    scratch_slot(1), output_slot(1), output_slot(2)},
+                        .dims = {t, n * d, steps_of(attrs)},
+                        .scalars = {attr_float(attrs, "eps"), attr_float(attrs, "norm_eps")}});
+    ex.calls.push_back(
+        {.kernel = cache->get(combine, [&] { return build_hc_pre_combine(n, combine); }),
+         .buffers = {scratch_slot(1), input_slot(0), output_slot(0)},
+         .dims = {t, d}});
+    return ex;
+  };
+}
+
+ExpandFn expand_hc_pre_grad(std::shared_ptr<KernelCache> cache) {
+  return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                 const Attrs& attrs) {
+    const int64_t t = in[0].shape[0], n = in[0].shape[1], d = in[0].shape[2], m = mixes_of(n);
+    const std::string mix = name_of("hc_pre_grad_mix", n), dx = name_of("hc_pre_grad_dx", n);
+    // Scratch: mix = x·fn [T, M], coef [T, n + 1], dxf = dmix·fnᵀ [T, n·D].
+    OpExpansion ex{
+        .scratch = {{DType::F32, {t, m}}, {DType::F32, {t, n + 1}}, {DType::F32, {t, n * d}}}};
+    append_matmul(ex, {DType::F32, {t, n * d}}, in[1], false, input_slot(0), 1, scratch_slot(0));
+    ex.calls.push_back({.kernel = cache->get(mix, [&] { return build_hc_pre_grad_mix(n, mix); }),
+                        .buffers = {input_slot(0), scratch_slot(0), input_slot(2), input_slot(3),
+                                    input_slot(4), input_slot(5), input_slot(6), output_slot(1),
+                                    output_slot(2), output_slot(3), scratch_slot(1)},
+                        .dims = {t, d, n * d, steps_of(attrs)},
+                        .scalars = {attr_float(attrs, "eps"), attr_float(attrs, "norm_eps")}});
+    append_matmul(ex, {DType::F32, {t, m}}, in[1], true, output_slot(1), 1, scratch_slot(2));
+    ex.calls.push_back({.kernel = cache->get(dx, [&] { return build_hc_pre_grad_dx(n, dx); }),
+                        .buffers = {scratch_slot(1), input_slot(0), input_slot(4), scratch_slot(2),
+                                    output_slot(0)},
+                        .dims = {t, d}});
+    return ex;
+  };
+}
+
+ExpandFn expand_hc_post(std::shared_ptr<KernelCache> cache, bool grad) {
+  return [cache, grad](const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                       const Attrs&) {
+    const int64_t t = in[1].shape[0], n = in[1].shape[1], d = in[1].shape[2];
+    const std::string name = name_of(grad ? "hc_post_grad" : "hc_post", n);
+    KernelCall call{
+        .kernel = cache->get(
+            name, [&] { return grad ? build_hc_post_grad(n, name) : build_hc_post(n, name); }),
+        .dims = {t, d}};
+    call.buffers = {input_slot(0), input_slot(1), input_slot(2), input_slot(3)};
+    if (grad)
+      for (KernelArg a :
+           {input_slot(4), output_slot(0), output_slot(1), output_slot(2), output_slot(3)})
+        call.buffers.push_back(a);
+    else
+      call.buffers.push_back(output_slot(0));
+    return OpExpansion{.calls = {call}};
+  };
+}
+
+std::vector<AttrSpec> hc_pre_attrs() {
+  return {{.name = "iters",
+           .kind = AttrKind::Int,
+           .default_value = AttrValue{int64_t{20}},
+           .doc = "Sinkhorn rounds: one column normalisation, then iters - 1 row-and-column"},
+          {.name = "eps",
+           .kind = AttrKind::Float,
+           .default_value = AttrValue{1e-6},
+           .doc = "added to pre, to the softmax and to every Sinkhorn sum"},
+          {.name = "norm_eps",
+           .kind = AttrKind::Float,
+           .default_value = AttrValue{1e-6},
+           .doc = "added to the streams' mean square",
+           .positive = true}};
+}
+
+}  // namespace
+
+void register_hc(OpRegistry& registry) {
+  auto cache = std::make_shared<KernelCache>();
+  registry.add({.name = "hc_pre",
+                .doc = "mHC pre (V4): from streams x [T, n, D], y = Σₙ preₙ·xₙ [T, D], post "
+                       "[T, n] and comb [T, n, n] (sinkhorn) from one projection fn [n·D, n² + 2n] "
+                       "of x scaled by rsqrt(mean(x²) + norm_eps), by scale [3], plus base; "
+                       "f32, n <= 8; gradient hc_pre_grad and matmuls",
+                .inputs = {"x", "fn", "scale", "base"},
+                .outputs = {"y", "post", "comb"},
+                .attrs = hc_pre_attrs(),
+                .dtypes = {DType::F32},
+                .infer = infer_hc_pre,
+                .reference = ref_hc_pre,
+                .gradient = grad_hc_pre,
+                .expand = expand_hc_pre(cache),
+                .tests = hc_pre_tests()});
+  registry.add({.name = "hc_pre_grad",
+                .doc = "hc_pre's backward from (x, fn, scale, base, dy, dpost, dcomb): dx, dmix "
+                       "(dfn = xᵀ·dmix), and per-token da (dbase) and dscale [T, 3]; the GEMM "
+                       "and Sinkhorn recomputed",
+                .inputs = {"x", "fn", "scale", "base", "dy", "dpost", "dcomb"},
+                .outputs = {"dx", "dmix", "da", "dscale"},
+                .attrs = hc_pre_attrs(),
+                .dtypes = {DType::F32},
+                .infer = infer_hc_pre_grad,
+                .reference = ref_hc_pre_grad,
+                .expand = expand_hc_pre_grad(cache),
+                .tests = hc_pre_grad_tests()});
+  registry.add({.name = "hc_post",
+                .doc = "mHC post (V4): out[t, q] = post[t, q]·f[t] + Σ_p comb[t, p, q]·x[t, p] "
+                       "from f [T, D], streams x [T, n, D], post [T, n], comb [T, n, n]; f32",
+                .inputs = {"f", "x", "post", "comb"},
+                .outputs = {"out"},
+                .dtypes = {DType::F32},
+                .infer = infer_hc_post,
+                .reference = ref_hc_post,
+                .gradient = grad_hc_post,
+                .expand = expand_hc_post(cache, false),
+                .tests = hc_post_tests()});
+  registry.add({.name = "hc_post_grad",
+                .doc = "(df, dx, dpost, dcomb) of hc_post from (f, x, post, comb, dout)",
+                .inputs = {"f", "x", "post", "comb", "dout"},
+                .outputs = {"df", "dx", "dpost", "dcomb"},
+                .dtypes = {DType::F32},
+                .infer = infer_hc_post_grad,
+                .reference = ref_hc_post_grad,
+                .expand = expand_hc_post(cache, true),
+                .tests = hc_post_grad_tests()});
+}
+
+}  // namespace tilerun::kernels

@@ -1,0 +1,354 @@
+// Rotary position embedding on the last R dims of each head, and RMSNorm fused with it (the V4
+// query and KV paths, V4_LAYER.md steps 2 and 3: RMSNorm, then RoPE on the last 64 dims).
+//   rope(x, cos, sin): x [T, ..., D], tables [T, R/2] (R <= D, from the model: exact tables, so
+//   positions and frequency scaling are the model's choice); pair i of a row is the dims
+//   (D - R + 2i, D - R + 2i + 1) (interleaved, as DeepSeek's complex view of x):
+//     y[e] = a·cos - b·sin, y[e + 1] = a·sin + b·cos, a = x[e], b = x[e + 1]; other dims copied.
+//   rmsnorm_rope(x, gamma, cos, sin) = rope(rmsnorm(x, gamma), cos, sin), over the last axis.
+// Kernels: rope and rmsnorm_rope one block per row (a token's head), the norm's sum of squares a
+// block reduction; rope_grad one block per token: dx rotated back, then one thread per table entry
+// summing over the heads in order. rmsnorm_rope's gradient recomputes the norm (rmsnorm), rotates
+// dy back with rope_grad and hands the result to rmsnorm_grad: no atomics, fixed orders.
+#include <cmath>
+
+#include "compiler/ir/builder.h"
+#include "kernels/expand_util.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/op_registry.h"
+#include "kernels/ref_util.h"
+#include "kernels/schema_util.h"
+
+namespace tilerun::kernels {
+
+namespace {
+
+namespace cc = tilerun::compiler;
+
+constexpr int kThreads = 128;
+
+// ---- Inference -------------------------------------------------------------------------------
+
+// x [T, ..., D] and its tables [T, R/2], 2·(R/2) <= D.
+void check_rope(const TensorType& x, const TensorType& cos, const TensorType& sin) {
+  expect_float(x, "x");
+  if (x.shape.size() < 2)
+    throw ShapeError("input 'x' is " + to_string(x) + ", expected [T, ..., D]");
+  expect_rank(cos, 2, "cos");
+  if (cos.dtype != x.dtype || cos.shape[0] != x.shape[0] || 2 * cos.shape[1] > x.shape.back() ||
+      cos.shape[1] < 1)
+    throw ShapeError("input 'cos' is " + to_string(cos) + ", expected " +
+                     std::string(dtype_name(x.dtype)) + "[" + std::to_string(x.shape[0]) +
+                     ", R/2] with 1 <= R <= " + std::to_string(x.shape.back()) + " like 'x'");
+  expect_same(sin, "sin", cos, "cos");
+}
+
+std::vector<TensorType> infer_rope(const std::vector<TensorType>& in, const Attrs&) {
+  check_rope(in[0], in[1], in[2]);
+  return {in[0]};
+}
+
+// (x, cos, sin, dy) -> (dx, dcos, dsin)
+std::vector<TensorType> infer_rope_grad(const std::vector<TensorType>& in, const Attrs&) {
+  check_rope(in[0], in[1], in[2]);
+  expect_same(in[3], "dy", in[0], "x");
+  return {in[0], in[1], in[2]};
+}
+
+std::vector<TensorType> infer_rmsnorm_rope(const std::vector<TensorType>& in, const Attrs&) {
+  check_rope(in[0], in[2], in[3]);
+  expect_same(in[1], "gamma", TensorType{in[0].dtype, {in[0].shape.back()}}, "the last axis of x");
+  return {in[0]};
+}
+
+// ---- Reference (double) ----------------------------------------------------------------------
+
+// x as [T, H, D] with R/2 pairs per row.
+struct RopeView {
+  int64_t t, h, d, half;
+};
+RopeView view_of(const RefTensor& x, const RefTensor& cos) {
+  const int64_t t = x.shape[0], d = x.shape.back();
+  return {t, x.numel() / (t * d), d, cos.shape[1]};
+}
+
+RefTensor ref_rope_of(const RefTensor& x, const RefTensor& cos, const RefTensor& sin) {
+  const RopeView v = view_of(x, cos);
+  RefTensor y = x;
+  for (int64_t t = 0; t < v.t; ++t)
+    for (int64_t h = 0; h < v.h; ++h)
+      for (int64_t i = 0; i < v.half; ++i) {
+        const int64_t e = (t * v.h + h) * v.d + v.d - 2 * v.half + 2 * i;
+        const double a = x.data[e], b = x.data[e + 1];
+        const double c = cos.data[t * v.half + i], s = sin.data[t * v.half + i];
+        y.data[e] = a * c - b * s;
+        y.data[e + 1] = a * s + b * c;
+      }
+  return y;
+}
+
+std::vector<RefTensor> ref_rope(const std::vector<RefTensor>& in, const Attrs&) {
+  return {ref_rope_of(in[0], in[1], in[2])};
+}
+
+// dx = the rotation back; dcos[t, i] = Σ_h dya·a + dyb·b; dsin[t, i] = Σ_h dyb·a - dya·b.
+std::vector<RefTensor> ref_rope_grad(const std::vector<RefTensor>& in, const Attrs&) {
+  const RefTensor &x = in[0], &cos = in[1], &sin = in[2], &dy = in[3];
+  const RopeView v = view_of(x, cos);
+  RefTensor dx = dy, dcos = ref_zeros(cos.shape), dsin = ref_zeros(sin.shape);
+  for (int64_t t = 0; t < v.t; ++t)
+    for (int64_t h = 0; h < v.h; ++h)
+      for (int64_t i = 0; i < v.half; ++i) {
+        const int64_t e = (t * v.h + h) * v.d + v.d - 2 * v.half + 2 * i, at = t * v.half + i;
+        const double a = x.data[e], b = x.data[e + 1], ga = dy.data[e], gb = dy.data[e + 1];
+        const double c = cos.data[at], s = sin.data[at];
+        dx.data[e] = ga * c + gb * s;
+        dx.data[e + 1] = gb * c - ga * s;
+        dcos.data[at] += ga * a + gb * b;
+        dsin.data[at] += gb * a - ga * b;
+      }
+  return {dx, dcos, dsin};
+}
+
+std::vector<RefTensor> ref_rmsnorm_rope(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  const RefTensor &x = in[0], &gamma = in[1];
+  const int64_t d = x.shape.back(), rows = x.numel() / d;
+  RefTensor z = x;
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t c = 0; c < d; ++c) ss += x.data[r * d + c] * x.data[r * d + c];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(d) + attr_float(attrs, "eps"));
+    for (int64_t c = 0; c < d; ++c) z.data[r * d + c] = x.data[r * d + c] * inv * gamma.data[c];
+  }
+  return {ref_rope_of(z, in[2], in[3])};
+}
+
+// ---- Gradient rules ----------------------------------------------------------------------------
+
+std::string grad_name(const std::vector<bool>& needs, int i) {
+  return needs[i] ? "dx" + std::to_string(i) : "unused" + std::to_string(i);
+}
+
+std::vector<GradOp> grad_rope(const std::vector<TensorType>&, const Attrs&,
+                              const std::vector<bool>& needs) {
+  if (!needs[0] && !needs[1] && !needs[2]) return {};
+  return {{"rope_grad",
+           {"x0", "x1", "x2", "dy0"},
+           {grad_name(needs, 0), grad_name(needs, 1), grad_name(needs, 2)},
+           {}}};
+}
+
+// The norm's output is recomputed (the tables' gradients read it), dy rotated back, then the
+// norm's own backward.
+std::vector<GradOp> grad_rmsnorm_rope(const std::vector<TensorType>&, const Attrs& attrs,
+                                      const std::vector<bool>& needs) {
+  if (!needs[0] && !needs[1] && !needs[2] && !needs[3]) return {};
+  const Attrs eps = {{"eps", attr_float(attrs, "eps")}};
+  return {
+      {"rmsnorm", {"x0", "x1"}, {"z"}, eps},
+      {"rope_grad", {"z", "x2", "x3", "dy0"}, {"dz", grad_name(needs, 2), grad_name(needs, 3)}, {}},
+      {"rmsnorm_grad", {"x0", "x1", "dz"}, {grad_name(needs, 0), grad_name(needs, 1)}, eps}};
+}
+
+// ---- Kernels ---------------------------------------------------------------------------------
+
+// The rotation of element j of a row whose (normalised) values are value(k): the first D - R
+// dims copied, then pairs. The even member e = j - (j - base) % 2.
+cc::Val rotated(cc::Scope& s, const std::function<cc::Val(cc::Val)>& value, const cc::Idx& j,
+                const cc::Val& base, const cc::Val& c, const cc::Val& sn) {
+  cc::Idx odd = s.let((j - base) % 2, "odd");
+  cc::Idx e = s.let(j - odd, "e");
+  cc::Val a = s.let(value(e), "a"), b = s.let(value(e + 1), "b");
+  return cc::select(odd == 0, a * c - b * sn, a * sn + b * c);
+}
+
+// The rows are D = D0 + 2·R2 long (D0 dims copied, R2 pairs), written so that the analysis
+// knows the pairs fit in the row.
+// One block per row (t, h). Parameters x [T, H, D], (gamma [D],) cos, sin [T, R2], y; dims T, H,
+// D0, R2; (scalar eps).
+cc::Kernel build_rope(DType dtype, bool norm) {
+  cc::KernelBuilder kb(std::string(norm ? "rmsnorm_rope_" : "rope_") +
+                       std::string(dtype_name(dtype)));
+  cc::Dim t = kb.dim("T"), h = kb.dim("H");
+  cc::Dim d0 = kb.dim("D0", {.min = 0});  // 0: every dim rotated
+  cc::Dim r2 = kb.dim("R2");
+  cc::Val d = d0 + 2 * r2;
+  cc::Buf x = kb.input("x", dtype, {t, h, d});
+  cc::Buf g = norm ? kb.input("gamma", dtype, {d}) : cc::Buf();
+  cc::Buf cos = kb.input("cos", dtype, {t, r2}), sin = kb.input("sin", dtype, {t, r2});
+  cc::Buf y = kb.output("y", dtype, {t, h, d});
+  cc::Val eps = norm ? kb.scalar_f32("eps") : cc::Val();
+  kb.body({t, h}, kThreads, [&](cc::Scope& s) {
+    cc::Idx tok = s.block_idx(0), head = s.block_idx(1);
+    cc::Val inv;
+    if (norm) {
+      cc::Val ss = s.reduce_sum(d, [&](cc::Idx j) {
+        cc::Val v = x(tok, head, j);
+        return v * v;
+      });
+      inv = s.let(1.0f / cc::sqrt(ss / cc::to_f32(d) + eps), "inv");
+    }
+    auto value = [&](cc::Val k) {
+      return norm ? cc::Val(x(tok, head, k) * inv * g(k)) : cc::Val(x(tok, head, k));
+    };
+    cc::Val base = d0;
+    s.parallel(d, [&](cc::Idx j) {
+      s.if_then_else(
+          j < base, [&] { y(tok, head, j) = value(j); },
+          [&] {
+            cc::Idx i = s.let((j - base) / 2, "pair");
+            y(tok, head, j) = rotated(s, value, j, base, cos(tok, i), sin(tok, i));
+          });
+    });
+  });
+  return kb.build();
+}
+
+// One block per token: dx rotated back; then one thread per pair i, its table gradients summed
+// over the heads in order (f32). Parameters x, cos, sin, dy, dx, dcos, dsin; dims T, H, D0, R2.
+cc::Kernel build_rope_grad(DType dtype) {
+  cc::KernelBuilder kb("rope_grad_" + std::string(dtype_name(dtype)));
+  cc::Dim t = kb.dim("T"), h = kb.dim("H");
+  cc::Dim d0 = kb.dim("D0", {.min = 0});  // 0: every dim rotated
+  cc::Dim r2 = kb.dim("R2");
+  cc::Val d = d0 + 2 * r2;
+  cc::Buf x = kb.input("x", dtype, {t, h, d});
+  cc::Buf cos = kb.input("cos", dtype, {t, r2}), sin = kb.input("sin", dtype, {t, r2});
+  cc::Buf dy = kb.input("dy", dtype, {t, h, d});
+  cc::Buf dx = kb.output("dx", dtype, {t, h, d});
+  cc::Buf dcos = kb.output("dcos", dtype, {t, r2}), dsin = kb.output("dsin", dtype, {t, r2});
+  kb.body({t}, kThreads, [&](cc::Scope& s) {
+    cc::Idx tok = s.block_idx(0);
+    cc::Val base = d0;
+    // The rotation back is the rotation by -θ.
+    s.parallel(h, d, [&](cc::Idx head, cc::Idx j) {
+      s.if_then_else(
+          j < base, [&] { dx(tok, head, j) = dy(tok, head, j); },
+          [&] {
+            cc::Idx i = s.let((j - base) / 2, "pair");
+            auto value = [&](cc::Val k) { return cc::Val(dy(tok, head, k)); };
+            dx(tok, head, j) = rotated(s, value, j, base, cos(tok, i), -sin(tok, i));
+          });
+    });
+    cc::Buf ac = s.alloc_fragment("ac", DType::F32, {kThreads});
+    cc::Buf as = s.alloc_fragment("as", DType::F32, {kThreads});
+    s.parallel(kThreads, [&](cc::Idx th) {
+      s.serial(cc::ceildiv(r2, cc::Val(kThreads)), [&](cc::Idx it) {
+        cc::Idx i = it * kThreads + th;
+        s.if_then(i < r2, [&] {
+          cc::Idx e = s.let(base + 2 * i, "e");
+          ac(th) = -0.0f;
+          as(th) = -0.0f;
+          s.serial(h, [&](cc::Idx head) {
+            cc::Val a = s.let(x(tok, head, e), "a"), b = s.let(x(tok, head, e + 1), "b");
+            cc::Val ga = s.let(dy(tok, head, e), "ga"), gb = s.let(dy(tok, head, e + 1), "gb");
+            ac(th) = ac(th) + (ga * a + gb * b);
+            as(th) = as(th) + (gb * a - ga * b);
+          });
+          dcos(tok, i) = ac(th);
+          dsin(tok, i) = as(th);
+        });
+      });
+    });
+  });
+  return kb.build();
+}
+
+// Kinds of expansion: 0 rope, 1 rmsnorm_rope, 2 rope_grad.
+ExpandFn expand(std::shared_ptr<KernelCache> cache, int kind) {
+  return [cache, kind](const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                       const Attrs& attrs) {
+    const DType dt = in[0].dtype;
+    const int64_t t = in[0].shape[0], d = in[0].shape.back(), h = numel(in[0]) / (t * d);
+    const int64_t r2 = in[kind == 1 ? 2 : 1].shape[1];
+    const std::string name = kind == 0 ? "rope" : kind == 1 ? "rmsnorm_rope" : "rope_grad";
+    KernelCall call{
+        .kernel =
+            cache->get(kernel_key(name, dt),
+                       [&] { return kind == 2 ? build_rope_grad(dt) : build_rope(dt, kind == 1); }),
+        .dims = {t, h, d - 2 * r2, r2}};
+    if (kind == 0) call.buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)};
+    if (kind == 1) {
+      call.buffers = {input_slot(0), input_slot(1), input_slot(2), input_slot(3), output_slot(0)};
+      call.scalars = {attr_float(attrs, "eps")};
+    }
+    if (kind == 2)
+      call.buffers = {input_slot(0),  input_slot(1),  input_slot(2), input_slot(3),
+                      output_slot(0), output_slot(1), output_slot(2)};
+    return OpExpansion{.calls = {call}};
+  };
+}
+
+// Cases: x [T, H, D] with tables [T, R/2] (and gamma [D], dy like x).
+std::vector<std::vector<int64_t>> rope_shapes(std::vector<int64_t> x, int64_t half, int kind) {
+  std::vector<std::vector<int64_t>> s = {x};
+  if (kind == 1) s.push_back({x.back()});
+  s.push_back({x[0], half});
+  s.push_back({x[0], half});
+  if (kind == 2) s.push_back(x);
+  return s;
+}
+
+OpTests tests_of(int kind) {
+  OpTests t{.kernel = {{.shapes = rope_shapes({5, 3, 16}, 4, kind)},
+                       {.shapes = rope_shapes({7, 64}, 32, kind)},
+                       {.shapes = rope_shapes({2, 2, 130}, 32, kind)},
+                       {.shapes = rope_shapes({33, 1, 1, 2}, 1, kind)}}};
+  if (kind != 2)
+    t.gradient = {{.shapes = rope_shapes({2, 3, 6}, 2, kind)},
+                  {.shapes = rope_shapes({3, 4}, 2, kind)}};
+  // x = (1, 2, 3, 4), the last pair turned by 90°: cos 0, sin 1.
+  const RefTensor x{{1, 4}, {1, 2, 3, 4}}, c{{1, 1}, {0}}, s{{1, 1}, {1}};
+  if (kind == 0) t.examples = {{.inputs = {x, c, s}, .outputs = {{{1, 4}, {1, 2, -4, 3}}}}};
+  // dy = 1: dx = (1, 1, c + s, c - s); dcos = 3 + 4, dsin = 3 - 4.
+  if (kind == 2)
+    t.examples = {{.inputs = {x, c, s, {{1, 4}, {1, 1, 1, 1}}},
+                   .outputs = {{{1, 4}, {1, 1, 1, -1}}, {{1, 1}, {7}}, {{1, 1}, {-1}}}}};
+  // rmsnorm([3, 4]) · (1, 2) = (3, 8)/sqrt(12.5), then turned by 90°: (-8, 3)/sqrt(12.5).
+  if (kind == 1)
+    t.examples = {{.inputs = {{{1, 2}, {3, 4}}, {{2}, {1, 2}}, c, s},
+                   .attrs = {{"eps", 0.0}},
+                   .outputs = {{{1, 2}, {-2.262741699796952, 0.848528137423857}}}}};
+  return t;
+}
+
+}  // namespace
+
+void register_rope(OpRegistry& registry) {
+  auto cache = std::make_shared<KernelCache>();
+  registry.add({.name = "rope",
+                .doc = "y = x with the last R dims of each row rotated in interleaved pairs "
+                       "(x[e], x[e+1]) by the angle of (cos, sin)[t, pair], tables [T, R/2]",
+                .inputs = {"x", "cos", "sin"},
+                .outputs = {"y"},
+                .infer = infer_rope,
+                .reference = ref_rope,
+                .gradient = grad_rope,
+                .expand = expand(cache, 0),
+                .tests = tests_of(0)});
+  registry.add({.name = "rope_grad",
+                .doc = "(dx, dcos, dsin) of rope from (x, cos, sin, dy): dy rotated back, the "
+                       "tables' gradients summed over the heads in order",
+                .inputs = {"x", "cos", "sin", "dy"},
+                .outputs = {"dx", "dcos", "dsin"},
+                .infer = infer_rope_grad,
+                .reference = ref_rope_grad,
+                .expand = expand(cache, 2),
+                .tests = tests_of(2)});
+  registry.add({.name = "rmsnorm_rope",
+                .doc = "y = rope(rmsnorm(x, gamma; eps), cos, sin) in one kernel (V4's query "
+                       "and KV paths); gradient: rmsnorm, rope_grad, rmsnorm_grad",
+                .inputs = {"x", "gamma", "cos", "sin"},
+                .outputs = {"y"},
+                .attrs = {{.name = "eps",
+                           .kind = AttrKind::Float,
+                           .default_value = AttrValue{1e-6},
+                           .doc = "added to the mean square",
+                           .positive = true}},
+                .infer = infer_rmsnorm_rope,
+                .reference = ref_rmsnorm_rope,
+                .gradient = grad_rmsnorm_rope,
+                .expand = expand(cache, 1),
+                .tests = tests_of(1)});
+}
+
+}  // namespace tilerun::kernels

@@ -1,0 +1,112 @@
+#include "kernels/sinkhorn_kernel.h"
+
+namespace tilerun::kernels {
+
+namespace cc = tilerun::compiler;
+
+namespace {
+
+// Normalisation of q along columns (or rows); d[a] receives the sums + eps.
+void normalize_into(cc::Scope& s, SinkhornFrags& q, std::vector<cc::Buf>& d, const cc::Idx& t,
+                    const cc::Val& eps, bool cols) {
+  const int64_t n = q.n;
+  for (int64_t a = 0; a < n; ++a) {
+    cc::Val sum;
+    for (int64_t b = 0; b < n; ++b) {
+      cc::Val v = cols ? q.at(b, a)(t) : q.at(a, b)(t);
+      sum = b == 0 ? s.let(v, "sum") : s.let(sum + v, "sum");
+    }
+    d[a](t) = sum + eps;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) q.at(i, j)(t) = q.at(i, j)(t) / d[cols ? j : i](t);
+}
+
+// Normalisation step k (even: columns, odd: rows).
+void step_into(cc::Scope& s, SinkhornFrags& q, std::vector<cc::Buf>& d, const cc::Idx& t,
+               const cc::Val& eps, const cc::Idx& k) {
+  s.if_then_else(
+      k % 2 == 0, [&] { normalize_into(s, q, d, t, eps, true); },
+      [&] { normalize_into(s, q, d, t, eps, false); });
+}
+
+}  // namespace
+
+SinkhornFrags::SinkhornFrags(cc::Scope& s, const std::string& name, int64_t side, int threads)
+    : n(side) {
+  for (int64_t e = 0; e < n * n; ++e)
+    v.push_back(s.alloc_fragment(name + std::to_string(e), DType::F32, {threads}));
+}
+
+std::vector<cc::Buf> sinkhorn_vector(cc::Scope& s, const std::string& name, int64_t n,
+                                     int threads) {
+  std::vector<cc::Buf> d;
+  for (int64_t a = 0; a < n; ++a)
+    d.push_back(s.alloc_fragment(name + std::to_string(a), DType::F32, {threads}));
+  return d;
+}
+
+void sinkhorn_softmax(cc::Scope& s, SinkhornFrags& q, const SinkhornLogit& logit, const cc::Idx& t,
+                      const cc::Val& eps, bool plus_eps) {
+  const int64_t n = q.n;
+  for (int64_t i = 0; i < n; ++i) {
+    cc::Val mx = s.let(logit(i, 0), "mx");
+    for (int64_t j = 1; j < n; ++j) mx = s.let(cc::max(mx, logit(i, j)), "mx");
+    cc::Val sum;
+    for (int64_t j = 0; j < n; ++j) {
+      q.at(i, j)(t) = cc::exp(logit(i, j) - mx);
+      sum = j == 0 ? s.let(q.at(i, j)(t), "sum") : s.let(sum + q.at(i, j)(t), "sum");
+    }
+    for (int64_t j = 0; j < n; ++j)
+      q.at(i, j)(t) = plus_eps ? q.at(i, j)(t) / sum + eps : q.at(i, j)(t) / sum;
+  }
+}
+
+void sinkhorn_forward(cc::Scope& s, SinkhornFrags& q, std::vector<cc::Buf>& d,
+                      const SinkhornLogit& logit, const cc::Idx& t, const cc::Val& eps,
+                      const cc::Val& steps) {
+  sinkhorn_softmax(s, q, logit, t, eps, true);
+  s.serial(steps, [&](cc::Idx k) { step_into(s, q, d, t, eps, k); });
+}
+
+void sinkhorn_backward(cc::Scope& s, SinkhornFrags& q, SinkhornFrags& g, std::vector<cc::Buf>& d,
+                       std::vector<cc::Buf>& dot, const SinkhornLogit& logit, const cc::Idx& t,
+                       const cc::Val& eps, const cc::Val& steps) {
+  const int64_t n = q.n;
+  // Step k = steps - 1 - r: run the forward to it again, then its adjoint
+  //   g = (g - Σ_axis g·q) / d.
+  s.serial(steps, [&](cc::Idx r) {
+    cc::Idx k = s.let(steps - 1 - r, "k");
+    sinkhorn_forward(s, q, d, logit, t, eps, k + 1);
+    auto adjoint = [&](bool cols) {
+      for (int64_t a = 0; a < n; ++a) {
+        cc::Val sum;
+        for (int64_t b = 0; b < n; ++b) {
+          const int64_t i = cols ? b : a, j = cols ? a : b;
+          cc::Val v = g.at(i, j)(t) * q.at(i, j)(t);
+          sum = b == 0 ? s.let(v, "dot") : s.let(sum + v, "dot");
+        }
+        dot[a](t) = sum;
+      }
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t a = cols ? j : i;
+          g.at(i, j)(t) = (g.at(i, j)(t) - dot[a](t)) / d[a](t);
+        }
+    };
+    s.if_then_else(
+        k % 2 == 0, [&] { adjoint(true); }, [&] { adjoint(false); });
+  });
+  // The softmax's adjoint, p = softmax(logit) without eps: dx = p·(g - Σ_row g·p).
+  sinkhorn_softmax(s, q, logit, t, eps, false);
+  for (int64_t i = 0; i < n; ++i) {
+    cc::Val sum;
+    for (int64_t j = 0; j < n; ++j) {
+      cc::Val v = g.at(i, j)(t) * q.at(i, j)(t);
+      sum = j == 0 ? s.let(v, "dot") : s.let(sum + v, "dot");
+    }
+    for (int64_t j = 0; j < n; ++j) g.at(i, j)(t) = q.at(i, j)(t) * (g.at(i, j)(t) - sum);
+  }
+}
+
+}  // namespace tilerun::kernels
