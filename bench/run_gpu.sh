@@ -10,7 +10,7 @@
 # per command, default 300), PEAK_GBPS (the bandwidth of the summary's bytes-floor column,
 # default 4800: the H200's HBM3e data-sheet figure).
 #
-# OUT_DIR receives 8 files:
+# OUT_DIR receives 8 files (10 on a GPU with torch):
 #   summary.txt            machine, versions, a digest of every tilerun run, failures
 #   tilerun.log            the console output of every tilerun run
 #   tilerun_reports.json   every --report (and --trace where the CLI has it), keyed by run name
@@ -19,6 +19,8 @@
 #   torch.log              bench/torch/tiny.py's output (agreement check and comparison table)
 #   torch_comparison.json  the same as JSON
 #   transformer.log        bench/torch/transformer.py's output (the LM: agreement, step timing table)
+#   selection.log/.json    bench/torch/selection.py: top-k, KV gather, MoE counting sort at T = 4096
+#                          against torch.topk, indexing and torch.sort
 # Exit status: 0 when every run succeeded, 1 otherwise (every run is attempted regardless).
 set -u -o pipefail
 
@@ -119,6 +121,11 @@ for model in chain200 dag200; do
   done
 done
 
+# The V4 layer's selections at T = 4096 (top-k, KV gather, MoE counting sort): per-kernel times.
+if [ "$DEVICE" = cuda ]; then
+  cli "select4096.graph" configs/bench/select4096.yaml --mode graph --forward-only
+fi
+
 # Every report (and trace) in one JSON file, and a digest of each run into the summary.
 "$PYTHON" - "$TMP" "$REPORTS" >>"$SUMMARY" 2>&1 <<'EOF' || FAILURES+=("merging the reports")
 import glob, json, os, sys
@@ -169,6 +176,11 @@ if "$PYTHON" -c 'import torch' >/dev/null 2>&1; then
   : >"$OUT/transformer.log"
   run torch_transformer "$OUT/transformer.log" "$PYTHON" bench/torch/transformer.py \
     --device "$DEVICE" --tilerun "$TILERUN" --steps "$STEPS"
+  if [ "$DEVICE" = cuda ]; then
+    : >"$OUT/selection.log"
+    run torch_selection "$OUT/selection.log" "$PYTHON" bench/torch/selection.py \
+      --tilerun "$TILERUN" --steps "$STEPS" --json "$OUT/selection.json"
+  fi
 else
   echo "torch is not importable by $PYTHON: the PyTorch comparison is skipped" >>"$TLOG"
   run torch_tiny_io "$TLOG" "$PYTHON" bench/torch/tiny.py --device "$DEVICE" --tilerun "$TILERUN" \

@@ -257,9 +257,44 @@ void add_seed(OpGraph& g, int x, int contribution, const GraphOp& at) {
   it->second = sum;
 }
 
+// The op that wrote `ids` when it declares their values in [0, b) with b <= bound
+// (kernels::IndexOutput), else -1.
+int range_producer(const OpGraph& g, int ids, int64_t bound) {
+  const int p = g.tensors[ids].producer;
+  if (p < 0) return -1;
+  const GraphOp& op = g.ops[p];
+  const kernels::OpSchema* schema = kernels::op_registry().find(op.type);
+  if (schema == nullptr || schema->index_outputs.empty()) return -1;
+  std::vector<kernels::TensorType> in_types;
+  for (int in : op.inputs) in_types.push_back(g.tensors[in].type);
+  for (const kernels::IndexOutput& o : schema->index_outputs)
+    if (static_cast<size_t>(o.slot) < op.outputs.size() && op.outputs[o.slot] == ids &&
+        o.bound(in_types, op.attrs) <= bound)
+      return p;
+  return -1;
+}
+
+// The status every contract established by construction shares: index_established's [-1, 0],
+// written once by a kernel before the first op that needs it.
+int established_status(OpGraph& g, const GraphOp& op) {
+  for (const GraphIndexCheck& k : g.index_checks)
+    if (k.producer >= 0) return k.status;
+  const int status = g.add_tensor({.name = g.unique_name("index_established"),
+                                   .type = {DType::I32, {2}},
+                                   .kind = TensorKind::Activation,
+                                   .producer = static_cast<int>(g.ops.size())});
+  g.ops.push_back(GraphOp{.type = "index_established",
+                          .outputs = {status},
+                          .layer = op.layer,
+                          .direction = Direction::Forward,
+                          .loc = op.loc});
+  return status;
+}
+
 // Before an op with index contracts: a check_index per index input (one per tensor and bound,
 // shared by later ops that index with it; its error names the first), its status appended to
-// the op's inputs.
+// the op's inputs; for indices whose producer establishes their range by construction, no check
+// but index_established's status, so the op's kernels assume the contract the same way.
 void add_index_checks(OpGraph& g, GraphOp& op) {
   const kernels::OpSchema* schema = kernels::op_registry().find(op.type);
   TR_CHECK(schema != nullptr, "checked model uses unknown op " + op.type);
@@ -271,6 +306,17 @@ void add_index_checks(OpGraph& g, GraphOp& op) {
   for (const kernels::IndexContract& c : schema->index_contracts) {
     const int ids = op.inputs[c.slot];
     const int64_t bound = c.bound(in_types, op.attrs);
+    if (int producer = range_producer(g, ids, bound); producer >= 0) {
+      const int status = established_status(g, op);
+      g.index_checks.push_back({.status = status,
+                                .producer = producer,
+                                .ids = ids,
+                                .bound = bound,
+                                .slot = c.slot,
+                                .indexes = c.indexes});
+      statuses.push_back(status);
+      continue;
+    }
     int status = -1;
     for (const GraphIndexCheck& k : g.index_checks)
       if (k.ids == ids && k.bound == bound) status = k.status;

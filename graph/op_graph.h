@@ -50,11 +50,14 @@ struct GraphLossTerm {
   int value = -1;
 };
 
-// The run-time check of an index contract (kernels::IndexContract): check_index's status
-// tensor (read after forward()), the index tensor it checked, its bound, and the op (and its
-// input slot) whose contract it is, for the error.
+// How an index contract (kernels::IndexContract) is established: at run time, check_index's
+// status tensor (read after forward()), or by construction, the op that produced the indices
+// declaring their range (kernels::IndexOutput), with index_established's constant status; the
+// index tensor, its bound, and the op (and its input slot) whose contract it is, for the error
+// and the dump.
 struct GraphIndexCheck {
   int status = -1;
+  int producer = -1;  // >= 0: established by construction by this op (nothing to read back)
   int ids = -1;
   int64_t bound = 0;
   int op = -1;

@@ -3,11 +3,15 @@
 // an id outside [0, V) gives a NaN row, never a read outside the table. The gradient is
 // owner-computes: one block per (table row, column tile), each thread one column, adding the dy
 // rows of the tokens that name the row in token order, so the sum's order is fixed by the ids
-// alone and nothing is atomic.
+// alone and nothing is atomic. Up to kMaxSortedIds ids, one block first sorts them by (id,
+// token) (bitonic_sort), and each table row finds its run of tokens by binary search: O(N log² N
+// + V·D·log N + N·D) instead of scanning every id for every row, O(V·D·N); the same sums in the
+// same order, so the same bits.
 #include <cmath>
 #include <limits>
 
 #include "compiler/ir/builder.h"
+#include "kernels/bitonic_sort.h"
 #include "kernels/expand_util.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/op_registry.h"
@@ -22,6 +26,10 @@ namespace {
 namespace cc = tilerun::compiler;
 
 constexpr int kThreads = 128;  // columns per block
+constexpr int kSortThreads = 256;
+// The most ids the gradient sorts in one block (their keys fill 128 KiB of shared memory);
+// beyond, it scans every id for every table row.
+constexpr int64_t kMaxSortedIds = 16384;
 
 // ---- Inference -----------------------------------------------------------------------------
 
@@ -146,6 +154,80 @@ cc::Kernel build_embedding_grad(DType dtype) {
   return kb.build();
 }
 
+// The ids sorted by (id, token) in one block (bitonic_sort over m >= N keys id·2^32 + token):
+// sorted_ids[q] and token[q] for q in [0, N).
+cc::Kernel build_sort_ids(int64_t m) {
+  cc::KernelBuilder kb("embedding_sort_ids_" + std::to_string(m));
+  cc::Dim n = kb.dim("N", {.min = 1, .max = m});
+  cc::Buf ids = kb.input("ids", DType::I32, {n});
+  cc::Buf sorted = kb.output("sorted_ids", DType::I32, {n});
+  cc::Buf token = kb.output("token", DType::I32, {n});
+  kb.body({1}, kSortThreads, [&](cc::Scope& s) {
+    cc::Buf keys = s.alloc_shared("keys", DType::I64, {m});
+    s.parallel(m, [&](cc::Idx i) {
+      s.if_then_else(
+          i < n, [&] { keys(i) = cc::to_i64(ids(i)) * int64_t{4294967296} + i; },
+          [&] { keys(i) = cc::Val(std::numeric_limits<int64_t>::max()); });  // sorts last
+    });
+    bitonic_sort(s, keys, m, /*descending=*/false);
+    s.parallel(n, [&](cc::Idx q) {
+      cc::Val key = s.let(keys(q), "key");
+      sorted(q) = cc::to_i32(cc::shr(key, cc::Val(int64_t{32})));
+      token(q) = cc::to_i32(key & 4294967295);
+    });
+  });
+  return kb.build();
+}
+
+// Owner-computes over the sorted ids: the block of table row v finds the run of ids equal to v
+// by two binary searches (`steps` = log2(m) + 1 halvings cover N <= m) and adds those tokens' dy
+// rows in token order, the order of build_embedding_grad's scan, so the sums are the same bits.
+cc::Kernel build_embedding_grad_sorted(DType dtype, int64_t m) {
+  int steps = 1;
+  for (int64_t w = 1; w < m; w *= 2) ++steps;
+  cc::KernelBuilder kb("embedding_grad_sorted_" + std::to_string(m) + suffix(dtype));
+  cc::Dim n = kb.dim("N", {.min = 1, .max = m}), v = kb.dim("V"), d = kb.dim("D");
+  cc::Buf sorted = kb.input("sorted_ids", DType::I32, {n});
+  cc::Buf token = kb.input("token", DType::I32, {n});
+  cc::Buf dy = kb.input("dy", dtype, {n, d});
+  cc::Buf dt = kb.output("dtable", dtype, {v, d});
+  kb.body({v, cc::ceildiv(d, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(0);
+    cc::Idx base = s.block_idx(1) * kThreads;
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kThreads});
+    cc::Buf lo = s.alloc_fragment("lo", DType::I64, {kThreads});
+    cc::Buf hi = s.alloc_fragment("hi", DType::I64, {kThreads});
+    cc::Buf first = s.alloc_fragment("first", DType::I64, {kThreads});
+    s.parallel(kThreads, [&](cc::Idx i) {
+      cc::Idx col = base + i;
+      s.if_then(col < d, [&] {
+        // The first q with sorted_ids[q] >= target, in lo.
+        auto lower_bound = [&](const cc::Val& target) {
+          lo(i) = cc::Val(int64_t{0});
+          hi(i) = n;
+          s.serial(steps, [&](cc::Idx) {
+            cc::Val l = s.let(lo(i), "l"), h = s.let(hi(i), "h");
+            s.if_then(l < h, [&] {
+              cc::Val mid = s.let((l + h) / 2, "mid");
+              s.if_then_else(
+                  cc::to_i64(sorted(mid)) < target, [&] { lo(i) = mid + 1; }, [&] { hi(i) = mid; });
+            });
+          });
+        };
+        lower_bound(row);
+        first(i) = lo(i);
+        lower_bound(row + 1);
+        cc::Val begin = s.let(first(i), "begin");
+        acc(i) = 0.0f;
+        s.serial(lo(i) - begin,
+                 [&](cc::Idx q) { acc(i) = acc(i) + dy(cc::to_i64(token(begin + q)), col); });
+        dt(row, col) = acc(i);
+      });
+    });
+  });
+  return kb.build();
+}
+
 int64_t ids_count(const TensorType& ids) { return numel(ids); }
 
 ExpandFn expand_embedding(std::shared_ptr<KernelCache> cache) {
@@ -165,6 +247,21 @@ ExpandFn expand_embedding(std::shared_ptr<KernelCache> cache) {
 ExpandFn expand_embedding_grad(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&, const Attrs&) {
     DType dt = in[0].dtype;
+    const int64_t n = ids_count(in[1]), v = in[0].shape[0], d = in[0].shape[1];
+    if (n <= kMaxSortedIds) {
+      const int64_t m = bitonic_length(n);
+      OpExpansion ex{.scratch = {{DType::I32, {n}}, {DType::I32, {n}}}};
+      ex.calls.push_back({.kernel = cache->get("embedding_sort_ids_" + std::to_string(m),
+                                               [&] { return build_sort_ids(m); }),
+                          .buffers = {input_slot(1), scratch_slot(0), scratch_slot(1)},
+                          .dims = {n}});
+      ex.calls.push_back(
+          {.kernel = cache->get(kernel_key("embedding_grad_sorted_" + std::to_string(m), dt),
+                                [&] { return build_embedding_grad_sorted(dt, m); }),
+           .buffers = {scratch_slot(0), scratch_slot(1), input_slot(2), output_slot(0)},
+           .dims = {n, v, d}});
+      return ex;
+    }
     KernelCall call{.kernel = cache->get(kernel_key("embedding_grad", dt),
                                          [&] { return build_embedding_grad(dt); }),
                     .buffers = {input_slot(1), input_slot(2), output_slot(0)},
@@ -229,6 +326,8 @@ void register_embedding(OpRegistry& registry) {
        .tests = {
            .kernel = {ids_case(1, 1, {1}, 0, 1, true), ids_case(7, 5, {3}, 0, 7, true),
                       ids_case(50, 133, {2, 65}, 0, 50, true), ids_case(4, 3, {11}, -2, 6, true),
+                      // Past kMaxSortedIds: the scan over every id for every row.
+                      ids_case(3, 2, {kMaxSortedIds + 5}, -1, 4, true),
                       ids_case(9, 16, {}, 0, 9, true)},
            // Row 0 is named by tokens 1 and 2, row 1 by none.
            .examples = {

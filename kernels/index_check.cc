@@ -5,6 +5,10 @@
 // value; the op's kernels read the status too and do nothing when it reports a bad index, so an
 // index outside the contract is never used as an address.
 //
+// index_established is the other half: the constant status [-1, 0] that graph/ hands an op whose
+// indices come from a producer declaring their range (OpSchema::index_outputs), so its kernels
+// assume the contract the same way.
+//
 // Kernel: one block; the first bad element is a block-wide min over the elements (the lowest
 // index, whatever the order of the fold), its value read once after.
 #include <cmath>
@@ -81,6 +85,33 @@ ExpandFn expand_check_index(std::shared_ptr<KernelCache> cache) {
   };
 }
 
+// index_established: the constant status of contracts established by construction.
+std::vector<TensorType> infer_established(const std::vector<TensorType>&, const Attrs&) {
+  return {TensorType{DType::I32, {2}}};
+}
+
+std::vector<RefTensor> ref_established(const std::vector<RefTensor>&, const Attrs&) {
+  return {RefTensor{.shape = {2}, .data = {-1, 0}}};
+}
+
+cc::Kernel build_established() {
+  cc::KernelBuilder kb("index_established");
+  cc::Buf status = kb.output("status", DType::I32, {2});
+  kb.body({1}, 32, [&](cc::Scope& s) {
+    s.parallel(
+        2, [&](cc::Idx i) { status(i) = cc::to_i32(cc::select(i == 0, cc::Val(-1), cc::Val(0))); });
+  });
+  return kb.build();
+}
+
+ExpandFn expand_established(std::shared_ptr<KernelCache> cache) {
+  return [cache](const std::vector<TensorType>&, const std::vector<TensorType>&, const Attrs&) {
+    KernelCall call{.kernel = cache->get("index_established", build_established),
+                    .buffers = {output_slot(0)}};
+    return OpExpansion{.calls = {call}};
+  };
+}
+
 OpTestCase ids_case(std::vector<int64_t> shape, int64_t bound, int64_t lo, int64_t hi) {
   return {.shapes = {std::move(shape)}, .attrs = {{"bound", bound}}, .int_lo = lo, .int_hi = hi};
 }
@@ -116,6 +147,18 @@ void register_index_check(OpRegistry& registry) {
                               {.inputs = {{{2, 2}, {0, 7, -1, 3}}},
                                .attrs = {{"bound", int64_t{5}}},
                                .outputs = {{{2}, {1, 7}}}}}}});
+  registry.add(
+      {.name = "index_established",
+       .doc = "status = [-1, 0]: the status of an index contract established by construction "
+              "(the indices' producer declares their range), added by the graph so that an op "
+              "reads one status whichever way its contract was established",
+       .outputs = {"status"},
+       .dtypes = {DType::I32},  // every slot is fixed: run once
+       .output_dtypes = {{0, DType::I32}},
+       .infer = infer_established,
+       .reference = ref_established,
+       .expand = expand_established(cache),
+       .tests = {.kernel = {{}}, .examples = {{.outputs = {{{2}, {-1, 0}}}}}}});
 }
 
 }  // namespace tilerun::kernels

@@ -151,6 +151,18 @@ struct IndexContract {
   std::string indexes;  // what the indices select, for errors: "the rows of input 'table'"
 };
 
+// An output slot of indices that the op's kernels write only in [0, bound) by construction
+// (topk's positions, a counting sort's permutation: values the kernel computes from its own loop
+// coordinates, never copies of what it read). An op indexing with that tensor under a contract
+// whose bound is at least this one needs no run-time check: graph/ records the contract as
+// established by construction (GraphIndexCheck::producer), runs no check_index for it, and
+// hands the op index_established's constant status instead, so its kernels assume the contract
+// (and have their bound checks proved) exactly as after a check.
+struct IndexOutput {
+  int slot = 0;
+  std::function<int64_t(const std::vector<TensorType>&, const Attrs&)> bound;
+};
+
 // The floating-point element types every op of the first families accepts.
 inline const std::vector<DType> kFloatTypes = {DType::F32, DType::BF16, DType::F16};
 
@@ -201,6 +213,8 @@ struct OpSchema {
 
   // Index inputs checked at run time (see IndexContract); their statuses follow the inputs.
   std::vector<IndexContract> index_contracts = {};
+  // Output slots whose values lie in a range by construction (see IndexOutput).
+  std::vector<IndexOutput> index_outputs = {};
 
   // The cases the shared test suites run (see OpTests); a test requires kernel cases for every
   // op with kernels and gradient cases for every op with a gradient rule.

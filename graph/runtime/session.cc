@@ -2,6 +2,7 @@
 #include "tilerun/session.h"
 #include "tilerun/tilerun.h"
 
+#include "compiler/base/atomic_file.h"
 #include "compiler/base/check.h"
 #include "compiler/dump.h"
 #include "compiler/ir/kernel.h"
@@ -53,6 +54,7 @@ struct Session::Impl {
   // skipped its work on the bad indices (its outputs are not meaningful).
   void check_indices() const {
     for (const graph::GraphIndexCheck& c : graph.ops.index_checks) {
+      if (c.producer >= 0) continue;  // established by construction
       HostTensor st = read(c.status);
       const auto element = static_cast<int64_t>(graph::load_element(DType::I32, st.data.data(), 0));
       if (element < 0) continue;
@@ -78,8 +80,30 @@ struct Session::Impl {
 
 namespace {
 
+// index_contracts.txt: per index contract, which way it is established (a run-time check_index,
+// or by construction by the op that wrote the indices).
+void dump_index_contracts(const graph::OpGraph& g, const std::string& dir) {
+  std::string text;
+  for (const graph::GraphIndexCheck& c : g.index_checks) {
+    const graph::GraphOp& op = g.ops[c.op];
+    text += op.type + " at " + op.loc.str() + ": input " + std::to_string(c.slot) + " '" +
+            g.tensors[c.ids].name + "' values in [0, " + std::to_string(c.bound) + ") (" +
+            c.indexes + "): ";
+    if (c.producer < 0) {
+      text += "checked at run time by check_index\n";
+    } else {
+      const graph::GraphOp& by = g.ops[c.producer];
+      text += "established by construction by " + by.type + " at " + by.loc.str() + "\n";
+    }
+  }
+  std::filesystem::create_directories(dir);
+  compiler::write_file_atomically((std::filesystem::path(dir) / "index_contracts.txt").string(),
+                                  text);
+}
+
 // One folder per distinct kernel, numbered in first-use order (names may repeat across shapes).
 void dump_kernels(const graph::KernelGraph& g, const std::string& dir) {
+  if (!g.ops.index_checks.empty()) dump_index_contracts(g.ops, dir);
   for (size_t k = 0; k < g.kernels.size(); ++k) {
     char prefix[32];
     std::snprintf(prefix, sizeof prefix, "%03zu_", k);

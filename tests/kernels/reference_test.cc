@@ -245,13 +245,14 @@ TEST_P(ReferenceCase, AgreesWithInference) {
 // Inference accepts every dtype the op lists (outputs of the same dtype, or the one its dtype
 // attribute names, slots of a fixed dtype keeping theirs) and refuses the others with a
 // ShapeError, so the dtypes `tilerun --list-ops`
-// prints are the ones that work. An op whose every slot has a fixed dtype (check_index) has no
-// dtype of its own to refuse.
+// prints are the ones that work. An op whose every slot has a fixed dtype (check_index, and
+// index_established, which has no inputs) has no dtype of its own to refuse.
 TEST_P(ReferenceCase, InferenceAcceptsExactlyTheListedDtypes) {
   const OpSchema& s = testing::schema_of(GetParam().op);
   Attrs attrs = testing::with_defaults(s, GetParam().c.attrs);
   const bool no_inputs = GetParam().c.shapes.empty();
-  const bool all_fixed = !no_inputs && s.input_dtypes.size() == GetParam().c.shapes.size() &&
+  const bool all_fixed = (!no_inputs || s.dtype_attr.empty()) &&
+                         s.input_dtypes.size() == GetParam().c.shapes.size() &&
                          s.output_dtypes.size() == s.outputs.size();
   for (DType dtype : testing::kAllDTypes) {
     std::vector<TensorType> in = testing::input_types(s, GetParam().c.shapes, dtype);

@@ -1,0 +1,387 @@
+// MoE dispatch without atomics: bincount (how many ids name each bin) and counting_sort (a
+// stable sort of small integer keys: each id's position in bin-major order, ties in index order,
+// and the inverse permutation). Deterministic and exact: integers only, every output element
+// written by one thread computed from its own coordinates, so no store depends on a loaded
+// address and the result is the same on every device.
+//
+// counting_sort's kernels, over the ids flattened to N, in chunks of kChunk (G = ceil(N/kChunk)):
+//   1. chunk_counts: cnt[c, e] = how many ids of chunk c are e (a thread per (c, e), O(kChunk));
+//   2. bin_offsets: offsets[e] = sum over e' < e of the bins' totals (a thread per e, O(G·E));
+//   3. chunk_starts: start[c, e] = offsets[e] + the e's of the chunks before c (a thread per e);
+//   4. positions: position[i] = start[chunk(i), ids[i]] + the ids[i]'s before i in its chunk
+//      (a thread per element, O(kChunk));
+//   5. order (owner-computes inverse): for an output position q, its bin e is the number of bins
+//      ending at or before q, its chunk the number of later chunks starting at or before q in
+//      that bin, and the element the (q - start)-th e of that chunk (a thread per q,
+//      O(E + G + kChunk)); row[q] = order[q] / (ids' last axis): the token of a [T, k] route.
+// Cost at MoE's 4096 tokens × 6 routes into 64 experts (N = 24576, G = 96): about 40 integer
+// steps per id in kernels 1 and 4, 400 in kernel 5, 6k per bin in kernel 2.
+//
+// Both take an index contract on ids (in [0, bins)): checked at run time by check_index, or
+// established by construction (the router's topk); either way the kernels read a status (they
+// do nothing on a bad id) and the positions kernel's table read is proved from the contract.
+// position, order and row are in range by construction (OpSchema::index_outputs), so gathers
+// through them (embedding of the tokens by row, of the expert outputs by position) run no check.
+#include <algorithm>
+#include <cmath>
+
+#include "compiler/ir/builder.h"
+#include "kernels/expand_util.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/op_registry.h"
+#include "kernels/ref_util.h"
+#include "kernels/schema_util.h"
+#include "kernels/shape_attrs.h"
+
+namespace tilerun::kernels {
+
+namespace {
+
+namespace cc = tilerun::compiler;
+
+constexpr int kThreads = 128;
+constexpr int64_t kChunk = 256;
+
+// ---- Inference -----------------------------------------------------------------------------
+
+void expect_ids(const TensorType& ids) {
+  if (ids.dtype != DType::I32 || ids.shape.empty())
+    throw ShapeError("input 'ids' is " + to_string(ids) + ", expected i32 ids of rank >= 1");
+}
+
+std::vector<TensorType> infer_bincount(const std::vector<TensorType>& in, const Attrs& attrs) {
+  expect_ids(in[0]);
+  return {TensorType{DType::I32, {attr_int(attrs, "bins")}}};
+}
+
+// ids [.., L] (N in all) -> position [.., L], order [N], row [N], offsets [bins].
+std::vector<TensorType> infer_counting_sort(const std::vector<TensorType>& in, const Attrs& attrs) {
+  expect_ids(in[0]);
+  const int64_t n = numel(in[0]);
+  return {TensorType{DType::I32, in[0].shape}, TensorType{DType::I32, {n}},
+          TensorType{DType::I32, {n}}, TensorType{DType::I32, {attr_int(attrs, "bins")}}};
+}
+
+// ---- References ----------------------------------------------------------------------------
+
+int64_t id_of(double v) { return static_cast<int64_t>(std::llround(v)); }
+
+std::vector<RefTensor> ref_bincount(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  const int64_t bins = attr_int(attrs, "bins");
+  RefTensor counts = ref_zeros({bins});
+  for (double v : in[0].data)
+    if (int64_t e = id_of(v); e >= 0 && e < bins) counts.data[e] += 1;
+  return {counts};
+}
+
+std::vector<RefTensor> ref_counting_sort(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  const RefTensor& ids = in[0];
+  const int64_t bins = attr_int(attrs, "bins"), n = ids.numel(), last = ids.shape.back();
+  std::vector<int64_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return id_of(ids.data[a]) < id_of(ids.data[b]); });
+  RefTensor position = ref_zeros(ids.shape), ord = ref_zeros({n}), row = ref_zeros({n});
+  for (int64_t q = 0; q < n; ++q) {
+    position.data[order[q]] = static_cast<double>(q);
+    ord.data[q] = static_cast<double>(order[q]);
+    row.data[q] = static_cast<double>(order[q] / last);
+  }
+  RefTensor offsets = ref_zeros({bins});
+  for (double v : ids.data)
+    for (int64_t e = id_of(v) + 1; e < bins; ++e) offsets.data[e] += 1;
+  return {position, ord, row, offsets};
+}
+
+// ---- Kernels -------------------------------------------------------------------------------
+
+// `checked`: the kernel reads the ids' check status and does nothing when it reports a bad id.
+cc::Val status_ok(cc::Scope& s, const cc::Buf& status, bool checked) {
+  return checked ? s.let(status(0) < 0, "checked") : cc::boolean(true);
+}
+
+cc::Kernel build_bincount(bool checked) {
+  cc::KernelBuilder kb(checked ? "bincount_checked" : "bincount");
+  cc::Dim n = kb.dim("N"), e = kb.dim("E");
+  cc::Buf ids = kb.input("ids", DType::I32, {n});
+  cc::Buf status = checked ? kb.input("status", DType::I32, {2}) : cc::Buf{};
+  cc::Buf counts = kb.output("counts", DType::I32, {e});
+  kb.body({e}, 256, [&](cc::Scope& s) {
+    cc::Idx bin = s.block_idx(0);
+    cc::Val ok = status_ok(s, status, checked);
+    cc::Val c = s.reduce_sum(n, [&](cc::Idx i) {
+      return cc::select(cc::to_i64(ids(i)) == bin, cc::to_i32(cc::Val(1)), cc::to_i32(cc::Val(0)));
+    });
+    s.parallel(1, [&](cc::Idx i) { s.if_then(ok, [&] { counts(bin + i) = c; }); });
+  });
+  return kb.build();
+}
+
+// 1. cnt[c, e].
+cc::Kernel build_chunk_counts(bool checked) {
+  cc::KernelBuilder kb(checked ? "sort_chunk_counts_checked" : "sort_chunk_counts");
+  cc::Dim n = kb.dim("N"), g = kb.dim("G"), e = kb.dim("E");
+  cc::Buf ids = kb.input("ids", DType::I32, {n});
+  cc::Buf status = checked ? kb.input("status", DType::I32, {2}) : cc::Buf{};
+  cc::Buf cnt = kb.output("cnt", DType::I32, {g, e});
+  kb.body({g, cc::ceildiv(e, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx chunk = s.block_idx(0), base = s.block_idx(1) * kThreads;
+    cc::Val ok = status_ok(s, status, checked);
+    cc::Buf acc = s.alloc_fragment("acc", DType::I32, {kThreads});
+    s.parallel(kThreads, [&](cc::Idx t) {
+      cc::Idx bin = base + t;
+      s.if_then(bin < e && ok, [&] {
+        acc(t) = cc::to_i32(cc::Val(0));
+        s.serial(kChunk, [&](cc::Idx j) {
+          cc::Idx i = s.let(chunk * kChunk + j, "i");
+          s.if_then(i < n,
+                    [&] { s.if_then(cc::to_i64(ids(i)) == bin, [&] { acc(t) = acc(t) + 1; }); });
+        });
+        cnt(chunk, bin) = acc(t);
+      });
+    });
+  });
+  return kb.build();
+}
+
+// 2. offsets[e] (exclusive) and 3. start[c, e], one thread per bin.
+cc::Kernel build_chunk_starts() {
+  cc::KernelBuilder kb("sort_chunk_starts");
+  cc::Dim g = kb.dim("G"), e = kb.dim("E");
+  cc::Buf cnt = kb.input("cnt", DType::I32, {g, e});
+  cc::Buf start = kb.output("start", DType::I32, {g, e});
+  cc::Buf offsets = kb.output("offsets", DType::I32, {e});
+  kb.body({cc::ceildiv(e, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(0) * kThreads;
+    cc::Buf acc = s.alloc_fragment("acc", DType::I32, {kThreads});
+    s.parallel(kThreads, [&](cc::Idx t) {
+      cc::Idx bin = base + t;
+      s.if_then(bin < e, [&] {
+        acc(t) = cc::to_i32(cc::Val(0));
+        s.serial(bin,
+                 [&](cc::Idx b) { s.serial(g, [&](cc::Idx c) { acc(t) = acc(t) + cnt(c, b); }); });
+        offsets(bin) = acc(t);
+        s.serial(g, [&](cc::Idx c) {
+          start(c, bin) = acc(t);
+          acc(t) = acc(t) + cnt(c, bin);
+        });
+      });
+    });
+  });
+  return kb.build();
+}
+
+// 4. position[i].
+cc::Kernel build_positions(bool checked) {
+  cc::KernelBuilder kb(checked ? "sort_positions_checked" : "sort_positions");
+  cc::Dim n = kb.dim("N"), g = kb.dim("G"), e = kb.dim("E");
+  cc::Buf ids = checked ? kb.index_input("ids", {n}, e) : kb.input("ids", DType::I32, {n});
+  cc::Buf status = checked ? kb.input("status", DType::I32, {2}) : cc::Buf{};
+  cc::Buf start = kb.input("start", DType::I32, {g, e});
+  cc::Buf position = kb.output("position", DType::I32, {n});
+  kb.body({cc::ceildiv(n, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(0) * kThreads;
+    cc::Val ok = status_ok(s, status, checked);
+    cc::Buf acc = s.alloc_fragment("acc", DType::I32, {kThreads});
+    s.parallel(kThreads, [&](cc::Idx t) {
+      cc::Idx i = base + t;
+      s.if_then(i < n && ok, [&] {
+        cc::Val bin = s.let(cc::to_i64(ids(i)), "bin");
+        cc::Idx chunk = s.let(i / kChunk, "chunk");
+        s.if_then(bin >= 0 && bin < e, [&] {
+          acc(t) = start(chunk, bin);
+          s.serial(i - chunk * kChunk, [&](cc::Idx j) {
+            s.if_then(cc::to_i64(ids(chunk * kChunk + j)) == bin, [&] { acc(t) = acc(t) + 1; });
+          });
+          position(i) = acc(t);
+        });
+      });
+    });
+  });
+  return kb.build();
+}
+
+// 5. order[q] and row[q], owner-computes.
+cc::Kernel build_order(bool checked) {
+  cc::KernelBuilder kb(checked ? "sort_order_checked" : "sort_order");
+  cc::Dim n = kb.dim("N"), g = kb.dim("G"), e = kb.dim("E"), l = kb.dim("L");
+  cc::Buf ids = kb.input("ids", DType::I32, {n});
+  cc::Buf status = checked ? kb.input("status", DType::I32, {2}) : cc::Buf{};
+  cc::Buf start = kb.input("start", DType::I32, {g, e});
+  cc::Buf offsets = kb.input("offsets", DType::I32, {e});
+  cc::Buf order = kb.output("order", DType::I32, {n});
+  cc::Buf row = kb.output("row", DType::I32, {n});
+  kb.body({cc::ceildiv(n, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(0) * kThreads;
+    cc::Val ok = status_ok(s, status, checked);
+    cc::Buf bin = s.alloc_fragment("bin", DType::I32, {kThreads});
+    cc::Buf chunk = s.alloc_fragment("chunk", DType::I32, {kThreads});
+    cc::Buf seen = s.alloc_fragment("seen", DType::I32, {kThreads});
+    cc::Buf found = s.alloc_fragment("found", DType::I32, {kThreads});
+    s.parallel(kThreads, [&](cc::Idx t) {
+      cc::Idx q = base + t;
+      s.if_then(q < n && ok, [&] {
+        cc::Val q32 = s.let(cc::to_i32(q), "q32");
+        // The bins before q's: those whose next bin starts at or before q (the last bin ends
+        // at N > q), so empty bins are counted with the bin before them.
+        bin(t) = cc::to_i32(cc::Val(0));
+        s.serial(e - 1, [&](cc::Idx b) {
+          s.if_then(offsets(b + 1) <= q32, [&] { bin(t) = bin(t) + 1; });
+        });
+        cc::Val b = s.let(cc::to_i64(bin(t)), "b");
+        // The chunk holding q: the last one of its bin starting at or before q.
+        chunk(t) = cc::to_i32(cc::Val(0));
+        s.serial(g - 1, [&](cc::Idx c) {
+          s.if_then(start(c + 1, b) <= q32, [&] { chunk(t) = chunk(t) + 1; });
+        });
+        cc::Val c = s.let(cc::to_i64(chunk(t)), "c");
+        cc::Val rank = s.let(q32 - start(c, b), "rank");
+        seen(t) = cc::to_i32(cc::Val(0));
+        found(t) = cc::to_i32(cc::Val(0));
+        s.serial(kChunk, [&](cc::Idx j) {
+          cc::Idx i = s.let(c * kChunk + j, "i");
+          s.if_then(i < n, [&] {
+            s.if_then(cc::to_i64(ids(i)) == b, [&] {
+              s.if_then(seen(t) == rank, [&] { found(t) = cc::to_i32(i); });
+              seen(t) = seen(t) + 1;
+            });
+          });
+        });
+        order(q) = found(t);
+        row(q) = cc::to_i32(cc::to_i64(found(t)) / l);
+      });
+    });
+  });
+  return kb.build();
+}
+
+int64_t chunks(int64_t n) { return (n + kChunk - 1) / kChunk; }
+
+ExpandFn expand_bincount(std::shared_ptr<KernelCache> cache) {
+  return
+      [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out, const Attrs&) {
+        const bool checked = in.size() > 1;
+        KernelCall call{.kernel = cache->get(checked ? "bincount_checked" : "bincount",
+                                             [&] { return build_bincount(checked); }),
+                        .buffers = {input_slot(0), output_slot(0)},
+                        .dims = {numel(in[0]), out[0].shape[0]}};
+        if (checked) call.buffers.insert(call.buffers.begin() + 1, input_slot(1));
+        return OpExpansion{.calls = {call}};
+      };
+}
+
+ExpandFn expand_counting_sort(std::shared_ptr<KernelCache> cache) {
+  return
+      [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out, const Attrs&) {
+        const bool checked = in.size() > 1;  // the graph appended the ids' check status
+        const int64_t n = numel(in[0]), g = chunks(n), e = out[3].shape[0];
+        const std::string tag = checked ? "_checked" : "";
+        // Scratch 0: cnt [G, E]; 1: start [G, E].
+        OpExpansion ex{.scratch = {{DType::I32, {g, e}}, {DType::I32, {g, e}}}};
+        auto with_status = [&](std::vector<KernelArg> b) {
+          if (checked) b.insert(b.begin() + 1, input_slot(1));
+          return b;
+        };
+        ex.calls.push_back({.kernel = cache->get("sort_chunk_counts" + tag,
+                                                 [&] { return build_chunk_counts(checked); }),
+                            .buffers = with_status({input_slot(0), scratch_slot(0)}),
+                            .dims = {n, g, e}});
+        ex.calls.push_back({.kernel = cache->get("sort_chunk_starts", build_chunk_starts),
+                            .buffers = {scratch_slot(0), scratch_slot(1), output_slot(3)},
+                            .dims = {g, e}});
+        ex.calls.push_back(
+            {.kernel = cache->get("sort_positions" + tag, [&] { return build_positions(checked); }),
+             .buffers = with_status({input_slot(0), scratch_slot(1), output_slot(0)}),
+             .dims = {n, g, e}});
+        ex.calls.push_back(
+            {.kernel = cache->get("sort_order" + tag, [&] { return build_order(checked); }),
+             .buffers = with_status(
+                 {input_slot(0), scratch_slot(1), output_slot(3), output_slot(1), output_slot(2)}),
+             .dims = {n, g, e, in[0].shape.back()}});
+        return OpExpansion{ex};
+      };
+}
+
+// The ids index the bins.
+const IndexContract kBinsContract{
+    .slot = 0,
+    .bound = [](const std::vector<TensorType>&,
+                const Attrs& attrs) { return attr_int(attrs, "bins"); },
+    .indexes = "the bins (attribute 'bins')"};
+
+Attrs bins(int64_t e) { return {{"bins", e}}; }
+
+// ids of `shape` in [0, e): a bin per id at most, some bins empty, chunks ragged.
+OpTestCase ids_case(std::vector<int64_t> shape, int64_t e) {
+  return {.shapes = {std::move(shape)}, .attrs = bins(e), .int_lo = 0, .int_hi = e};
+}
+
+std::vector<OpTestCase> sort_cases() {
+  return {ids_case({1}, 1),    ids_case({7}, 3),     ids_case({5, 2}, 40), ids_case({300, 6}, 64),
+          ids_case({1000}, 1), ids_case({257}, 300), ids_case({96, 6}, 8)};
+}
+
+// The cases plus one with ids outside [0, bins) (bincount counts them nowhere).
+std::vector<OpTestCase> with_outside(std::vector<OpTestCase> cases) {
+  cases.push_back({.shapes = {{500}}, .attrs = bins(7), .int_lo = -3, .int_hi = 10});
+  return cases;
+}
+
+}  // namespace
+
+void register_counting_sort(OpRegistry& registry) {
+  auto cache = std::make_shared<KernelCache>();
+  const AttrSpec bins_attr = int_attr("bins", std::nullopt, "the number of bins E", true);
+  registry.add({.name = "bincount",
+                .doc = "counts[e] = how many of the i32 ids [..] equal e, for e in [0, bins) "
+                       "(ids are checked at run time unless established in range by their "
+                       "producer); no gradient",
+                .inputs = {"ids"},
+                .outputs = {"counts"},
+                .attrs = {bins_attr},
+                .dtypes = {DType::I32},  // every slot is fixed: run once
+                .input_dtypes = {{0, DType::I32}},
+                .output_dtypes = {{0, DType::I32}},
+                .infer = infer_bincount,
+                .reference = ref_bincount,
+                .expand = expand_bincount(cache),
+                .index_contracts = {kBinsContract},
+                // Ids outside [0, bins) are counted nowhere.
+                .tests = {.kernel = with_outside(sort_cases()),
+                          .examples = {{.inputs = {{{2, 3}, {2, 0, 2, 2, 4, 0}}},
+                                        .attrs = bins(5),
+                                        .outputs = {{{5}, {2, 0, 3, 0, 1}}}}}}});
+  const auto n_of = [](const std::vector<TensorType>& in, const Attrs&) { return numel(in[0]); };
+  registry.add(
+      {.name = "counting_sort",
+       .doc = "a stable sort of i32 ids [..] (N in all) in [0, bins): position [..] = each id's "
+              "place in bin-major order (ties: index order), order [N] = its inverse (the flat "
+              "index at each place), row [N] = order / (ids' last axis) (a [T, k] route's "
+              "token), offsets [bins] = where each bin starts; position, order and row lie in "
+              "range by construction; no gradient",
+       .inputs = {"ids"},
+       .outputs = {"position", "order", "row", "offsets"},
+       .attrs = {bins_attr},
+       .dtypes = {DType::I32},  // every slot is fixed: run once
+       .input_dtypes = {{0, DType::I32}},
+       .output_dtypes = {{0, DType::I32}, {1, DType::I32}, {2, DType::I32}, {3, DType::I32}},
+       .infer = infer_counting_sort,
+       .reference = ref_counting_sort,
+       .expand = expand_counting_sort(cache),
+       .index_contracts = {kBinsContract},
+       .index_outputs = {{.slot = 0, .bound = n_of},
+                         {.slot = 1, .bound = n_of},
+                         {.slot = 2,
+                          .bound = [](const std::vector<TensorType>& in,
+                                      const Attrs&) { return numel(in[0]) / in[0].shape.back(); }}},
+       .tests = {.kernel = sort_cases(),
+                 // Routes of 3 tokens × 2 slots into 4 experts; expert 1 gets none.
+                 .examples = {{.inputs = {{{3, 2}, {2, 0, 0, 3, 2, 0}}},
+                               .attrs = bins(4),
+                               .outputs = {{{3, 2}, {3, 0, 1, 5, 4, 2}},
+                                           {{6}, {1, 2, 5, 0, 4, 3}},
+                                           {{6}, {0, 1, 2, 0, 2, 1}},
+                                           {{4}, {0, 3, 3, 5}}}}}}});
+}
+
+}  // namespace tilerun::kernels
