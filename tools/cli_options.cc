@@ -82,6 +82,13 @@ constexpr std::array kOptions = {
                                  std::to_string(value) + "' and '" + v + "')");
                  o.dims.emplace_back(name, n);
                }},
+    OptionSpec{"--layers", "", "N", Value::Number,
+               "repeat every layer that declares `repeat:` N times instead (each\n"
+               "repetition with its own weights)",
+               [](Options& o, std::string_view f, const std::string& v) {
+                 o.layers = static_cast<int64_t>(parse_number(f, v, 1000000));
+                 if (o.layers == 0) throw Error("option --layers expects at least 1, found '0'");
+               }},
     OptionSpec{"--print-loss", "", "", Value::None,
                "print the loss and each term of it after every step (with an\n"
                "`optimizer:` in the model, the steps train it)",

@@ -22,6 +22,7 @@ struct Options {
   uint64_t seed = 0;
   // --dim NAME=N, in the order given: each replaces the value of a dim the model declares.
   std::vector<std::pair<std::string, int64_t>> dims;
+  int64_t layers = 0;  // --layers N: the repeat count of every layer that declares `repeat:`
 };
 
 // The help text, generated from the option table so that it cannot miss an option.

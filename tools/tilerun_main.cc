@@ -35,7 +35,7 @@ int run(const std::vector<std::string>& args) {
   }
   if (o.model_path.empty()) throw tilerun::Error("no model given\n" + usage());
   check_options(o);
-  tilerun::Model model = tilerun::load_model(o.model_path, {.dims = o.dims});
+  tilerun::Model model = tilerun::load_model(o.model_path, {.dims = o.dims, .layers = o.layers});
   if (o.validate) {
     std::fputs(tilerun::model_summary(model).c_str(), stdout);
     return 0;

@@ -138,6 +138,11 @@ Model ModelParser::parse(const YamlNode& root) {
     }
   }
   parse_layers(top.required("layers"));
+  if (options_.layers > 0 &&
+      std::none_of(done_.begin(), done_.end(), [](const auto& d) { return d.second.repeated; }))
+    throw Error("--layers " + std::to_string(options_.layers) + ": model '" + m_.name + "' (" +
+                    file_ + ") has no layer with 'repeat:' to repeat",
+                ErrorKind::Usage);
   parse_outputs(top.required("outputs"));
   if (const YamlNode* n = top.find("loss")) {
     TensorLookup lookup{.resolve =
@@ -219,6 +224,13 @@ LayerSpec ModelParser::read_layer(const YamlNode& node, size_t index) {
                               std::to_string(kMaxRepeat));
     spec.repeat = *v;
     spec.repeated = true;
+    if (options_.layers > 0) {
+      if (options_.layers > kMaxRepeat)
+        throw Error("--layers " + std::to_string(options_.layers) + ": expected at most " +
+                        std::to_string(kMaxRepeat),
+                    ErrorKind::Usage);
+      spec.repeat = options_.layers;
+    }
   }
 
   if (const YamlNode* n = r.find("weights")) {

@@ -107,6 +107,9 @@ struct ModelOptions {
   // Dims to set, by name (the command line's --dim NAME=N): each must be a dim the file
   // declares, and replaces its value before any shape, attribute or layer is read.
   std::vector<std::pair<std::string, int64_t>> dims;
+  // When > 0 (the command line's --layers N): every layer that declares `repeat:` is repeated N
+  // times instead, each repetition with its own weights. A model with no such layer is an error.
+  int64_t layers = 0;
 };
 
 // Parses and checks a model file. Every mistake throws tilerun::Error with the location

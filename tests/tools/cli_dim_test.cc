@@ -1,5 +1,6 @@
 // --dim NAME=N: the command line sets a dim the model declares before anything is read from it;
 // shapes, attributes and kernels follow, and a mistake is a usage error (exit 2) saying why.
+// --layers N: every layer that declares `repeat:` is repeated N times, each with its own weights.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -53,6 +54,32 @@ TEST(CliDim, MistakesAreUsageErrors) {
     EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.out;
     EXPECT_NE(r.out.find(c.says), std::string::npos) << c.args << ": " << r.out;
   }
+}
+
+TEST(CliLayers, RepeatsEveryRepeatedLayer) {
+  std::mt19937 rng(std::random_device{}());
+  const int64_t n = std::uniform_int_distribution<int64_t>(1, 6)(rng);
+  Model model = load_model(kTiny, {.layers = n});
+  for (int64_t i = 0; i < n + 1; ++i)
+    EXPECT_EQ(model.find_tensor("block." + std::to_string(i) + ".w1") != nullptr, i < n) << i;
+  testing::CliResult r =
+      run_cli("'" + kTiny + "' --device cpu --check --dim T=8 --layers " + std::to_string(n));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("check: ok"), std::string::npos) << r.out;
+}
+
+TEST(CliLayers, MistakesAreUsageErrors) {
+  const std::string embedding = TILERUN_SOURCE_DIR "/configs/embedding.yaml";
+  testing::CliResult r = run_cli("'" + embedding + "' --validate --layers 2");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--layers 2: model 'embedding' (" + embedding +
+                       ") has no layer with 'repeat:' to repeat"),
+            std::string::npos)
+      << r.out;
+  r = run_cli("'" + kTiny + "' --validate --layers 0");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("option --layers expects at least 1, found '0'"), std::string::npos)
+      << r.out;
 }
 
 }  // namespace

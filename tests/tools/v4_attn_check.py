@@ -2,7 +2,8 @@
 """configs/v4-attn.yaml, small (the --dim values below), on the CPU:
 
   1. with every fake_quant replaced by the identity, forward and backward match the double
-     reference (`--check`): every op of the attention half and its gradient, composed;
+     reference (`--check`): every op of the attention half and its gradient, composed, with two
+     attention layers (`--layers 2`: the streams carried from one into the next);
   2. as shipped, with FP8 fake quantisation, a training-free step runs to a finite loss within 2%
      of the unquantised one. (`--check` does not apply there: an f32 activation and its double
      reference land on different FP8 values wherever they straddle a rounding boundary, so the
@@ -45,6 +46,10 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "v4-attn-unquantised.yaml")
         open(path, "w").write(plain)
+        rc, _, out = run(a.tilerun, path, ["--check", "--layers", "2"])
+        if rc != 0 or "check: ok" not in out:
+            print("FAILED: two unquantised attention layers do not match the double reference")
+            return 1
         rc, loss_plain, out = run(a.tilerun, path, ["--check"])
         if rc != 0 or "check: ok" not in out:
             print("FAILED: the unquantised attention half does not match the double reference")
