@@ -30,6 +30,23 @@ json layers_json(const RunResult& r) {
   return layers;
 }
 
+// The H200's HBM3e bandwidth (data sheet): each kernel's floor is its bytes over it.
+constexpr double kFloorGBps = 4800;
+
+// Every kernel of the profiling pass in step order: its op, time, bytes and bandwidth floor.
+json kernels_json(const RunResult& r) {
+  json kernels = json::array();
+  for (const KernelTiming& k : r.profile)
+    kernels.push_back({{"layer", k.layer},
+                       {"direction", k.direction},
+                       {"kernel", k.kernel},
+                       {"op", k.op},
+                       {"us", k.us},
+                       {"bytes", k.bytes},
+                       {"floor_us", static_cast<double>(k.bytes) / (kFloorGBps * 1e3)}});
+  return kernels;
+}
+
 std::string kernel_timing_source(const RunResult& r) {
   return r.profile.empty() ? "" : r.profile.front().source;
 }
@@ -68,6 +85,8 @@ json report_json(const Options& o, const Model& model, const RunResult& r) {
       {"loss", loss_json(r.losses)},
       {"non_finite", r.non_finite.empty() ? json(nullptr) : json(r.non_finite)},
       {"kernel_timing", kernel_timing_source(r)},
+      {"floor_gbps", kFloorGBps},
+      {"kernels", kernels_json(r)},
       {"proofs",
        {{"proved", cs.proved},
         {"unknown", cs.unknown},

@@ -18,6 +18,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <numeric>
 
 namespace tilerun {
 
@@ -310,10 +312,18 @@ std::vector<KernelTiming> Session::profile() {
     const graph::KernelNode& n = s.graph.nodes[i];
     s.kernel_us[i] = n.direction == Direction::Forward ? fwd[i] : (bwd.empty() ? 0 : bwd[i]);
     if (n.direction == Direction::Backward && bwd.empty()) continue;
+    int64_t bytes = 0;
+    for (int b : n.buffers) {
+      const kernels::TensorType& t = s.graph.ops.tensors[b].type;
+      bytes += dtype_bytes(t.dtype, std::accumulate(t.shape.begin(), t.shape.end(), int64_t{1},
+                                                    std::multiplies<>()));
+    }
     out.push_back({.layer = s.model.layers[n.layer].name,
                    .direction = graph::direction_name(n.direction),
                    .kernel = s.graph.kernels[n.kernel]->sig.name,
+                   .op = s.graph.ops.ops[n.op].type,
                    .us = s.kernel_us[i],
+                   .bytes = bytes,
                    .source = s.executor->profile_source()});
   }
   return out;

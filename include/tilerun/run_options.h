@@ -45,7 +45,11 @@ struct LayerTiming {
 // One kernel's own duration, from Session::profile().
 struct KernelTiming {
   std::string layer, direction, kernel;
+  std::string op;  // the op the kernel comes from (a backward op's own name, e.g. matmul)
   double us = 0;
+  // The bytes of the tensors the kernel is handed (each read or written once at least): over
+  // the device's bandwidth, the floor of a memory-bound kernel.
+  int64_t bytes = 0;
   // How `us` was measured: "CUPTI activity records" (the GPU's own timestamps), "events around
   // each launch (why CUPTI was not used)", or on the CPU "wall time of each kernel".
   std::string source;

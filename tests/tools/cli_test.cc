@@ -171,6 +171,19 @@ TEST(CliTest, RunsTinyWithCheckAndReport) {
     EXPECT_TRUE(l["direction"] == "forward" || l["direction"] == "backward");
   }
   EXPECT_EQ(kernels, j["kernels_total"].get<int>());
+  // Each kernel of the step with its op, time, bytes and bandwidth floor; tiny's matmuls among
+  // them, forward and backward.
+  ASSERT_EQ(j["kernels"].size(), static_cast<size_t>(kernels));
+  int matmuls = 0;
+  for (const auto& k : j["kernels"]) {
+    EXPECT_FALSE(k["op"].get<std::string>().empty()) << k;
+    EXPECT_GT(k["bytes"].get<int64_t>(), 0) << k;
+    EXPECT_DOUBLE_EQ(k["floor_us"].get<double>(),
+                     k["bytes"].get<double>() / (j["floor_gbps"].get<double>() * 1e3));
+    EXPECT_GE(k["us"].get<double>(), 0) << k;
+    matmuls += k["op"] == "matmul";
+  }
+  EXPECT_GE(matmuls, 4);
   EXPECT_LE(j["arena_bytes"].get<int64_t>(), j["tensor_bytes"].get<int64_t>());
   // Every distinct kernel's accesses went through the prover; no race anywhere.
   EXPECT_GT(j["proofs"]["proved"].get<int>(), 0);
