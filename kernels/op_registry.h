@@ -112,6 +112,9 @@ struct OpTestCase {
   int64_t int_lo = 0, int_hi = 1;
   // Inputs (by index) drawn as random 0/1 masks instead (where's condition).
   std::vector<int> masks = {};
+  // Integer inputs (by index) that are the running sums of their draws from [int_lo, int_hi):
+  // non-decreasing, like the segment starts of grouped_matmul's offsets.
+  std::vector<int> running_sums = {};
   // > 0: float inputs rounded to multiples of this, so that equal values are common (the ties
   // of argmax, topk, sorts).
   double step = 0;

@@ -2,6 +2,7 @@
 // gradients bit-identical to the CPU backend, step after step. Skips where there is no device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -147,14 +148,23 @@ std::vector<OpParam> op_params() {
   return out;
 }
 
+bool running_sum(const kernels::OpTestCase& c, size_t i) {
+  return std::find(c.running_sums.begin(), c.running_sums.end(), static_cast<int>(i)) !=
+         c.running_sums.end();
+}
+
 // inputs x0, x1, ... uniform in the case's range; one layer `l` with the op; outputs l.y0, ...
+// An input of running sums (OpTestCase::running_sums) is the cumsum of its drawn steps xi_steps.
 std::string one_op_model(const OpParam& p) {
   const kernels::OpSchema& schema = kernels::testing::schema_of(p.kase.op);
   std::ostringstream y;
   y << "model: " << p.kase.name() << "\ndtype: " << dtype_name(p.dtype) << "\ninputs:\n";
-  std::string ins, outs, names;
+  std::string ins, outs, names, sums;
   for (size_t i = 0; i < p.kase.c.shapes.size(); ++i) {
-    y << "  x" << i << ": {shape: [";
+    const std::string x = "x" + std::to_string(i);
+    if (running_sum(p.kase.c, i))
+      sums += "      - {op: cumsum, in: " + x + "_steps, out: " + x + "}\n";
+    y << "  " << x << (running_sum(p.kase.c, i) ? "_steps" : "") << ": {shape: [";
     for (size_t d = 0; d < p.kase.c.shapes[i].size(); ++d)
       y << (d ? ", " : "") << p.kase.c.shapes[i][d];
     if (kernels::testing::integer_input(schema, i))  // rounds to int_lo .. int_hi - 1
@@ -177,8 +187,8 @@ std::string one_op_model(const OpParam& p) {
     outs += (i ? ", y" : "y") + std::to_string(i);
     names += (i ? ", l.y" : "l.y") + std::to_string(i);
   }
-  y << "layers:\n  - name: l\n    ops:\n      - {op: " << p.kase.op << ", in: [" << ins
-    << "], out: [" << outs << "]";
+  y << "layers:\n  - name: l\n    ops:\n"
+    << sums << "      - {op: " << p.kase.op << ", in: [" << ins << "], out: [" << outs << "]";
   for (const auto& [name, value] : p.kase.c.attrs)
     y << ", " << name << ": " << kernels::attr_value_text(value);
   y << "}\noutputs: [" << names << "]\n";

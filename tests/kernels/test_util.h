@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <ostream>
 #include <random>
 #include <string>
@@ -156,7 +157,7 @@ inline std::vector<TensorType> input_types(const OpSchema& schema, const std::ve
 }
 
 // Fresh inputs for one case of `schema`: floats as random_inputs(c) (masks 0/1), integer slots
-// uniform in [c.int_lo, c.int_hi).
+// uniform in [c.int_lo, c.int_hi) (or their running sums, c.running_sums).
 inline std::vector<RefTensor> random_inputs(std::mt19937_64& rng, const OpSchema& schema,
                                             const OpTestCase& c) {
   std::vector<RefTensor> in;
@@ -171,6 +172,9 @@ inline std::vector<RefTensor> random_inputs(std::mt19937_64& rng, const OpSchema
     std::uniform_int_distribution<int64_t> u(c.int_lo, c.int_hi - 1);
     t.data.resize(t.numel());
     for (double& v : t.data) v = static_cast<double>(u(rng));
+    if (std::find(c.running_sums.begin(), c.running_sums.end(), static_cast<int>(i)) !=
+        c.running_sums.end())
+      std::partial_sum(t.data.begin(), t.data.end(), t.data.begin());
     in.push_back(std::move(t));
   }
   return in;

@@ -1,0 +1,132 @@
+// grouped_matmul's kernels are batch and load invariant: a row's output bits depend only on the
+// row and its expert's weights (not on where it sits in a tile, which rows share the tile, or how
+// the other segments lie), and grouped_matmul_wgrad's dw[e] only on expert e's rows. Rows in no
+// segment, even NaN, reach no output but their own zeros.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "tests/kernels/kernel_runner.h"
+
+namespace tilerun::kernels {
+namespace {
+
+using testing::Bytes;
+
+testing::KernelRunner& runner() {
+  static testing::KernelRunner* r = new testing::KernelRunner;
+  return *r;
+}
+
+// E sorted segment starts drawn from [lo, hi], as counting_sort's offsets.
+RefTensor random_offsets(std::mt19937_64& rng, int64_t experts, int64_t lo, int64_t hi) {
+  std::uniform_int_distribution<int64_t> u(lo, hi);
+  RefTensor t{.shape = {experts}, .data = {}};
+  for (int64_t e = 0; e < experts; ++e) t.data.push_back(static_cast<double>(u(rng)));
+  std::sort(t.data.begin(), t.data.end());
+  return t;
+}
+
+// Row r's expert under offsets (the last segment ends at `rows`); -1: in none.
+int64_t expert_of(const RefTensor& offsets, int64_t r, int64_t rows) {
+  const int64_t experts = offsets.numel();
+  for (int64_t e = 0; e < experts; ++e) {
+    const double hi = e + 1 < experts ? offsets.data[e + 1] : static_cast<double>(rows);
+    if (offsets.data[e] <= r && r < hi) return e;
+  }
+  return -1;
+}
+
+// x with `prefix` rows of NaN in front: rows no segment of offsets shifted by `prefix` names.
+RefTensor with_nan_prefix(const RefTensor& x, int64_t prefix) {
+  RefTensor out{.shape = {x.shape[0] + prefix, x.shape[1]}, .data = {}};
+  out.data.assign(prefix * x.shape[1], std::nan(""));
+  out.data.insert(out.data.end(), x.data.begin(), x.data.end());
+  return out;
+}
+
+// Bytes of row r of a [rows, cols] output.
+std::vector<uint8_t> row_bytes(const Bytes& b, int64_t cols, int64_t r) {
+  const int64_t width = dtype_bytes(b.dtype, cols);
+  return std::vector<uint8_t>(b.data.begin() + r * width, b.data.begin() + (r + 1) * width);
+}
+
+// Two independent layouts of the same rows, the second behind 7 NaN rows (another position in
+// the row tiles, other neighbours): every row with the same expert in both has the same bits,
+// and the NaN rows are zeros.
+TEST(GroupedMatmul, ARowsBitsDependOnlyOnItsExpert) {
+  std::mt19937_64 rng(testing::test_seed());
+  const int64_t rows = 150, k = 70, n = 40, experts = 6, prefix = 7;
+  for (DType dtype : {DType::F32, DType::BF16})
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (tb ? " transpose_b" : ""));
+      RefTensor x = testing::rounded(dtype, testing::random_tensor(rng, {rows, k}));
+      RefTensor w =
+          testing::rounded(dtype, testing::random_tensor(rng, tb ? std::vector{experts, n, k}
+                                                                 : std::vector{experts, k, n}));
+      const Attrs attrs{{"transpose_b", tb}};
+      RefTensor off_a = random_offsets(rng, experts, 0, rows);
+      RefTensor off_b = random_offsets(rng, experts, 0, rows);
+      std::vector<Bytes> a = runner().run("grouped_matmul", {x, w, off_a}, attrs, dtype, 7.0);
+      RefTensor off_shifted = off_b;
+      for (double& v : off_shifted.data) v += prefix;
+      std::vector<Bytes> b = runner().run(
+          "grouped_matmul", {with_nan_prefix(x, prefix), w, off_shifted}, attrs, dtype, 7.0);
+      int compared = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t e = expert_of(off_a, r, rows);
+        if (e < 0 || e != expert_of(off_b, r, rows)) continue;
+        ++compared;
+        EXPECT_EQ(row_bytes(a[0], n, r), row_bytes(b[0], n, r + prefix)) << "row " << r;
+      }
+      EXPECT_GT(compared, 0);
+      const std::vector<double> got_b = testing::decode(b[0]);
+      for (int64_t i = 0; i < prefix * n; ++i) ASSERT_EQ(got_b[i], 0.0) << "NaN row element " << i;
+    }
+}
+
+// The same segments behind NaN rows (shifted by 7) give the same dw bits: each expert's sum runs
+// over its own rows, in row order, from its first row.
+TEST(GroupedMatmul, WgradDependsOnlyOnTheSegmentsRows) {
+  std::mt19937_64 rng(testing::test_seed() + 1);
+  const int64_t rows = 150, k = 40, n = 70, experts = 5, prefix = 7;
+  for (bool tb : {false, true}) {
+    RefTensor x = testing::random_tensor(rng, {rows, k});
+    RefTensor dy = testing::random_tensor(rng, {rows, n});
+    RefTensor off = random_offsets(rng, experts, 0, rows);
+    RefTensor shifted = off;
+    for (double& v : shifted.data) v += prefix;
+    const Attrs attrs{{"transpose_b", tb}};
+    std::vector<Bytes> a =
+        runner().run("grouped_matmul_wgrad", {x, dy, off}, attrs, DType::F32, 7.0);
+    std::vector<Bytes> b = runner().run(
+        "grouped_matmul_wgrad", {with_nan_prefix(x, prefix), with_nan_prefix(dy, prefix), shifted},
+        attrs, DType::F32, -7.0);
+    EXPECT_EQ(a[0].data, b[0].data) << (tb ? "transpose_b" : "");
+  }
+}
+
+// Offsets that are not segment starts (decreasing, negative, past R) read nothing outside the
+// tensors and give the reference's sums.
+TEST(GroupedMatmul, AnyOffsetsAreWellDefined) {
+  std::mt19937_64 rng(testing::test_seed() + 2);
+  const int64_t rows = 45, k = 20, n = 9;
+  RefTensor x = testing::random_tensor(rng, {rows, k});
+  RefTensor w = testing::random_tensor(rng, {4, k, n});
+  RefTensor dy = testing::random_tensor(rng, {rows, n});
+  RefTensor off{.shape = {4}, .data = {30, -5, 60, 10}};
+  std::vector<RefTensor> want = testing::run_reference("grouped_matmul", {x, w, off});
+  std::vector<double> got =
+      testing::decode(runner().run("grouped_matmul", {x, w, off}, {}, DType::F32, 7.0)[0]);
+  EXPECT_TRUE(testing::all_close({want[0].shape, got}, want[0], 1e-5, 1e-5));
+  want = testing::run_reference("grouped_matmul_wgrad", {x, dy, off});
+  got = testing::decode(runner().run("grouped_matmul_wgrad", {x, dy, off}, {}, DType::F32, 7.0)[0]);
+  EXPECT_TRUE(testing::all_close({want[0].shape, got}, want[0], 1e-5, 1e-5));
+  // Segments, clamped to [0, R): expert 0 [30, -5) and 2 [60, 10) empty, so their dw are exact
+  // zeros; expert 1 every row, expert 3 rows 10..44.
+  for (int64_t e : {0, 2})
+    for (int64_t i = 0; i < k * n; ++i) ASSERT_EQ(got[e * k * n + i], 0.0) << "expert " << e;
+}
+
+}  // namespace
+}  // namespace tilerun::kernels
