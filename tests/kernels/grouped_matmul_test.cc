@@ -10,6 +10,7 @@
 
 #include "compiler/codegen/mma_model.h"
 #include "tests/kernels/kernel_runner.h"
+#include "tilerun/tilerun.h"
 
 namespace tilerun::kernels {
 namespace {
@@ -129,6 +130,69 @@ TEST(GroupedMatmul, AnyOffsetsAreWellDefined) {
   // zeros; expert 1 every row, expert 3 rows 10..44.
   for (int64_t e : {0, 2})
     for (int64_t i = 0; i < k * n; ++i) ASSERT_EQ(got[e * k * n + i], 0.0) << "expert " << e;
+}
+
+// Shape and dtype mistakes: a ShapeError naming the input and what was expected; in a model, a
+// tilerun::Error that also names the op and its position.
+TEST(GroupedMatmul, ShapeMistakesNameTheInput) {
+  const OpSchema& gm = testing::schema_of("grouped_matmul");
+  const OpSchema& wg = testing::schema_of("grouped_matmul_wgrad");
+  const Attrs nn{{"transpose_b", false}}, nt{{"transpose_b", true}};
+  auto message = [](const OpSchema& s, std::vector<TensorType> in, const Attrs& attrs) {
+    try {
+      s.infer(in, attrs);
+    } catch (const ShapeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const TensorType x{DType::F32, {10, 8}}, offsets{DType::I32, {3}};
+  EXPECT_EQ(gm.infer({x, {DType::F32, {3, 8, 5}}, offsets}, nn)[0],
+            (TensorType{DType::F32, {10, 5}}));
+  EXPECT_EQ(gm.infer({x, {DType::F32, {3, 5, 8}}, offsets}, nt)[0],
+            (TensorType{DType::F32, {10, 5}}));
+  const struct {
+    const OpSchema* op;
+    std::vector<TensorType> in;
+    Attrs attrs;
+    std::string names;
+  } cases[] = {
+      {&gm, {x, {DType::F32, {3, 7, 5}}, offsets}, nn, "input 'w'"},        // K mismatch
+      {&gm, {x, {DType::F32, {3, 8, 5}}, offsets}, nt, "input 'w'"},        // not [E, N, K]
+      {&gm, {x, {DType::BF16, {3, 8, 5}}, offsets}, nn, "input 'w'"},       // dtype
+      {&gm, {x, {DType::F32, {8, 5}}, offsets}, nn, "input 'w'"},           // rank
+      {&gm, {x, {DType::F32, {4, 8, 5}}, offsets}, nn, "input 'offsets'"},  // E mismatch
+      {&gm, {x, {DType::F32, {3, 8, 5}}, {DType::F32, {3}}}, nn, "input 'offsets'"},
+      {&gm, {{DType::F32, {10}}, {DType::F32, {3, 8, 5}}, offsets}, nn, "input 'x'"},
+      {&wg, {x, {DType::F32, {9, 5}}, offsets}, nn, "input 'dy'"},  // rows mismatch
+      {&wg, {x, {DType::F32, {10, 5}}, {DType::I32, {3, 1}}}, nn, "input 'offsets'"},
+  };
+  for (const auto& c : cases)
+    EXPECT_NE(message(*c.op, c.in, c.attrs).find(c.names), std::string::npos)
+        << c.op->name << ": " << message(*c.op, c.in, c.attrs);
+
+  const std::string yaml = R"(model: m
+dtype: f32
+inputs:
+  x: {shape: [10, 8]}
+  w: {shape: [3, 7, 5]}
+  ids: {shape: [10], dtype: i32, init: zeros}
+layers:
+  - name: l
+    ops:
+      - {op: counting_sort, in: ids, out: [p, o, r, offsets], bins: 3}
+      - {op: grouped_matmul, in: [x, w, offsets], out: y}
+outputs: [l.y]
+)";
+  try {
+    parse_model(yaml, "m.yaml");
+    ADD_FAILURE() << "a K mismatch parsed";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("m.yaml:11:"), std::string::npos) << what;
+    EXPECT_NE(what.find("grouped_matmul"), std::string::npos) << what;
+    EXPECT_NE(what.find("input 'w'"), std::string::npos) << what;
+  }
 }
 
 // Raw 16-bit elements of a bf16/f16 tensor.
