@@ -4,7 +4,8 @@
 // rows r with offsets[e] <= r < end[e] (end[e] = offsets[e + 1], the last R), clamped to [0, R);
 // a row in no segment gets 0, a row in several (offsets not sorted) their sum in expert order.
 //
-// Kernels (strict f32 fma chains, any float dtype; the same bits on the CPU and the GPU):
+// f32 kernels (strict fma chains, written for any float dtype; the same bits on the CPU and the
+// GPU); bf16/f16 run on the tensor cores instead (grouped_matmul_tc.h, the same schemes):
 //  - forward: a BM x BN output tile per block, 4x4 outputs per thread. A row tile may span
 //    several experts: the block walks e over all E, reads the segment's bounds (block-uniform
 //    loads, proved in range because e is a loop variable) and, where the segment meets the
@@ -21,6 +22,7 @@
 
 #include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
+#include "kernels/grouped_matmul_tc.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
@@ -159,17 +161,6 @@ constexpr int64_t kRowStep = 16;  // wgrad: segment rows per step
 
 std::string suffix(DType dtype) { return "_" + std::string(dtype_name(dtype)); }
 
-// Segment e's bounds as block-uniform i64 values, clamped: 0 <= lo <= hi <= R.
-std::pair<cc::Val, cc::Val> segment_bounds(cc::Scope& s, const cc::Buf& offsets, const cc::Val& e,
-                                           const cc::Dim& experts, const cc::Dim& rows) {
-  cc::Val lo = s.let(cc::max(cc::min(cc::to_i64(offsets(e)), rows), cc::Val(0)), "lo");
-  // The next segment's start; the last one ends at R (the load is clamped to stay in range).
-  cc::Val next = cc::to_i64(offsets(cc::min(e + 1, experts - 1)));
-  cc::Val end = cc::select(e + 1 < experts, next, rows);
-  cc::Val hi = s.let(cc::max(cc::min(end, rows), lo), "hi");
-  return {lo, hi};
-}
-
 // 4x4 single-element fragments per thread of a kTY x kTX thread grid.
 std::vector<std::vector<cc::Buf>> micro_tile(cc::Scope& s, const std::string& name) {
   std::vector<std::vector<cc::Buf>> t(kRM);
@@ -209,7 +200,7 @@ cc::Kernel build_grouped(DType dtype, bool tb) {
             for (cc::Buf& f : row) f(ty, tx) = 0.0f;
         });
         s.serial(experts, [&](cc::Idx e) {
-          const auto [lo_v, hi_v] = segment_bounds(s, offsets, e, experts, r);
+          const auto [lo_v, hi_v] = grouped_segment(s, offsets, e, experts, r);
           const cc::Val lo = lo_v, hi = hi_v;  // plain names, captured by the lambdas
           cc::Val meets = s.let(lo < hi && lo < r0 + kBM && hi > r0, "meets");
           s.if_then(meets, [&] {
@@ -286,7 +277,7 @@ cc::Kernel build_wgrad(DType dtype, bool tb) {
           [&](cc::Scope& s) {
             cc::Idx n0 = s.let(s.block_idx(0) * kBN, "n0"), k0 = s.let(s.block_idx(1) * kBM, "k0");
             cc::Idx e = s.block_idx(2);
-            const auto [lo_v, hi_v] = segment_bounds(s, offsets, e, experts, r);
+            const auto [lo_v, hi_v] = grouped_segment(s, offsets, e, experts, r);
             const cc::Val lo = lo_v, hi = hi_v;  // plain names, captured by the lambdas
             cc::Buf xs = s.alloc_shared("xs", DType::F32, {kRowStep, kBM});
             cc::Buf dys = s.alloc_shared("dys", DType::F32, {kRowStep, kBN});
@@ -344,6 +335,10 @@ cc::Kernel build_wgrad(DType dtype, bool tb) {
   return kb.build();
 }
 
+// bf16/f16 on the tensor cores, as matmul picks them (its register-staged kernel: any K and N;
+// the tiling never depends on R); f32 by the strict SIMT kernels above.
+bool tensor_cores(DType dtype) { return dtype == DType::BF16 || dtype == DType::F16; }
+
 ExpandFn expand_grouped(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                  const Attrs& attrs) {
@@ -351,9 +346,13 @@ ExpandFn expand_grouped(std::shared_ptr<KernelCache> cache) {
     const bool tb = attr_bool(attrs, "transpose_b");
     const int64_t r = in[0].shape[0], k = in[0].shape[1], n = out[0].shape[1];
     const int64_t e = in[2].shape[0];
+    KernelCache::KernelPtr kernel =
+        tensor_cores(dt) ? cache->get(kernel_key(grouped_tc_name(tb), dt),
+                                      [&] { return build_grouped_tc(dt, tb); })
+                         : cache->get(std::string("grouped_") + (tb ? "nt" : "nn") + suffix(dt),
+                                      [&] { return build_grouped(dt, tb); });
     return OpExpansion{
-        .calls = {{.kernel = cache->get(std::string("grouped_") + (tb ? "nt" : "nn") + suffix(dt),
-                                        [&] { return build_grouped(dt, tb); }),
+        .calls = {{.kernel = kernel,
                    .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)},
                    .dims = {r, n, k, e}}}};
   };
@@ -366,12 +365,15 @@ ExpandFn expand_wgrad(std::shared_ptr<KernelCache> cache) {
     const bool tb = attr_bool(attrs, "transpose_b");
     const int64_t r = in[0].shape[0], k = in[0].shape[1], n = in[1].shape[1];
     const int64_t e = in[2].shape[0];
+    KernelCache::KernelPtr kernel =
+        tensor_cores(dt) ? cache->get(kernel_key(grouped_wgrad_tc_name(tb), dt),
+                                      [&] { return build_grouped_wgrad_tc(dt, tb); })
+                         : cache->get(std::string("grouped_wgrad_") + (tb ? "t" : "n") + suffix(dt),
+                                      [&] { return build_wgrad(dt, tb); });
     return OpExpansion{
-        .calls = {
-            {.kernel = cache->get(std::string("grouped_wgrad_") + (tb ? "t" : "n") + suffix(dt),
-                                  [&] { return build_wgrad(dt, tb); }),
-             .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)},
-             .dims = {r, k, n, e}}}};
+        .calls = {{.kernel = kernel,
+                   .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)},
+                   .dims = {r, k, n, e}}}};
   };
 }
 

@@ -23,8 +23,8 @@ namespace {
 // constant, so it depends on neither M nor the device: every output is the same chain of
 // 16-wide tensor-core steps in k order whatever the number of rows (batch invariance). Ragged
 // edges read zeros.
-constexpr int64_t kTcM = 128, kTcN = 128, kTcK = 64;
-constexpr int kTcThreads = 256, kTcStages = 3, kGemmsInFlight = 0;
+// (kTcM, kTcN, kTcK and kTcThreads: matmul_tc.h.)
+constexpr int kTcStages = 3, kGemmsInFlight = 0;
 // The asynchronous kernel's buffers, and how many steps its copies run ahead of the gemms.
 constexpr int kAsyncStages = 5, kAhead = kAsyncStages - 2;
 
@@ -35,6 +35,119 @@ std::string tc_matmul_name(bool ta, bool tb) {
          std::to_string(kTcStages);
 }
 
+TcStaging tc_staging(cc::Scope& s, DType dtype, bool a_k_major, bool b_k_major) {
+  const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
+  TcStaging st{.a_k_major = a_k_major, .b_k_major = b_k_major};
+  for (int i = 0; i < kTcStages; ++i) {
+    st.as.push_back(s.alloc_shared("As" + std::to_string(i), dtype, {kTcM, kTcK}, sw));
+    st.bs.push_back(s.alloc_shared("Bs" + std::to_string(i), dtype, {kTcN, kTcK}, sw));
+  }
+  // The next step's tiles in registers, in the operands' dtype (staging moves bits:
+  // lower_storage_types copies a 16-bit float to its own dtype raw). A K-major operand (a
+  // [m, k], b^T [n, k]) is held as its [rows, 64] tile; a k-outer one (a^T [k, m], b [k, n]) as
+  // [rows / 8, 64, 8]: a thread still reads 8 consecutive global elements (one 16-byte load),
+  // but the threads of a warp run along k, so its transposing 2-byte stores fill consecutive
+  // addresses of one shared row instead of 16 rows that share a bank under the swizzle.
+  auto frag_shape = [](bool k_major, int64_t rows) {
+    return k_major ? std::vector<int64_t>{rows, kTcK} : std::vector<int64_t>{rows / 8, kTcK, 8};
+  };
+  st.ra = s.alloc_fragment("ra", dtype, frag_shape(a_k_major, kTcM));
+  st.rb = s.alloc_fragment("rb", dtype, frag_shape(b_k_major, kTcN));
+  return st;
+}
+
+void tc_gemm_steps(cc::Scope& s, const TcStaging& st, const TcOperand& a, const TcOperand& b,
+                   const cc::Buf& acc, const cc::Val& k_lo, const cc::Val& k_hi) {
+  // k_lo undefined: the whole K axis of 2-d operands, read as build_tc_matmul always has.
+  const bool whole = !k_lo.defined();
+  cc::Val steps = s.let(cc::ceildiv(whole ? k_hi : k_hi - k_lo, cc::Val(kTcK)), "steps");
+  // A tile wholly inside its operand loads unguarded (its loads issue back to back); an edge
+  // tile reads zeros outside (outside [k_lo, k_hi) too).
+  auto load_tile = [&](const cc::Buf& frag, const TcOperand& op, bool k_major, int64_t r_len,
+                       const cc::Val& k0) {
+    const cc::Val &r0 = op.r0, &rows = op.rows;
+    auto at = [&](const cc::Val& row, const cc::Val& kk) {
+      return op.lead.defined() ? op.buf(op.lead, row, kk) : op.buf(row, kk);
+    };
+    auto at_k_outer = [&](const cc::Val& kk, const cc::Val& row) {
+      return op.lead.defined() ? op.buf(op.lead, kk, row) : op.buf(kk, row);
+    };
+    cc::Val inside = k0 + kTcK <= k_hi && r0 + r_len <= rows;
+    if (k_major) {
+      std::vector<int64_t> tile{r_len, kTcK};
+      s.if_then_else(
+          inside,
+          [&] {
+            s.parallel(r_len, kTcK, [&](cc::Idx i, cc::Idx j) { frag(i, j) = at(r0 + i, k0 + j); });
+          },
+          [&] {
+            if (whole && !op.lead.defined()) return s.copy(frag, op.buf.region({r0, k0}, tile));
+            s.parallel(r_len, kTcK, [&](cc::Idx i, cc::Idx j) {
+              s.if_then_else(
+                  k0 + j < k_hi && r0 + i < rows, [&] { frag(i, j) = at(r0 + i, k0 + j); },
+                  [&] { frag(i, j) = 0.0f; });
+            });
+          });
+      return;
+    }
+    s.if_then_else(
+        inside,
+        [&] {
+          s.parallel(r_len / 8, kTcK, 8, [&](cc::Idx c, cc::Idx kk, cc::Idx l) {
+            frag(c, kk, l) = at_k_outer(k0 + kk, r0 + c * 8 + l);
+          });
+        },
+        [&] {
+          s.parallel(r_len / 8, kTcK, 8, [&](cc::Idx c, cc::Idx kk, cc::Idx l) {
+            s.if_then_else(
+                k0 + kk < k_hi && r0 + c * 8 + l < rows,
+                [&] { frag(c, kk, l) = at_k_outer(k0 + kk, r0 + c * 8 + l); },
+                [&] { frag(c, kk, l) = 0.0f; });
+          });
+        });
+  };
+  auto load = [&](const cc::Val& ko) {
+    cc::Val k0 = s.let(whole ? ko * kTcK : k_lo + ko * kTcK, "k0");
+    load_tile(st.ra, a, st.a_k_major, kTcM, k0);
+    load_tile(st.rb, b, st.b_k_major, kTcN, k0);
+  };
+  // Registers into the K-major shared tiles.
+  auto store_tile = [&](const cc::Buf& dst, const cc::Buf& frag, bool k_major, int64_t r_len) {
+    if (k_major) {
+      s.parallel(r_len, kTcK, [&](cc::Idx i, cc::Idx j) { dst(i, j) = frag(i, j); });
+    } else {
+      s.parallel(r_len / 8, kTcK, 8,
+                 [&](cc::Idx c, cc::Idx kk, cc::Idx l) { dst(c * 8 + l, kk) = frag(c, kk, l); });
+    }
+  };
+  auto store = [&](int i) {
+    store_tile(st.as[i], st.ra, st.a_k_major, kTcM);
+    store_tile(st.bs[i], st.rb, st.b_k_major, kTcN);
+  };
+  // Step ko goes through buffer (steps - 1 - ko) % kTcStages (from the end: the last step's is
+  // buffer 0): registers to that buffer (an if per buffer), one barrier, step ko + 1's loads,
+  // and its gemm runs on (kGemmsInFlight) while the next step stores. A gemm names its tiles, so
+  // 0-or-1-trip loops pick it (gemms may not sit under an if); the loads are written once (a
+  // loop unrolled by three spilled). The last step is peeled off, unconditional, buffer 0,
+  // pending 0: unless every path to the epilogue passes a wait, ptxas waits in the loop's
+  // latch (C7517) or serialises every wgmma (C7514). K = 0 adds products of zeros to +0.
+  const cc::Val zero(int64_t{0}), one(int64_t{1});
+  load(zero);
+  s.serial(cc::max(steps - 1, zero), [&](cc::Idx ko) {
+    cc::Val slot = s.let((steps - 1 - ko) % kTcStages, "slot");
+    for (int i = 0; i < kTcStages; ++i) s.if_then(slot == i, [&] { store(i); });
+    s.barrier();
+    load(ko + 1);  // in flight during the gemm
+    for (int i = 0; i < kTcStages; ++i)
+      s.serial(cc::select(slot == i, one, zero), [&](cc::Idx) {
+        s.gemm(acc, st.as[i], st.bs[i], /*trans_a=*/false, /*trans_b=*/true, kGemmsInFlight);
+      });
+  });
+  store(0);
+  s.barrier();
+  s.gemm(acc, st.as[0], st.bs[0], /*trans_a=*/false, /*trans_b=*/true, /*pending=*/0);
+}
+
 cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
   cc::KernelBuilder kb(tc_matmul_name(ta, tb) + "_" + std::string(dtype_name(dtype)));
   cc::Dim m = kb.dim("M"), n = kb.dim("N"), k = kb.dim("K");
@@ -43,102 +156,11 @@ cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
   cc::Buf c = kb.output("c", dtype, {m, n});
   kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, kTcM)}, kTcThreads, [&](cc::Scope& s) {
     cc::Idx bx = s.block_idx(0), by = s.block_idx(1);
-    const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
-    std::vector<cc::Buf> as, bs;
-    for (int st = 0; st < kTcStages; ++st) {
-      as.push_back(s.alloc_shared("As" + std::to_string(st), dtype, {kTcM, kTcK}, sw));
-      bs.push_back(s.alloc_shared("Bs" + std::to_string(st), dtype, {kTcN, kTcK}, sw));
-    }
+    TcStaging st = tc_staging(s, dtype, !ta, tb);
     cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTcM, kTcN});
-    // The next step's tiles in registers, in the operands' dtype (staging moves bits:
-    // lower_storage_types copies a 16-bit float to its own dtype raw). A K-major operand (a
-    // [m, k], b^T [n, k]) is held as its [rows, 64] tile; a k-outer one (a^T [k, m], b [k, n]) as
-    // [rows / 8, 64, 8]: a thread still reads 8 consecutive global elements (one 16-byte load),
-    // but the threads of a warp run along k, so its transposing 2-byte stores fill consecutive
-    // addresses of one shared row instead of 16 rows that share a bank under the swizzle.
-    auto frag_shape = [](bool k_major, int64_t rows) {
-      return k_major ? std::vector<int64_t>{rows, kTcK} : std::vector<int64_t>{rows / 8, kTcK, 8};
-    };
-    cc::Buf ra = s.alloc_fragment("ra", dtype, frag_shape(!ta, kTcM));
-    cc::Buf rb = s.alloc_fragment("rb", dtype, frag_shape(tb, kTcN));
-    cc::Val steps = s.let(cc::ceildiv(k, cc::Val(kTcK)), "steps");
     s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
-    // A tile wholly inside its operand loads unguarded (its loads issue back to back); an edge
-    // tile reads zeros outside.
-    auto load_tile = [&](const cc::Buf& frag, const cc::Buf& src, bool k_major, int64_t r_len,
-                         const cc::Val& k0, const cc::Val& r0, const cc::Val& rows) {
-      cc::Val inside = k0 + kTcK <= k && r0 + r_len <= rows;
-      if (k_major) {
-        std::vector<int64_t> tile{r_len, kTcK};
-        s.if_then_else(
-            inside,
-            [&] {
-              s.parallel(r_len, kTcK,
-                         [&](cc::Idx i, cc::Idx j) { frag(i, j) = src(r0 + i, k0 + j); });
-            },
-            [&] {
-              s.copy(frag, src.region({r0, k0}, tile));
-            });
-        return;
-      }
-      s.if_then_else(
-          inside,
-          [&] {
-            s.parallel(r_len / 8, kTcK, 8, [&](cc::Idx c, cc::Idx kk, cc::Idx l) {
-              frag(c, kk, l) = src(k0 + kk, r0 + c * 8 + l);
-            });
-          },
-          [&] {
-            s.parallel(r_len / 8, kTcK, 8, [&](cc::Idx c, cc::Idx kk, cc::Idx l) {
-              s.if_then_else(
-                  k0 + kk < k && r0 + c * 8 + l < rows,
-                  [&] { frag(c, kk, l) = src(k0 + kk, r0 + c * 8 + l); },
-                  [&] { frag(c, kk, l) = 0.0f; });
-            });
-          });
-    };
-    auto load = [&](const cc::Val& ko) {
-      cc::Val k0 = s.let(ko * kTcK, "k0");
-      load_tile(ra, a, !ta, kTcM, k0, by * kTcM, m);
-      load_tile(rb, b, tb, kTcN, k0, bx * kTcN, n);
-    };
-    // Registers into the K-major shared tiles.
-    auto store_tile = [&](const cc::Buf& dst, const cc::Buf& frag, bool k_major, int64_t r_len) {
-      if (k_major) {
-        s.parallel(r_len, kTcK, [&](cc::Idx i, cc::Idx j) { dst(i, j) = frag(i, j); });
-      } else {
-        s.parallel(r_len / 8, kTcK, 8,
-                   [&](cc::Idx c, cc::Idx kk, cc::Idx l) { dst(c * 8 + l, kk) = frag(c, kk, l); });
-      }
-    };
-    auto store = [&](int st) {
-      store_tile(as[st], ra, !ta, kTcM);
-      store_tile(bs[st], rb, tb, kTcN);
-    };
-    // Step ko through buffer st: the tiles held in registers go to shared memory, one barrier,
-    // step ko + 1's loads issue, and the gemm runs on while the next step stores.
-    // Step ko goes through buffer (steps - 1 - ko) % kTcStages (from the end: the last step's is
-    // buffer 0): registers to that buffer (an if per buffer), one barrier, step ko + 1's loads,
-    // and its gemm runs on (kGemmsInFlight) while the next step stores. A gemm names its tiles, so
-    // 0-or-1-trip loops pick it (gemms may not sit under an if); the loads are written once (a
-    // loop unrolled by three spilled). The last step is peeled off, unconditional, buffer 0,
-    // pending 0: unless every path to the epilogue passes a wait, ptxas waits in the loop's
-    // latch (C7517) or serialises every wgmma (C7514). K = 0 adds products of zeros to +0.
-    const cc::Val zero(int64_t{0}), one(int64_t{1});
-    load(zero);
-    s.serial(cc::max(steps - 1, zero), [&](cc::Idx ko) {
-      cc::Val slot = s.let((steps - 1 - ko) % kTcStages, "slot");
-      for (int st = 0; st < kTcStages; ++st) s.if_then(slot == st, [&] { store(st); });
-      s.barrier();
-      load(ko + 1);  // in flight during the gemm
-      for (int st = 0; st < kTcStages; ++st)
-        s.serial(cc::select(slot == st, one, zero), [&](cc::Idx) {
-          s.gemm(acc, as[st], bs[st], /*trans_a=*/false, /*trans_b=*/true, kGemmsInFlight);
-        });
-    });
-    store(0);
-    s.barrier();
-    s.gemm(acc, as[0], bs[0], /*trans_a=*/false, /*trans_b=*/true, /*pending=*/0);
+    tc_gemm_steps(s, st, {.buf = a, .r0 = by * kTcM, .rows = m},
+                  {.buf = b, .r0 = bx * kTcN, .rows = n}, acc, cc::Val(), k);
     s.copy(c.region({by * kTcM, bx * kTcN}, {kTcM, kTcN}), acc);
   });
   return kb.build();

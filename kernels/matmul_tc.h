@@ -5,10 +5,15 @@
 
 #include <string>
 
+#include "compiler/ir/builder.h"
 #include "compiler/ir/kernel.h"
 #include "tilerun/dtype.h"
 
 namespace tilerun::kernels {
+
+// The tiling: a 128 x 128 output tile per block of two warpgroups, K in steps of 64.
+constexpr int64_t kTcM = 128, kTcN = 128, kTcK = 64;
+constexpr int kTcThreads = 256;
 
 // Tiles staged through registers: any transposes, any K and N.
 std::string tc_matmul_name(bool ta, bool tb);
@@ -18,5 +23,31 @@ compiler::Kernel build_tc_matmul(DType dtype, bool ta, bool tb);
 // is not transposed) multiples of 8.
 std::string tc_async_name(bool tb);
 compiler::Kernel build_tc_matmul_async(DType dtype, bool tb);
+
+// ---- The register-staged K loop, for other kernels on the same tiling (grouped_matmul) ----------
+
+// One operand of the block's gemm: rows [r0, r0 + 128) of a global tensor, [rows, k] (K-major)
+// or [k, rows], or of the matrix `lead` of a 3-d one ([E, .., ..]: an expert's weights).
+struct TcOperand {
+  compiler::Buf buf;
+  compiler::Val r0, rows;
+  compiler::Val lead = {};  // undefined: a 2-d tensor
+};
+
+// The shared tiles and staging registers of tc_gemm_steps, allocated once per kernel.
+struct TcStaging {
+  std::vector<compiler::Buf> as, bs;
+  compiler::Buf ra, rb;
+  bool a_k_major = true, b_k_major = true;
+};
+TcStaging tc_staging(compiler::Scope& s, DType dtype, bool a_k_major, bool b_k_major);
+
+// acc [128, 128] (f32, zeroed by the caller) += a's tile times b's tile transposed over k in
+// [k_lo, k_hi), 64 at a time from k_lo, zeros outside; k_lo undefined: [0, k_hi) of 2-d
+// operands, edges read by copy (build_tc_matmul's loop). Block-uniform; ends with every gemm
+// done, but other warpgroups may still be reading the shared tiles: a caller that runs it again
+// puts a barrier between.
+void tc_gemm_steps(compiler::Scope& s, const TcStaging& st, const TcOperand& a, const TcOperand& b,
+                   const compiler::Buf& acc, const compiler::Val& k_lo, const compiler::Val& k_hi);
 
 }  // namespace tilerun::kernels

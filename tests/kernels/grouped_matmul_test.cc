@@ -1,12 +1,16 @@
 // grouped_matmul's kernels are batch and load invariant: a row's output bits depend only on the
 // row and its expert's weights (not on where it sits in a tile, which rows share the tile, or how
 // the other segments lie), and grouped_matmul_wgrad's dw[e] only on expert e's rows. Rows in no
-// segment, even NaN, reach no output but their own zeros.
+// segment, even NaN, reach no output but their own zeros. bf16/f16 run on the tensor cores:
+// every output is the tensor core's model of its dot product (compiler/codegen/mma_model.h), bit
+// for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "compiler/codegen/mma_model.h"
 #include "tests/kernels/kernel_runner.h"
+#include "tilerun/tilerun.h"
 
 namespace tilerun::kernels {
 namespace {
@@ -126,6 +130,150 @@ TEST(GroupedMatmul, AnyOffsetsAreWellDefined) {
   // zeros; expert 1 every row, expert 3 rows 10..44.
   for (int64_t e : {0, 2})
     for (int64_t i = 0; i < k * n; ++i) ASSERT_EQ(got[e * k * n + i], 0.0) << "expert " << e;
+}
+
+// Shape and dtype mistakes: a ShapeError naming the input and what was expected; in a model, a
+// tilerun::Error that also names the op and its position.
+TEST(GroupedMatmul, ShapeMistakesNameTheInput) {
+  const OpSchema& gm = testing::schema_of("grouped_matmul");
+  const OpSchema& wg = testing::schema_of("grouped_matmul_wgrad");
+  const Attrs nn{{"transpose_b", false}}, nt{{"transpose_b", true}};
+  auto message = [](const OpSchema& s, std::vector<TensorType> in, const Attrs& attrs) {
+    try {
+      s.infer(in, attrs);
+    } catch (const ShapeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const TensorType x{DType::F32, {10, 8}}, offsets{DType::I32, {3}};
+  EXPECT_EQ(gm.infer({x, {DType::F32, {3, 8, 5}}, offsets}, nn)[0],
+            (TensorType{DType::F32, {10, 5}}));
+  EXPECT_EQ(gm.infer({x, {DType::F32, {3, 5, 8}}, offsets}, nt)[0],
+            (TensorType{DType::F32, {10, 5}}));
+  const struct {
+    const OpSchema* op;
+    std::vector<TensorType> in;
+    Attrs attrs;
+    std::string names;
+  } cases[] = {
+      {&gm, {x, {DType::F32, {3, 7, 5}}, offsets}, nn, "input 'w'"},        // K mismatch
+      {&gm, {x, {DType::F32, {3, 8, 5}}, offsets}, nt, "input 'w'"},        // not [E, N, K]
+      {&gm, {x, {DType::BF16, {3, 8, 5}}, offsets}, nn, "input 'w'"},       // dtype
+      {&gm, {x, {DType::F32, {8, 5}}, offsets}, nn, "input 'w'"},           // rank
+      {&gm, {x, {DType::F32, {4, 8, 5}}, offsets}, nn, "input 'offsets'"},  // E mismatch
+      {&gm, {x, {DType::F32, {3, 8, 5}}, {DType::F32, {3}}}, nn, "input 'offsets'"},
+      {&gm, {{DType::F32, {10}}, {DType::F32, {3, 8, 5}}, offsets}, nn, "input 'x'"},
+      {&wg, {x, {DType::F32, {9, 5}}, offsets}, nn, "input 'dy'"},  // rows mismatch
+      {&wg, {x, {DType::F32, {10, 5}}, {DType::I32, {3, 1}}}, nn, "input 'offsets'"},
+  };
+  for (const auto& c : cases)
+    EXPECT_NE(message(*c.op, c.in, c.attrs).find(c.names), std::string::npos)
+        << c.op->name << ": " << message(*c.op, c.in, c.attrs);
+
+  const std::string yaml = R"(model: m
+dtype: f32
+inputs:
+  x: {shape: [10, 8]}
+  w: {shape: [3, 7, 5]}
+  ids: {shape: [10], dtype: i32, init: zeros}
+layers:
+  - name: l
+    ops:
+      - {op: counting_sort, in: ids, out: [p, o, r, offsets], bins: 3}
+      - {op: grouped_matmul, in: [x, w, offsets], out: y}
+outputs: [l.y]
+)";
+  try {
+    parse_model(yaml, "m.yaml");
+    ADD_FAILURE() << "a K mismatch parsed";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("m.yaml:11:"), std::string::npos) << what;
+    EXPECT_NE(what.find("grouped_matmul"), std::string::npos) << what;
+    EXPECT_NE(what.find("input 'w'"), std::string::npos) << what;
+  }
+}
+
+// Raw 16-bit elements of a bf16/f16 tensor.
+std::vector<uint16_t> bits16(DType dtype, const RefTensor& t) {
+  Bytes b = testing::encode(dtype, t.data);
+  std::vector<uint16_t> out(t.data.size());
+  std::memcpy(out.data(), b.data.data(), 2 * out.size());
+  return out;
+}
+
+uint16_t bits_of(const Bytes& b, int64_t i) {
+  uint16_t h;
+  std::memcpy(&h, b.data.data() + 2 * i, 2);
+  return h;
+}
+
+uint16_t rounded_bits(DType dtype, float v) { return bits_of(testing::encode(dtype, {v}), 0); }
+
+// y[r, j] = +0 + the model's dot product of row r and column j of its expert's matrix (K = 100:
+// two K steps, the second ragged), 0 for rows in no segment.
+TEST(GroupedMatmulTensorCore, EveryOutputIsItsExpertsModelDotProduct) {
+  std::mt19937_64 rng(testing::test_seed() + 3);
+  const int64_t rows = 150, k = 100, n = 40, experts = 5;
+  const compiler::MmaModel model = compiler::hopper_mma_model();
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (bool tb : {false, true}) {
+      RefTensor x = testing::rounded(dtype, testing::random_tensor(rng, {rows, k}));
+      RefTensor w =
+          testing::rounded(dtype, testing::random_tensor(rng, tb ? std::vector{experts, n, k}
+                                                                 : std::vector{experts, k, n}));
+      RefTensor off = random_offsets(rng, experts, 3, rows);
+      Bytes y = runner().run("grouped_matmul", {x, w, off}, {{"transpose_b", tb}}, dtype, 7.0)[0];
+      const std::vector<uint16_t> xb = bits16(dtype, x), wb = bits16(dtype, w);
+      int64_t mismatches = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t e = expert_of(off, r, rows);
+          float want = 0.0f;
+          if (e >= 0) {
+            const uint16_t* col = tb ? &wb[(e * n + j) * k] : &wb[e * k * n + j];
+            want += compiler::mma_dot(model, 0.0f, &xb[r * k], 1, col, tb ? 1 : n, k,
+                                      dtype == DType::F16);
+          }
+          if (bits_of(y, r * n + j) != rounded_bits(dtype, want) && mismatches++ < 3)
+            ADD_FAILURE() << dtype_name(dtype) << " tb=" << tb << ": y[" << r << ", " << j
+                          << "] (expert " << e << ") differs from the model's " << want;
+        }
+      EXPECT_EQ(mismatches, 0);
+    }
+}
+
+// dw[e][k, n] = the model's dot product of x[lo..hi, k] and dy[lo..hi, n], from the segment's
+// first row in row order (segments of 0 to 70 rows: zero to two K steps).
+TEST(GroupedMatmulTensorCore, WgradIsEachSegmentsModelDotProduct) {
+  std::mt19937_64 rng(testing::test_seed() + 4);
+  const int64_t rows = 150, k = 40, n = 30, experts = 4;
+  const compiler::MmaModel model = compiler::hopper_mma_model();
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (bool tb : {false, true}) {
+      RefTensor x = testing::rounded(dtype, testing::random_tensor(rng, {rows, k}));
+      RefTensor dy = testing::rounded(dtype, testing::random_tensor(rng, {rows, n}));
+      RefTensor off = random_offsets(rng, experts, 0, rows);
+      Bytes dw =
+          runner().run("grouped_matmul_wgrad", {x, dy, off}, {{"transpose_b", tb}}, dtype, 7.0)[0];
+      const std::vector<uint16_t> xb = bits16(dtype, x), db = bits16(dtype, dy);
+      int64_t mismatches = 0;
+      for (int64_t e = 0; e < experts; ++e) {
+        const auto lo = static_cast<int64_t>(off.data[e]);
+        const int64_t hi = e + 1 < experts ? static_cast<int64_t>(off.data[e + 1]) : rows;
+        for (int64_t p = 0; p < k; ++p)
+          for (int64_t j = 0; j < n; ++j) {
+            const float want = compiler::mma_dot(model, 0.0f, &xb[lo * k + p], k, &db[lo * n + j],
+                                                 n, hi - lo, dtype == DType::F16);
+            const int64_t at = tb ? (e * n + j) * k + p : (e * k + p) * n + j;
+            if (bits_of(dw, at) != rounded_bits(dtype, want) && mismatches++ < 3)
+              ADD_FAILURE() << dtype_name(dtype) << " tb=" << tb << ": dw[" << e << "][" << p
+                            << ", " << j << "] differs from the model's " << want;
+          }
+      }
+      EXPECT_EQ(mismatches, 0);
+    }
 }
 
 }  // namespace

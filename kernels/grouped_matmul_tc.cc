@@ -1,0 +1,103 @@
+// grouped_matmul's tensor-core kernels (grouped_matmul_tc.h), on matmul_tc.h's K loop: every
+// output is the tensor core's chain over its K tiles in k order from +0, the tiling a constant.
+//  - forward: a 128 x 128 tile of y per block. The block walks e over all E; where expert e's
+//    segment meets its rows, the whole K loop runs against w[e] into a fresh accumulator, which
+//    is then added to the segment's rows only (a row's bits: +0 + its own expert's chain,
+//    whatever shares its tile: batch invariant). A barrier after each such pass, since the next
+//    one restages the shared tiles another warpgroup may still be reading.
+//  - wgrad: a block per (128 of K, 128 of N, expert): the K loop of the gemm runs over the
+//    segment's rows, 64 at a time from its first (x^T and dy both staged from [rows, ..]
+//    tensors), zeros past its end, so dw[e] depends only on the segment's rows; empty: zeros.
+#include "kernels/grouped_matmul_tc.h"
+
+#include "kernels/matmul_tc.h"
+
+namespace tilerun::kernels {
+
+namespace cc = tilerun::compiler;
+
+std::pair<cc::Val, cc::Val> grouped_segment(cc::Scope& s, const cc::Buf& offsets, const cc::Val& e,
+                                            const cc::Dim& experts, const cc::Dim& rows) {
+  cc::Val lo = s.let(cc::max(cc::min(cc::to_i64(offsets(e)), rows), cc::Val(0)), "lo");
+  // The next segment's start; the last one ends at R (the load is clamped to stay in range).
+  cc::Val next = cc::to_i64(offsets(cc::min(e + 1, experts - 1)));
+  cc::Val end = cc::select(e + 1 < experts, next, rows);
+  cc::Val hi = s.let(cc::max(cc::min(end, rows), lo), "hi");
+  return {lo, hi};
+}
+
+std::string grouped_tc_name(bool tb) {
+  return std::string("grouped_matmul_tc_") + (tb ? "nt" : "nn") + "_128x128x64";
+}
+
+cc::Kernel build_grouped_tc(DType dtype, bool tb) {
+  cc::KernelBuilder kb(grouped_tc_name(tb) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim r = kb.dim("R"), n = kb.dim("N"), k = kb.dim("K"), experts = kb.dim("E");
+  cc::Buf x = kb.input("x", dtype, {r, k});
+  cc::Buf w = kb.input(
+      "w", dtype, tb ? std::vector<cc::Val>{experts, n, k} : std::vector<cc::Val>{experts, k, n});
+  cc::Buf offsets = kb.input("offsets", DType::I32, {experts});
+  cc::Buf y = kb.output("y", dtype, {r, n});
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(r, kTcM)}, kTcThreads, [&](cc::Scope& s) {
+    cc::Idx n0 = s.let(s.block_idx(0) * kTcN, "n0"), r0 = s.let(s.block_idx(1) * kTcM, "r0");
+    TcStaging st = tc_staging(s, dtype, /*a_k_major=*/true, /*b_k_major=*/tb);
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTcM, kTcN});
+    cc::Buf out = s.alloc_fragment("out", DType::F32, {kTcM, kTcN});
+    s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { out(i, j) = 0.0f; });
+    s.serial(experts, [&](cc::Idx e) {
+      const auto [lo_v, hi_v] = grouped_segment(s, offsets, e, experts, r);
+      const cc::Val lo = lo_v, hi = hi_v;  // plain names, captured by the lambdas
+      cc::Val meets = s.let(lo < hi && lo < r0 + kTcM && hi > r0, "meets");
+      // A 0-or-1-trip loop, not an if: the pass holds barriers and gemms.
+      s.serial(cc::select(meets, cc::Val(1), cc::Val(0)), [&](cc::Idx) {
+        s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+        tc_gemm_steps(s, st, {.buf = x, .r0 = r0, .rows = r},
+                      {.buf = w, .r0 = n0, .rows = n, .lead = e}, acc, cc::Val(), k);
+        s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) {
+          cc::Idx row = r0 + i;
+          out(i, j) = cc::select(row >= lo && row < hi, out(i, j) + acc(i, j), out(i, j));
+        });
+        s.barrier();  // the next pass restages the tiles
+      });
+    });
+    s.copy(y.region({r0, n0}, {kTcM, kTcN}), out);
+  });
+  return kb.build();
+}
+
+std::string grouped_wgrad_tc_name(bool tb) {
+  return std::string("grouped_matmul_wgrad_tc_") + (tb ? "t" : "n") + "_128x128x64";
+}
+
+cc::Kernel build_grouped_wgrad_tc(DType dtype, bool tb) {
+  cc::KernelBuilder kb(grouped_wgrad_tc_name(tb) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim r = kb.dim("R"), k = kb.dim("K"), n = kb.dim("N"), experts = kb.dim("E");
+  cc::Buf x = kb.input("x", dtype, {r, k});
+  cc::Buf dy = kb.input("dy", dtype, {r, n});
+  cc::Buf offsets = kb.input("offsets", DType::I32, {experts});
+  cc::Buf dw = kb.output(
+      "dw", dtype, tb ? std::vector<cc::Val>{experts, n, k} : std::vector<cc::Val>{experts, k, n});
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(k, kTcM), experts}, kTcThreads, [&](cc::Scope& s) {
+    cc::Idx n0 = s.let(s.block_idx(0) * kTcN, "n0"), k0 = s.let(s.block_idx(1) * kTcM, "k0");
+    cc::Idx e = s.block_idx(2);
+    const auto [lo, hi] = grouped_segment(s, offsets, e, experts, r);
+    // Both operands are [rows, ..]: the gemm's K runs along their rows (k-outer staging).
+    TcStaging st = tc_staging(s, dtype, /*a_k_major=*/false, /*b_k_major=*/false);
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTcM, kTcN});
+    s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+    tc_gemm_steps(s, st, {.buf = x, .r0 = k0, .rows = k}, {.buf = dy, .r0 = n0, .rows = n}, acc, lo,
+                  hi);
+    s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) {
+      cc::Idx kc = k0 + i, nc = n0 + j;
+      s.if_then(kc < k && nc < n, [&] {
+        if (tb)
+          dw(e, nc, kc) = acc(i, j);
+        else
+          dw(e, kc, nc) = acc(i, j);
+      });
+    });
+  });
+  return kb.build();
+}
+
+}  // namespace tilerun::kernels
