@@ -7,6 +7,13 @@
 // token) (bitonic_sort), and each table row finds its run of tokens by binary search: O(N log² N
 // + V·D·log N + N·D) instead of scanning every id for every row, O(V·D·N); the same sums in the
 // same order, so the same bits.
+//
+// gather_rows is embedding with the ids' inverse at hand (MoE dispatch and combine: the ids are
+// counting_sort's row, position or order, and their inverse its position or order): forward the
+// same gather, backward owner-computes without sorting or scanning, each table row summing the
+// dy rows its J inverse entries name, in j order: O(V·J·D) whatever the number of ids (the
+// scan above is O(V·N·D), the sort limited to kMaxSortedIds). Every entry is verified (it must
+// name an id equal to the row), so a wrong inverse gives a NaN row, never a silent wrong sum.
 #include <cmath>
 #include <limits>
 
@@ -230,6 +237,98 @@ cc::Kernel build_embedding_grad_sorted(DType dtype, int64_t m) {
 
 int64_t ids_count(const TensorType& ids) { return numel(ids); }
 
+// ---- gather_rows ---------------------------------------------------------------------------
+
+// (table [V, D], ids i32 [..] (N), inverse i32 [..] (V·J)): J, each row's count of inverse entries.
+int64_t inverse_width(const std::vector<TensorType>& in) {
+  const int64_t v = in[0].shape.empty() ? 0 : in[0].shape[0], count = numel(in[2]);
+  if (in[2].dtype != DType::I32 || v == 0 || count % v != 0)
+    throw ShapeError("input 'inverse' is " + to_string(in[2]) +
+                     ", expected i32 with a multiple of " + "the table's " + std::to_string(v) +
+                     " rows of elements (J per row)");
+  return count / v;
+}
+
+std::vector<TensorType> infer_gather_rows(const std::vector<TensorType>& in, const Attrs& attrs) {
+  std::vector<TensorType> y = infer_embedding(in, attrs);
+  inverse_width(in);
+  return y;
+}
+
+// (table, ids, inverse, dy) -> dtable.
+std::vector<TensorType> infer_gather_rows_grad(const std::vector<TensorType>& in,
+                                               const Attrs& attrs) {
+  TensorType y = infer_gather_rows(in, attrs)[0];
+  expect_same(in[3], "dy", y, "the gathered rows");
+  return {in[0]};
+}
+
+// dtable[v] = sum over j of dy[inverse[v, j]], in j order; NaN where an entry names no id equal
+// to v (or lies outside [0, N)).
+std::vector<RefTensor> ref_gather_rows_grad(const std::vector<RefTensor>& in, const Attrs&) {
+  const RefTensor &table = in[0], &ids = in[1], &inv = in[2], &dy = in[3];
+  const int64_t v = table.shape[0], d = table.shape[1], n = ids.numel(), j = inv.numel() / v;
+  RefTensor dt = ref_zeros(table.shape);
+  for (int64_t row = 0; row < v; ++row) {
+    bool ok = true;
+    for (int64_t p = 0; p < j; ++p) {
+      const int64_t q = id_of(inv.data[row * j + p]);
+      if (q < 0 || q >= n || id_of(ids.data[q]) != row) {
+        ok = false;
+        continue;
+      }
+      for (int64_t c = 0; c < d; ++c) dt.data[row * d + c] += dy.data[q * d + c];
+    }
+    if (!ok)
+      for (int64_t c = 0; c < d; ++c) dt.data[row * d + c] = kNaN();
+  }
+  return {dt};
+}
+
+std::vector<GradOp> grad_gather_rows(const std::vector<TensorType>&, const Attrs&,
+                                     const std::vector<bool>& needs) {
+  if (!needs[0]) return {};
+  return {{"gather_rows_grad", {"x0", "x1", "x2", "dy0"}, {"dx0"}, {}}};
+}
+
+// One block per (table row, column tile): the row's J inverse entries, each verified against
+// ids, their dy rows summed in j order (f32), NaN for the row if any entry fails.
+cc::Kernel build_gather_rows_grad(DType dtype) {
+  cc::KernelBuilder kb("gather_rows_grad" + suffix(dtype));
+  cc::Dim n = kb.dim("N"), v = kb.dim("V"), j = kb.dim("J"), d = kb.dim("D");
+  cc::Buf ids = kb.input("ids", DType::I32, {n});
+  cc::Buf inv = kb.input("inverse", DType::I32, {v, j});
+  cc::Buf dy = kb.input("dy", dtype, {n, d});
+  cc::Buf dt = kb.output("dtable", dtype, {v, d});
+  kb.body({v, cc::ceildiv(d, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(0);
+    cc::Idx base = s.block_idx(1) * kThreads;
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kThreads});
+    cc::Buf bad = s.alloc_fragment("bad", DType::F32, {kThreads});  // 1: an entry failed
+    s.parallel(kThreads, [&](cc::Idx i) {
+      cc::Idx col = base + i;
+      s.if_then(col < d, [&] {
+        acc(i) = 0.0f;
+        bad(i) = 0.0f;
+        s.serial(j, [&](cc::Idx p) {
+          cc::Val q = s.let(cc::to_i64(inv(row, p)), "q");
+          s.if_then_else(
+              q >= 0 && q < n,
+              [&] {
+                s.if_then_else(
+                    cc::to_i64(ids(q)) == row, [&] { acc(i) = acc(i) + dy(q, col); },
+                    [&] { bad(i) = 1.0f; });
+              },
+              [&] { bad(i) = 1.0f; });
+        });
+        dt(row, col) =
+            cc::select(bad(i) == 0.0f, acc(i), cc::Val(std::numeric_limits<float>::quiet_NaN()));
+      });
+    });
+  });
+  return kb.build();
+}
+
 ExpandFn expand_embedding(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&, const Attrs&) {
     DType dt = in[0].dtype;
@@ -266,6 +365,32 @@ ExpandFn expand_embedding_grad(std::shared_ptr<KernelCache> cache) {
                                          [&] { return build_embedding_grad(dt); }),
                     .buffers = {input_slot(1), input_slot(2), output_slot(0)},
                     .dims = {ids_count(in[1]), in[0].shape[0], in[0].shape[1]}};
+    return OpExpansion{.calls = {call}};
+  };
+}
+
+// gather_rows: embedding's gather (the graph appends the ids' check status after the inverse).
+ExpandFn expand_gather_rows(std::shared_ptr<KernelCache> cache) {
+  return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&, const Attrs&) {
+    DType dt = in[0].dtype;
+    const bool checked = in.size() > 3;
+    KernelCall call{
+        .kernel = cache->get(kernel_key(checked ? "embedding_checked" : "embedding", dt),
+                             [&] { return build_embedding(dt, checked); }),
+        .buffers = {input_slot(0), input_slot(1), output_slot(0)},
+        .dims = {ids_count(in[1]), in[0].shape[0], in[0].shape[1]}};
+    if (checked) call.buffers.insert(call.buffers.begin() + 2, input_slot(3));
+    return OpExpansion{.calls = {call}};
+  };
+}
+
+ExpandFn expand_gather_rows_grad(std::shared_ptr<KernelCache> cache) {
+  return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&, const Attrs&) {
+    DType dt = in[0].dtype;
+    KernelCall call{.kernel = cache->get(kernel_key("gather_rows_grad", dt),
+                                         [&] { return build_gather_rows_grad(dt); }),
+                    .buffers = {input_slot(1), input_slot(2), input_slot(3), output_slot(0)},
+                    .dims = {ids_count(in[1]), in[0].shape[0], inverse_width(in), in[0].shape[1]}};
     return OpExpansion{.calls = {call}};
   };
 }
@@ -333,6 +458,57 @@ void register_embedding(OpRegistry& registry) {
            .examples = {
                {.inputs = {{{2, 2}, {9, 9, 9, 9}}, {{3}, {2, 0, 0}}, {{3, 2}, {1, 2, 3, 4, 5, 6}}},
                 .outputs = {{{2, 2}, {8, 10, 0, 0}}}}}}});
+  // Each of 3 rows named twice: ids 2 0 1 0 1 2, inverse (row 0: tokens 1, 3; row 1: 2, 4; row
+  // 2: 0, 5).
+  const RefTensor table{.shape = {3, 2}, .data = {1, 2, 3, 4, 5, 6}};
+  const RefTensor ids{.shape = {6}, .data = {2, 0, 1, 0, 1, 2}};
+  const RefTensor inverse{.shape = {3, 2}, .data = {1, 3, 2, 4, 0, 5}};
+  registry.add(
+      {.name = "gather_rows",
+       .doc = "y[.., :] = table[ids[..], :] as embedding, with inverse i32 (V·J elements: the J "
+              "positions of the ids naming each of the V rows, e.g. counting_sort's position or "
+              "order) for a gradient without sorting: gather_rows_grad",
+       .inputs = {"table", "ids", "inverse"},
+       .outputs = {"y"},
+       .input_dtypes = {{1, DType::I32}, {2, DType::I32}},
+       .infer = infer_gather_rows,
+       .reference =
+           [](const std::vector<RefTensor>& in, const Attrs& attrs) {
+             return ref_embedding({in[0], in[1]}, attrs);
+           },
+       .gradient = grad_gather_rows,
+       .expand = expand_gather_rows(cache),
+       .index_contracts = {kIdsContract},
+       .tests = {.kernel = {{.shapes = {{7, 5}, {14}, {7, 2}}, .int_lo = 0, .int_hi = 7},
+                            {.shapes = {{50, 133}, {2, 25}, {50}}, .int_lo = 0, .int_hi = 50}},
+                 .examples = {{.inputs = {table, ids, inverse},
+                               .outputs = {{{6, 2}, {5, 6, 1, 2, 3, 4, 1, 2, 3, 4, 5, 6}}}}}}});
+  registry.add(
+      {.name = "gather_rows_grad",
+       .doc = "dtable[v, :] = sum over j of dy[inverse[v, j], :] in j order, NaN for a row with "
+              "an entry outside [0, N) or naming an id other than v (the backward op of "
+              "gather_rows)",
+       .inputs = {"table", "ids", "inverse", "dy"},
+       .outputs = {"dtable"},
+       .input_dtypes = {{1, DType::I32}, {2, DType::I32}},
+       .infer = infer_gather_rows_grad,
+       .reference = ref_gather_rows_grad,
+       .expand = expand_gather_rows_grad(cache),
+       .tests = {
+           // Random inverses are wrong ones (NaN rows: the examples); one table row named by
+           // every id is a valid inverse for any ids in [0, 1). Random routings:
+           // tests/kernels/gather_rows_test.cc.
+           .kernel = {{.shapes = {{1, 5}, {4}, {1, 4}, {4, 5}}},
+                      {.shapes = {{1, 133}, {3}, {1, 3}, {3, 133}}}},
+           // Row 1's second entry names token 3, whose id is 0: a NaN row.
+           .examples = {
+               {.inputs = {table, ids, inverse, {{6, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}}},
+                .outputs = {{{3, 2}, {10, 12, 14, 16, 12, 14}}}},
+               {.inputs = {table,
+                           ids,
+                           {{3, 2}, {1, 3, 2, 3, 0, 5}},
+                           {{6, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}}},
+                .outputs = {{{3, 2}, {10, 12, kNaN(), kNaN(), 12, 14}}}}}}});
 }
 
 }  // namespace tilerun::kernels
