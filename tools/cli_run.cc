@@ -79,7 +79,8 @@ void add_weights(const Session& session, TensorMap& all) {
 struct Steps {
   std::vector<LayerRow> rows;
   std::vector<LossValue> losses;
-  TensorMap results;  // the last step's outputs and gradients; after training, the weights
+  TensorMap results;           // the last step's outputs and gradients; after training, the weights
+  TensorMap selection_inputs;  // the last step's values that topk-like ops chose indices by
   std::optional<CheckResult> check;
 };
 
@@ -101,6 +102,7 @@ Steps time_steps(Session& session, const Options& o, bool check) {
     if (!o.forward_only) session.backward();
     if (step == o.steps - 1) {
       out.results = results(session, o.forward_only);
+      out.selection_inputs = session.selection_inputs();
       if (check) out.check = session.check();
     }
     if (train) session.update();
@@ -219,7 +221,9 @@ RunResult run_steps(const Options& o, const Model& model) {
     r.difference = first_difference(r.results, launch.results);
   }
   r.profile = add_profile(*session, r.rows);  // after every session's timed steps
-  r.non_finite = first_non_finite(r.results);
+  // A selection's input first: a NaN there may reach no output, only the routing.
+  r.non_finite = first_non_finite(steps.selection_inputs);
+  if (r.non_finite.empty()) r.non_finite = first_non_finite(r.results);
   return r;
 }
 
