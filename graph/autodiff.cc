@@ -343,6 +343,18 @@ void add_index_checks(OpGraph& g, GraphOp& op) {
   op.inputs.insert(op.inputs.end(), statuses.begin(), statuses.end());
 }
 
+// An op that writes indices chooses them from its float inputs' values: OpGraph::selection_inputs.
+void note_selection_inputs(OpGraph& g, const GraphOp& op) {
+  const kernels::OpSchema* schema = kernels::op_registry().find(op.type);
+  TR_CHECK(schema != nullptr, "checked model uses unknown op " + op.type);
+  if (schema->index_outputs.empty()) return;
+  for (int in : op.inputs)
+    if (dtype_is_float(g.tensors[in].type.dtype) &&
+        std::find(g.selection_inputs.begin(), g.selection_inputs.end(), in) ==
+            g.selection_inputs.end())
+      g.selection_inputs.push_back(in);
+}
+
 }  // namespace
 
 OpGraph build_forward(const Model& model) {
@@ -366,6 +378,7 @@ OpGraph build_forward(const Model& model) {
         op.inputs.push_back(id);
       }
       add_index_checks(g, op);
+      note_selection_inputs(g, op);
       int op_id = static_cast<int>(g.ops.size());
       for (const std::string& out : d.outputs) {
         auto decl_it = decls.find(out);

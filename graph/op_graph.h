@@ -71,6 +71,10 @@ struct OpGraph {
   std::vector<int> outputs;         // the model's outputs
   std::vector<GraphLossTerm> loss;  // computed by the last forward ops, in the model's order
   std::vector<GraphIndexCheck> index_checks;  // forward, before the ops they guard
+  // The float inputs of ops that write indices (topk's: a router's logits), in op order. A NaN
+  // there changes only which indices are chosen, so no output need show it: they are kept to
+  // the end of the step (persistent) for the caller to look at.
+  std::vector<int> selection_inputs;
   std::map<int, int> grad;  // tensor id -> the id of its gradient (inputs and weights after
                             // autodiff; intermediates too while it runs)
 

@@ -12,8 +12,9 @@ int64_t tensor_bytes(const GraphTensor& t) {
 }
 
 // Everything bound or read from outside outlives the step's kernels: inputs, weights, outputs,
-// loss values, index checks' statuses, the gradients of inputs and weights, and zero gradients that
-// nothing writes; and with a view that does, its base (and every view of that base).
+// loss values, index checks' statuses, the values selections choose indices by, the gradients of
+// inputs and weights, and zero gradients that nothing writes; and with a view that does, its base
+// (and every view of that base).
 std::vector<bool> persistent_tensors(const KernelGraph& kg) {
   const OpGraph& g = kg.ops;
   std::vector<bool> p(g.tensors.size(), false);
@@ -23,6 +24,7 @@ std::vector<bool> persistent_tensors(const KernelGraph& kg) {
   for (int out : g.outputs) p[out] = true;
   for (const GraphLossTerm& term : g.loss) p[term.value] = true;
   for (const GraphIndexCheck& check : g.index_checks) p[check.status] = true;
+  for (int t : g.selection_inputs) p[t] = true;
   for (const auto& [x, dx] : g.grad) {
     TensorKind k = g.tensors[x].kind;
     if (k == TensorKind::Input || k == TensorKind::Weight) p[dx] = true;

@@ -112,8 +112,8 @@ constexpr std::array kOptions = {
                  o.seed = parse_number(f, v, UINT64_MAX);
                }},
     OptionSpec{"--save", "", "FILE", Value::Path,
-               "write outputs and gradients (\"grad.NAME\") as .safetensors, and the\n"
-               "weights after training (a model with an optimizer)",
+               "write the last step's outputs and gradients (\"grad.NAME\") and,\n"
+               "after training (a model with an optimizer), the weights, as .safetensors",
                [](Options& o, std::string_view, const std::string& v) { o.save = v; }},
     OptionSpec{"--report", "", "FILE", Value::Path, "write a JSON report",
                [](Options& o, std::string_view, const std::string& v) { o.report = v; }},

@@ -255,7 +255,8 @@ void print_results(const Options& o, const RunResult& r) {
   std::fflush(stdout);
   if (!r.non_finite.empty())
     std::fprintf(stderr,
-                 "tilerun: warning: %s holds NaN or Inf (the first such output or gradient)\n",
+                 "tilerun: warning: %s holds NaN or Inf (the first such input of an index "
+                 "selection such as topk's, else output or gradient)\n",
                  printable(r.non_finite).c_str());
 }
 

@@ -60,20 +60,51 @@ std::unique_ptr<Session> open_session(const Options& o, const Model& model, Devi
   return session;
 }
 
+// Outputs and gradients of the pass just run; after training, also the weights as they are now.
+TensorMap results(const Session& session, bool forward_only) {
+  TensorMap all = session.outputs();
+  if (!forward_only)
+    for (auto& [name, t] : session.gradients()) all["grad." + name] = std::move(t);
+  return all;
+}
+
+void add_weights(const Session& session, TensorMap& all) {
+  for (const TensorDecl& t : session.model().tensors)
+    if (t.role == TensorRole::Weight) all[t.name] = session.tensor(t.name);
+}
+
+// What the steps leave: each layer's timings, the last step's losses, and what --save writes
+// and --check checks, taken from the last step itself (the profiling pass after the steps runs
+// forward and backward again, on the trained weights: its outputs are not the last step's).
+struct Steps {
+  std::vector<LayerRow> rows;
+  std::vector<LossValue> losses;
+  TensorMap results;           // the last step's outputs and gradients; after training, the weights
+  TensorMap selection_inputs;  // the last step's values that topk-like ops chose indices by
+  std::optional<CheckResult> check;
+};
+
 // Runs the steps and reports each layer's median host and device time over them, the first
 // step left out as a warm-up when there are more (it may pay one-time costs: caches, clocks).
-// Under --print-loss each step's loss goes to stdout as it is computed; `losses` gets the last
-// step's. With an optimizer each step ends with the update, so the steps train the model.
-std::vector<LayerRow> time_steps(Session& session, const Options& o,
-                                 std::vector<LossValue>& losses) {
-  std::vector<LayerRow> rows;
+// Under --print-loss each step's loss goes to stdout as it is computed. With an optimizer each
+// step ends with the update, so the steps train the model: the saved weights are those after
+// exactly --steps updates, the saved outputs and gradients those the last update used, and
+// --check (when `check`) checks that last forward and backward before its update.
+Steps time_steps(Session& session, const Options& o, bool check) {
+  Steps out;
+  std::vector<LayerRow>& rows = out.rows;
   std::vector<std::vector<double>> host, device;
   const bool train = !o.forward_only && session.model().optimizer.kind != OptimizerDecl::Kind::None;
   for (int step = 0; step < o.steps; ++step) {
     session.forward();
-    losses = session.losses();
-    if (o.print_loss) print_loss(step + 1, losses);
+    out.losses = session.losses();
+    if (o.print_loss) print_loss(step + 1, out.losses);
     if (!o.forward_only) session.backward();
+    if (step == o.steps - 1) {
+      out.results = results(session, o.forward_only);
+      out.selection_inputs = session.selection_inputs();
+      if (check) out.check = session.check();
+    }
     if (train) session.update();
     std::vector<LayerTiming> timings = session.timings();
     if (rows.empty()) {
@@ -92,7 +123,8 @@ std::vector<LayerRow> time_steps(Session& session, const Options& o,
     rows[i].t.host_us = median(host[i]);
     rows[i].t.device_us = median(device[i]);
   }
-  return rows;
+  if (train) add_weights(session, out.results);
+  return out;
 }
 
 // One more step kernel by kernel gives each layer's own kernel time, and so its gaps. Run after
@@ -107,18 +139,6 @@ std::vector<KernelTiming> add_profile(Session& session, std::vector<LayerRow>& r
                            : 0;
   }
   return kernels;
-}
-
-// Outputs and gradients of the last pass; after training, also the trained weights.
-TensorMap results(const Session& session, bool forward_only) {
-  TensorMap all = session.outputs();
-  if (!forward_only)
-    for (auto& [name, t] : session.gradients()) all["grad." + name] = std::move(t);
-  const Model& model = session.model();
-  if (!forward_only && model.optimizer.kind != OptimizerDecl::Kind::None)
-    for (const TensorDecl& t : model.tensors)
-      if (t.role == TensorRole::Weight) all[t.name] = session.tensor(t.name);
-  return all;
 }
 
 // The first tensor whose bytes differ, or "" when every tensor is bit-identical.
@@ -189,24 +209,21 @@ RunResult run_steps(const Options& o, const Model& model) {
   r.stats = session->compile_stats();
   r.arena_bytes = session->arena_bytes();
   r.tensor_bytes = session->tensor_bytes();
-  r.rows = time_steps(*session, o, r.losses);
-  std::unique_ptr<Session> standalone;
+  Steps steps = time_steps(*session, o, o.check);
+  r.rows = std::move(steps.rows);
+  r.losses = std::move(steps.losses);
+  r.results = std::move(steps.results);
+  r.check = std::move(steps.check);
   if (both) {
-    standalone = open_session(o, model, device, LaunchMode::Launch, weights);
-    std::vector<LossValue> launch_losses;
-    r.launch_rows = time_steps(*standalone, o, launch_losses);
-    // A training step ends with the update; the graph session's profiling pass below then runs
-    // forward and backward on the trained weights. The same pass here compares the same state.
-    if (!o.forward_only && model.optimizer.kind != OptimizerDecl::Kind::None) {
-      standalone->forward();
-      standalone->backward();
-    }
+    auto standalone = open_session(o, model, device, LaunchMode::Launch, weights);
+    Steps launch = time_steps(*standalone, o, false);
+    r.launch_rows = std::move(launch.rows);
+    r.difference = first_difference(r.results, launch.results);
   }
   r.profile = add_profile(*session, r.rows);  // after every session's timed steps
-  r.results = results(*session, o.forward_only);
-  if (both) r.difference = first_difference(r.results, results(*standalone, o.forward_only));
-  r.non_finite = first_non_finite(r.results);
-  if (o.check) r.check = session->check();
+  // A selection's input first: a NaN there may reach no output, only the routing.
+  r.non_finite = first_non_finite(steps.selection_inputs);
+  if (r.non_finite.empty()) r.non_finite = first_non_finite(r.results);
   return r;
 }
 

@@ -27,7 +27,9 @@ struct RunResult {
   std::vector<LossValue> losses;  // each loss term after the last step
   std::vector<KernelTiming> profile;  // every kernel's own time, from the profiling pass
   std::optional<CheckResult> check;   // under --check
-  std::string non_finite;             // the first output or gradient holding a NaN or an Inf, or ""
+  // The first tensor holding a NaN or an Inf, or "": a value an index-writing op (topk)
+  // chose by (Session::selection_inputs), else an output or gradient.
+  std::string non_finite;
   TensorMap results;  // outputs, gradients ("grad.NAME") and trained weights, for --save
 
   // Exit 1: the two modes differ, or --check found a mismatch or a non-finite value.

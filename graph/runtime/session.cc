@@ -265,6 +265,15 @@ TensorMap Session::gradients() const {
   return out;
 }
 
+TensorMap Session::selection_inputs() const {
+  if (!impl_->forward_done)
+    throw Error("selection inputs are read after forward()", ErrorKind::Runtime);
+  TensorMap out;
+  for (int id : impl_->graph.ops.selection_inputs)
+    out[impl_->graph.ops.tensors[id].name] = impl_->read(id);
+  return out;
+}
+
 std::vector<LossValue> Session::losses() const {
   const Impl& s = *impl_;
   if (!s.forward_done) throw Error("loss values are read after forward()", ErrorKind::Runtime);

@@ -57,6 +57,9 @@ class Session {
   HostTensor gradient(const std::string& name) const;  // of an input or weight, after backward()
   TensorMap outputs() const;
   TensorMap gradients() const;  // keyed by the input's or weight's name
+  // After forward(): the float tensors that ops writing indices choose them by (topk's input: a
+  // router's logits), which no output need show: a NaN there only changes the routing.
+  TensorMap selection_inputs() const;
   // After forward(): each loss term (the model's `loss:`, in order); the loss is the sum of
   // weight * value over them.
   std::vector<LossValue> losses() const;

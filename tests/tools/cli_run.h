@@ -1,10 +1,12 @@
-// Helpers of the tests that run the `tilerun` command line (TILERUN_CLI) as a child process.
+// Helpers of the tests that run the `tilerun` command line as a child process.
 #pragma once
 
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -31,9 +33,32 @@ inline std::string read_file(const std::string& path) {
   return s.str();
 }
 
+// The `tilerun` binary, found as GPU tests find configs/ through TILERUN_SOURCE_DIR, so a test
+// binary staged on another machine (../shared/device/stage.sh copies binaries into one bin/)
+// runs the staged CLI rather than a build-tree path that is not there: $TILERUN_BIN when set,
+// else `tilerun` beside the test binary, else the one this test was built with (TILERUN_CLI).
+// "" when the chosen one does not exist: callers skip with where_cli_was_looked_for().
+inline std::string cli_path() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (const char* env = std::getenv("TILERUN_BIN"); env != nullptr && *env != 0)
+    return fs::is_regular_file(env, ec) ? env : "";
+  const fs::path beside = fs::read_symlink("/proc/self/exe", ec).parent_path() / "tilerun";
+  if (!ec && fs::is_regular_file(beside, ec)) return beside.string();
+  return fs::is_regular_file(TILERUN_CLI, ec) ? TILERUN_CLI : "";
+}
+
+// The reason a test gives when cli_path() is "".
+inline std::string where_cli_was_looked_for() {
+  const char* env = std::getenv("TILERUN_BIN");
+  if (env != nullptr && *env != 0) return std::string("no tilerun binary at $TILERUN_BIN=") + env;
+  return "no tilerun binary beside this test nor at " + std::string(TILERUN_CLI) +
+         " (set TILERUN_BIN to run the command-line tests)";
+}
+
 // Runs `tilerun ARGS` (ARGS quoted by the caller where needed).
 inline CliResult run_cli(const std::string& args) {
-  std::string command = "'" + std::string(TILERUN_CLI) + "' " + args + " 2>&1";
+  std::string command = "'" + cli_path() + "' " + args + " 2>&1";
   CliResult r;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return r;
