@@ -181,14 +181,40 @@ def attention(x, w, tab, quant=True):
     return hc_post(f, x, post, comb)
 
 
+_GROUPED_MM = {}  # (device type, dtype) -> whether torch's grouped GEMM runs there
+
+
+def grouped_mm_works(dev, dtype):
+    """Whether F.grouped_mm (or torch._grouped_mm) runs forward and backward for this device
+    and dtype (versions and GPUs differ), probed once on a tiny case with an empty group."""
+    key = (dev.type, dtype)
+    if key not in _GROUPED_MM:
+        fn = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+        ok = fn is not None and dtype in (torch.float32, torch.bfloat16)
+        if ok:
+            try:
+                a = torch.ones(8, 16, device=dev, dtype=dtype, requires_grad=True)
+                b = torch.ones(3, 16, 16, device=dev, dtype=dtype, requires_grad=True)
+                y = fn(a, b.transpose(-2, -1), offs=torch.tensor([3, 3, 8], device=dev, dtype=torch.int32))
+                (y * y).sum().backward()
+                ok = bool(torch.allclose(y.float(), torch.full_like(y.float(), 16.0)))
+            except Exception:  # not built for this device, dtype or GPU
+                ok = False
+        _GROUPED_MM[key] = ok
+    return _GROUPED_MM[key]
+
+
 def grouped_matmul_t(xs, w, expert_ids, experts):
     """y[r] = xs[r]·w[e]ᵀ for the rows r of expert e's segment (segments in expert order):
-    F.grouped_mm with the segment ends on the device (no host sync, so a CUDA graph can capture
-    it) where torch has it for the dtype, else a loop over the experts (fp64)."""
-    counts = torch.bincount(expert_ids, minlength=experts)
-    if hasattr(F, "grouped_mm") and xs.dtype in (torch.float32, torch.bfloat16):
-        ends = torch.cumsum(counts, 0).to(torch.int32)
-        return F.grouped_mm(xs, w.transpose(-2, -1), offs=ends)
+    torch's grouped GEMM with the segment ends on the device (no host sync, so a CUDA graph can
+    capture it) where it runs, else a loop over the experts (fp64; the loop reads the segment
+    sizes on the host, which a CUDA graph cannot capture)."""
+    # scatter_add, not bincount: CUDA's bincount reads the largest id on the host.
+    counts = torch.zeros(experts, dtype=torch.int64, device=xs.device).scatter_add_(
+        0, expert_ids, torch.ones_like(expert_ids))
+    if grouped_mm_works(xs.device, xs.dtype):
+        fn = getattr(F, "grouped_mm", None) or torch._grouped_mm
+        return fn(xs, w.transpose(-2, -1), offs=torch.cumsum(counts, 0).to(torch.int32))
     segments = xs.split(counts.tolist())
     return torch.cat([seg @ w[e].t() for e, seg in enumerate(segments)], dim=0)
 
@@ -237,6 +263,8 @@ def model(layers, dims, dev, dtype, quant=True):
     """loss_fn(params, x) -> (loss, out) for layers, a list of ('attn' | 'moe', weight prefix);
     params maps tilerun's names (prefix + weight) to tensors."""
     tab = tables(dims["T"], dims.get("C", 1), dev, dtype) if any(k == "attn" for k, _ in layers) else None
+    if any(k == "moe" for k, _ in layers):
+        grouped_mm_works(dev, dtype)  # probed here, not while torch.compile traces the model
 
     def loss_fn(params, x):
         for kind, prefix in layers:
