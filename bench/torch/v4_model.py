@@ -30,10 +30,11 @@ FORMATS = {"f8e4m3": (448.0, 4, -6), "fp4e2m1": (6.0, 2, 0)}
 
 
 def round_e2m1(v):
-    """v rounded to FP4 E2M1 (nearest even, saturating at 6): the grid step is 2^(e - 1) for
-    the binade e of |v| (e >= 0, so values below 1 share the subnormal step 0.5)."""
-    e = torch.floor(torch.log2(v.abs().clamp(min=1.0)))
-    quantum = torch.exp2(e - 1)
+    """v rounded to FP4 E2M1 (nearest even, saturating at 6): the grid step is 2^(b - 1) in the
+    binade [2^b, 2^(b+1)) of |v| (b >= 0: values below 1 share the subnormal step 0.5). The
+    binade from frexp (|v| = m·2^e, m in [0.5, 1): b = e - 1), exact where a log2 may not be."""
+    _, e = torch.frexp(v.abs().clamp(min=1.0))
+    quantum = torch.ldexp(torch.ones_like(v), e - 2)
     return (torch.round(v / quantum) * quantum).clamp(-6.0, 6.0)
 
 
