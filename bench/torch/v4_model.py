@@ -261,15 +261,17 @@ def loss_of(out):
 
 
 def model(layers, dims, dev, dtype, quant=True):
-    """loss_fn(params, x) -> (loss, out) for layers, a list of ('attn' | 'moe', weight prefix);
-    params maps tilerun's names (prefix + weight) to tensors."""
-    tab = tables(dims["T"], dims.get("C", 1), dev, dtype) if any(k == "attn" for k, _ in layers) else None
-    if any(k == "moe" for k, _ in layers):
+    """loss_fn(params, x) -> (loss, out) for layers, a list of ('attn' | 'moe', weight prefix,
+    aliases {this file's weight name: the layer's}); params maps tilerun's names (prefix +
+    weight) to tensors."""
+    tab = tables(dims["T"], dims.get("C", 1), dev, dtype) if any(k == "attn" for k, _, _ in layers) else None
+    if any(k == "moe" for k, _, _ in layers):
         grouped_mm_works(dev, dtype)  # probed here, not while torch.compile traces the model
 
     def loss_fn(params, x):
-        for kind, prefix in layers:
+        for kind, prefix, aliases in layers:
             w = {n[len(prefix):]: v for n, v in params.items() if n.startswith(prefix)}
+            w.update({mine: w[theirs] for mine, theirs in aliases.items()})
             x = attention(x, w, tab, quant) if kind == "attn" else moe(x, w, quant)
         return loss_of(x), x
 
