@@ -72,7 +72,7 @@ def spec_of(path, overrides, layers=None):
     for chunk in re.split(r"^  - name: ", text, flags=re.M)[1:]:
         name = chunk.split()[0]
         weights = {}
-        for w, shape, init in re.findall(r"^\s+(\w+):\s*\{shape: \[([^\]]*)\], init: (.*)\}", chunk, re.M):
+        for w, shape, init in re.findall(r"^\s+(\w+):\s*\{shape: \[([^\]]*)\],(?: dtype: \w+,)? init: (.*)\}", chunk, re.M):
             weights[w] = (tuple(int(s) if s.strip().isdigit() else dims[s.strip()] for s in shape.split(",")),
                           init)
         halves = [h for h, key in (("attn", "wkv"), ("moe", "w_gate")) if key in weights]
