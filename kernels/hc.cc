@@ -12,7 +12,9 @@
 // reduction (coalesced), then `hc_pre_split`, 64 tokens per block, one thread per token (like
 // sinkhorn's) for the σ splits and the whole Sinkhorn, pre into scratch; then `hc_pre_combine`,
 // one block per token, y in stream order. The backward op hc_pre_grad recomputes the GEMM and
-// Sinkhorn: x·fn (a matmul), the sums again with Σ dy·xₙ (hc_token_sums_dy), then per token dmix,
+// Sinkhorn: x·fn (a matmul), the sums again with Σ dy·xₙ (hc_token_sums_dy), then per token
+// (hc_pre_grad_mix, a warp of tokens per block; Sinkhorn's forward run once with its states on a
+// tape in scratch, then its adjoints: O(steps), not the O(steps²) of re-running it) dmix,
 // per-token partials of the gradients of base and scale (reduce_sum adds them in its fixed order)
 // and the coefficients of dx; dmix·fnᵀ (a matmul); then dx, the GEMM's part added in the same
 // kernel. dfn = xᵀ·dmix is a matmul of the rule. hc_post and hc_post_grad are one block per token,
@@ -35,8 +37,11 @@ namespace {
 
 namespace cc = tilerun::compiler;
 
-constexpr int kTokenThreads = 64;  // one token per thread (hc_pre_split, hc_pre_grad_mix)
-constexpr int kThreads = 128;      // one token per block
+constexpr int kTokenThreads = 64;  // one token per thread (hc_pre_split)
+// hc_pre_grad_mix: one token per thread too, but its work per token is larger (the Sinkhorn
+// backward), so a warp per block spreads T = 1024 tokens over 32 SMs instead of 16.
+constexpr int kGradTokenThreads = 32;
+constexpr int kThreads = 128;  // one token per block
 constexpr int64_t kMaxN = 8;
 
 int64_t steps_of(const Attrs& attrs) { return 2 * attr_int(attrs, "iters") - 1; }
@@ -234,10 +239,11 @@ cc::Kernel build_hc_pre_combine(int64_t n, const std::string& name) {
   return kb.build();
 }
 
-// One thread per token: the logits again, Sinkhorn's backward, then dmix, da, dscale (per token)
-// and coef [T, n + 1] = (pre, c) for hc_pre_grad_dx. Parameters sums [T, 1 + n] (hc_token_sums
-// with dy: Σ x², then dpre = Σ_d dy·xₙ), mix, scale, base, dpost [T, n], dcomb [T, n²], dmix, da,
-// dscale [T, 3], coef; dims T, K (= n·D), STEPS; scalars eps, norm_eps.
+// One thread per token: the logits again, Sinkhorn's backward (taped), then dmix, da, dscale (per
+// token) and coef [T, n + 1] = (pre, c) for hc_pre_grad_dx. Parameters sums [T, 1 + n]
+// (hc_token_sums with dy: Σ x², then dpre = Σ_d dy·xₙ), mix, scale, base, dpost [T, n], dcomb [T,
+// n²], dmix, da, dscale [T, 3], coef, tape [STEPS, n² + n, T] (scratch); dims T, K (= n·D), STEPS;
+// scalars eps, norm_eps.
 cc::Kernel build_hc_pre_grad_mix(int64_t n, const std::string& name) {
   const int64_t m = mixes_of(n);
   cc::KernelBuilder kb(name);
@@ -253,17 +259,23 @@ cc::Kernel build_hc_pre_grad_mix(int64_t n, const std::string& name) {
   cc::Buf da = kb.output("da", DType::F32, {tokens, cc::Val(m)});
   cc::Buf dscale = kb.output("dscale", DType::F32, {tokens, cc::Val(3)});
   cc::Buf coef = kb.output("coef", DType::F32, {tokens, cc::Val(n + 1)});
-  kb.body({cc::ceildiv(tokens, kTokenThreads)}, kTokenThreads, [&](cc::Scope& s) {
-    std::vector<cc::Buf> lg = sinkhorn_vector(s, "lg", m, kTokenThreads);
-    SinkhornFrags q(s, "q", n, kTokenThreads), g(s, "g", n, kTokenThreads);
-    std::vector<cc::Buf> d = sinkhorn_vector(s, "d", n, kTokenThreads);
-    std::vector<cc::Buf> dot = sinkhorn_vector(s, "dot", n, kTokenThreads);
-    s.parallel(kTokenThreads, [&](cc::Idx t) {
-      cc::Idx tok = s.block_idx(0) * kTokenThreads + t;
+  // Sinkhorn's forward states per step, tokens innermost so that a warp's stores coalesce.
+  cc::Buf tape = kb.output("tape", DType::F32, {steps, cc::Val(n * n + n), tokens});
+  kb.body({cc::ceildiv(tokens, kGradTokenThreads)}, kGradTokenThreads, [&](cc::Scope& s) {
+    std::vector<cc::Buf> lg = sinkhorn_vector(s, "lg", m, kGradTokenThreads);
+    SinkhornFrags q(s, "q", n, kGradTokenThreads), g(s, "g", n, kGradTokenThreads);
+    std::vector<cc::Buf> d = sinkhorn_vector(s, "d", n, kGradTokenThreads);
+    std::vector<cc::Buf> dot = sinkhorn_vector(s, "dot", n, kGradTokenThreads);
+    s.parallel(kGradTokenThreads, [&](cc::Idx t) {
+      cc::Idx tok = s.block_idx(0) * kGradTokenThreads + t;
       s.if_then(tok < tokens, [&] {
         cc::Val r = logits_into(s, lg, sums(tok, 0), mix, scale, base, tok, t, k, n, norm_eps);
         for (int64_t e = 0; e < n * n; ++e) g.v[e](t) = dcomb(tok, e);
-        sinkhorn_backward(s, q, g, d, dot, comb_logit(lg, t, n), t, eps, steps);
+        const SinkhornTape taped{
+            .q = [&](const cc::Val& step, int64_t e) { return tape(step, cc::Val(e), tok); },
+            .d = [&](const cc::Val& step,
+                     int64_t a) { return tape(step, cc::Val(n * n + a), tok); }};
+        sinkhorn_backward_taped(s, q, g, d, dot, comb_logit(lg, t, n), t, eps, steps, taped);
         for (int64_t i = 0; i < n; ++i) {
           cc::Val sp = s.let(cc::sigmoid(lg[i](t)), "sp");
           cc::Val sq = s.let(cc::sigmoid(lg[n + i](t)), "sq");
@@ -431,11 +443,13 @@ ExpandFn expand_hc_pre_grad(std::shared_ptr<KernelCache> cache) {
                  const Attrs& attrs) {
     const int64_t t = in[0].shape[0], n = in[0].shape[1], d = in[0].shape[2], m = mixes_of(n);
     const std::string mix = name_of("hc_pre_grad_mix", n), dx = name_of("hc_pre_grad_dx", n);
-    // Scratch: mix = x·fn [T, M], coef [T, n + 1], dxf = dmix·fnᵀ [T, n·D], sums [T, 1 + n].
+    // Scratch: mix = x·fn [T, M], coef [T, n + 1], dxf = dmix·fnᵀ [T, n·D], sums [T, 1 + n],
+    // Sinkhorn's tape [STEPS, n² + n, T].
     OpExpansion ex{.scratch = {{DType::F32, {t, m}},
                                {DType::F32, {t, n + 1}},
                                {DType::F32, {t, n * d}},
-                               {DType::F32, {t, n + 1}}}};
+                               {DType::F32, {t, n + 1}},
+                               {DType::F32, {steps_of(attrs), n * n + n, t}}}};
     append_matmul(ex, {DType::F32, {t, n * d}}, in[1], false, input_slot(0), 1, scratch_slot(0));
     const std::string sums = name_of("hc_token_sums_dy", n);
     ex.calls.push_back(
@@ -445,7 +459,7 @@ ExpandFn expand_hc_pre_grad(std::shared_ptr<KernelCache> cache) {
     ex.calls.push_back({.kernel = cache->get(mix, [&] { return build_hc_pre_grad_mix(n, mix); }),
                         .buffers = {scratch_slot(3), scratch_slot(0), input_slot(2), input_slot(3),
                                     input_slot(5), input_slot(6), output_slot(1), output_slot(2),
-                                    output_slot(3), scratch_slot(1)},
+                                    output_slot(3), scratch_slot(1), scratch_slot(4)},
                         .dims = {t, n * d, steps_of(attrs)},
                         .scalars = {attr_float(attrs, "eps"), attr_float(attrs, "norm_eps")}});
     append_matmul(ex, {DType::F32, {t, m}}, in[1], true, output_slot(1), 1, scratch_slot(2));

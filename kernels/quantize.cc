@@ -9,7 +9,12 @@
 //          narrow_float.h: e4m3 and e2m1 saturate, e5m2 overflows to inf)
 // Each step is one IEEE f32 operation, so the double reference rounds to f32 at the same points
 // and the kernel matches it bit for bit. The gradient is straight-through: dx = dy.
-// One thread owns one block (two passes over it: amax, then the rounding).
+// Layout: for a block size up to kTileElems, a CUDA block takes a tile of R = kTileElems / block
+// consecutive blocks: x is staged coalesced into a padded shared tile (rows B + 1 apart, so the
+// per-row scans below hit distinct banks), one thread per row folds its amax in element order
+// from shared memory, and the rounding is spread over every element of the tile, coalesced.
+// Larger blocks fall back to one thread per block (two passes over it). amax is a max, exact and
+// order-independent, so both give the same bits.
 #include <cmath>
 
 #include "compiler/ir/builder.h"
@@ -28,6 +33,8 @@ namespace {
 namespace cc = tilerun::compiler;
 
 constexpr int kThreads = 128;
+// Elements of one tiled CUDA block (16 KiB of f32 staging): 128 blocks of 32, 32 of 128.
+constexpr int64_t kTileElems = 4096;
 
 // A format's rounding in the reference: significand digits, smallest normal exponent, largest
 // finite magnitude, and whether an overflow saturates (else it is inf).
@@ -127,7 +134,61 @@ cc::Val ceil_pow2(cc::Scope& s, const cc::Val& x) {
   return cc::select(e == i32(0xff) || x == 0.0f, x, back);
 }
 
-// Parameters x, y [NB, B]: NB blocks of B elements; one thread per block.
+// scale for a block whose max |x| is amax.
+cc::Val block_scale(cc::Scope& s, const cc::Val& amax, const Format& f, bool pow2) {
+  cc::Val q = s.let(amax / static_cast<float>(f.max), "q");
+  cc::Val scale = s.let(cc::select(amax == 0.0f, cc::Val(1.0f), q), "scale");
+  return pow2 ? s.let(ceil_pow2(s, scale), "scale2") : scale;
+}
+
+// NaN sticks: once amax is NaN it stays; a NaN element replaces it.
+cc::Val fold_amax(const cc::Val& m, const cc::Val& a) {
+  return cc::select(m != m, m, cc::select(!(a <= m), a, m));
+}
+
+cc::Val quantize(const Format& f, const cc::Val& v, const cc::Val& scale) {
+  cc::Val code(cc::f32_to_narrow_float(f.dtype, v.expr(), "enc"));
+  cc::Val back(cc::narrow_float_to_f32(f.dtype, code.expr(), "dec"));
+  return back * scale;
+}
+
+// Parameters x, y [NB, block] with `block` fixed (<= kTileElems): R = kTileElems / block rows of
+// the tile per CUDA block.
+cc::Kernel build_fake_quant_tiled(DType dtype, const Format& f, bool pow2, int64_t block,
+                                  const std::string& name) {
+  const int64_t rows = kTileElems / block;
+  cc::KernelBuilder kb(name);
+  cc::Dim nb = kb.dim("NB");
+  cc::Buf x = kb.input("x", dtype, {nb, cc::Val(block)});
+  cc::Buf y = kb.output("y", dtype, {nb, cc::Val(block)});
+  kb.body({cc::ceildiv(nb, rows)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx r0 = s.let(s.block_idx(0) * rows, "r0");
+    cc::Buf xs = s.alloc_shared("xs", DType::F32, {rows, block + 1});
+    cc::Buf scales = s.alloc_shared("scales", DType::F32, {rows});
+    s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
+      s.if_then(r0 + r < nb, [&] { xs(r, j) = x(r0 + r, j); });
+    });
+    s.barrier();
+    cc::Buf amax = s.alloc_fragment("amax", DType::F32, {rows});
+    s.parallel(rows, [&](cc::Idx r) {
+      s.if_then(r0 + r < nb, [&] {
+        amax(r) = 0.0f;
+        s.serial(block, [&](cc::Idx j) { amax(r) = fold_amax(amax(r), cc::abs(xs(r, j))); });
+        scales(r) = block_scale(s, amax(r), f, pow2);
+      });
+    });
+    s.barrier();
+    s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
+      s.if_then(r0 + r < nb, [&] {
+        cc::Val scale = s.let(scales(r), "scale");
+        y(r0 + r, j) = quantize(f, s.let(xs(r, j) / scale, "v"), scale);
+      });
+    });
+  });
+  return kb.build();
+}
+
+// Parameters x, y [NB, B]: NB blocks of B elements; one thread per block (any block size).
 cc::Kernel build_fake_quant(DType dtype, const Format& f, bool pow2, const std::string& name) {
   cc::KernelBuilder kb(name);
   cc::Dim nb = kb.dim("NB"), b = kb.dim("B", {.min = 1, .max = 1 << 20});
@@ -140,21 +201,9 @@ cc::Kernel build_fake_quant(DType dtype, const Format& f, bool pow2, const std::
       cc::Idx r = base + t;
       s.if_then(r < nb, [&] {
         amax(t) = 0.0f;
-        s.serial(b, [&](cc::Idx j) {
-          cc::Val a = s.let(cc::abs(x(r, j)), "a");
-          cc::Val m = amax(t);
-          // NaN sticks: once amax is NaN it stays; a NaN element replaces it.
-          amax(t) = cc::select(m != m, m, cc::select(!(a <= m), a, m));
-        });
-        cc::Val q = s.let(amax(t) / static_cast<float>(f.max), "q");
-        cc::Val scale = s.let(cc::select(amax(t) == 0.0f, cc::Val(1.0f), q), "scale");
-        if (pow2) scale = s.let(ceil_pow2(s, scale), "scale2");
-        s.serial(b, [&](cc::Idx j) {
-          cc::Val v = s.let(x(r, j) / scale, "v");
-          cc::Val code(cc::f32_to_narrow_float(f.dtype, v.expr(), "enc"));
-          cc::Val back(cc::narrow_float_to_f32(f.dtype, code.expr(), "dec"));
-          y(r, j) = back * scale;
-        });
+        s.serial(b, [&](cc::Idx j) { amax(t) = fold_amax(amax(t), s.let(cc::abs(x(r, j)), "a")); });
+        cc::Val scale = block_scale(s, amax(t), f, pow2);
+        s.serial(b, [&](cc::Idx j) { y(r, j) = quantize(f, s.let(x(r, j) / scale, "v"), scale); });
       });
     });
   });
@@ -169,8 +218,18 @@ ExpandFn expand_fake_quant(std::shared_ptr<KernelCache> cache) {
     const bool pow2 = pow2_scale(attrs);
     const int64_t block = attr_int(attrs, "block");
     const DType dtype = in[0].dtype;
-    const std::string name =
-        "fake_quant_" + fmt + (pow2 ? "_ue8m0_" : "_") + std::string(dtype_name(dtype));
+    const std::string stem = "fake_quant_" + fmt + (pow2 ? "_ue8m0_" : "_");
+    const std::string suffix = std::string(dtype_name(dtype));
+    if (block <= kTileElems) {
+      const std::string name = stem + "b" + std::to_string(block) + "_" + suffix;
+      KernelCall call{
+          .kernel =
+              cache->get(name, [&] { return build_fake_quant_tiled(dtype, f, pow2, block, name); }),
+          .buffers = {input_slot(0), output_slot(0)},
+          .dims = {numel(in[0]) / block}};
+      return OpExpansion{.calls = {call}};
+    }
+    const std::string name = stem + suffix;
     KernelCall call{
         .kernel = cache->get(name, [&] { return build_fake_quant(dtype, f, pow2, name); }),
         .buffers = {input_slot(0), output_slot(0)},
@@ -225,6 +284,10 @@ void register_quantize(OpRegistry& registry) {
                       {.shapes = {{5, 3, 64}}, .attrs = fq("fp4e2m1", 32, "ue8m0")},
                       {.shapes = {{9, 48}}, .attrs = fq("fp4e2m1", 16), .lo = -1e-3, .hi = 1e-3},
                       {.shapes = {{1, 7}}, .attrs = fq("f8e4m3", 7), .lo = -300, .hi = 300},
+                      // Several tiles of 128 blocks, the last one partial.
+                      {.shapes = {{300, 64}}, .attrs = fq("fp4e2m1", 32, "ue8m0")},
+                      // A block larger than a tile: the one-thread-per-block kernel.
+                      {.shapes = {{3, 8192}}, .attrs = fq("f8e5m2", 8192)},
                       // Scales below f32's normal range (the ue8m0 rounding's scaled path).
                       {.shapes = {{4, 32}},
                        .attrs = fq("f8e4m3", 32, "ue8m0"),

@@ -69,35 +69,36 @@ void sinkhorn_forward(cc::Scope& s, SinkhornFrags& q, std::vector<cc::Buf>& d,
   s.serial(steps, [&](cc::Idx k) { step_into(s, q, d, t, eps, k); });
 }
 
-void sinkhorn_backward(cc::Scope& s, SinkhornFrags& q, SinkhornFrags& g, std::vector<cc::Buf>& d,
-                       std::vector<cc::Buf>& dot, const SinkhornLogit& logit, const cc::Idx& t,
-                       const cc::Val& eps, const cc::Val& steps) {
+namespace {
+
+// Step k's adjoint, q and d holding that step's output and divisors: g = (g - Σ_axis g·q) / d.
+void adjoint_step(cc::Scope& s, SinkhornFrags& q, SinkhornFrags& g, std::vector<cc::Buf>& d,
+                  std::vector<cc::Buf>& dot, const cc::Idx& t, const cc::Idx& k) {
   const int64_t n = q.n;
-  // Step k = steps - 1 - r: run the forward to it again, then its adjoint
-  //   g = (g - Σ_axis g·q) / d.
-  s.serial(steps, [&](cc::Idx r) {
-    cc::Idx k = s.let(steps - 1 - r, "k");
-    sinkhorn_forward(s, q, d, logit, t, eps, k + 1);
-    auto adjoint = [&](bool cols) {
-      for (int64_t a = 0; a < n; ++a) {
-        cc::Val sum;
-        for (int64_t b = 0; b < n; ++b) {
-          const int64_t i = cols ? b : a, j = cols ? a : b;
-          cc::Val v = g.at(i, j)(t) * q.at(i, j)(t);
-          sum = b == 0 ? s.let(v, "dot") : s.let(sum + v, "dot");
-        }
-        dot[a](t) = sum;
+  auto adjoint = [&](bool cols) {
+    for (int64_t a = 0; a < n; ++a) {
+      cc::Val sum;
+      for (int64_t b = 0; b < n; ++b) {
+        const int64_t i = cols ? b : a, j = cols ? a : b;
+        cc::Val v = g.at(i, j)(t) * q.at(i, j)(t);
+        sum = b == 0 ? s.let(v, "dot") : s.let(sum + v, "dot");
       }
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t a = cols ? j : i;
-          g.at(i, j)(t) = (g.at(i, j)(t) - dot[a](t)) / d[a](t);
-        }
-    };
-    s.if_then_else(
-        k % 2 == 0, [&] { adjoint(true); }, [&] { adjoint(false); });
-  });
-  // The softmax's adjoint, p = softmax(logit) without eps: dx = p·(g - Σ_row g·p).
+      dot[a](t) = sum;
+    }
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t a = cols ? j : i;
+        g.at(i, j)(t) = (g.at(i, j)(t) - dot[a](t)) / d[a](t);
+      }
+  };
+  s.if_then_else(
+      k % 2 == 0, [&] { adjoint(true); }, [&] { adjoint(false); });
+}
+
+// The softmax's adjoint, p = softmax(logit) without eps: dx = p·(g - Σ_row g·p).
+void softmax_adjoint(cc::Scope& s, SinkhornFrags& q, SinkhornFrags& g, const SinkhornLogit& logit,
+                     const cc::Idx& t, const cc::Val& eps) {
+  const int64_t n = q.n;
   sinkhorn_softmax(s, q, logit, t, eps, false);
   for (int64_t i = 0; i < n; ++i) {
     cc::Val sum;
@@ -107,6 +108,41 @@ void sinkhorn_backward(cc::Scope& s, SinkhornFrags& q, SinkhornFrags& g, std::ve
     }
     for (int64_t j = 0; j < n; ++j) g.at(i, j)(t) = q.at(i, j)(t) * (g.at(i, j)(t) - sum);
   }
+}
+
+}  // namespace
+
+void sinkhorn_backward(cc::Scope& s, SinkhornFrags& q, SinkhornFrags& g, std::vector<cc::Buf>& d,
+                       std::vector<cc::Buf>& dot, const SinkhornLogit& logit, const cc::Idx& t,
+                       const cc::Val& eps, const cc::Val& steps) {
+  // Step k = steps - 1 - r: run the forward to it again, then its adjoint.
+  s.serial(steps, [&](cc::Idx r) {
+    cc::Idx k = s.let(steps - 1 - r, "k");
+    sinkhorn_forward(s, q, d, logit, t, eps, k + 1);
+    adjoint_step(s, q, g, d, dot, t, k);
+  });
+  softmax_adjoint(s, q, g, logit, t, eps);
+}
+
+void sinkhorn_backward_taped(cc::Scope& s, SinkhornFrags& q, SinkhornFrags& g,
+                             std::vector<cc::Buf>& d, std::vector<cc::Buf>& dot,
+                             const SinkhornLogit& logit, const cc::Idx& t, const cc::Val& eps,
+                             const cc::Val& steps, const SinkhornTape& tape) {
+  const int64_t n = q.n;
+  // The forward once, each step's output and divisors recorded (sinkhorn_forward's arithmetic).
+  sinkhorn_softmax(s, q, logit, t, eps, true);
+  s.serial(steps, [&](cc::Idx k) {
+    step_into(s, q, d, t, eps, k);
+    for (int64_t e = 0; e < n * n; ++e) tape.q(k, e) = q.v[e](t);
+    for (int64_t a = 0; a < n; ++a) tape.d(k, a) = d[a](t);
+  });
+  s.serial(steps, [&](cc::Idx r) {
+    cc::Idx k = s.let(steps - 1 - r, "k");
+    for (int64_t e = 0; e < n * n; ++e) q.v[e](t) = tape.q(k, e);
+    for (int64_t a = 0; a < n; ++a) d[a](t) = tape.d(k, a);
+    adjoint_step(s, q, g, d, dot, t, k);
+  });
+  softmax_adjoint(s, q, g, logit, t, eps);
 }
 
 }  // namespace tilerun::kernels

@@ -2,7 +2,9 @@
 // family and the fused mHC ops (hc.cc), so that both run the very same arithmetic:
 //   q = softmax(logits, rows) + eps, then normalisation steps k = 0 .. steps - 1
 //   (even k: columns, odd k: rows), q = q / (sums + eps), sums in index order.
-// The backward recomputes the forward to each step instead of storing it (see sinkhorn.cc).
+// The backward recomputes the forward to each step instead of storing it (see sinkhorn.cc), or,
+// given a tape in scratch memory, stores each step once and reads it back: the same values in
+// the same order, so the same bits, with steps instead of steps²/2 normalisations of serial work.
 #pragma once
 
 #include <cstdint>
@@ -44,5 +46,19 @@ void sinkhorn_backward(compiler::Scope& s, SinkhornFrags& q, SinkhornFrags& g,
                        std::vector<compiler::Buf>& d, std::vector<compiler::Buf>& dot,
                        const SinkhornLogit& logit, const compiler::Idx& t, const compiler::Val& eps,
                        const compiler::Val& steps);
+
+// Where the taped backward keeps the forward's states: q(k, e) is entry e (= i·n + j) of q after
+// step k, d(k, a) that step's divisor a; each a location owned by the calling thread only.
+struct SinkhornTape {
+  std::function<compiler::Ref(const compiler::Val&k, int64_t e)> q, d;
+};
+
+// sinkhorn_backward with the forward run once, its states on the tape: the same results, bit
+// for bit, in O(steps) instead of O(steps²).
+void sinkhorn_backward_taped(compiler::Scope& s, SinkhornFrags& q, SinkhornFrags& g,
+                             std::vector<compiler::Buf>& d, std::vector<compiler::Buf>& dot,
+                             const SinkhornLogit& logit, const compiler::Idx& t,
+                             const compiler::Val& eps, const compiler::Val& steps,
+                             const SinkhornTape& tape);
 
 }  // namespace tilerun::kernels

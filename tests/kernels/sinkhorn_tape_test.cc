@@ -1,0 +1,60 @@
+// hc_pre_grad's taped Sinkhorn backward (the forward run once, its states stored) against
+// sinkhorn_grad's recomputing one (the forward run again to each step): the same arithmetic in
+// the same order, so the same bits. With scale[2] = 0 the comb logits are exactly base[2n:]
+// (mix·r·0 + base), so sinkhorn_grad of those logits with dy = dcomb must give hc_pre_grad's
+// da[:, 2n:] bit for bit, for every token (several blocks, the last one partial).
+#include <cstring>
+#include <random>
+
+#include "tests/kernels/kernel_runner.h"
+
+namespace tilerun::kernels {
+namespace {
+
+uint32_t bits(double v) {
+  const float f = static_cast<float>(v);
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+TEST(SinkhornTape, HcPreGradMatchesTheRecomputingBackwardBitForBit) {
+  std::printf("[seed] %llu\n", static_cast<unsigned long long>(testing::test_seed()));
+  std::mt19937_64 rng(testing::test_seed());
+  std::uniform_real_distribution<double> u(-2.0, 2.0);
+  auto random = [&](std::vector<int64_t> shape) {
+    RefTensor t{shape, {}};
+    for (int64_t i = 0; i < t.numel(); ++i) t.data.push_back(static_cast<float>(u(rng)));
+    return t;
+  };
+  const int64_t tokens = 77, n = 4, d = 8, m = n * n + 2 * n;
+  const Attrs attrs = {{"iters", int64_t{20}}, {"eps", 1e-6}};
+  RefTensor x = random({tokens, n, d}), fn = random({n * d, m}), base = random({m});
+  RefTensor scale{{3}, {0.7, 1.3, 0.0}};
+  RefTensor dy = random({tokens, d}), dpost = random({tokens, n}), dcomb = random({tokens, n, n});
+
+  testing::KernelRunner runner;
+  std::vector<testing::Bytes> fused =
+      runner.run("hc_pre_grad", {x, fn, scale, base, dy, dpost, dcomb}, attrs, DType::F32, 1234.5);
+  ASSERT_EQ(fused.size(), 4u);
+  const std::vector<double> da = testing::decode(fused[2]);
+
+  RefTensor logits{{tokens, n, n}, {}};
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t e = 0; e < n * n; ++e) logits.data.push_back(base.data[2 * n + e]);
+  std::vector<testing::Bytes> plain =
+      runner.run("sinkhorn_grad", {logits, dcomb}, attrs, DType::F32, 1234.5);
+  ASSERT_EQ(plain.size(), 1u);
+  const std::vector<double> dx = testing::decode(plain[0]);
+
+  ASSERT_EQ(da.size(), static_cast<size_t>(tokens * m));
+  ASSERT_EQ(dx.size(), static_cast<size_t>(tokens * n * n));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t e = 0; e < n * n; ++e)
+      ASSERT_EQ(bits(da[t * m + 2 * n + e]), bits(dx[t * n * n + e]))
+          << "token " << t << ", entry " << e << ": " << da[t * m + 2 * n + e] << " vs "
+          << dx[t * n * n + e];
+}
+
+}  // namespace
+}  // namespace tilerun::kernels
