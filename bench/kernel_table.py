@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Where a step's device time goes, from a tilerun --report: time per op (forward and backward),
-the slowest kernels, and each one's distance from its bandwidth floor (bytes / floor_gbps).
+each layer's kernel sum against its critical path (the longest dependency chain: what overlap of
+independent branches could reach), the slowest kernels, and each one's distance from its
+bandwidth floor (bytes / floor_gbps).
 
   python3 bench/kernel_table.py REPORT.json [--top 15] [--layer block.0]
 """
@@ -36,6 +38,13 @@ def main():
     print("|---|---|---:|---:|---:|---:|")
     for (op, d), (n, us, fl) in sorted(by_op.items(), key=lambda x: -x[1][1]):
         print(f"| {op} | {d} | {n} | {us:.1f} | {100 * us / total:.1f}% | {fl:.1f} |")
+    print("\n| layer | direction | kernels | kernel sum us | critical path us | device us |")
+    print("|---|---|---:|---:|---:|---:|")
+    for l in r["layers"]:
+        if a.layer and l["name"] != a.layer:
+            continue
+        print(f"| {l['name']} | {l['direction']} | {l['kernels']} | {l['kernels_us']:.1f} | "
+              f"{l.get('critical_us', float('nan')):.1f} | {l['device_us']:.1f} |")
     print(f"\n| slowest kernels | op | layer | direction | us | floor us | x floor |")
     print("|---|---|---|---|---:|---:|---:|")
     for k in sorted(ks, key=lambda k: -k["us"])[:a.top]:

@@ -481,6 +481,9 @@ void register_embedding(OpRegistry& registry) {
        .index_contracts = {kIdsContract},
        .tests = {.kernel = {{.shapes = {{7, 5}, {14}, {7, 2}}, .int_lo = 0, .int_hi = 7},
                             {.shapes = {{50, 133}, {2, 25}, {50}}, .int_lo = 0, .int_hi = 50}},
+                 // Finite differences need a true inverse: one row, one id (the gradient over
+                 // real routings is tests/kernels/gather_rows_test.cc's).
+                 .gradient = {{.shapes = {{1, 4}, {1}, {1}}}},
                  .examples = {{.inputs = {table, ids, inverse},
                                .outputs = {{{6, 2}, {5, 6, 1, 2, 3, 4, 1, 2, 3, 4, 5, 6}}}}}}});
   registry.add(

@@ -12,9 +12,9 @@ namespace {
 using nlohmann::json;
 
 json layer_json(const LayerTiming& t) {
-  return {{"name", t.layer},      {"direction", t.direction}, {"kernels", t.kernels},
-          {"host_us", t.host_us}, {"device_us", t.device_us}, {"kernels_us", t.kernels_us},
-          {"gap_us", t.gap_us}};
+  return {{"name", t.layer},      {"direction", t.direction},    {"kernels", t.kernels},
+          {"host_us", t.host_us}, {"device_us", t.device_us},    {"kernels_us", t.kernels_us},
+          {"gap_us", t.gap_us},   {"critical_us", t.critical_us}};
 }
 
 json layers_json(const RunResult& r) {

@@ -293,14 +293,25 @@ std::vector<LayerTiming> Session::timings() const {
   all.insert(all.end(), s.backward_timings.begin(), s.backward_timings.end());
   all.insert(all.end(), s.update_timings.begin(), s.update_timings.end());
   if (s.kernel_us.empty()) return all;
-  // Sum each layer's kernel durations from the profile pass into its row.
+  // Sum each layer's kernel durations from the profile pass into its row, and find its critical
+  // path: nodes are in execution order, so every dependency's finish is known before its user's.
+  std::vector<double> finish(s.graph.nodes.size(), 0.0);
   for (LayerTiming& t : all) {
     t.kernels_us = 0;
+    t.critical_us = 0;
+    auto in_row = [&](const graph::KernelNode& n) {
+      return s.model.layers[n.layer].name == t.layer &&
+             graph::direction_name(n.direction) == t.direction;
+    };
     for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
       const graph::KernelNode& n = s.graph.nodes[i];
-      if (s.model.layers[n.layer].name == t.layer &&
-          graph::direction_name(n.direction) == t.direction)
-        t.kernels_us += s.kernel_us[i];
+      if (!in_row(n)) continue;
+      t.kernels_us += s.kernel_us[i];
+      double start = 0;
+      for (int d : n.deps)
+        if (in_row(s.graph.nodes[d])) start = std::max(start, finish[d]);
+      finish[i] = start + s.kernel_us[i];
+      t.critical_us = std::max(t.critical_us, finish[i]);
     }
     t.gap_us = t.kernels > 0 ? (t.device_us - t.kernels_us) / t.kernels : 0;
   }

@@ -40,6 +40,11 @@ struct LayerTiming {
   // time per kernel that is not kernel work: (device_us - kernels_us) / kernels.
   double kernels_us = 0;
   double gap_us = 0;
+  // After profile(): the longest chain of the layer's kernels through their dependencies (the
+  // kernel graph's edges), each weighted by its own duration: the layer's device time if every
+  // independent branch ran side by side with no gaps. kernels_us / critical_us is the overlap
+  // the graph allows.
+  double critical_us = 0;
 };
 
 // One kernel's own duration, from Session::profile().

@@ -168,6 +168,10 @@ TEST(CliTest, RunsTinyWithCheckAndReport) {
     EXPECT_GT(l["host_us"].get<double>(), 0);
     EXPECT_GT(l["device_us"].get<double>(), 0);
     kernels += l["kernels"].get<int>();
+    // The critical path is a chain of the layer's kernels: no longer than their sum, and at
+    // least its longest kernel.
+    EXPECT_GT(l["critical_us"].get<double>(), 0);
+    EXPECT_LE(l["critical_us"].get<double>(), l["kernels_us"].get<double>() * (1 + 1e-9));
     EXPECT_TRUE(l["direction"] == "forward" || l["direction"] == "backward");
   }
   EXPECT_EQ(kernels, j["kernels_total"].get<int>());
@@ -184,6 +188,13 @@ TEST(CliTest, RunsTinyWithCheckAndReport) {
     matmuls += k["op"] == "matmul";
   }
   EXPECT_GE(matmuls, 4);
+  for (const auto& l : j["layers"]) {
+    double longest = 0;
+    for (const auto& k : j["kernels"])
+      if (k["layer"] == l["name"] && k["direction"] == l["direction"])
+        longest = std::max(longest, k["us"].get<double>());
+    EXPECT_GE(l["critical_us"].get<double>(), longest * (1 - 1e-9)) << l;
+  }
   EXPECT_LE(j["arena_bytes"].get<int64_t>(), j["tensor_bytes"].get<int64_t>());
   // Every distinct kernel's accesses went through the prover; no race anywhere.
   EXPECT_GT(j["proofs"]["proved"].get<int>(), 0);
