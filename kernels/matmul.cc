@@ -5,6 +5,8 @@
 // registers. bf16/f16: the tensor cores (a `gemm` per 64 of K over 128x128 tiles, below).
 // Batched (rank >= 3, matmul_batch.h): the same kernels with a grid axis over the batch, or one
 // matmul when the batch folds into a's rows.
+#include <algorithm>
+
 #include "compiler/base/check.h"
 #include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
@@ -350,6 +352,29 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
   return kb.build();
 }
 
+// Split K for the tensor-core kernel (matmul_tc.h): a product with few 128 x 128 output tiles
+// and a long K leaves most of the GPU's 132 SMs idle while each block walks K alone (the
+// attention backward's p^T dO: 40 tiles, K = 16384, 256 steps per block). Below 132 tiles and
+// from K = 2048 on, K is cut into slices of whole 64-wide steps, as many as keep the blocks
+// within two per SM (tiles * splits <= 264) and each slice at least 1024 long (the partials'
+// f32 traffic and the sum stay small against the slice's gemms); the slices then shrink to
+// ceil(steps / splits) steps and the splits to as many as that needs, so none is empty. Only
+// for a transposed a (the caller's condition): there K runs over the tokens and no output is a
+// token's row, so the choice may depend on every dim; with a not transposed, a row's bits must
+// not depend on M (batch invariance), and the kernels stay those of every M.
+struct TcSplit {
+  int64_t splits = 1, slice = 0;  // slice: in elements, a multiple of kTcK
+};
+TcSplit plan_tc_split(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kSms = 132, kMinSlice = 1024;
+  const int64_t tiles = ((m + kTcM - 1) / kTcM) * ((n + kTcN - 1) / kTcN);
+  if (tiles >= kSms || k < 2 * kMinSlice) return {};
+  const int64_t splits = std::min(2 * kSms / tiles, k / kMinSlice);
+  if (splits < 2) return {};
+  const int64_t steps = (k + kTcK - 1) / kTcK, per = (steps + splits - 1) / splits;
+  return {.splits = (steps + per - 1) / per, .slice = per * kTcK};
+}
+
 ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                  const Attrs& attrs) {
@@ -370,6 +395,18 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
                                             [&] { return build_tc_matmul_async(dt, tb); }),
                        .buffers = {input_slot(0), input_slot(1), output_slot(0)},
                        .dims = {m * mb.count, n, k}}}};
+      if (ta && mb.count == 1)
+        if (const TcSplit split = plan_tc_split(m, n, k); split.splits > 1) {
+          KernelCall part{.kernel = cache->get(kernel_key(tc_splitk_name(ta, tb), dt),
+                                               [&] { return build_tc_matmul_splitk(dt, ta, tb); }),
+                          .buffers = {input_slot(0), input_slot(1), scratch_slot(0)},
+                          .dims = {m, n, k, split.slice, split.splits}};
+          KernelCall sum{.kernel = cache->get(kernel_key(tc_splitk_sum_name(), dt),
+                                              [&] { return build_tc_splitk_sum(dt); }),
+                         .buffers = {scratch_slot(0), output_slot(0)},
+                         .dims = {m, n, split.splits}};
+          return OpExpansion{.scratch = {{DType::F32, {split.splits, m, n}}}, .calls = {part, sum}};
+        }
       KernelCall tc{.kernel = cache->get(kernel_key(tc_matmul_name(ta, tb), dt),
                                          [&] { return build_tc_matmul(dt, ta, tb); }),
                     .buffers = {input_slot(0), input_slot(1), output_slot(0)},
@@ -447,6 +484,8 @@ void register_matmul(OpRegistry& registry) {
                    {{{130, 33}, {33, 1000}}},
                    {{{130, 300}, {1000, 300}}, {{"transpose_b", true}}},
                    {{{300, 1000}, {300, 130}}, {{"transpose_a", true}}},
+                   // bf16/f16: split K (plan_tc_split), the second slice ragged.
+                   {{{2148, 33}, {2148, 40}}, {{"transpose_a", true}}},
                    // Batched: both operands, broadcast ones (copied to c's batch first),
                    // a shared matrix on either side, a batch folded into a's rows.
                    {{{2, 7, 130}, {2, 130, 33}}},

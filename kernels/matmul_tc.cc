@@ -166,6 +166,64 @@ cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
   return kb.build();
 }
 
+// ---- Split K ----------------------------------------------------------------------------------
+// Dims M, N, K, L (the slice, a multiple of kTcK so that a slice's 16-wide tensor-core steps are
+// those of the whole K axis) and S (the splits: grid z). A slice past K (none as matmul.cc
+// splits) runs no step and writes zeros.
+
+std::string tc_splitk_name(bool ta, bool tb) { return tc_matmul_name(ta, tb) + "_splitk"; }
+
+cc::Kernel build_tc_matmul_splitk(DType dtype, bool ta, bool tb) {
+  cc::KernelBuilder kb(tc_splitk_name(ta, tb) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim m = kb.dim("M"), n = kb.dim("N"), k = kb.dim("K");
+  cc::Dim slice = kb.dim("L", {.min = kTcK, .divisible_by = kTcK}), splits = kb.dim("S");
+  cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
+  cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
+  cc::Buf part = kb.output("part", DType::F32, {splits, m, n});
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, kTcM), splits}, kTcThreads, [&](cc::Scope& s) {
+    cc::Idx n0 = s.let(s.block_idx(0) * kTcN, "n0"), m0 = s.let(s.block_idx(1) * kTcM, "m0");
+    cc::Idx z = s.block_idx(2);
+    cc::Val k_lo = s.let(cc::min(z * slice, k), "k_lo");
+    cc::Val k_hi = s.let(cc::min(k_lo + slice, k), "k_hi");
+    TcStaging st = tc_staging(s, dtype, !ta, tb);
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTcM, kTcN});
+    s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+    tc_gemm_steps(s, st, {.buf = a, .r0 = m0, .rows = m}, {.buf = b, .r0 = n0, .rows = n}, acc,
+                  k_lo, k_hi);
+    s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) {
+      cc::Idx row = m0 + i, col = n0 + j;
+      s.if_then(row < m && col < n, [&] { part(z, row, col) = acc(i, j); });
+    });
+  });
+  return kb.build();
+}
+
+std::string tc_splitk_sum_name() { return "matmul_splitk_sum"; }
+
+// c[r, j] = ((part[0] + part[1]) + ..) + part[S - 1] at [r, j], f32 adds in split order, rounded
+// once to c's dtype. A block per 256 columns of a row.
+cc::Kernel build_tc_splitk_sum(DType dtype) {
+  constexpr int64_t kThreads = 256;
+  cc::KernelBuilder kb(tc_splitk_sum_name() + "_" + std::string(dtype_name(dtype)));
+  cc::Dim m = kb.dim("M"), n = kb.dim("N"), splits = kb.dim("S", {.min = 1});
+  cc::Buf part = kb.input("part", DType::F32, {splits, m, n});
+  cc::Buf c = kb.output("c", dtype, {m, n});
+  kb.body({cc::ceildiv(n, kThreads), m}, kThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(1), c0 = s.let(s.block_idx(0) * kThreads, "c0");
+    cc::Buf sum = s.alloc_fragment("sum", DType::F32, {kThreads});
+    s.parallel(kThreads,
+               [&](cc::Idx t) { s.if_then(c0 + t < n, [&] { sum(t) = part(0, row, c0 + t); }); });
+    s.serial(splits - 1, [&](cc::Idx z) {
+      s.parallel(kThreads, [&](cc::Idx t) {
+        s.if_then(c0 + t < n, [&] { sum(t) = sum(t) + part(z + 1, row, c0 + t); });
+      });
+    });
+    s.parallel(kThreads,
+               [&](cc::Idx t) { s.if_then(c0 + t < n, [&] { c(row, c0 + t) = sum(t); }); });
+  });
+  return kb.build();
+}
+
 // ---- Staged by copy_async (a not transposed) --------------------------------------------------
 // The same 128 x 128 output tile, two warpgroups and 64-wide K steps, but the tiles go from
 // global to shared memory by copy_async (cp.async.cg, 16 bytes a thread, never through the

@@ -19,6 +19,15 @@ constexpr int kTcThreads = 256;
 std::string tc_matmul_name(bool ta, bool tb);
 compiler::Kernel build_tc_matmul(DType dtype, bool ta, bool tb);
 
+// Split K (a transposed product with few output tiles and a long K; kernels/matmul.cc picks it):
+// block (x, y, z) runs build_tc_matmul's chain over slice z of K, [z L, min((z + 1) L, K)), L a
+// multiple of kTcK, into part [S, M, N] (f32); the sum kernel then adds the S partials in split
+// order from part[0] (no atomics) and rounds once to c's dtype. Same bits on every backend.
+std::string tc_splitk_name(bool ta, bool tb);
+compiler::Kernel build_tc_matmul_splitk(DType dtype, bool ta, bool tb);
+std::string tc_splitk_sum_name();
+compiler::Kernel build_tc_splitk_sum(DType dtype);
+
 // Tiles staged by copy_async (cp.async), five buffers deep: a not transposed, K (and N when b
 // is not transposed) multiples of 8.
 std::string tc_async_name(bool tb);

@@ -1,0 +1,104 @@
+// Split K of the tensor-core matmul (kernels/matmul.cc plan_tc_split, matmul_tc.h): a transposed-a
+// bf16/f16 product with few output tiles and a long K runs each 64-aligned K slice's chain into
+// f32 partials, then adds them in split order. Every output is checked bit for bit against the
+// tensor core's model (compiler/codegen/mma_model.h): each slice's dot product from +0, then f32
+// adds from slice 0 on, rounded once. The slices are restated here, not read from the kernel.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <tuple>
+
+#include "compiler/codegen/mma_model.h"
+#include "tests/kernels/kernel_runner.h"
+#include "tilerun/tilerun.h"
+
+namespace tilerun::kernels {
+namespace {
+
+using testing::Bytes;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+testing::KernelRunner& runner() {
+  static testing::KernelRunner* r = new testing::KernelRunner;
+  return *r;
+}
+
+uint16_t bits16(DType dt, double v) {
+  Bytes e = testing::encode(dt, {v});
+  uint16_t h;
+  std::memcpy(&h, e.data.data(), 2);
+  return h;
+}
+
+OpExpansion expand(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  const OpSchema& schema = *op_registry().find("matmul");
+  const Attrs attrs = {{"transpose_a", ta}, {"transpose_b", tb}};
+  std::vector<TensorType> in = {{dt, ta ? std::vector{k, m} : std::vector{m, k}},
+                                {dt, tb ? std::vector{n, k} : std::vector{k, n}}};
+  return schema.expand(in, schema.infer(in, attrs), attrs);
+}
+
+// c = a^T b (b transposed or not) of a [k, m]; `slice` the split's length in K (the last one
+// ragged): c[i, j] = round(dot(slice 0) + dot(slice 1) + ..), each dot the model's chain.
+void expect_split_model(DType dt, bool tb, int64_t m, int64_t n, int64_t k, int64_t slice) {
+  std::mt19937_64 rng(testing::test_seed() + static_cast<uint64_t>(k));
+  RefTensor a = testing::rounded(dt, testing::random_tensor(rng, {k, m}));
+  RefTensor b =
+      testing::rounded(dt, testing::random_tensor(rng, tb ? std::vector{n, k} : std::vector{k, n}));
+  std::vector<Bytes> got =
+      runner().run("matmul", {a, b}, {{"transpose_a", true}, {"transpose_b", tb}}, dt, kNaN);
+  ASSERT_EQ(got.size(), 1u);
+  const compiler::MmaModel model = compiler::hopper_mma_model();
+  int64_t mismatches = 0;
+  std::vector<uint16_t> row(k), col(k);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t p = 0; p < k; ++p) {
+        row[p] = bits16(dt, a.data[p * m + i]);
+        col[p] = bits16(dt, tb ? b.data[j * k + p] : b.data[p * n + j]);
+      }
+      float want = 0.0f;
+      for (int64_t lo = 0; lo < k; lo += slice) {
+        const float part = compiler::mma_dot(model, 0.0f, &row[lo], 1, &col[lo], 1,
+                                             std::min(slice, k - lo), dt == DType::F16);
+        want = lo == 0 ? part : want + part;
+      }
+      uint16_t have;
+      std::memcpy(&have, got[0].data.data() + 2 * (i * n + j), 2);
+      if (have != bits16(dt, want) && mismatches++ < 3)
+        ADD_FAILURE() << dtype_name(dt) << " tb=" << tb << " K=" << k << ": c[" << i << ", " << j
+                      << "] bits " << have << ", split model " << bits16(dt, want);
+    }
+  EXPECT_EQ(mismatches, 0) << dtype_name(dt) << " tb=" << tb << " K=" << k;
+}
+
+// One tile, K = 2148: two splits of 17 steps (1088), the second ragged (1060, not a multiple of
+// 64); K = 5000: four of 20 steps (1280), the last 1160. M and N ragged in their tile.
+TEST(MatmulSplitK, EveryOutputIsTheSlicesModelDotProductsAddedInOrder) {
+  expect_split_model(DType::BF16, false, 70, 40, 2148, 1088);
+  expect_split_model(DType::BF16, true, 33, 130, 5000, 1280);
+  expect_split_model(DType::F16, false, 9, 24, 2148, 1088);
+}
+
+// The attention backward's p^T dO (M = 1280, N = 512, K = 16384: 40 tiles) splits 6 ways
+// (40 * 6 <= 2 * 132 blocks) of 43 steps, the sum kernel after; a not transposed, a short K or
+// a grid that already fills the GPU keep the one-kernel product.
+TEST(MatmulSplitK, ChosenOnlyForTransposedAWithFewTilesAndLongK) {
+  OpExpansion ex = expand(DType::BF16, true, false, 1280, 512, 16384);
+  ASSERT_EQ(ex.calls.size(), 2u);
+  EXPECT_EQ(ex.calls[0].kernel->sig.name, "matmul_tc_tn_128x128x64_s3_splitk_bf16");
+  EXPECT_EQ(ex.calls[0].dims, (std::vector<int64_t>{1280, 512, 16384, 43 * 64, 6}));
+  EXPECT_EQ(ex.calls[1].kernel->sig.name, "matmul_splitk_sum_bf16");
+  ASSERT_EQ(ex.scratch.size(), 1u);
+  EXPECT_EQ(ex.scratch[0].shape, (std::vector<int64_t>{6, 1280, 512}));
+  for (const auto& [ta, m, n, k] : std::vector<std::tuple<bool, int64_t, int64_t, int64_t>>{
+           {false, 1280, 512, 16384}, {true, 1280, 512, 2047}, {true, 2048, 1152, 16384}}) {
+    OpExpansion one = expand(DType::BF16, ta, false, m, n, k);
+    ASSERT_EQ(one.calls.size(), 1u) << "ta=" << ta << " " << m << "x" << n << "x" << k;
+    EXPECT_EQ(one.calls[0].kernel->sig.name.find("splitk"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace tilerun::kernels
