@@ -134,6 +134,7 @@ std::vector<KernelTiming> add_profile(Session& session, std::vector<LayerRow>& r
   std::vector<LayerTiming> profiled = session.timings();
   for (size_t i = 0; i < rows.size() && i < profiled.size(); ++i) {
     rows[i].t.kernels_us = profiled[i].kernels_us;
+    rows[i].t.critical_us = profiled[i].critical_us;
     rows[i].t.gap_us = rows[i].t.kernels > 0
                            ? (rows[i].t.device_us - rows[i].t.kernels_us) / rows[i].t.kernels
                            : 0;
