@@ -408,6 +408,9 @@ void register_softmax(OpRegistry& registry) {
        .reference = ref_softmax_grad(false, GradOut::Sink),
        .expand = expand_softmax_sink_grad(cache),
        .tests = {.kernel = {{{{7, 130}, {7, 130}}},
+                            // a block per row (the extents >= 128 above too)
+                            {{{4, 1300}, {4, 1300}}},
+                            {{{5, 200}, {5, 200}}, {{"log", true}}},
                             {{{33, 7}, {33, 7}}, {{"log", true}}},
                             {{{3, 130, 5}, {3, 130, 5}}, {{"axis", int64_t{1}}}}},
                  // y = [0.25, 0.25] leaves the sink 0.5: dsink = -0.5 * (0.25 * 1 + 0.25 * 3).
