@@ -329,16 +329,20 @@ cc::Kernel build_gather_rows_grad(DType dtype) {
   return kb.build();
 }
 
-ExpandFn expand_embedding(std::shared_ptr<KernelCache> cache) {
-  return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&, const Attrs&) {
+// The gather of embedding and gather_rows: `declared` inputs (2, or 3 with gather_rows' inverse,
+// which the forward does not read), then the ids' check status when the graph appended one.
+ExpandFn expand_gather(std::shared_ptr<KernelCache> cache, size_t declared) {
+  return [cache, declared](const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                           const Attrs&) {
     DType dt = in[0].dtype;
-    const bool checked = in.size() > 2;  // the graph appended the ids' check status
+    const bool checked = in.size() > declared;
     KernelCall call{
         .kernel = cache->get(kernel_key(checked ? "embedding_checked" : "embedding", dt),
                              [&] { return build_embedding(dt, checked); }),
         .buffers = {input_slot(0), input_slot(1), output_slot(0)},
         .dims = {ids_count(in[1]), in[0].shape[0], in[0].shape[1]}};
-    if (checked) call.buffers.insert(call.buffers.begin() + 2, input_slot(2));
+    if (checked)
+      call.buffers.insert(call.buffers.begin() + 2, input_slot(static_cast<int>(declared)));
     return OpExpansion{.calls = {call}};
   };
 }
@@ -365,21 +369,6 @@ ExpandFn expand_embedding_grad(std::shared_ptr<KernelCache> cache) {
                                          [&] { return build_embedding_grad(dt); }),
                     .buffers = {input_slot(1), input_slot(2), output_slot(0)},
                     .dims = {ids_count(in[1]), in[0].shape[0], in[0].shape[1]}};
-    return OpExpansion{.calls = {call}};
-  };
-}
-
-// gather_rows: embedding's gather (the graph appends the ids' check status after the inverse).
-ExpandFn expand_gather_rows(std::shared_ptr<KernelCache> cache) {
-  return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&, const Attrs&) {
-    DType dt = in[0].dtype;
-    const bool checked = in.size() > 3;
-    KernelCall call{
-        .kernel = cache->get(kernel_key(checked ? "embedding_checked" : "embedding", dt),
-                             [&] { return build_embedding(dt, checked); }),
-        .buffers = {input_slot(0), input_slot(1), output_slot(0)},
-        .dims = {ids_count(in[1]), in[0].shape[0], in[0].shape[1]}};
-    if (checked) call.buffers.insert(call.buffers.begin() + 2, input_slot(3));
     return OpExpansion{.calls = {call}};
   };
 }
@@ -426,7 +415,7 @@ void register_embedding(OpRegistry& registry) {
        .infer = infer_embedding,
        .reference = ref_embedding,
        .gradient = grad_embedding,
-       .expand = expand_embedding(cache),
+       .expand = expand_gather(cache, 2),
        .index_contracts = {kIdsContract},
        .tests = {.kernel = {ids_case(1, 1, {1}, 0, 1), ids_case(7, 5, {3}, 0, 7),
                             ids_case(50, 133, {2, 65}, 0, 50), ids_case(9, 16, {}, 0, 9)},
@@ -477,7 +466,7 @@ void register_embedding(OpRegistry& registry) {
              return ref_embedding({in[0], in[1]}, attrs);
            },
        .gradient = grad_gather_rows,
-       .expand = expand_gather_rows(cache),
+       .expand = expand_gather(cache, 3),
        .index_contracts = {kIdsContract},
        .tests = {.kernel = {{.shapes = {{7, 5}, {14}, {7, 2}}, .int_lo = 0, .int_hi = 7},
                             {.shapes = {{50, 133}, {2, 25}, {50}}, .int_lo = 0, .int_hi = 50}},
