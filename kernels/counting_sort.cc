@@ -6,7 +6,8 @@
 //
 // counting_sort's kernels, over the ids flattened to N, in chunks of kChunk (G = ceil(N/kChunk)):
 //   1. chunk_counts: cnt[c, e] = how many ids of chunk c are e (a thread per (c, e), O(kChunk));
-//   2. bin_offsets: offsets[e] = sum over e' < e of the bins' totals (a thread per e, O(G·E));
+//   2. bin_totals: total[e] = the e's of all chunks (a thread per e, O(G)); then offsets[e] =
+//      sum over e' < e of the totals (a thread per e, O(E));
 //   3. chunk_starts: start[c, e] = offsets[e] + the e's of the chunks before c (a thread per e);
 //   4. positions: position[i] = start[chunk(i), ids[i]] + the ids[i]'s before i in its chunk
 //      (a thread per element, O(kChunk));
@@ -144,11 +145,35 @@ cc::Kernel build_chunk_counts(bool checked) {
   return kb.build();
 }
 
-// 2. offsets[e] (exclusive) and 3. start[c, e], one thread per bin.
+// 2a. total[e] = the e's of every chunk, one thread per bin (O(G)).
+cc::Kernel build_bin_totals() {
+  cc::KernelBuilder kb("sort_bin_totals");
+  cc::Dim g = kb.dim("G"), e = kb.dim("E");
+  cc::Buf cnt = kb.input("cnt", DType::I32, {g, e});
+  cc::Buf total = kb.output("total", DType::I32, {e});
+  kb.body({cc::ceildiv(e, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(0) * kThreads;
+    cc::Buf acc = s.alloc_fragment("acc", DType::I32, {kThreads});
+    s.parallel(kThreads, [&](cc::Idx t) {
+      cc::Idx bin = base + t;
+      s.if_then(bin < e, [&] {
+        acc(t) = cc::to_i32(cc::Val(0));
+        s.serial(g, [&](cc::Idx c) { acc(t) = acc(t) + cnt(c, bin); });
+        total(bin) = acc(t);
+      });
+    });
+  });
+  return kb.build();
+}
+
+// 2b. offsets[e] (exclusive: the totals of the bins before, O(E)) and 3. start[c, e] (O(G)), one
+// thread per bin. (Summing every chunk of every earlier bin here instead, O(E·G) a thread, took
+// 936 ms for sparse attention's 5,120 keys × 4,096 chunks on the H200.)
 cc::Kernel build_chunk_starts() {
   cc::KernelBuilder kb("sort_chunk_starts");
   cc::Dim g = kb.dim("G"), e = kb.dim("E");
   cc::Buf cnt = kb.input("cnt", DType::I32, {g, e});
+  cc::Buf total = kb.input("total", DType::I32, {e});
   cc::Buf start = kb.output("start", DType::I32, {g, e});
   cc::Buf offsets = kb.output("offsets", DType::I32, {e});
   kb.body({cc::ceildiv(e, kThreads)}, kThreads, [&](cc::Scope& s) {
@@ -158,8 +183,7 @@ cc::Kernel build_chunk_starts() {
       cc::Idx bin = base + t;
       s.if_then(bin < e, [&] {
         acc(t) = cc::to_i32(cc::Val(0));
-        s.serial(bin,
-                 [&](cc::Idx b) { s.serial(g, [&](cc::Idx c) { acc(t) = acc(t) + cnt(c, b); }); });
+        s.serial(bin, [&](cc::Idx b) { acc(t) = acc(t) + total(b); });
         offsets(bin) = acc(t);
         s.serial(g, [&](cc::Idx c) {
           start(c, bin) = acc(t);
@@ -276,8 +300,8 @@ ExpandFn expand_counting_sort(std::shared_ptr<KernelCache> cache) {
         const bool checked = in.size() > 1;  // the graph appended the ids' check status
         const int64_t n = numel(in[0]), g = chunks(n), e = out[3].shape[0];
         const std::string tag = checked ? "_checked" : "";
-        // Scratch 0: cnt [G, E]; 1: start [G, E].
-        OpExpansion ex{.scratch = {{DType::I32, {g, e}}, {DType::I32, {g, e}}}};
+        // Scratch 0: cnt [G, E]; 1: start [G, E]; 2: total [E].
+        OpExpansion ex{.scratch = {{DType::I32, {g, e}}, {DType::I32, {g, e}}, {DType::I32, {e}}}};
         auto with_status = [&](std::vector<KernelArg> b) {
           if (checked) b.insert(b.begin() + 1, input_slot(1));
           return b;
@@ -286,9 +310,13 @@ ExpandFn expand_counting_sort(std::shared_ptr<KernelCache> cache) {
                                                  [&] { return build_chunk_counts(checked); }),
                             .buffers = with_status({input_slot(0), scratch_slot(0)}),
                             .dims = {n, g, e}});
-        ex.calls.push_back({.kernel = cache->get("sort_chunk_starts", build_chunk_starts),
-                            .buffers = {scratch_slot(0), scratch_slot(1), output_slot(3)},
+        ex.calls.push_back({.kernel = cache->get("sort_bin_totals", build_bin_totals),
+                            .buffers = {scratch_slot(0), scratch_slot(2)},
                             .dims = {g, e}});
+        ex.calls.push_back(
+            {.kernel = cache->get("sort_chunk_starts", build_chunk_starts),
+             .buffers = {scratch_slot(0), scratch_slot(2), scratch_slot(1), output_slot(3)},
+             .dims = {g, e}});
         ex.calls.push_back(
             {.kernel = cache->get("sort_positions" + tag, [&] { return build_positions(checked); }),
              .buffers = with_status({input_slot(0), scratch_slot(1), output_slot(0)}),
