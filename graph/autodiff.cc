@@ -5,6 +5,7 @@
 #include <set>
 
 #include "compiler/base/check.h"
+#include "graph/model/loss_spec.h"
 
 namespace tilerun::graph {
 
@@ -55,9 +56,14 @@ class RuleEmitter {
     std::vector<bool> needs(fwd_.inputs.size());
     bool any = false;
     for (size_t i = 0; i < fwd_.inputs.size(); ++i) any |= needs[i] = req_[fwd_.inputs[i]];
-    // An op whose outputs carry no gradient (argmax: only an integer index) passes none back.
+    // An op whose outputs carry no gradient (argmax: only an integer index), or only zero ones
+    // (read by nothing that differentiates, or through stop_gradient), passes none back: its
+    // inputs' gradients stay zero and no backward kernel runs for it.
     bool flows = false;
-    for (int out : fwd_.outputs) flows = flows || req_[out];
+    for (int out : fwd_.outputs) {
+      auto it = grad_.find(out);
+      flows = flows || (req_[out] && it != grad_.end() && !is_zero(it->second));
+    }
     if (!any || !flows) return;
     // Output gradients that nothing produced (an output unused downstream) are zeros; an integer
     // output has no gradient to bind (a rule never reads its dy).
@@ -84,6 +90,11 @@ class RuleEmitter {
 
  private:
   void bind(const std::string& name, int id) { names_[name] = id; }
+
+  // A gradient tensor no op writes: zero-filled (an input seeding itself is not a Gradient).
+  bool is_zero(int id) const {
+    return g_.tensors[id].kind == TensorKind::Gradient && g_.tensors[id].producer < 0;
+  }
 
   // The gradient of forward output i; a zero-filled tensor if nothing downstream used it.
   int dy(size_t i) {
@@ -186,24 +197,8 @@ class RuleEmitter {
 // The ops computing each loss term's value, after the model's ops (in its last layer); the
 // default is half_sum_squares of each output.
 void add_loss_terms(const Model& model, OpGraph& g) {
-  std::vector<LossTerm> terms = model.loss.terms;
-  // An integer output (argmax's index) has no square to halve and no gradient: left out.
-  std::vector<std::string> float_outputs;
-  for (const std::string& out : model.outputs) {
-    const int id = g.find(out);
-    if (id >= 0 && dtype_is_float(g.tensors[id].type.dtype)) float_outputs.push_back(out);
-  }
-  if (terms.empty())
-    for (const std::string& out : float_outputs) {
-      const TensorDecl* decl = model.find_tensor(out);
-      std::string name =
-          float_outputs.size() == 1 ? "half_sum_squares" : "half_sum_squares(" + out + ")";
-      terms.push_back({.name = name,
-                       .op = {.type = "half_sum_squares",
-                              .inputs = {out},
-                              .outputs = {"loss:" + name},
-                              .loc = decl ? decl->loc : SourceLoc{}}});
-    }
+  const std::vector<LossTerm> terms =
+      model.loss.terms.empty() ? default_loss_terms(model) : model.loss.terms;
   const int layer = std::max(0, static_cast<int>(model.layers.size()) - 1);
   for (const LossTerm& term : terms) {
     const kernels::OpSchema* schema = kernels::op_registry().find(term.op.type);

@@ -55,6 +55,8 @@ ATTN_BF16 = [
      "{op: fill, out: ik_pad, shape: [1, 4, ID], value: 0, dtype: bf16}"),
     ("{op: fill, out: ig_pad, shape: [1, 4, ID], value: -1.0e9}",
      "{op: fill, out: ig_pad, shape: [1, 4, ID], value: -1.0e9, dtype: bf16}"),
+    ("{op: fill, out: ttiny, shape: [1], value: 1.0e-30}",
+     "{op: fill, out: ttiny, shape: [1], value: 1.0e-30, dtype: bf16}"),
     ("      - {op: concat, in: [tables.wbias, cbias], out: sbias, axis: 1}",
      "      - {op: concat, in: [tables.wbias, cbias], out: sbias32, axis: 1}\n"
      "      - {op: cast, in: sbias32, out: sbias, to: bf16}"),
@@ -136,6 +138,7 @@ def generate():
     tables = edit(section(attn, "  - name: tables\n", "  - name: attn\n"), TABLES_BF16, "tables")
     a_w = section(attn, "    weights:\n", "    ops:\n", at).replace("    weights:\n", "")
     a_ops = section(attn, "    ops:\n", "\noutputs:", at).replace("    ops:\n", "")
+    a_ops, a_loss = a_ops.split("    loss:\n")  # the indexer's term, after the whole block
     m_at = moe.index("  - name: moe")
     m_w = rename(section(moe, "    weights:\n", "    ops:\n", m_at).replace("    weights:\n", ""))
     m_ops = rename(section(moe, "    ops:\n", "\noutputs:", m_at).replace("    ops:\n", ""))
@@ -150,7 +153,7 @@ def generate():
             "    carry: {x: out}\n    weights:\n" + a_w + m_w + "    ops:\n" +
             "      # ---- The attention half (configs/v4-attn.yaml) ----\n" + a_ops +
             "\n      # ---- The MoE half (configs/v4-moe.yaml), on the attention half's output xa ----\n" +
-            m_ops + "\noutputs: [block.out]\n")
+            m_ops + "    loss:\n" + a_loss + "\noutputs: [block.out]\n")
 
 
 def main():

@@ -161,7 +161,8 @@ def compress(h, wkv, wgate, bias):
 
 
 def attention(x, w, tab, quant=True):
-    """configs/v4-attn.yaml's layer `attn`: x [T, N, D] -> out [T, N, D]; w by weight name."""
+    """configs/v4-attn.yaml's layer `attn`: x [T, N, D] -> (out [T, N, D], the indexer's KL
+    loss term); w by weight name."""
     T = x.shape[0]
     H, E = w["sink"].shape[0], w["wkv"].shape[1]
     G = w["wo_a"].shape[0]
@@ -193,15 +194,18 @@ def attention(x, w, tab, quant=True):
     ckv = quantise_nope(rope(rmsnorm(pooled, w["g_c"]), tab["ccos"], tab["csin"]))
 
     # Lightning indexer: Hadamard-rotated FP4 queries and keys (its own compressor), ReLU
-    # scores weighted per head, the causal mask, the top entries. No gradient reaches it.
+    # scores weighted per head, the causal mask, the top entries. Its inputs are detached: only
+    # its KL term (below) trains it.
     IH = w["wi_w"].shape[1]
     had = tab["hadamard"]
-    iq = fq4(rope((qnq @ w["wi_q"]).view(T, IH, INDEX_DIM), tab["cos"], tab["sin"]) @ had)
-    ipool = compress(h, w["wi_kv"], w["wi_gate"], w["i_bias"])
+    qi, hi = qnq.detach(), h.detach()
+    iq = fq4(rope((qi @ w["wi_q"]).view(T, IH, INDEX_DIM), tab["cos"], tab["sin"]) @ had)
+    ipool = compress(hi, w["wi_kv"], w["wi_gate"], w["i_bias"])
     ik = fq4(rope(rmsnorm(ipool, w["g_i"]), tab["ccos"], tab["csin"]) @ had)
-    iw = (h @ w["wi_w"]) * (IH * INDEX_DIM) ** -0.5
+    iw = (hi @ w["wi_w"]) * (IH * INDEX_DIM) ** -0.5
     score = torch.einsum("ths,th->ts", torch.einsum("thd,sd->ths", iq, ik).relu(), iw) + tab["cmask"]
-    pick = torch.topk(score.detach(), tab["picks"], dim=-1).indices
+    top = torch.topk(score, tab["picks"], dim=-1)
+    pick = top.indices
     chosen = torch.zeros_like(tab["cvisible"]).scatter_(1, pick, True) & tab["cvisible"]
 
     # Attention over the window and the picked entries (a dense mask: the same keys the
@@ -214,10 +218,19 @@ def attention(x, w, tab, quant=True):
     p = F.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
     o = rope(torch.einsum("hts,sd->thd", p, keys), tab["cos"], -tab["sin"])
 
+    # The indexer's KL term: the attention map on its picks (all heads, normalised per token,
+    # detached) against its log-softmax over the picked scores; 0 log 0 = 0.
+    mass = p.detach().sum(0)[:, T:].gather(1, pick)
+    target = mass / (mass.sum(-1, keepdim=True) + 1e-30)
+    ilogp = F.log_softmax(top.values, dim=-1)
+    seen_t = target > 0
+    kl = torch.where(seen_t, target * (torch.log(torch.where(seen_t, target, 1.0)) - ilogp),
+                     0.0).sum() / T
+
     # Grouped output projection through o_lora.
     ol = fq(torch.einsum("tgk,gko->tgo", o.reshape(T, G, -1), w["wo_a"]), 128)
     f = torch.einsum("tgo,god->td", ol, w["wo_b"])
-    return hc_post(f, x, post, comb)
+    return hc_post(f, x, post, comb), kl
 
 
 _GROUPED_MM = {}  # (device type, dtype) -> whether torch's grouped GEMM runs there
@@ -308,10 +321,15 @@ def model(layers, dims, dev, dtype, quant=True):
         grouped_mm_works(dev, dtype)  # probed here, not while torch.compile traces the model
 
     def loss_fn(params, x):
+        aux = 0.0  # the indexers' KL terms, one per attention half
         for kind, prefix, aliases in layers:
             w = {n[len(prefix):]: v for n, v in params.items() if n.startswith(prefix)}
             w.update({mine: w[theirs] for mine, theirs in aliases.items()})
-            x = attention(x, w, tab, quant) if kind == "attn" else moe(x, w, quant)
-        return loss_of(x), x
+            if kind == "attn":
+                x, kl = attention(x, w, tab, quant)
+                aux = aux + kl
+            else:
+                x = moe(x, w, quant)
+        return loss_of(x) + aux, x
 
     return loss_fn

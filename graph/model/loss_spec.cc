@@ -27,9 +27,10 @@ double read_f32_number(const YamlNode& node, const std::string& what) {
   return v;
 }
 
-LossTerm read_term(const YamlNode& node, size_t index, const kernels::OpRegistry& registry,
-                   const std::map<std::string, int64_t>& dims, const TensorLookup& tensors) {
-  const std::string prefix = "loss term " + std::to_string(index);
+// `prefix` names the term in messages: "loss term 2", "loss term 0 of layer 'attn.1'".
+LossTerm read_term(const YamlNode& node, const std::string& prefix,
+                   const kernels::OpRegistry& registry, const std::map<std::string, int64_t>& dims,
+                   const TensorLookup& tensors) {
   expect_kind(node, YamlNode::Kind::Mapping, prefix);
   const std::vector<std::string> known = loss_ops(registry);
   for (const YamlEntry& e : node.entries)
@@ -75,6 +76,26 @@ LossTerm read_term(const YamlNode& node, size_t index, const kernels::OpRegistry
   return term;
 }
 
+// The terms of a `loss:` sequence (of the model, or of `layer`), names unique among them.
+std::vector<LossTerm> read_terms(const YamlNode& node, const std::string& layer,
+                                 const kernels::OpRegistry& registry,
+                                 const std::map<std::string, int64_t>& dims,
+                                 const TensorLookup& tensors) {
+  std::vector<LossTerm> terms;
+  for (size_t i = 0; i < node.items.size(); ++i) {
+    std::string prefix = "loss term " + std::to_string(i);
+    if (!layer.empty()) prefix += " of layer '" + layer + "'";
+    LossTerm term = read_term(node.items[i], prefix, registry, dims, tensors);
+    for (const LossTerm& other : terms)
+      if (other.name == term.name)
+        throw Error(term.op.loc, "duplicate loss term name '" + term.name + "' (first at " +
+                                     line_col(other.op.loc) +
+                                     "); expected a unique 'name:' for each term");
+    terms.push_back(std::move(term));
+  }
+  return terms;
+}
+
 }  // namespace
 
 std::vector<std::string> loss_ops(const kernels::OpRegistry& registry) {
@@ -100,17 +121,41 @@ LossDecl parse_loss(const YamlNode& node, const kernels::OpRegistry& registry,
   }
   expect_kind(node, YamlNode::Kind::Sequence, "'loss' (half_sum_squares or a list of terms)");
   if (node.items.empty()) throw Error(node.loc, "'loss' is empty; expected at least one term");
-  LossDecl loss;
-  for (size_t i = 0; i < node.items.size(); ++i) {
-    LossTerm term = read_term(node.items[i], i, registry, dims, tensors);
-    for (const LossTerm& other : loss.terms)
-      if (other.name == term.name)
-        throw Error(term.op.loc, "duplicate loss term name '" + term.name + "' (first at " +
-                                     line_col(other.op.loc) +
-                                     "); expected a unique 'name:' for each term");
-    loss.terms.push_back(std::move(term));
+  return {read_terms(node, "", registry, dims, tensors)};
+}
+
+std::vector<LossTerm> parse_layer_loss(const YamlNode& node, const std::string& layer,
+                                       const kernels::OpRegistry& registry,
+                                       const std::map<std::string, int64_t>& dims,
+                                       const TensorLookup& tensors) {
+  expect_kind(node, YamlNode::Kind::Sequence,
+              "the 'loss' of layer '" + layer + "' (a list of terms)");
+  if (node.items.empty())
+    throw Error(node.loc,
+                "the 'loss' of layer '" + layer + "' is empty; expected at least one term");
+  std::vector<LossTerm> terms = read_terms(node, layer, registry, dims, tensors);
+  for (LossTerm& term : terms) term.name = layer + "." + term.name;
+  return terms;
+}
+
+std::vector<LossTerm> default_loss_terms(const Model& model) {
+  // An integer output (argmax's index) has no square to halve and no gradient: left out.
+  std::vector<const TensorDecl*> outputs;
+  for (const std::string& out : model.outputs) {
+    const TensorDecl* decl = model.find_tensor(out);
+    if (decl && dtype_is_float(decl->dtype)) outputs.push_back(decl);
   }
-  return loss;
+  std::vector<LossTerm> terms;
+  for (const TensorDecl* out : outputs) {
+    std::string name =
+        outputs.size() == 1 ? "half_sum_squares" : "half_sum_squares(" + out->name + ")";
+    terms.push_back({.name = name,
+                     .op = {.type = "half_sum_squares",
+                            .inputs = {out->name},
+                            .outputs = {"loss:" + name},
+                            .loc = out->loc}});
+  }
+  return terms;
 }
 
 OptimizerDecl parse_optimizer(const YamlNode& node) {

@@ -1,4 +1,5 @@
-// A model file's `loss:` (a list of weighted terms, or the name of the default) and
+// A model file's `loss:` (a list of weighted terms, or the name of the default), a layer's own
+// `loss:` terms, and
 // `optimizer:` (sgd or adamw with their hyper-parameters), checked at their YAML positions.
 #pragma once
 
@@ -25,6 +26,17 @@ struct TensorLookup {
 // `{term: OP, in: [...], weight: W, name: N, ...attributes}`.
 LossDecl parse_loss(const YamlNode& node, const kernels::OpRegistry& registry,
                     const std::map<std::string, int64_t>& dims, const TensorLookup& tensors);
+
+// A layer's own `loss:` (a sequence of terms, read in one repetition `layer`, "attn.0", whose
+// local names the terms' inputs may use): each term named `layer.name`, added to the model's.
+std::vector<LossTerm> parse_layer_loss(const YamlNode& node, const std::string& layer,
+                                       const kernels::OpRegistry& registry,
+                                       const std::map<std::string, int64_t>& dims,
+                                       const TensorLookup& tensors);
+
+// The default loss's terms: half_sum_squares of each float output ("half_sum_squares", or
+// "half_sum_squares(OUT)" when there are several).
+std::vector<LossTerm> default_loss_terms(const Model& model);
 
 // `optimizer: {sgd: {lr: X}}` or `{adamw: {lr, beta1, beta2, eps, weight_decay}}`.
 OptimizerDecl parse_optimizer(const YamlNode& node);

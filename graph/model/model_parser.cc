@@ -25,7 +25,7 @@ using kernels::TensorType;
 const std::vector<std::string> kModelKeys = {"model",  "dtype",   "dims", "inputs",
                                              "layers", "outputs", "loss", "optimizer"};
 const std::vector<std::string> kTensorKeys = {"shape", "dtype", "init"};
-const std::vector<std::string> kLayerKeys = {"name", "repeat", "carry", "weights", "ops"};
+const std::vector<std::string> kLayerKeys = {"name", "repeat", "carry", "weights", "ops", "loss"};
 
 // Bounds on what `repeat` may expand to, so a two-line file cannot ask for a billion ops.
 constexpr int64_t kMaxRepeat = 10000;
@@ -48,6 +48,7 @@ struct LayerSpec {
   std::map<std::string, std::pair<SourceLoc, std::string>> locals;
   std::vector<std::string> local_order;  // the same names in file order, for messages
   std::vector<const YamlEntry*> carry;   // key: read from outside; value: a local op output
+  const YamlNode* loss = nullptr;        // the layer's own loss terms, read per repetition
 };
 
 // What a finished layer offers to later layers' qualified references (layer.x, layer.i.x).
@@ -92,6 +93,7 @@ class ModelParser {
   std::map<std::string, size_t> index_;          // tensor name → position in m_.tensors
   std::map<std::string, SourceLoc> all_layers_;  // every layer name in the file (first pass)
   std::map<std::string, DoneLayer> done_;
+  std::vector<LossTerm> layer_terms_;  // every repetition's own loss terms, in layer order
   size_t op_count_ = 0;
   int64_t param_numel_ = 0;
   int64_t param_bytes_ = 0;
@@ -151,6 +153,11 @@ Model ModelParser::parse(const YamlNode& root) {
                             },
                         .type_of = [&](const std::string& full) { return type_of(full); }};
     m_.loss = parse_loss(*n, registry_, dims_, lookup);
+  }
+  // Layers' own terms add to the model's loss, the default one included.
+  if (!layer_terms_.empty()) {
+    if (m_.loss.terms.empty()) m_.loss.terms = default_loss_terms(m_);
+    for (LossTerm& term : layer_terms_) m_.loss.terms.push_back(std::move(term));
   }
   if (const YamlNode* n = top.find("optimizer")) m_.optimizer = parse_optimizer(*n);
   return std::move(m_);
@@ -259,6 +266,7 @@ LayerSpec ModelParser::read_layer(const YamlNode& node, size_t index) {
     throw Error(spec.loc, "the model has more than " + std::to_string(kMaxOps) + " ops once " +
                               what + " is repeated; expected fewer");
 
+  spec.loss = r.find("loss");
   if (const YamlNode* n = r.find("carry")) {
     if (!spec.repeated)
       throw Error(n->loc, "carry of " + what +
@@ -382,6 +390,15 @@ void ModelParser::instantiate(const LayerSpec& spec, int64_t rep) {
                                    spec.name + "' changes the type: '" + e.key + "' is " +
                                    kernels::to_string(from) + " but '" + e.value.text + "' is " +
                                    kernels::to_string(to) + "; expected the same dtype and shape");
+  }
+  if (spec.loss) {
+    TensorLookup lookup{.resolve =
+                            [&](const YamlNode& ref, const std::string& where) {
+                              return resolve(ref.text, ref.loc, where, &spec, rep, locals);
+                            },
+                        .type_of = [&](const std::string& full) { return type_of(full); }};
+    for (LossTerm& term : parse_layer_loss(*spec.loss, decl.name, registry_, dims_, lookup))
+      layer_terms_.push_back(std::move(term));
   }
   m_.layers.push_back(std::move(decl));
 }

@@ -1,6 +1,7 @@
 // Every op's gradient rule against central finite differences of its forward reference, in
 // double. The rule's backward ops are composed by a tiny evaluator that runs their references
 // (and type inference) in order; the loss is sum_k <w_k, y_k> for random w, so dy_k = w_k.
+#include <algorithm>
 #include <map>
 
 #include "kernels/op_registry.h"
@@ -137,12 +138,26 @@ INSTANTIATE_TEST_SUITE_P(Ops, GradientTest,
                            return info.param.name();
                          });
 
+// A detaching rule (stop_gradient's) says "zeros" for every input on the op's first kernel
+// case: by definition, not the derivative, so it has no finite-difference cases.
+bool detaches(const OpSchema& s) {
+  if (!s.gradient || s.tests.kernel.empty()) return false;
+  const OpTestCase& c = s.tests.kernel[0];
+  std::vector<TensorType> in;
+  for (const auto& shape : c.shapes) in.push_back({DType::F32, shape});
+  std::vector<GradOp> rule =
+      s.gradient(in, with_defaults(s, c.attrs), std::vector<bool>(in.size(), true));
+  return !rule.empty() &&
+         std::all_of(rule.begin(), rule.end(), [](const GradOp& op) { return op.type == "zeros"; });
+}
+
 // Every op with a gradient rule has gradient cases in its family file; an op without one has
 // none (they would test nothing).
 TEST(GradientCoverage, EveryRuleHasACase) {
   for (const std::string& name : op_registry().names()) {
     const OpSchema& s = *op_registry().find(name);
-    EXPECT_EQ(static_cast<bool>(s.gradient), !s.tests.gradient.empty() || s.tests.straight_through)
+    EXPECT_EQ(static_cast<bool>(s.gradient),
+              !s.tests.gradient.empty() || s.tests.straight_through || detaches(s))
         << name
         << (s.gradient ? " has a gradient rule but no gradient case"
                        : " has gradient cases but no gradient rule");
@@ -168,6 +183,15 @@ TEST(GradientCoverage, StraightThroughRulesPassDyOn) {
     ++checked;
   }
   EXPECT_GT(checked, 0);
+}
+
+// stop_gradient is the one op that detaches: its value is x, its rule gives x no gradient.
+TEST(GradientCoverage, StopGradientDetaches) {
+  const OpSchema* s = op_registry().find("stop_gradient");
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(detaches(*s));
+  EXPECT_FALSE(s->tests.straight_through);
+  EXPECT_TRUE(s->tests.gradient.empty());
 }
 
 }  // namespace

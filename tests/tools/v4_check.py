@@ -29,7 +29,7 @@ def run(tilerun, config, dims, extra):
     p = subprocess.run(args, capture_output=True, text=True)
     print("$ " + " ".join(args))
     print(p.stdout[-600:] + p.stderr[-600:])
-    m = re.search(r"^loss (\S+)$", p.stdout, re.M)
+    m = re.search(r"^loss (\S+)", p.stdout, re.M)  # "loss X" or "loss X = term Y, ..."
     return p.returncode, float(m.group(1)) if m else math.nan, p.stdout
 
 

@@ -114,6 +114,88 @@ TEST(LossSpec, DefaultIsHalfSumSquaresOfEveryOutput) {
   EXPECT_EQ(g.grad.at(logits), logits);  // dL/dy = y, an alias
 }
 
+// A repeated layer's own `loss:` is read in each repetition (its local names, blk.0.logp then
+// blk.1.logp) and adds to the model's loss, here the default one.
+std::string layer_loss_model(const std::string& term) {
+  return "model: m\n"                                         // 1
+         "dims: {T: 4, D: 8}\n"                               // 2
+         "inputs:\n"                                          // 3
+         "  x: {shape: [T, D]}\n"                             // 4
+         "layers:\n"                                          // 5
+         "  - name: blk\n"                                    // 6
+         "    repeat: 2\n"                                    // 7
+         "    carry: {x: y}\n"                                // 8
+         "    weights:\n"                                     // 9
+         "      w: {shape: [D, D]}\n"                         // 10
+         "    ops:\n"                                         // 11
+         "      - {op: matmul, in: [x, w], out: y}\n"         // 12
+         "      - {op: log_softmax, in: y, out: logp}\n"      // 13
+         "      - {op: stop_gradient, in: y, out: target}\n"  // 14
+         "      - {op: softmax, in: target, out: q}\n"        // 15
+         "    loss:\n"                                        // 16
+         "      - " +
+         term +
+         "\n"                   // 17
+         "outputs: [blk.y]\n";  // 18
+}
+
+TEST(LossSpec, LayerTermsAddToTheDefaultOncePerRepetition) {
+  Model m = parse_model(layer_loss_model("{term: kl_div, in: [logp, q], weight: 0.5, name: kl}"),
+                        "m.yaml");
+  ASSERT_EQ(m.loss.terms.size(), 3u);
+  EXPECT_EQ(m.loss.terms[0].name, "half_sum_squares");
+  EXPECT_EQ(m.loss.terms[0].op.inputs, std::vector<std::string>{"blk.1.y"});
+  for (int rep = 0; rep < 2; ++rep) {
+    const LossTerm& kl = m.loss.terms[1 + rep];
+    const std::string blk = "blk." + std::to_string(rep);
+    EXPECT_EQ(kl.name, blk + ".kl");
+    EXPECT_EQ(kl.weight, 0.5);
+    EXPECT_EQ(kl.op.inputs, (std::vector<std::string>{blk + ".logp", blk + ".q"}));
+    EXPECT_EQ(kl.op.loc.line, 17);
+  }
+  graph::OpGraph g = graph::build_forward(m);
+  ASSERT_EQ(g.loss.size(), 3u);
+  EXPECT_EQ(g.loss[2].name, "blk.1.kl");
+}
+
+// stop_gradient passes the value and no gradient: a weight read only through it gets none.
+TEST(LossSpec, StopGradientLeavesWhatIsBeforeItWithoutAGradient) {
+  Model m = parse_model(
+      "model: m\n"
+      "dims: {T: 4, D: 8}\n"
+      "inputs:\n"
+      "  x: {shape: [T, D]}\n"
+      "layers:\n"
+      "  - name: head\n"
+      "    weights:\n"
+      "      w: {shape: [D, D]}\n"
+      "      v: {shape: [D]}\n"
+      "    ops:\n"
+      "      - {op: matmul, in: [x, w], out: y}\n"
+      "      - {op: stop_gradient, in: y, out: t}\n"
+      "      - {op: mul, in: [t, v], out: z}\n"
+      "outputs: [head.z]\n",
+      "m.yaml");
+  graph::OpGraph g = graph::build_forward(m);
+  graph::append_backward(m, g);
+  // A zero gradient is a tensor no op writes (filled with zeros, no kernel).
+  auto computed = [&](const char* name) {
+    auto it = g.grad.find(g.find(name));
+    return it != g.grad.end() && g.tensors[it->second].producer >= 0;
+  };
+  EXPECT_TRUE(computed("head.v"));
+  EXPECT_TRUE(computed("head.t"));
+  EXPECT_FALSE(computed("head.y"));
+  EXPECT_FALSE(computed("head.w"));
+}
+
+TEST(LossSpecErrors, LayerTermsNameTheirLayerAndPosition) {
+  expect_error(layer_loss_model("{term: kl_div, in: [logp, qq]}"), "m.yaml:17:35: error:",
+               "unknown tensor 'qq' (input 1 of loss term 0 of layer 'blk.0' (kl_div))");
+  expect_error(layer_loss_model("{term: kl_div, in: [logp, w]}"),
+               "m.yaml:17:9: error:", "loss term 0 of layer 'blk.0' (kl_div): input 'q'");
+}
+
 TEST(LossSpec, Optimizers) {
   Model sgd = parse_model(model("optimizer: {sgd: {lr: 0.5}}\n"), "m.yaml");
   EXPECT_EQ(sgd.optimizer.kind, OptimizerDecl::Kind::Sgd);
