@@ -70,7 +70,16 @@ TEST(GroupedMatmul, ARowsBitsDependOnlyOnItsExpert) {
                                                                  : std::vector{experts, k, n}));
       const Attrs attrs{{"transpose_b", tb}};
       RefTensor off_a = random_offsets(rng, experts, 0, rows);
+      // Redrawn until some row has one expert under both (independent draws can share none).
+      auto shares_a_row = [&](const RefTensor& off) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t e = expert_of(off_a, r, rows);
+          if (e >= 0 && e == expert_of(off, r, rows)) return true;
+        }
+        return false;
+      };
       RefTensor off_b = random_offsets(rng, experts, 0, rows);
+      while (!shares_a_row(off_b)) off_b = random_offsets(rng, experts, 0, rows);
       std::vector<Bytes> a = runner().run("grouped_matmul", {x, w, off_a}, attrs, dtype, 7.0);
       RefTensor off_shifted = off_b;
       for (double& v : off_shifted.data) v += prefix;
