@@ -211,37 +211,88 @@ uint16_t bits_of(const Bytes& b, int64_t i) {
 
 uint16_t rounded_bits(DType dtype, float v) { return bits_of(testing::encode(dtype, {v}), 0); }
 
-// y[r, j] = +0 + the model's dot product of row r and column j of its expert's matrix (K = 100:
-// two K steps, the second ragged), 0 for rows in no segment.
-TEST(GroupedMatmulTensorCore, EveryOutputIsItsExpertsModelDotProduct) {
-  std::mt19937_64 rng(testing::test_seed() + 3);
-  const int64_t rows = 150, k = 100, n = 40, experts = 5;
+// y[r, j] = +0 + the model's dot product of row r and column j of its expert's matrix, 0 for
+// rows in no segment; segment starts drawn from [lo, rows].
+void expect_experts_model_dots(DType dtype, bool tb, int64_t rows, int64_t k, int64_t n,
+                               int64_t experts, int64_t lo, uint64_t seed) {
+  std::mt19937_64 rng(seed);
   const compiler::MmaModel model = compiler::hopper_mma_model();
-  for (DType dtype : {DType::BF16, DType::F16})
-    for (bool tb : {false, true}) {
-      RefTensor x = testing::rounded(dtype, testing::random_tensor(rng, {rows, k}));
-      RefTensor w =
-          testing::rounded(dtype, testing::random_tensor(rng, tb ? std::vector{experts, n, k}
-                                                                 : std::vector{experts, k, n}));
-      RefTensor off = random_offsets(rng, experts, 3, rows);
-      Bytes y = runner().run("grouped_matmul", {x, w, off}, {{"transpose_b", tb}}, dtype, 7.0)[0];
-      const std::vector<uint16_t> xb = bits16(dtype, x), wb = bits16(dtype, w);
-      int64_t mismatches = 0;
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t e = expert_of(off, r, rows);
-          float want = 0.0f;
-          if (e >= 0) {
-            const uint16_t* col = tb ? &wb[(e * n + j) * k] : &wb[e * k * n + j];
-            want += compiler::mma_dot(model, 0.0f, &xb[r * k], 1, col, tb ? 1 : n, k,
-                                      dtype == DType::F16);
-          }
-          if (bits_of(y, r * n + j) != rounded_bits(dtype, want) && mismatches++ < 3)
-            ADD_FAILURE() << dtype_name(dtype) << " tb=" << tb << ": y[" << r << ", " << j
-                          << "] (expert " << e << ") differs from the model's " << want;
-        }
-      EXPECT_EQ(mismatches, 0);
+  RefTensor x = testing::rounded(dtype, testing::random_tensor(rng, {rows, k}));
+  RefTensor w = testing::rounded(
+      dtype,
+      testing::random_tensor(rng, tb ? std::vector{experts, n, k} : std::vector{experts, k, n}));
+  RefTensor off = random_offsets(rng, experts, lo, rows);
+  Bytes y = runner().run("grouped_matmul", {x, w, off}, {{"transpose_b", tb}}, dtype, 7.0)[0];
+  const std::vector<uint16_t> xb = bits16(dtype, x), wb = bits16(dtype, w);
+  int64_t mismatches = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t e = expert_of(off, r, rows);
+      float want = 0.0f;
+      if (e >= 0 && k > 0) {
+        const uint16_t* col = tb ? &wb[(e * n + j) * k] : &wb[e * k * n + j];
+        want +=
+            compiler::mma_dot(model, 0.0f, &xb[r * k], 1, col, tb ? 1 : n, k, dtype == DType::F16);
+      }
+      if (bits_of(y, r * n + j) != rounded_bits(dtype, want) && mismatches++ < 3)
+        ADD_FAILURE() << dtype_name(dtype) << " tb=" << tb << " K=" << k << ": y[" << r << ", " << j
+                      << "] (expert " << e << ") differs from the model's " << want;
     }
+  EXPECT_EQ(mismatches, 0) << dtype_name(dtype) << " tb=" << tb << " K=" << k;
+}
+
+// The register-staged kernel (K = 100: two K steps, the second ragged; rows not 16-byte aligned).
+TEST(GroupedMatmulTensorCore, EveryOutputIsItsExpertsModelDotProduct) {
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (bool tb : {false, true})
+      expect_experts_model_dots(dtype, tb, 150, 100, 40, 5, 3, testing::test_seed() + 3);
+}
+
+// The copy_async kernel (K, and N when w is not transposed, multiples of 8): K from one short
+// step to six (the five buffers' prologue and reuse, restarted for each expert of a tile), odd
+// segments and empty experts (starts drawn from the whole range), R, N and K ragged in their
+// tiles, x's boxes past the segment's end and past R: every output is its expert's model dot
+// product.
+TEST(GroupedMatmulTensorCore, AsyncCopyKernelGivesEachExpertsModelDotProduct) {
+  uint64_t seed = testing::test_seed() + 5;
+  for (int64_t k : {8, 136, 376})
+    for (bool tb : {false, true})
+      expect_experts_model_dots(DType::BF16, tb, 150, k, tb ? 36 : 40, 7, 0, ++seed);
+  expect_experts_model_dots(DType::F16, false, 300, 72, 136, 4, 0, ++seed);
+}
+
+OpExpansion expand_grouped(DType dtype, bool tb, int64_t rows, int64_t k, int64_t n,
+                           int64_t experts) {
+  const OpSchema& schema = testing::schema_of("grouped_matmul");
+  const Attrs attrs{{"transpose_b", tb}};
+  std::vector<TensorType> in = {
+      {dtype, {rows, k}},
+      {dtype, tb ? std::vector{experts, n, k} : std::vector{experts, k, n}},
+      {DType::I32, {experts}}};
+  return schema.expand(in, schema.infer(in, attrs), attrs);
+}
+
+// copy_async where x's and w's rows are 16-byte aligned (K, and N unless transposed, multiples
+// of 8: a choice by K and N, never by R), the register-staged kernel otherwise; f32 the SIMT one.
+TEST(GroupedMatmulTensorCore, AsyncKernelChosenForAlignedRows) {
+  const struct {
+    DType dtype;
+    bool tb;
+    int64_t rows, k, n;
+    std::string kernel;
+  } cases[] = {
+      {DType::BF16, true, 6144, 1024, 1024, "grouped_matmul_tc_nt_128x128x64_async_bf16"},
+      {DType::BF16, false, 7, 1024, 1024, "grouped_matmul_tc_nn_128x128x64_async_bf16"},
+      {DType::F16, true, 100, 64, 30, "grouped_matmul_tc_nt_128x128x64_async_f16"},
+      {DType::BF16, false, 100, 64, 30, "grouped_matmul_tc_nn_128x128x64_bf16"},
+      {DType::BF16, true, 100, 100, 32, "grouped_matmul_tc_nt_128x128x64_bf16"},
+      {DType::F32, true, 100, 64, 64, "grouped_matmul_nt_f32"},
+  };
+  for (const auto& c : cases) {
+    OpExpansion ex = expand_grouped(c.dtype, c.tb, c.rows, c.k, c.n, 64);
+    ASSERT_EQ(ex.calls.size(), 1u);
+    EXPECT_EQ(ex.calls[0].kernel->sig.name, c.kernel) << c.rows << "x" << c.k << "x" << c.n;
+  }
 }
 
 // dw[e][k, n] = the model's dot product of x[lo..hi, k] and dy[lo..hi, n], from the segment's
