@@ -31,4 +31,8 @@ compiler::Kernel build_grouped_tc_async(DType dtype, bool tb);
 std::string grouped_wgrad_tc_name(bool tb);
 compiler::Kernel build_grouped_wgrad_tc(DType dtype, bool tb);
 
+// The same on copy_async staging (K and N multiples of 8); the same bits.
+std::string grouped_wgrad_tc_async_name(bool tb);
+compiler::Kernel build_grouped_wgrad_tc_async(DType dtype, bool tb);
+
 }  // namespace tilerun::kernels

@@ -269,7 +269,7 @@ TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb) {
 }
 
 void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& boxes,
-                    const cc::Val& k) {
+                    const cc::Val& k, const std::function<void()>& mask_last) {
   const int halves = static_cast<int>(st.acc.size());
   cc::Val steps = s.let(cc::max(cc::ceildiv(k, cc::Val(kTcK)), cc::Val(int64_t{1})), "steps");
   const cc::Val zero(int64_t{0}), one(int64_t{1});
@@ -316,6 +316,10 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
   });
   s.async_wait(0);
   s.barrier();
+  if (mask_last) {
+    mask_last();
+    s.barrier();
+  }
   gemms(0, false);
 }
 

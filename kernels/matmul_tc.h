@@ -88,8 +88,9 @@ TcAsyncStaging tc_async_staging(compiler::Scope& s, DType dtype, bool ta, bool t
 // acc += a's tile times b's over k in [0, k), 64 at a time, at least one step (K = 0 adds
 // zeros to +0): build_tc_matmul's chains. Block-uniform; ends with every copy and gemm done,
 // but other warpgroups may still be reading the tiles: a caller that runs it again puts a
-// barrier between.
+// barrier between. `mask_last`, if given, runs once the last step's tiles (buffer 0) have
+// landed and before its gemm, between barriers: it may overwrite them (zero rows past an end).
 void tc_async_steps(compiler::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& boxes,
-                    const compiler::Val& k);
+                    const compiler::Val& k, const std::function<void()>& mask_last = {});
 
 }  // namespace tilerun::kernels

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "compiler/codegen/mma_model.h"
 #include "tests/kernels/kernel_runner.h"
@@ -296,35 +297,85 @@ TEST(GroupedMatmulTensorCore, AsyncKernelChosenForAlignedRows) {
 }
 
 // dw[e][k, n] = the model's dot product of x[lo..hi, k] and dy[lo..hi, n], from the segment's
-// first row in row order (segments of 0 to 70 rows: zero to two K steps).
-TEST(GroupedMatmulTensorCore, WgradIsEachSegmentsModelDotProduct) {
-  std::mt19937_64 rng(testing::test_seed() + 4);
-  const int64_t rows = 150, k = 40, n = 30, experts = 4;
+// first row in row order; `off` the segment starts (random from [0, rows] when empty).
+void expect_wgrad_model_dots(DType dtype, bool tb, const RefTensor& x, const RefTensor& dy,
+                             const RefTensor& off, int64_t only_expert = -1) {
+  const int64_t rows = x.shape[0], k = x.shape[1], n = dy.shape[1], experts = off.numel();
   const compiler::MmaModel model = compiler::hopper_mma_model();
-  for (DType dtype : {DType::BF16, DType::F16})
-    for (bool tb : {false, true}) {
-      RefTensor x = testing::rounded(dtype, testing::random_tensor(rng, {rows, k}));
-      RefTensor dy = testing::rounded(dtype, testing::random_tensor(rng, {rows, n}));
-      RefTensor off = random_offsets(rng, experts, 0, rows);
-      Bytes dw =
-          runner().run("grouped_matmul_wgrad", {x, dy, off}, {{"transpose_b", tb}}, dtype, 7.0)[0];
-      const std::vector<uint16_t> xb = bits16(dtype, x), db = bits16(dtype, dy);
-      int64_t mismatches = 0;
-      for (int64_t e = 0; e < experts; ++e) {
-        const auto lo = static_cast<int64_t>(off.data[e]);
-        const int64_t hi = e + 1 < experts ? static_cast<int64_t>(off.data[e + 1]) : rows;
-        for (int64_t p = 0; p < k; ++p)
-          for (int64_t j = 0; j < n; ++j) {
-            const float want = compiler::mma_dot(model, 0.0f, &xb[lo * k + p], k, &db[lo * n + j],
-                                                 n, hi - lo, dtype == DType::F16);
-            const int64_t at = tb ? (e * n + j) * k + p : (e * k + p) * n + j;
-            if (bits_of(dw, at) != rounded_bits(dtype, want) && mismatches++ < 3)
-              ADD_FAILURE() << dtype_name(dtype) << " tb=" << tb << ": dw[" << e << "][" << p
-                            << ", " << j << "] differs from the model's " << want;
-          }
+  Bytes dw =
+      runner().run("grouped_matmul_wgrad", {x, dy, off}, {{"transpose_b", tb}}, dtype, 7.0)[0];
+  const std::vector<uint16_t> xb = bits16(dtype, x), db = bits16(dtype, dy);
+  int64_t mismatches = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    if (only_expert >= 0 && e != only_expert) continue;
+    const auto lo = static_cast<int64_t>(off.data[e]);
+    const int64_t hi = e + 1 < experts ? static_cast<int64_t>(off.data[e + 1]) : rows;
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) {
+        const float want = compiler::mma_dot(model, 0.0f, &xb[lo * k + p], k, &db[lo * n + j], n,
+                                             hi - lo, dtype == DType::F16);
+        const int64_t at = tb ? (e * n + j) * k + p : (e * k + p) * n + j;
+        if (bits_of(dw, at) != rounded_bits(dtype, want) && mismatches++ < 3)
+          ADD_FAILURE() << dtype_name(dtype) << " tb=" << tb << " K=" << k << " N=" << n << ": dw["
+                        << e << "][" << p << ", " << j << "] differs from the model's " << want;
       }
-      EXPECT_EQ(mismatches, 0);
-    }
+  }
+  EXPECT_EQ(mismatches, 0) << dtype_name(dtype) << " tb=" << tb << " K=" << k << " N=" << n;
+}
+
+void expect_wgrad_model_dots(DType dtype, bool tb, int64_t rows, int64_t k, int64_t n,
+                             int64_t experts, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  RefTensor x = testing::rounded(dtype, testing::random_tensor(rng, {rows, k}));
+  RefTensor dy = testing::rounded(dtype, testing::random_tensor(rng, {rows, n}));
+  expect_wgrad_model_dots(dtype, tb, x, dy, random_offsets(rng, experts, 0, rows));
+}
+
+// The register-staged wgrad (N = 30: dy's rows not 16-byte aligned); segments of 0 to 70 rows:
+// zero to two K steps.
+TEST(GroupedMatmulTensorCore, WgradIsEachSegmentsModelDotProduct) {
+  uint64_t seed = testing::test_seed() + 4;
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (bool tb : {false, true}) expect_wgrad_model_dots(dtype, tb, 150, 40, 30, 4, ++seed);
+}
+
+// The copy_async wgrad (K and N multiples of 8): segments of 0 to a few hundred rows (one to
+// several steps, the last ragged and zeroed past the segment's end), K and N over two tiles.
+TEST(GroupedMatmulTensorCore, AsyncWgradIsEachSegmentsModelDotProduct) {
+  uint64_t seed = testing::test_seed() + 6;
+  for (bool tb : {false, true}) expect_wgrad_model_dots(DType::BF16, tb, 300, 136, 40, 4, ++seed);
+  expect_wgrad_model_dots(DType::F16, false, 400, 16, 136, 2, ++seed);
+  expect_wgrad_model_dots(DType::BF16, true, 45, 8, 8, 5, ++seed);
+}
+
+// The rows right after a segment land in its last step's tiles: they must not reach its dw,
+// even as infinities (expert 0: rows [0, 10), followed by rows of inf in x and dy).
+TEST(GroupedMatmulTensorCore, AsyncWgradIgnoresTheRowsAfterTheSegment) {
+  std::mt19937_64 rng(testing::test_seed() + 7);
+  const int64_t rows = 90, k = 16, n = 24;
+  for (bool tb : {false, true}) {
+    RefTensor x = testing::rounded(DType::BF16, testing::random_tensor(rng, {rows, k}));
+    RefTensor dy = testing::rounded(DType::BF16, testing::random_tensor(rng, {rows, n}));
+    for (int64_t i = 10 * k; i < rows * k; ++i) x.data[i] = INFINITY;
+    for (int64_t i = 10 * n; i < rows * n; ++i) dy.data[i] = -INFINITY;
+    expect_wgrad_model_dots(DType::BF16, tb, x, dy, RefTensor{.shape = {2}, .data = {0, 10}}, 0);
+  }
+}
+
+// The kernels chosen for the wgrad: copy_async where K and N are multiples of 8.
+TEST(GroupedMatmulTensorCore, AsyncWgradChosenForAlignedRows) {
+  const OpSchema& schema = testing::schema_of("grouped_matmul_wgrad");
+  for (const auto& [k, n, name] : std::vector<std::tuple<int64_t, int64_t, std::string>>{
+           {1024, 1024, "grouped_matmul_wgrad_tc_t_128x128x64_async_bf16"},
+           {1024, 1020, "grouped_matmul_wgrad_tc_t_128x128x64_bf16"},
+           {1020, 1024, "grouped_matmul_wgrad_tc_t_128x128x64_bf16"}}) {
+    const Attrs attrs{{"transpose_b", true}};
+    std::vector<TensorType> in = {
+        {DType::BF16, {6144, k}}, {DType::BF16, {6144, n}}, {DType::I32, {64}}};
+    OpExpansion ex = schema.expand(in, schema.infer(in, attrs), attrs);
+    ASSERT_EQ(ex.calls.size(), 1u);
+    EXPECT_EQ(ex.calls[0].kernel->sig.name, name) << k << "x" << n;
+  }
 }
 
 }  // namespace
