@@ -1,6 +1,10 @@
-// cast(x; to): a float tensor converted to another float dtype, one flat kernel per (from, to)
-// pair: the load widens to f32 exactly and the store rounds to nearest even, overflows to inf
+// cast(x; to): a tensor converted to another dtype, one flat kernel per (from, to) pair. Between
+// floats the load widens to f32 exactly and the store rounds to nearest even, overflows to inf
 // and keeps NaN (canonical), as every bf16/f16 store does (compiler/transforms/strict_math.h).
+// To i32 (index arithmetic built in floats, e.g. a sliding window's positions): truncation
+// toward zero as C and torch's .to(int32) do, saturating at the i32 range, NaN to 0 (the IR's
+// conversion, builder.h); from i32 to a float: exact up to 2^24 in f32, then rounded.
+#include <algorithm>
 #include <cmath>
 
 #include "compiler/ir/builder.h"
@@ -17,9 +21,16 @@ namespace {
 
 namespace cc = tilerun::compiler;
 
+// f32, bf16, f16 or i32, named by attribute `attr`.
+DType cast_dtype_attr(const Attrs& attrs, const std::string& attr) {
+  const std::string& name = attr_string(attrs, attr);
+  if (name == "i32") return DType::I32;
+  return float_dtype_attr(attrs, attr);
+}
+
 std::vector<TensorType> infer_cast(const std::vector<TensorType>& in, const Attrs& attrs) {
-  DType to = float_dtype_attr(attrs, "to");
-  expect_float(in[0], "x");
+  DType to = cast_dtype_attr(attrs, "to");
+  if (in[0].dtype != DType::I32) expect_float(in[0], "x");
   return {{to, in[0].shape}};
 }
 
@@ -41,22 +52,27 @@ double round_to(DType to, double x) {
       return round_binary(x, 8, -126, 3.3895313892515355e38);
     case DType::F16:
       return round_binary(x, 11, -14, 65504.0);
+    case DType::I32:
+      if (std::isnan(x)) return 0;
+      return std::clamp(std::trunc(x), -2147483648.0, 2147483647.0) + 0.0;  // no -0 in i32
     default:
       return x;
   }
 }
 
 std::vector<RefTensor> ref_cast(const std::vector<RefTensor>& in, const Attrs& attrs) {
-  DType to = float_dtype_attr(attrs, "to");
+  DType to = cast_dtype_attr(attrs, "to");
   RefTensor y = in[0];
   for (double& v : y.data) v = round_to(to, v);
   return {y};
 }
 
 // The gradient casts back to the input's dtype.
-std::vector<GradOp> grad_cast(const std::vector<TensorType>& in, const Attrs&,
+// No gradient through an i32 side: integers are not differentiable.
+std::vector<GradOp> grad_cast(const std::vector<TensorType>& in, const Attrs& attrs,
                               const std::vector<bool>& needs) {
-  if (!needs[0]) return {};
+  if (!needs[0] || in[0].dtype == DType::I32 || cast_dtype_attr(attrs, "to") == DType::I32)
+    return {};
   return {{"cast", {"dy0"}, {"dx0"}, {{"to", std::string(dtype_name(in[0].dtype))}}}};
 }
 
@@ -73,7 +89,15 @@ cc::Kernel build_cast(DType from, DType to, int64_t ept, const std::string& name
     cc::Idx base = s.block_idx(0) * per_block;
     s.parallel(per_block, [&](cc::Idx i) {
       cc::Idx e = base + i;
-      s.if_then(e < n, [&] { y(e) = x(e); });
+      s.if_then(e < n, [&] {
+        // The IR converts between int and float only when asked (builder.h cast).
+        if (to == DType::I32)
+          y(e) = cc::to_i32(x(e));
+        else if (from == DType::I32)
+          y(e) = cc::to_f32(x(e));
+        else
+          y(e) = x(e);
+      });
     });
   });
   return kb.build();
@@ -102,14 +126,15 @@ void register_cast(OpRegistry& registry) {
   const double nan = kNaN(), inf = kInf();
   registry.add(
       {.name = "cast",
-       .doc = "y = x converted to the dtype named by to (rounded to nearest even, overflow to inf, "
-              "NaN "
-              "kept); gradient dy cast back to x's dtype",
+       .doc = "y = x converted to the dtype named by to: between floats rounded to nearest even, "
+              "overflow to inf, NaN kept; to i32 truncated toward zero, saturating, NaN to 0; "
+              "from i32 exact up to 2^24; gradient dy cast back to x's dtype (none through i32)",
        .inputs = {"x"},
        .outputs = {"y"},
        .attrs = {{.name = "to",
                   .kind = AttrKind::String,
-                  .doc = "the output dtype: f32, bf16 or f16"}},
+                  .doc = "the output dtype: f32, bf16, f16 or i32"}},
+       .dtypes = {DType::F32, DType::BF16, DType::F16, DType::I32},
        .dtype_attr = "to",
        .infer = infer_cast,
        .reference = ref_cast,
@@ -120,7 +145,15 @@ void register_cast(OpRegistry& registry) {
                       {.shapes = {{33, 130}}, .attrs = to("bf16")},
                       {.shapes = {{(1 << 16) + 3}}, .attrs = to("f16")},
                       // Large values, still within f16's range (an f16 input would be inf).
-                      {.shapes = {{1}}, .attrs = to("bf16"), .lo = -6e4, .hi = 6e4}},
+                      {.shapes = {{1}}, .attrs = to("bf16"), .lo = -6e4, .hi = 6e4},
+                      // Floats to indices and back (i32 inputs draw integers in [-50, 50)).
+                      {.shapes = {{9, 70}},
+                       .attrs = to("i32"),
+                       .lo = -300,
+                       .hi = 300,
+                       .int_lo = -50,
+                       .int_hi = 50},
+                      {.shapes = {{9, 70}}, .attrs = to("f32"), .int_lo = -50, .int_hi = 50}},
            .gradient = {{.shapes = {{7, 5}}, .attrs = to("f32")}},
            // 1 + 2^-8 is a tie in bf16 (to 1, even); 1 + 3·2^-9 rounds up; 65520 is f16's
            // overflow tie (to inf); 2^-25 a tie below f16's smallest subnormal (to 0).
@@ -129,7 +162,11 @@ void register_cast(OpRegistry& registry) {
                          .outputs = {{{6}, {1, 1.0078125, -0.0, inf, nan, 3.00405527047391e+38}}}},
                         {.inputs = {{{5}, {65504, 65520, -70000, 2.98023223876953125e-8, 0.1}}},
                          .attrs = to("f16"),
-                         .outputs = {{{5}, {65504, inf, -inf, 0, 0.0999755859375}}}}}}});
+                         .outputs = {{{5}, {65504, inf, -inf, 0, 0.0999755859375}}}},
+                        // Toward zero, saturating, NaN to 0.
+                        {.inputs = {{{7}, {2.75, -2.75, -0.5, 3e9, -3e9, nan, 127}}},
+                         .attrs = to("i32"),
+                         .outputs = {{{7}, {2, -2, 0, 2147483647, -2147483648, 0, 127}}}}}}});
 }
 
 }  // namespace tilerun::kernels

@@ -6,16 +6,18 @@
 //
 // counting_sort's kernels, over the ids flattened to N, in chunks of kChunk (G = ceil(N/kChunk)):
 //   1. chunk_counts: cnt[c, e] = how many ids of chunk c are e (a thread per (c, e), O(kChunk));
-//   2. bin_offsets: offsets[e] = sum over e' < e of the bins' totals (a thread per e, O(G·E));
+//   2. bin_totals: total[e] = the e's of all chunks (a thread per e, O(G)); then offsets[e] =
+//      sum over e' < e of the totals (a thread per e, O(E));
 //   3. chunk_starts: start[c, e] = offsets[e] + the e's of the chunks before c (a thread per e);
 //   4. positions: position[i] = start[chunk(i), ids[i]] + the ids[i]'s before i in its chunk
 //      (a thread per element, O(kChunk));
-//   5. order (owner-computes inverse): for an output position q, its bin e is the number of bins
-//      ending at or before q, its chunk the number of later chunks starting at or before q in
-//      that bin, and the element the (q - start)-th e of that chunk (a thread per q,
-//      O(E + G + kChunk)); row[q] = order[q] / (ids' last axis): the token of a [T, k] route.
+//   5. order (owner-computes inverse): for an output position q, its bin e is the last bin
+//      starting at or before q, its chunk the last chunk of that bin starting at or before q
+//      (both by binary search over non-decreasing starts), and the element the (q - start)-th e
+//      of that chunk (a thread per q, O(log E + log G + kChunk)); row[q] = order[q] / (ids'
+//      last axis): the token of a [T, k] route.
 // Cost at MoE's 4096 tokens × 6 routes into 64 experts (N = 24576, G = 96): about 40 integer
-// steps per id in kernels 1 and 4, 400 in kernel 5, 6k per bin in kernel 2.
+// steps per id in kernels 1 and 4, about 300 in kernel 5 (the chunk scan), 100 per bin in 2.
 //
 // Both take an index contract on ids (in [0, bins)): checked at run time by check_index, or
 // established by construction (the router's topk); either way the kernels read a status (they
@@ -144,11 +146,35 @@ cc::Kernel build_chunk_counts(bool checked) {
   return kb.build();
 }
 
-// 2. offsets[e] (exclusive) and 3. start[c, e], one thread per bin.
+// 2a. total[e] = the e's of every chunk, one thread per bin (O(G)).
+cc::Kernel build_bin_totals() {
+  cc::KernelBuilder kb("sort_bin_totals");
+  cc::Dim g = kb.dim("G"), e = kb.dim("E");
+  cc::Buf cnt = kb.input("cnt", DType::I32, {g, e});
+  cc::Buf total = kb.output("total", DType::I32, {e});
+  kb.body({cc::ceildiv(e, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(0) * kThreads;
+    cc::Buf acc = s.alloc_fragment("acc", DType::I32, {kThreads});
+    s.parallel(kThreads, [&](cc::Idx t) {
+      cc::Idx bin = base + t;
+      s.if_then(bin < e, [&] {
+        acc(t) = cc::to_i32(cc::Val(0));
+        s.serial(g, [&](cc::Idx c) { acc(t) = acc(t) + cnt(c, bin); });
+        total(bin) = acc(t);
+      });
+    });
+  });
+  return kb.build();
+}
+
+// 2b. offsets[e] (exclusive: the totals of the bins before, O(E)) and 3. start[c, e] (O(G)), one
+// thread per bin. (Summing every chunk of every earlier bin here instead, O(E·G) a thread, took
+// 936 ms for sparse attention's 5,120 keys × 4,096 chunks on the H200.)
 cc::Kernel build_chunk_starts() {
   cc::KernelBuilder kb("sort_chunk_starts");
   cc::Dim g = kb.dim("G"), e = kb.dim("E");
   cc::Buf cnt = kb.input("cnt", DType::I32, {g, e});
+  cc::Buf total = kb.input("total", DType::I32, {e});
   cc::Buf start = kb.output("start", DType::I32, {g, e});
   cc::Buf offsets = kb.output("offsets", DType::I32, {e});
   kb.body({cc::ceildiv(e, kThreads)}, kThreads, [&](cc::Scope& s) {
@@ -158,8 +184,7 @@ cc::Kernel build_chunk_starts() {
       cc::Idx bin = base + t;
       s.if_then(bin < e, [&] {
         acc(t) = cc::to_i32(cc::Val(0));
-        s.serial(bin,
-                 [&](cc::Idx b) { s.serial(g, [&](cc::Idx c) { acc(t) = acc(t) + cnt(c, b); }); });
+        s.serial(bin, [&](cc::Idx b) { acc(t) = acc(t) + total(b); });
         offsets(bin) = acc(t);
         s.serial(g, [&](cc::Idx c) {
           start(c, bin) = acc(t);
@@ -214,7 +239,8 @@ cc::Kernel build_order(bool checked) {
   kb.body({cc::ceildiv(n, kThreads)}, kThreads, [&](cc::Scope& s) {
     cc::Idx base = s.block_idx(0) * kThreads;
     cc::Val ok = status_ok(s, status, checked);
-    cc::Buf bin = s.alloc_fragment("bin", DType::I32, {kThreads});
+    cc::Buf lo = s.alloc_fragment("lo", DType::I64, {kThreads});
+    cc::Buf hi = s.alloc_fragment("hi", DType::I64, {kThreads});
     cc::Buf chunk = s.alloc_fragment("chunk", DType::I32, {kThreads});
     cc::Buf seen = s.alloc_fragment("seen", DType::I32, {kThreads});
     cc::Buf found = s.alloc_fragment("found", DType::I32, {kThreads});
@@ -222,18 +248,27 @@ cc::Kernel build_order(bool checked) {
       cc::Idx q = base + t;
       s.if_then(q < n && ok, [&] {
         cc::Val q32 = s.let(cc::to_i32(q), "q32");
-        // The bins before q's: those whose next bin starts at or before q (the last bin ends
-        // at N > q), so empty bins are counted with the bin before them.
-        bin(t) = cc::to_i32(cc::Val(0));
-        s.serial(e - 1, [&](cc::Idx b) {
-          s.if_then(offsets(b + 1) <= q32, [&] { bin(t) = bin(t) + 1; });
-        });
-        cc::Val b = s.let(cc::to_i64(bin(t)), "b");
+        // Both searches below are over non-decreasing starts: the first index in [1, size)
+        // whose start is past q (size if none), by halving (32 halvings cover any i32 size).
+        auto first_past = [&](const cc::Val& size, auto start_at) {
+          lo(t) = cc::Val(int64_t{1});
+          hi(t) = size;
+          s.serial(32, [&](cc::Idx) {
+            cc::Val l = s.let(lo(t), "l"), h = s.let(hi(t), "h");
+            s.if_then(l < h, [&] {
+              cc::Val mid = s.let((l + h) / 2, "mid");
+              s.if_then_else(
+                  start_at(mid) <= q32, [&] { lo(t) = mid + 1; }, [&] { hi(t) = mid; });
+            });
+          });
+          return s.let(lo(t) - 1, "found_at");
+        };
+        // q's bin: the last whose start is at or before q (an empty bin starts where the next
+        // one does, so the search passes it: O(log E), not a scan of every bin).
+        cc::Val b = first_past(cc::Val(e), [&](const cc::Val& i) { return offsets(i); });
         // The chunk holding q: the last one of its bin starting at or before q.
-        chunk(t) = cc::to_i32(cc::Val(0));
-        s.serial(g - 1, [&](cc::Idx c) {
-          s.if_then(start(c + 1, b) <= q32, [&] { chunk(t) = chunk(t) + 1; });
-        });
+        chunk(t) =
+            cc::to_i32(first_past(cc::Val(g), [&](const cc::Val& c) { return start(c, b); }));
         cc::Val c = s.let(cc::to_i64(chunk(t)), "c");
         cc::Val rank = s.let(q32 - start(c, b), "rank");
         seen(t) = cc::to_i32(cc::Val(0));
@@ -276,8 +311,8 @@ ExpandFn expand_counting_sort(std::shared_ptr<KernelCache> cache) {
         const bool checked = in.size() > 1;  // the graph appended the ids' check status
         const int64_t n = numel(in[0]), g = chunks(n), e = out[3].shape[0];
         const std::string tag = checked ? "_checked" : "";
-        // Scratch 0: cnt [G, E]; 1: start [G, E].
-        OpExpansion ex{.scratch = {{DType::I32, {g, e}}, {DType::I32, {g, e}}}};
+        // Scratch 0: cnt [G, E]; 1: start [G, E]; 2: total [E].
+        OpExpansion ex{.scratch = {{DType::I32, {g, e}}, {DType::I32, {g, e}}, {DType::I32, {e}}}};
         auto with_status = [&](std::vector<KernelArg> b) {
           if (checked) b.insert(b.begin() + 1, input_slot(1));
           return b;
@@ -286,9 +321,13 @@ ExpandFn expand_counting_sort(std::shared_ptr<KernelCache> cache) {
                                                  [&] { return build_chunk_counts(checked); }),
                             .buffers = with_status({input_slot(0), scratch_slot(0)}),
                             .dims = {n, g, e}});
-        ex.calls.push_back({.kernel = cache->get("sort_chunk_starts", build_chunk_starts),
-                            .buffers = {scratch_slot(0), scratch_slot(1), output_slot(3)},
+        ex.calls.push_back({.kernel = cache->get("sort_bin_totals", build_bin_totals),
+                            .buffers = {scratch_slot(0), scratch_slot(2)},
                             .dims = {g, e}});
+        ex.calls.push_back(
+            {.kernel = cache->get("sort_chunk_starts", build_chunk_starts),
+             .buffers = {scratch_slot(0), scratch_slot(2), scratch_slot(1), output_slot(3)},
+             .dims = {g, e}});
         ex.calls.push_back(
             {.kernel = cache->get("sort_positions" + tag, [&] { return build_positions(checked); }),
              .buffers = with_status({input_slot(0), scratch_slot(1), output_slot(0)}),

@@ -118,6 +118,9 @@ struct OpTestCase {
   // > 0: float inputs rounded to multiples of this, so that equal values are common (the ties
   // of argmax, topk, sorts).
   double step = 0;
+  // Inputs computed from the drawn ones (a sort's permutation and offsets that must agree with
+  // the ids: sparse_attention_grad's order and offsets); run on the inputs after the draw.
+  std::function<void(std::vector<RefTensor>&)> derive = {};
 };
 
 // A worked example: literal inputs and the outputs the reference must give (to 1e-12 relative),

@@ -348,7 +348,7 @@ std::vector<GradOp> grad_split(const std::vector<TensorType>& in, const Attrs& a
 }
 
 int64_t concat_axis(const std::vector<TensorType>& in, const Attrs& attrs) {
-  for (size_t i = 0; i < in.size(); ++i) expect_float(in[i], x_name(static_cast<int>(i)));
+  if (in[0].dtype != DType::I32) expect_float(in[0], "x0");  // the others: x0's dtype, below
   if (in[0].shape.empty())
     throw ShapeError("input 'x0' is " + to_string(in[0]) + ", expected rank >= 1");
   const int64_t axis =
@@ -575,6 +575,8 @@ void register_views(OpRegistry& registry) {
        .optional_inputs = kMaxParts - 1,
        .outputs = {"y"},
        .attrs = {int_attr("axis", 0, "the joined axis")},
+       // i32 too: index lists are joined (a sliding window's positions and top-k's picks).
+       .dtypes = {DType::F32, DType::BF16, DType::F16, DType::I32},
        .infer = infer_concat,
        .reference = ref_concat,
        .gradient = grad_concat,

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 NEG = -1.0e9        # the configs' mask and padding logit
 WINDOW = 128        # sliding window: query t sees keys t - 127 .. t
+INDEX_DIM = 128     # the lightning indexer's head dim (its Hadamard rotation's size)
 ROPE_DIMS = 64      # RoPE on the last 64 dims of a head (32 interleaved pairs)
 ROPE_STEP = -0.28782313662425575  # -ln(10000)/32: inv_freq[i] = 10000^(-i/32)
 POOL = 4            # compressor: an entry per 4 tokens, pooling 8 candidates
@@ -118,20 +119,42 @@ def swiglu(g13, limit=SWIGLU_LIMIT):
 # ---- constants -----------------------------------------------------------------------------
 
 
-def tables(T, C, dev, dtype):
-    """RoPE tables of the tokens and of the compressed entries, and the attention mask
-    [T, T + C]: the 128-token window, then entry c (at position 4c + 3) once t >= 4c + 3."""
+def hadamard(n, dev, dtype):
+    """The orthonormal Sylvester Hadamard matrix of size n (a power of two)."""
+    h = torch.ones(1, 1, device=dev, dtype=dtype)
+    h2 = torch.tensor([[1.0, 1.0], [1.0, -1.0]], device=dev, dtype=dtype)
+    while h.shape[0] < n:
+        h = torch.kron(h, h2)
+    return h * n ** -0.5
+
+
+def tables(T, C, dev, dtype, window=WINDOW, picks=128):
+    """RoPE tables of the tokens and of the compressed entries, the sliding window [T, T] (query
+    t sees keys t - window < s <= t), entry c's position 4c + 3 (visible once t >= 4c + 3), the
+    indexer's causal mask [T, C] and its Hadamard rotation."""
     inv_freq = torch.exp(torch.arange(ROPE_DIMS // 2, device=dev, dtype=dtype) * ROPE_STEP)
     angle = torch.arange(T, device=dev, dtype=dtype)[:, None] * inv_freq
     cangle = (torch.arange(C, device=dev, dtype=dtype) * POOL + (POOL - 1))[:, None] * inv_freq
     t = torch.arange(T, device=dev)[:, None]
     s = torch.arange(T, device=dev)[None, :]
     cpos = torch.arange(C, device=dev)[None, :] * POOL + (POOL - 1)
-    hidden = torch.cat([(s > t) | (s <= t - WINDOW), cpos > t], dim=1)
-    mask = torch.where(hidden, torch.tensor(NEG, dtype=dtype, device=dev),
-                       torch.tensor(0.0, dtype=dtype, device=dev))
+    cmask = torch.where(cpos > t, torch.tensor(NEG, dtype=dtype, device=dev),
+                        torch.tensor(0.0, dtype=dtype, device=dev))
     return {"cos": torch.cos(angle), "sin": torch.sin(angle), "ccos": torch.cos(cangle),
-            "csin": torch.sin(cangle), "mask": mask}
+            "csin": torch.sin(cangle), "window": (s <= t) & (s > t - window),
+            "cvisible": cpos <= t, "cmask": cmask, "picks": min(picks, C),
+            "hadamard": hadamard(INDEX_DIM, dev, dtype)}
+
+
+def compress(h, wkv, wgate, bias):
+    """The overlapping compressor: entry c pools tokens 4c-4 .. 4c+3, a softmax per channel
+    over the 8 candidates (gate + position bias)."""
+    width = wkv.shape[1]
+    ck, cg = (h @ wkv).view(-1, POOL, width), (h @ wgate).view(-1, POOL, width)
+    ck_prev = F.pad(ck[:-1], (0, 0, 0, 0, 1, 0), value=0.0)
+    cg_prev = F.pad(cg[:-1], (0, 0, 0, 0, 1, 0), value=NEG)
+    weights = F.softmax(torch.cat([cg_prev, cg], dim=1) + bias, dim=1)
+    return (weights * torch.cat([ck_prev, ck], dim=1)).sum(1)
 
 
 # ---- the halves ----------------------------------------------------------------------------
@@ -147,6 +170,9 @@ def attention(x, w, tab, quant=True):
     def fq(v, block):
         return fake_quant(v, "f8e4m3", block, enabled=quant)
 
+    def fq4(v):
+        return fake_quant(v, "fp4e2m1", 32, pow2_scale=True, enabled=quant)
+
     def quantise_nope(v):  # FP8 on the dims RoPE leaves alone
         return torch.cat([fq(v[:, :P], 64), v[:, P:]], dim=1)
 
@@ -155,24 +181,36 @@ def attention(x, w, tab, quant=True):
     hq = fq(h, 128)
 
     # Query: q_lora, RMSNorm, FP8, up to H heads; per head an RMS scale and RoPE.
-    qb = fq(rmsnorm(hq @ w["wq_a"], w["g_q"]), 128) @ w["wq_b"]
+    qnq = fq(rmsnorm(hq @ w["wq_a"], w["g_q"]), 128)
+    qb = qnq @ w["wq_b"]
     q = rope(rmsnorm(qb.view(T, H, E), 1.0), tab["cos"], tab["sin"])
 
     # One MQA key/value head.
     kv = quantise_nope(rope(rmsnorm(hq @ w["wkv"], w["g_kv"]), tab["cos"], tab["sin"]))
 
     # Compressor: entry c pools tokens 4c-4 .. 4c+3, a softmax per channel over the 8.
-    ck, cg = (h @ w["wc_kv"]).view(-1, POOL, E), (h @ w["wc_gate"]).view(-1, POOL, E)
-    ck_prev = F.pad(ck[:-1], (0, 0, 0, 0, 1, 0), value=0.0)
-    cg_prev = F.pad(cg[:-1], (0, 0, 0, 0, 1, 0), value=NEG)
-    weights = F.softmax(torch.cat([cg_prev, cg], dim=1) + w["c_bias"], dim=1)
-    pooled = (weights * torch.cat([ck_prev, ck], dim=1)).sum(1)
+    pooled = compress(h, w["wc_kv"], w["wc_gate"], w["c_bias"])
     ckv = quantise_nope(rope(rmsnorm(pooled, w["g_c"]), tab["ccos"], tab["csin"]))
 
-    # Attention over window and compressed entries; the sink joins each row's denominator.
+    # Lightning indexer: Hadamard-rotated FP4 queries and keys (its own compressor), ReLU
+    # scores weighted per head, the causal mask, the top entries. No gradient reaches it.
+    IH = w["wi_w"].shape[1]
+    had = tab["hadamard"]
+    iq = fq4(rope((qnq @ w["wi_q"]).view(T, IH, INDEX_DIM), tab["cos"], tab["sin"]) @ had)
+    ipool = compress(h, w["wi_kv"], w["wi_gate"], w["i_bias"])
+    ik = fq4(rope(rmsnorm(ipool, w["g_i"]), tab["ccos"], tab["csin"]) @ had)
+    iw = (h @ w["wi_w"]) * (IH * INDEX_DIM) ** -0.5
+    score = torch.einsum("ths,th->ts", torch.einsum("thd,sd->ths", iq, ik).relu(), iw) + tab["cmask"]
+    pick = torch.topk(score.detach(), tab["picks"], dim=-1).indices
+    chosen = torch.zeros_like(tab["cvisible"]).scatter_(1, pick, True) & tab["cvisible"]
+
+    # Attention over the window and the picked entries (a dense mask: the same keys the
+    # sparse kernel reads); the sink joins each row's denominator.
     keys = torch.cat([kv, ckv], dim=0)
-    logits = torch.einsum("thd,sd->hts", q, keys) * ATTN_SCALE + tab["mask"]
-    sink = w["sink"][:, :, None].expand(H, T, 1)
+    seen = torch.cat([tab["window"], chosen], dim=1)
+    logits = torch.einsum("thd,sd->hts", q, keys) * ATTN_SCALE
+    logits = logits.masked_fill(~seen, float("-inf"))
+    sink = w["sink"][:, None, None].expand(H, T, 1)
     p = F.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
     o = rope(torch.einsum("hts,sd->thd", p, keys), tab["cos"], -tab["sin"])
 
@@ -264,7 +302,8 @@ def model(layers, dims, dev, dtype, quant=True):
     """loss_fn(params, x) -> (loss, out) for layers, a list of ('attn' | 'moe', weight prefix,
     aliases {this file's weight name: the layer's}); params maps tilerun's names (prefix +
     weight) to tensors."""
-    tab = tables(dims["T"], dims.get("C", 1), dev, dtype) if any(k == "attn" for k, _, _ in layers) else None
+    tab = (tables(dims["T"], dims.get("C", 1), dev, dtype, dims.get("W", WINDOW), dims.get("KI", 128))
+           if any(k == "attn" for k, _, _ in layers) else None)
     if any(k == "moe" for k, _, _ in layers):
         grouped_mm_works(dev, dtype)  # probed here, not while torch.compile traces the model
 

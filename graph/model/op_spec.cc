@@ -69,7 +69,8 @@ class AttrReader {
  private:
   [[noreturn]] void wrong(const YamlNode& node) const {
     std::string expected(kernels::attr_kind_name(spec_.kind));
-    if (spec_.kind == AttrKind::Int || spec_.kind == AttrKind::IntList)
+    if (spec_.kind != AttrKind::Bool && spec_.kind != AttrKind::String &&
+        spec_.kind != AttrKind::StringList)
       expected += " (a dim name is also accepted)";
     throw Error(node.loc, "attribute '" + spec_.name + "' of op '" + op_ + "' expects " +
                               article(spec_.kind) + expected + ", found " + describe(node));
@@ -93,6 +94,11 @@ class AttrReader {
   // would only show up as NaN outputs, so it is refused here, at its position.
   double read_float_value(const YamlNode& node) const {
     std::optional<double> d = as_float(node);
+    // A position or an offset built in-graph often equals a dim (iota's start: T).
+    if (!d && node.is_scalar() && node.plain) {
+      auto it = dims_.find(node.text);
+      if (it != dims_.end()) d = static_cast<double>(it->second);
+    }
     if (!d) wrong(node);
     if (!std::isfinite(*d) || std::abs(*d) > std::numeric_limits<float>::max())
       throw Error(node.loc, "attribute '" + spec_.name + "' of op '" + op_ + "' is " +

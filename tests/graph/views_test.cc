@@ -17,6 +17,7 @@
 #include "compiler/ir/kernel.h"
 #include "graph/autodiff.h"
 #include "graph/kernel_graph.h"
+#include "tests/tools/cli_run.h"
 #include "tilerun/tilerun.h"
 
 namespace tilerun::graph {
@@ -207,6 +208,7 @@ TEST(Views, ConfigWithEveryShapeOpIsSound) {
 // The run report's kernel counts come from the kernel nodes: a model of nothing but views
 // reports zero kernels, and its forward pass still gives the right values.
 TEST(Views, ReportCountsViewsAsZeroKernels) {
+  TILERUN_REQUIRE_CLI();
   const std::string dir = ::testing::TempDir();
   const std::string model = dir + "/only_views.yaml", report = dir + "/only_views.json";
   std::FILE* f = std::fopen(model.c_str(), "w");
@@ -225,7 +227,7 @@ outputs: [l.y]
 )",
              f);
   std::fclose(f);
-  const std::string cmd = std::string(TILERUN_CLI) + " " + model +
+  const std::string cmd = "'" + tilerun::testing::cli_path() + "' " + model +
                           " --device cpu --forward-only --check --report " + report + " 2>&1";
   std::FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/op_catalog.h"
+#include "tests/tools/cli_run.h"
 #include "tilerun/ops.h"
 
 namespace tilerun::kernels {
@@ -79,18 +80,16 @@ TEST(OpDocs, ModelFormatTableMatchesTheRegistry) {
     ADD_FAILURE() << "docs/model-format.md lists " << op << ", which no family registers";
 }
 
-// Runs the CLI and returns what it printed (stdout and stderr), and its exit status.
+// Runs the CLI (tests/tools/cli_run.h) and returns what it printed (stdout and stderr), and its
+// exit status.
 std::string run_cli(const std::string& args, int* status) {
-  std::string out;
-  FILE* p = popen((std::string(TILERUN_CLI) + " " + args + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  *status = pclose(p);
-  return out;
+  tilerun::testing::CliResult r = tilerun::testing::run_cli(args);
+  *status = r.exit_code;
+  return r.out;
 }
 
 TEST(OpDocs, ListOpsPrintsEveryOpInNameOrder) {
+  TILERUN_REQUIRE_CLI();
   int status = -1;
   std::string out = run_cli("--list-ops", &status);
   EXPECT_EQ(status, 0) << out;

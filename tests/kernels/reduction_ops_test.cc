@@ -14,6 +14,7 @@
 
 #include "kernels/reduce_kernel.h"
 #include "tests/kernels/kernel_runner.h"
+#include "tests/tools/cli_run.h"
 
 namespace tilerun::kernels {
 namespace {
@@ -286,20 +287,17 @@ TEST(NormErrors, GroupMustDivideTheLastAxis) {
   }
 }
 
-// The CLI, with stderr folded into stdout; returns the exit code.
+// The CLI (tests/tools/cli_run.h), with stderr folded into stdout; returns the exit code.
 int run_cli(const std::string& args, std::string* out) {
-  FILE* pipe = ::popen(("'" + std::string(TILERUN_CLI) + "' " + args + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out->append(buffer, n);
-  int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  tilerun::testing::CliResult r = tilerun::testing::run_cli(args);
+  *out += r.out;
+  return r.exit_code;
 }
 
 // configs/reductions.yaml (every op of these families) forward and backward on the CPU against
 // the double-precision references.
 TEST(ReductionsConfig, ChecksOnTheCpu) {
+  TILERUN_REQUIRE_CLI();
   std::string out;
   int code = run_cli(
       std::string(TILERUN_SOURCE_DIR) + "/configs/reductions.yaml --device cpu --check", &out);
@@ -309,6 +307,7 @@ TEST(ReductionsConfig, ChecksOnTheCpu) {
 
 // An attribute mistake is reported at the op's position in the YAML, naming the op and operand.
 TEST(ReductionsConfig, AxisOutOfRangeIsReportedAtTheOp) {
+  TILERUN_REQUIRE_CLI();
   std::string path =
       ::testing::TempDir() + "reduction_axis_" + std::to_string(::getpid()) + ".yaml";
   std::ofstream(path) << "model: m\n"

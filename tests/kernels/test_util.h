@@ -157,7 +157,7 @@ inline std::vector<TensorType> input_types(const OpSchema& schema, const std::ve
 }
 
 // Fresh inputs for one case of `schema`: floats as random_inputs(c) (masks 0/1), integer slots
-// uniform in [c.int_lo, c.int_hi) (or their running sums, c.running_sums).
+// uniform in [c.int_lo, c.int_hi) (or their running sums, c.running_sums), then c.derive.
 inline std::vector<RefTensor> random_inputs(std::mt19937_64& rng, const OpSchema& schema,
                                             const OpTestCase& c) {
   std::vector<RefTensor> in;
@@ -177,6 +177,7 @@ inline std::vector<RefTensor> random_inputs(std::mt19937_64& rng, const OpSchema
       std::partial_sum(t.data.begin(), t.data.end(), t.data.begin());
     in.push_back(std::move(t));
   }
+  if (c.derive) c.derive(in);
   return in;
 }
 

@@ -16,6 +16,7 @@ using testing::run_cli;
 const std::string kTiny = TILERUN_SOURCE_DIR "/configs/tiny.yaml";
 
 TEST(CliDim, SetsTheDimBeforeTheShapesAreRead) {
+  TILERUN_REQUIRE_CLI();
   std::mt19937 rng(std::random_device{}());
   const int64_t t = std::uniform_int_distribution<int64_t>(1, 300)(rng);
   Model model = load_model(kTiny, {.dims = {{"T", t}}});
@@ -28,6 +29,7 @@ TEST(CliDim, SetsTheDimBeforeTheShapesAreRead) {
 }
 
 TEST(CliDim, AStepAtTheNewSizeMatchesTheReference) {
+  TILERUN_REQUIRE_CLI();
   std::mt19937 rng(std::random_device{}());
   const int t = std::uniform_int_distribution<int>(1, 40)(rng);
   testing::CliResult r =
@@ -37,6 +39,7 @@ TEST(CliDim, AStepAtTheNewSizeMatchesTheReference) {
 }
 
 TEST(CliDim, MistakesAreUsageErrors) {
+  TILERUN_REQUIRE_CLI();
   struct Case {
     std::string args, says;
   } cases[] = {
@@ -57,6 +60,7 @@ TEST(CliDim, MistakesAreUsageErrors) {
 }
 
 TEST(CliLayers, RepeatsEveryRepeatedLayer) {
+  TILERUN_REQUIRE_CLI();
   std::mt19937 rng(std::random_device{}());
   const int64_t n = std::uniform_int_distribution<int64_t>(1, 6)(rng);
   Model model = load_model(kTiny, {.layers = n});
@@ -69,6 +73,7 @@ TEST(CliLayers, RepeatsEveryRepeatedLayer) {
 }
 
 TEST(CliLayers, MistakesAreUsageErrors) {
+  TILERUN_REQUIRE_CLI();
   const std::string embedding = TILERUN_SOURCE_DIR "/configs/embedding.yaml";
   testing::CliResult r = run_cli("'" + embedding + "' --validate --layers 2");
   EXPECT_EQ(r.exit_code, 2) << r.out;

@@ -56,6 +56,13 @@ inline std::string where_cli_was_looked_for() {
          " (set TILERUN_BIN to run the command-line tests)";
 }
 
+// First statement of every test that runs the CLI: without a binary (a GPU bundle staged
+// without it, $TILERUN_BIN naming nothing) the test skips saying where it looked, instead of
+// failing on the shell's exit 127.
+#define TILERUN_REQUIRE_CLI()                 \
+  if (::tilerun::testing::cli_path().empty()) \
+  GTEST_SKIP() << ::tilerun::testing::where_cli_was_looked_for()
+
 // Runs `tilerun ARGS` (ARGS quoted by the caller where needed).
 inline CliResult run_cli(const std::string& args) {
   std::string command = "'" + cli_path() + "' " + args + " 2>&1";

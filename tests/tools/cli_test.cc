@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/tools/cli_run.h"
 #include "tilerun/tilerun.h"
 
 namespace {
@@ -43,7 +44,7 @@ Result run_cli(const std::string& args, const std::string& prefix = "",
                const std::string& launcher = "") {
   std::string err_path = temp_path("stderr");
   std::string command = "{ " + prefix + (prefix.empty() ? "" : "; ") + "exec " + launcher + " '" +
-                        TILERUN_CLI + "' " + args + "; } 2>'" + err_path + "'";
+                        tilerun::testing::cli_path() + "' " + args + "; } 2>'" + err_path + "'";
   Result r;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) {
@@ -67,6 +68,7 @@ std::string write_model(const std::string& name, const std::string& text) {
 }
 
 TEST(CliTest, ValidModelPrintsSummary) {
+  TILERUN_REQUIRE_CLI();
   Result r = run_cli(TILERUN_SOURCE_DIR "/configs/tiny.yaml --validate");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
@@ -77,6 +79,7 @@ TEST(CliTest, ValidModelPrintsSummary) {
 }
 
 TEST(CliTest, HelpAndVersion) {
+  TILERUN_REQUIRE_CLI();
   for (const char* flag : {"--help", "-h"}) {
     Result r = run_cli(flag);
     EXPECT_EQ(r.exit_code, 0);
@@ -90,6 +93,7 @@ TEST(CliTest, HelpAndVersion) {
 }
 
 TEST(CliTest, UsageErrorsExitTwo) {
+  TILERUN_REQUIRE_CLI();
   Result unknown = run_cli("--frobnicate");
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_EQ(unknown.out, "");
@@ -107,6 +111,7 @@ TEST(CliTest, UsageErrorsExitTwo) {
 }
 
 TEST(CliTest, MissingFileExitsTwo) {
+  TILERUN_REQUIRE_CLI();
   Result r = run_cli("/nonexistent/model.yaml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
@@ -118,6 +123,7 @@ TEST(CliTest, MissingFileExitsTwo) {
 }
 
 TEST(CliTest, BadModelPrintsTheErrorLine) {
+  TILERUN_REQUIRE_CLI();
   std::string path = write_model("bad.yaml",
                                  "model: bad\n"
                                  "dims: {T: 4}\n"
@@ -131,6 +137,7 @@ TEST(CliTest, BadModelPrintsTheErrorLine) {
 }
 
 TEST(CliTest, MalformedYamlExitsTwo) {
+  TILERUN_REQUIRE_CLI();
   std::string path = write_model("malformed.yaml", "model: [unclosed\n");
   Result r = run_cli("-- '" + path + "'");  // `--` ends the options; the path follows
   EXPECT_EQ(r.exit_code, 2);
@@ -140,6 +147,7 @@ TEST(CliTest, MalformedYamlExitsTwo) {
 }
 
 TEST(CliTest, RunsTinyWithCheckAndReport) {
+  TILERUN_REQUIRE_CLI();
   std::string report = temp_path("report.json");
   Result r = run_cli(TILERUN_SOURCE_DIR
                      "/configs/tiny.yaml --device cpu --check --steps 2 "
@@ -206,6 +214,7 @@ TEST(CliTest, RunsTinyWithCheckAndReport) {
 }
 
 TEST(CliTest, TwoProcessesGiveBitIdenticalResults) {
+  TILERUN_REQUIRE_CLI();
   std::string a = temp_path("a.safetensors"), b = temp_path("b.safetensors"),
               c = temp_path("c.safetensors");
   const std::string model = TILERUN_SOURCE_DIR "/configs/tiny.yaml --device cpu ";
@@ -220,6 +229,7 @@ TEST(CliTest, TwoProcessesGiveBitIdenticalResults) {
 }
 
 TEST(CliTest, WeightsFileRoundTrip) {
+  TILERUN_REQUIRE_CLI();
   // Saved gradients are not weights: loading them must be refused by name.
   std::string saved = temp_path("saved.safetensors");
   const std::string model = TILERUN_SOURCE_DIR "/configs/tiny.yaml --device cpu ";
@@ -231,6 +241,7 @@ TEST(CliTest, WeightsFileRoundTrip) {
 }
 
 TEST(CliTest, CheckMismatchExitsOne) {
+  TILERUN_REQUIRE_CLI();
   // f32 overflows to inf where the double reference stays finite: --check must catch it.
   std::string path = write_model("overflow.yaml",
                                  "model: overflow\n"
@@ -250,6 +261,7 @@ TEST(CliTest, CheckMismatchExitsOne) {
 }
 
 TEST(CliTest, DumpKernelsWritesEveryKernel) {
+  TILERUN_REQUIRE_CLI();
   std::string dir = temp_path("dump");
   Result r = run_cli(TILERUN_SOURCE_DIR
                      "/configs/tiny.yaml --device cpu --forward-only "
@@ -266,6 +278,7 @@ TEST(CliTest, DumpKernelsWritesEveryKernel) {
 }
 
 TEST(CliTest, TwoProcessesDumpByteIdenticalKernels) {
+  TILERUN_REQUIRE_CLI();
   // Every op family, forward and backward: Tile IR, SIMT IR, LLVM IR, CUDA C++, proofs and
   // layouts, from two separate compilations, must match byte for byte.
   // The summed Z3 query count is the same too: each distinct question runs once per process,
@@ -302,6 +315,7 @@ TEST(CliTest, TwoProcessesDumpByteIdenticalKernels) {
 }
 
 TEST(CliTest, CudaWithoutADeviceIsAClearRuntimeError) {
+  TILERUN_REQUIRE_CLI();
   void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (driver != nullptr) {
     dlclose(driver);
@@ -317,6 +331,7 @@ TEST(CliTest, CudaWithoutADeviceIsAClearRuntimeError) {
 }
 
 TEST(CliTest, TraceHasHostDeviceAndKernelSpans) {
+  TILERUN_REQUIRE_CLI();
   std::string trace = temp_path("trace.json");
   Result r = run_cli(TILERUN_SOURCE_DIR "/configs/tiny.yaml --device cpu --trace '" + trace + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -335,6 +350,7 @@ TEST(CliTest, TraceHasHostDeviceAndKernelSpans) {
 }
 
 TEST(CliTest, BadOptionValuesExitTwo) {
+  TILERUN_REQUIRE_CLI();
   for (const char* args : {"--steps 0", "--steps -3", "--steps x", "--device tpu", "--mode fast",
                            "--seed", "--report"}) {
     Result r = run_cli(std::string(TILERUN_SOURCE_DIR "/configs/tiny.yaml ") + args);
@@ -362,6 +378,7 @@ std::vector<std::string> entries(const std::string& dir) {
 const std::string kTiny = TILERUN_SOURCE_DIR "/configs/tiny.yaml";
 
 TEST(CliTest, AnOptionsMissingValueIsAUsageError) {
+  TILERUN_REQUIRE_CLI();
   // The next flag was taken as the value: a file "--check" appeared and the check was skipped.
   std::string dir = temp_dir("missing_value");
   for (const std::string args : {"--device cpu --save --check", "--dump-kernels --validate",
@@ -380,6 +397,7 @@ TEST(CliTest, AnOptionsMissingValueIsAUsageError) {
 }
 
 TEST(CliTest, ModeBothOnTheCpuIsAUsageErrorBeforeCompiling) {
+  TILERUN_REQUIRE_CLI();
   Result r = run_cli("'" + kTiny + "' --device cpu --mode both");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(r.out, "");  // nothing compiled
@@ -397,6 +415,7 @@ TEST(CliTest, ModeBothOnTheCpuIsAUsageErrorBeforeCompiling) {
 }
 
 TEST(CliTest, OutputsNeverOverwriteTheModelTheWeightsOrEachOther) {
+  TILERUN_REQUIRE_CLI();
   std::string dir = temp_dir("same_path");
   const std::string model = dir + "/m.yaml";
   fs::copy_file(kTiny, model);
@@ -434,6 +453,7 @@ TEST(CliTest, OutputsNeverOverwriteTheModelTheWeightsOrEachOther) {
 }
 
 TEST(CliTest, WeightsMustBeARegularFile) {
+  TILERUN_REQUIRE_CLI();
   // A FIFO was opened before the regular-file check, and the open blocked for ever.
   std::string dir = temp_dir("weights_kind");
   const std::string fifo = dir + "/fifo";
@@ -452,6 +472,7 @@ TEST(CliTest, WeightsMustBeARegularFile) {
 }
 
 TEST(CliTest, ValidateRefusesOutputsAndWeights) {
+  TILERUN_REQUIRE_CLI();
   std::string dir = temp_dir("validate");
   std::string weights = dir + "/w.safetensors";
   tilerun::write_safetensors(weights, {});
@@ -467,6 +488,7 @@ TEST(CliTest, ValidateRefusesOutputsAndWeights) {
 }
 
 TEST(CliTest, AFailedWriteExitsOneAndKeepsTheOldFile) {
+  TILERUN_REQUIRE_CLI();
   // A failed --save left a truncated file (destroying a good one); --report to a full device
   // exited 0.
   Result full = run_cli("'" + kTiny + "' --device cpu --forward-only --report /dev/full");
@@ -494,6 +516,7 @@ TEST(CliTest, AFailedWriteExitsOneAndKeepsTheOldFile) {
 }
 
 TEST(CliTest, AFailedKernelDumpLeavesNoTornFile) {
+  TILERUN_REQUIRE_CLI();
   // Kernel dumps were written with a plain ofstream: a size limit left a truncated file behind.
   std::string dir = temp_dir("failed_dump");
   Result r = run_cli("'" + kTiny + "' --device cpu --forward-only --dump-kernels '" + dir + "'",
@@ -522,6 +545,7 @@ TEST(CliTest, AFailedKernelDumpLeavesNoTornFile) {
 }
 
 TEST(CliTest, AWeightMissingFromTheFileIsAnErrorUnlessAllowed) {
+  TILERUN_REQUIRE_CLI();
   // Missing tensors were silently filled by the initialiser.
   std::string dir = temp_dir("missing_weight");
   tilerun::Model model = tilerun::load_model(kTiny);
@@ -557,6 +581,7 @@ TEST(CliTest, AWeightMissingFromTheFileIsAnErrorUnlessAllowed) {
 }
 
 TEST(CliTest, NonFiniteResultsWarnAndFailTheCheck) {
+  TILERUN_REQUIRE_CLI();
   // f32 overflows to inf: a warning names the tensor (exit 0), and --check fails on it.
   std::string path = write_model("inf.yaml",
                                  "model: inf\n"
@@ -580,6 +605,7 @@ TEST(CliTest, NonFiniteResultsWarnAndFailTheCheck) {
 }
 
 TEST(CliTest, ControlCharactersInMessagesAreEscaped) {
+  TILERUN_REQUIRE_CLI();
   // ESC sequences reached the terminal raw; a NUL cut the message short.
   Result path = run_cli("\"$(printf 'bad\033[31m\a.yaml')\"");
   EXPECT_EQ(path.exit_code, 2);

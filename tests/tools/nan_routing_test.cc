@@ -53,6 +53,7 @@ std::string write_model(const std::string& name, const std::string& text) {
 }
 
 TEST(NanRouting, NanLogitsFromTheModelAreNamedAndFailTheCheck) {
+  TILERUN_REQUIRE_CLI();
   const std::string nan = write_model("nan_router.yaml", routing_yaml(-1));
   const std::string report = temp_path("nan_router.json");
   CliResult r = run_cli("'" + nan + "' --device cpu --report '" + report + "'");
@@ -75,6 +76,7 @@ TEST(NanRouting, NanLogitsFromTheModelAreNamedAndFailTheCheck) {
 // configs/topk.yaml given one NaN router logit by --weights: the warning names the input itself
 // (not the first NaN output or gradient it spread to), and --check fails.
 TEST(NanRouting, ANanRouterLogitFromWeightsIsNamed) {
+  TILERUN_REQUIRE_CLI();
   const std::string config = std::string(TILERUN_SOURCE_DIR) + "/configs/topk.yaml";
   HostTensor router{.dtype = DType::F32, .shape = {16, 8}, .data = {}};
   std::vector<float> v(16 * 8);
@@ -97,6 +99,7 @@ TEST(NanRouting, ANanRouterLogitFromWeightsIsNamed) {
 
 // The logits are kept for the whole step: after backward they still hold logits + log 2.
 TEST(NanRouting, SelectionInputsAreReadableAfterBackward) {
+  TILERUN_REQUIRE_CLI();
   const Model model = parse_model(routing_yaml(2), "finite_router.yaml");
   Session s(model, {.device = Device::Cpu, .seed = 5});
   s.forward();

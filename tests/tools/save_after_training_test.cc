@@ -132,10 +132,12 @@ void check_device(const std::string& device, Device d) {
 }
 
 TEST(SaveAfterTraining, CpuSavesTheWeightsAfterExactlyNStepsAndStepNsOutputsAndGradients) {
+  TILERUN_REQUIRE_CLI();
   check_device("cpu", Device::Cpu);
 }
 
 TEST(SaveAfterTraining, CudaSavesTheWeightsAfterExactlyNStepsAndStepNsOutputsAndGradients) {
+  TILERUN_REQUIRE_CLI();
   std::string why;
   if (!graph::cuda_driver(&why)) GTEST_SKIP() << why;
   check_device("cuda", Device::Cuda);

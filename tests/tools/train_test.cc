@@ -19,6 +19,7 @@ using tilerun::testing::run_cli;
 using tilerun::testing::temp_path;
 
 TEST(Train, ClassifierLossFallsOverHundredStepsAndRepeatsBitForBit) {
+  TILERUN_REQUIRE_CLI();
   const std::string save_a = temp_path("a.safetensors"), save_b = temp_path("b.safetensors");
   const std::string args = std::string(TILERUN_SOURCE_DIR) +
                            "/configs/classifier.yaml --device cpu --steps 100 --print-loss --check "
@@ -55,6 +56,7 @@ TEST(Train, ClassifierLossFallsOverHundredStepsAndRepeatsBitForBit) {
 // The optimizer runs only after backward: a forward-only run prints the same first loss and
 // never changes the weights.
 TEST(Train, ForwardOnlyStepsDoNotTrain) {
+  TILERUN_REQUIRE_CLI();
   CliResult r =
       run_cli(std::string(TILERUN_SOURCE_DIR) +
               "/configs/classifier.yaml --device cpu --steps 3 --print-loss --forward-only");

@@ -28,6 +28,7 @@ double mean(const std::vector<double>& v, size_t begin, size_t end) {
 }
 
 TEST(Transformer, LossFallsOverHundredStepsAndRepeatsBitForBit) {
+  TILERUN_REQUIRE_CLI();
   const std::string save_a = testing::temp_path("lm_a.safetensors");
   const std::string save_b = testing::temp_path("lm_b.safetensors");
   const std::string args = "'" + kConfig + "' --device cpu --steps 100 --print-loss --save ";
@@ -61,6 +62,7 @@ std::vector<float> row(const HostTensor& t, int64_t r) {
 }
 
 TEST(Transformer, AttentionIsCausal) {
+  TILERUN_REQUIRE_CLI();
   Model model = load_model(kConfig);
   std::random_device rd;
   Session s(model, {.device = Device::Cpu, .seed = rd(), .forward_only = true});

@@ -115,11 +115,12 @@ TEST(ModelErrorsTest, UnknownAttribute) {
 }
 
 TEST(ModelErrorsTest, AttributeOfWrongType) {
-  expect_error(
-      with_line(10, "      - {op: rmsnorm, in: [x, g], out: h, eps: [1]}"),
-      "m.yaml:10:48: error:", "attribute 'eps' of op 'rmsnorm' expects a number, found a sequence");
+  expect_error(with_line(10, "      - {op: rmsnorm, in: [x, g], out: h, eps: [1]}"),
+               "m.yaml:10:48: error:",
+               "attribute 'eps' of op 'rmsnorm' expects a number (a dim name is also accepted), "
+               "found a sequence");
   expect_error(with_line(10, "      - {op: rmsnorm, in: [x, g], out: h, eps: \"1\"}"),
-               "m.yaml:10:48: error:", "expects a number, found '1'");
+               "m.yaml:10:48: error:", "expects a number (a dim name is also accepted), found '1'");
   expect_error(with_line(11, "      - {op: matmul, in: [x, h], out: y, transpose_b: 1}"),
                "m.yaml:11:55: error:",
                "attribute 'transpose_b' of op 'matmul' expects a boolean, found '1'");

@@ -359,6 +359,31 @@ TEST(ModelTest, V4StyleLayerOptionalInputLeftOut) {
   EXPECT_EQ(std::get<int64_t>(m.layers[0].ops[2].attrs.at("block")), 128);
 }
 
+// A number attribute may name a dim too (a position offset equal to a size: iota's start), and
+// a name that is not a dim is still refused at its position.
+TEST(ModelTest, NumberAttributeFromADim) {
+  const std::string text = R"(model: m
+dims: {T: 12, W: 5}
+layers:
+  - name: tables
+    ops:
+      - {op: iota, out: pos, shape: [T, W], axis: 1, start: T, step: -1}
+outputs: [tables.pos]
+)";
+  Model m = parse_model(text, "m.yaml");
+  EXPECT_EQ(std::get<double>(m.layers[0].ops[0].attrs.at("start")), 12.0);
+  std::string wrong = text;
+  wrong.replace(wrong.find("start: T"), 8, "start: X");
+  try {
+    parse_model(wrong, "m.yaml");
+    FAIL() << "an unknown name was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("m.yaml:6:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("a dim name is also accepted"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ModelTest, V4StyleLayerChecksScaleDtypes) {
   std::string text = kV4Layer;
   std::string good = "wq_scale:  {shape: [Q, 32], dtype: e8m0";

@@ -1,0 +1,327 @@
+// sparse_attention: attention of each token's H query heads over K selected rows of one MQA
+// head kv [S, E] (used as key and value, as DeepSeek V4 does), with an additive bias per slot
+// and a per-head sink logit in every denominator; and its backward op sparse_attention_grad.
+// With z[t, h, j] = scale · q[t, h, :] · kv[idx[t, j], :] + bias[t, j] and
+// m = max(max_j z, sink[h]):
+//   p[t, h, j] = exp(z - m) / (exp(sink[h] - m) + Σ_j exp(z - m)),  y[t, h, :] = Σ_j p · kv[idx].
+// Kernels (sparse_attention_kernel.cc): a block per token for the forward and for the backward's
+// dq, dbias, p and ds; dkv owner-computes per key over counting_sort's inverse of idx (the
+// gradient rule sorts idx first); dsink a fixed-order sum over tokens. Nothing is atomic.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/expand_util.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/op_registry.h"
+#include "kernels/ref_util.h"
+#include "kernels/ref_values.h"
+#include "kernels/schema_util.h"
+#include "kernels/sparse_attention_kernel.h"
+
+namespace tilerun::kernels {
+
+namespace {
+
+// ---- Inference -----------------------------------------------------------------------------
+
+void expect_shape(const TensorType& t, const std::string& slot, DType dtype,
+                  const std::vector<int64_t>& shape, const std::string& what) {
+  if (t.dtype != dtype || t.shape != shape)
+    throw ShapeError("input '" + slot + "' is " + to_string(t) + ", expected " +
+                     to_string(TensorType{dtype, shape}) + " (" + what + ")");
+}
+
+// (q [T, H, E], kv [S, E], idx i32 [T, K], bias [T, K], sink [H]) -> the shape.
+SparseAttentionShape check_inputs(const std::vector<TensorType>& in) {
+  expect_float(in[0], "q");
+  expect_rank(in[0], 3, "q");
+  const DType dt = in[0].dtype;
+  SparseAttentionShape sh{.t = in[0].shape[0], .h = in[0].shape[1], .e = in[0].shape[2]};
+  if (in[1].dtype != dt || in[1].shape.size() != 2 || in[1].shape[1] != sh.e)
+    throw ShapeError("input 'kv' is " + to_string(in[1]) + ", expected " +
+                     std::string(dtype_name(dt)) + "[S, " + std::to_string(sh.e) +
+                     "] (one head of keys and values, as wide as q)");
+  sh.s = in[1].shape[0];
+  if (in[2].dtype != DType::I32 || in[2].shape.size() != 2 || in[2].shape[0] != sh.t)
+    throw ShapeError("input 'idx' is " + to_string(in[2]) + ", expected i32[" +
+                     std::to_string(sh.t) + ", K] (each token's selected rows of kv)");
+  sh.k = in[2].shape[1];
+  expect_shape(in[3], "bias", dt, {sh.t, sh.k}, "one additive logit per selected slot");
+  expect_shape(in[4], "sink", dt, {sh.h}, "one sink logit per head");
+  if (sh.k > kSparseAttentionMaxK || sh.h * sh.k > kSparseAttentionMaxHK || sh.k < 1)
+    throw ShapeError("input 'idx' selects " + std::to_string(sh.k) + " keys for " +
+                     std::to_string(sh.h) +
+                     " heads; expected 1 <= K <= " + std::to_string(kSparseAttentionMaxK) +
+                     " and H·K <= " + std::to_string(kSparseAttentionMaxHK) +
+                     " (a token's tiles in shared memory)");
+  return sh;
+}
+
+std::vector<TensorType> infer_forward(const std::vector<TensorType>& in, const Attrs&) {
+  check_inputs(in);
+  return {in[0]};
+}
+
+// (q, kv, idx, bias, sink, y, dy, order [T·K], offsets [S]) -> (dq, dkv, dbias, dsink).
+std::vector<TensorType> infer_grad(const std::vector<TensorType>& in, const Attrs&) {
+  const SparseAttentionShape sh = check_inputs(in);
+  expect_same(in[5], "y", in[0], "q");
+  expect_same(in[6], "dy", in[0], "q");
+  expect_shape(in[7], "order", DType::I32, {sh.t * sh.k}, "counting_sort's order of idx");
+  expect_shape(in[8], "offsets", DType::I32, {sh.s}, "counting_sort's offsets of idx");
+  return {in[0], in[1], in[3], in[4]};
+}
+
+// ---- References ----------------------------------------------------------------------------
+
+struct RefShape {
+  int64_t t, h, e, s, k;
+};
+RefShape ref_shape(const std::vector<RefTensor>& in) {
+  return {in[0].shape[0], in[0].shape[1], in[0].shape[2], in[1].shape[0], in[2].shape[1]};
+}
+
+int64_t id_at(const RefTensor& idx, int64_t i) {
+  return static_cast<int64_t>(std::llround(idx.data[i]));
+}
+
+// p [T, H, K] and the sink's probability [T, H]; NaN for a token with an id outside [0, S).
+struct RefProbs {
+  std::vector<double> p, sink;
+};
+RefProbs ref_probs(const std::vector<RefTensor>& in, double scale) {
+  const RefTensor &q = in[0], &kv = in[1], &idx = in[2], &bias = in[3], &sink = in[4];
+  const RefShape n = ref_shape(in);
+  RefProbs out{std::vector<double>(n.t * n.h * n.k), std::vector<double>(n.t * n.h)};
+  for (int64_t t = 0; t < n.t; ++t) {
+    bool bad = false;
+    for (int64_t j = 0; j < n.k; ++j) {
+      const int64_t id = id_at(idx, t * n.k + j);
+      bad |= id < 0 || id >= n.s;
+    }
+    for (int64_t h = 0; h < n.h; ++h) {
+      std::vector<double> z(n.k);
+      double m = sink.data[h];
+      for (int64_t j = 0; j < n.k && !bad; ++j) {
+        const int64_t id = id_at(idx, t * n.k + j);
+        double dot = 0;
+        for (int64_t c = 0; c < n.e; ++c)
+          dot += q.data[(t * n.h + h) * n.e + c] * kv.data[id * n.e + c];
+        z[j] = scale * dot + bias.data[t * n.k + j];
+        m = std::max(m, z[j]);
+      }
+      double d = std::exp(sink.data[h] - m);
+      for (int64_t j = 0; j < n.k; ++j) d += std::exp(z[j] - m);
+      for (int64_t j = 0; j < n.k; ++j)
+        out.p[(t * n.h + h) * n.k + j] = bad ? kNaN() : std::exp(z[j] - m) / d;
+      out.sink[t * n.h + h] = bad ? kNaN() : std::exp(sink.data[h] - m) / d;
+    }
+  }
+  return out;
+}
+
+// kv's row for slot (t, j), or nullptr for an id outside [0, S).
+const double* key_row(const std::vector<RefTensor>& in, int64_t t, int64_t j) {
+  const RefShape n = ref_shape(in);
+  const int64_t id = id_at(in[2], t * n.k + j);
+  return id >= 0 && id < n.s ? &in[1].data[id * n.e] : nullptr;
+}
+
+std::vector<RefTensor> ref_forward(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  const RefShape n = ref_shape(in);
+  const RefProbs pr = ref_probs(in, attr_float(attrs, "scale"));
+  RefTensor y = ref_zeros(in[0].shape);
+  for (int64_t t = 0; t < n.t; ++t)
+    for (int64_t h = 0; h < n.h; ++h)
+      for (int64_t j = 0; j < n.k; ++j) {
+        const double p = pr.p[(t * n.h + h) * n.k + j];
+        const double* row = key_row(in, t, j);
+        for (int64_t c = 0; c < n.e; ++c)
+          y.data[(t * n.h + h) * n.e + c] += row ? p * row[c] : kNaN();
+      }
+  return {y};
+}
+
+// The math from idx directly (order and offsets only say how the kernels walk it).
+std::vector<RefTensor> ref_grad(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  const double scale = attr_float(attrs, "scale");
+  const RefShape n = ref_shape(in);
+  const RefTensor &q = in[0], &y = in[5], &dy = in[6];
+  const RefProbs pr = ref_probs(in, scale);
+  RefTensor dq = ref_zeros(q.shape), dkv = ref_zeros(in[1].shape), dbias = ref_zeros(in[3].shape),
+            dsink = ref_zeros(in[4].shape);
+  for (int64_t t = 0; t < n.t; ++t)
+    for (int64_t h = 0; h < n.h; ++h) {
+      const int64_t row = (t * n.h + h) * n.e;
+      double delta = 0;
+      for (int64_t c = 0; c < n.e; ++c) delta += y.data[row + c] * dy.data[row + c];
+      dsink.data[h] -= pr.sink[t * n.h + h] * delta;
+      for (int64_t j = 0; j < n.k; ++j) {
+        const double p = pr.p[(t * n.h + h) * n.k + j];
+        const double* kr = key_row(in, t, j);
+        double dp = 0;
+        for (int64_t c = 0; c < n.e; ++c) dp += dy.data[row + c] * (kr ? kr[c] : kNaN());
+        const double ds = p * (dp - delta);
+        dbias.data[t * n.k + j] += ds;
+        for (int64_t c = 0; c < n.e; ++c) dq.data[row + c] += scale * ds * (kr ? kr[c] : kNaN());
+        if (!kr) continue;
+        double* g = &dkv.data[id_at(in[2], t * n.k + j) * n.e];
+        for (int64_t c = 0; c < n.e; ++c)
+          g[c] += scale * ds * q.data[row + c] + p * dy.data[row + c];
+      }
+    }
+  return {dq, dkv, dbias, dsink};
+}
+
+// ---- Gradient rule -------------------------------------------------------------------------
+
+// idx sorted by key (counting_sort: order and offsets), then one backward op for all four
+// gradients (the ones not needed get temporary names).
+std::vector<GradOp> grad_sparse_attention(const std::vector<TensorType>& in, const Attrs& attrs,
+                                          const std::vector<bool>& needs) {
+  if (!needs[0] && !needs[1] && !needs[3] && !needs[4]) return {};
+  auto name = [&](int i) { return needs[i] ? dx_name(i) : "unused_dx" + std::to_string(i); };
+  return {{"counting_sort",
+           {"x2"},
+           {"sa_position", "sa_order", "sa_row", "sa_offsets"},
+           {{"bins", in[1].shape[0]}}},
+          {"sparse_attention_grad",
+           {"x0", "x1", "x2", "x3", "x4", "y0", "dy0", "sa_order", "sa_offsets"},
+           {name(0), name(1), name(3), name(4)},
+           attrs}};
+}
+
+// ---- Expansions ----------------------------------------------------------------------------
+
+// The graph may append idx's check status after the declared inputs: the kernels do not read it
+// (an id outside [0, S) gives NaN rows, and the check fails the step).
+ExpandFn expand(std::shared_ptr<KernelCache> cache, bool grad) {
+  return [cache, grad](const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                       const Attrs& attrs) {
+    const SparseAttentionShape sh = check_inputs(in);
+    const double scale = attr_float(attrs, "scale");
+    return grad ? sparse_attention_grad_expansion(*cache, in[0].dtype, sh, scale)
+                : sparse_attention_expansion(*cache, in[0].dtype, sh, scale);
+  };
+}
+
+// ---- Test cases ----------------------------------------------------------------------------
+
+std::vector<std::vector<int64_t>> input_shapes(int64_t t, int64_t h, int64_t e, int64_t s,
+                                               int64_t k) {
+  return {{t, h, e}, {s, e}, {t, k}, {t, k}, {h}};
+}
+
+OpTestCase forward_case(int64_t t, int64_t h, int64_t e, int64_t s, int64_t k, double scale) {
+  return {
+      .shapes = input_shapes(t, h, e, s, k), .attrs = {{"scale", scale}}, .int_lo = 0, .int_hi = s};
+}
+
+// order and offsets as counting_sort makes them from idx (input 2): the slots in key order,
+// ties in slot order, and where each key's run starts.
+void sort_slots(std::vector<RefTensor>& in) {
+  const RefTensor& idx = in[2];
+  const int64_t s = in[1].shape[0], n = idx.numel();
+  in[7] = ref_zeros({n});
+  in[8] = ref_zeros({s});
+  int64_t q = 0;
+  for (int64_t key = 0; key < s; ++key) {
+    in[8].data[key] = static_cast<double>(q);
+    for (int64_t i = 0; i < n; ++i)
+      if (id_at(idx, i) == key) in[7].data[q++] = static_cast<double>(i);
+  }
+}
+
+OpTestCase grad_case(int64_t t, int64_t h, int64_t e, int64_t s, int64_t k, double scale) {
+  OpTestCase c = forward_case(t, h, e, s, k, scale);
+  c.shapes.push_back({t, h, e});
+  c.shapes.push_back({t, h, e});
+  c.shapes.push_back({t * k});
+  c.shapes.push_back({s});
+  c.derive = sort_slots;
+  return c;
+}
+
+OpTests forward_tests() {
+  // Token 0 picks row 1 twice (z = 0, 0 beside a sink of 0: p = 1/3 each, y = 2·(1/3)·2);
+  // token 1's slots are masked by -1e9: only the sink is left, y = 0.
+  const OpExample masked{.inputs = {{{2, 1, 1}, {1, 3}},
+                                    {{2, 1}, {5, 2}},
+                                    {{2, 2}, {1, 1, 0, 1}},
+                                    {{2, 2}, {-2, -2, -1e9, -1e9}},
+                                    {{1}, {0}}},
+                         .attrs = {{"scale", 1.0}},
+                         .outputs = {{{2, 1, 1}, {4.0 / 3.0, 0}}}};
+  return {.kernel = {forward_case(3, 1, 8, 5, 1, 0.5), forward_case(7, 2, 64, 20, 5, 0.125),
+                     forward_case(24, 3, 70, 40, 16, 0.125), forward_case(5, 2, 8, 3, 16, 0.35)},
+          // Repeated ids (K = 4 slots over S = 2 rows), and three heads over distinct ones.
+          .gradient = {forward_case(2, 1, 3, 2, 4, 0.7), forward_case(3, 3, 4, 6, 2, 0.5)},
+          .examples = {masked}};
+}
+
+OpTests grad_tests() {
+  // One slot, z = 1·1·2 - 2 = 0 beside a sink of 0: p = p_sink = 1/2; with y = 1, dy = 3:
+  // delta = 3, dp = 6, ds = 1.5: dq = ds·kv = 3, dkv = ds·q + p·dy = 3, dbias = 1.5,
+  // dsink = -p_sink·delta = -1.5.
+  const OpExample one{.inputs = {{{1, 1, 1}, {1}},
+                                 {{1, 1}, {2}},
+                                 {{1, 1}, {0}},
+                                 {{1, 1}, {-2}},
+                                 {{1}, {0}},
+                                 {{1, 1, 1}, {1}},
+                                 {{1, 1, 1}, {3}},
+                                 {{1}, {0}},
+                                 {{1}, {0}}},
+                      .attrs = {{"scale", 1.0}},
+                      .outputs = {{{1, 1, 1}, {3}}, {{1, 1}, {3}}, {{1, 1}, {1.5}}, {{1}, {-1.5}}}};
+  return {.kernel = {grad_case(3, 1, 8, 5, 1, 0.5), grad_case(7, 2, 64, 20, 5, 0.125),
+                     grad_case(24, 3, 70, 40, 16, 0.125), grad_case(5, 2, 8, 3, 16, 0.35)},
+          .examples = {one}};
+}
+
+const IndexContract kIdxContract{
+    .slot = 2,
+    .bound = [](const std::vector<TensorType>& in, const Attrs&) { return in[1].shape[0]; },
+    .indexes = "the rows of input 'kv'"};
+
+std::vector<AttrSpec> scale_attr() {
+  return {{.name = "scale",
+           .kind = AttrKind::Float,
+           .doc = "the factor on q·k before the bias (e.g. 1/sqrt(E))"}};
+}
+
+}  // namespace
+
+void register_sparse_attention(OpRegistry& registry) {
+  auto cache = std::make_shared<KernelCache>();
+  registry.add(
+      {.name = "sparse_attention",
+       .doc = "y[t, h, :] = Σ_j p[t, h, j]·kv[idx[t, j], :], p the softmax over j of "
+              "scale·q[t, h, :]·kv[idx[t, j], :] + bias[t, j] with sink[h] in the denominator: "
+              "q [T, H, E] attending to K selected rows (i32 idx [T, K], checked in [0, S)) of "
+              "one head kv [S, E] used as key and value",
+       .inputs = {"q", "kv", "idx", "bias", "sink"},
+       .outputs = {"y"},
+       .attrs = scale_attr(),
+       .input_dtypes = {{2, DType::I32}},
+       .infer = infer_forward,
+       .reference = ref_forward,
+       .gradient = grad_sparse_attention,
+       .expand = expand(cache, false),
+       .index_contracts = {kIdxContract},
+       .tests = forward_tests()});
+  registry.add(
+      {.name = "sparse_attention_grad",
+       .doc = "(dq, dkv, dbias, dsink) of sparse_attention from (q, kv, idx, bias, sink, y, dy) "
+              "and counting_sort's order and offsets of idx (dkv summed per key in that order)",
+       .inputs = {"q", "kv", "idx", "bias", "sink", "y", "dy", "order", "offsets"},
+       .outputs = {"dq", "dkv", "dbias", "dsink"},
+       .attrs = scale_attr(),
+       .input_dtypes = {{2, DType::I32}, {7, DType::I32}, {8, DType::I32}},
+       .infer = infer_grad,
+       .reference = ref_grad,
+       .expand = expand(cache, true),
+       .tests = grad_tests()});
+}
+
+}  // namespace tilerun::kernels

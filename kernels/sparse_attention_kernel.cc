@@ -1,0 +1,322 @@
+// The per-token kernels (forward, backward A) run one block of kThreads per token: the token's K
+// key ids staged once, then E in chunks of kCols columns, each chunk of the K gathered kv rows
+// staged in shared memory and shared by all H heads (MQA: one kv head), a thread per (head, key)
+// score accumulating its dot product across the chunks in column order. The softmax runs per
+// head over the shared [H, K] scores (max, then exp in parallel, then the sum in key order after
+// the sink's term); P·V (and dS·K for dq) takes a second pass over the chunks, a thread per
+// (head, column) summing over the keys in key order. Kernel B owns dkv: a block per (key,
+// column tile), a thread per column, adding the (t, j) pairs counting_sort lists for the key in
+// that order (each pair's heads in order), so no store is shared and nothing is atomic.
+#include "kernels/sparse_attention_kernel.h"
+
+#include <limits>
+#include <string>
+
+#include "compiler/ir/builder.h"
+#include "compiler/ir/layout.h"
+#include "kernels/reduce_kernel.h"
+
+namespace tilerun::kernels {
+
+namespace cc = tilerun::compiler;
+
+namespace {
+
+constexpr int kThreads = 256;     // per-token kernels
+constexpr int64_t kCols = 32;     // the columns of E staged per step (128-byte rows)
+constexpr int kKeyThreads = 128;  // kernel B: columns per block
+
+cc::Val nan_f32() { return cc::Val(std::numeric_limits<float>::quiet_NaN()); }
+cc::Val i64(int64_t v) { return cc::Val(v); }
+
+std::string kernel_name(const std::string& base, DType dt, const SparseAttentionShape& sh) {
+  return base + "_h" + std::to_string(sh.h) + "_k" + std::to_string(sh.k) + "_" +
+         std::string(dtype_name(dt));
+}
+
+// A token's shared tiles and the steps the forward and kernel A share.
+struct Token {
+  cc::Scope& s;
+  int64_t h, k;
+  cc::Idx t;
+  cc::Buf ids;   // i32 [K]: idx[t, j], or -1 outside [0, S) (its scores become NaN)
+  cc::Buf keys;  // f32 [K, kCols]: the chunk's kv rows, padded to kCols + 1 (no bank conflicts)
+  cc::Buf p;     // f32 [H, K]: scores, then probabilities
+  cc::Buf m, d;  // f32 [H]: each head's max and denominator
+
+  Token(cc::Scope& scope, int64_t heads, int64_t keys_per_token, cc::Idx token)
+      : s(scope), h(heads), k(keys_per_token), t(std::move(token)) {
+    ids = s.alloc_shared("ids", DType::I32, {k});
+    keys =
+        s.alloc_shared("keys", DType::F32, {k, kCols}, cc::make_layout({k, kCols}, {kCols + 1, 1}));
+    p = s.alloc_shared("p", DType::F32, {h, k});
+    m = s.alloc_shared("m", DType::F32, {h});
+    d = s.alloc_shared("d", DType::F32, {h});
+  }
+
+  void stage_ids(const cc::Buf& idx, const cc::Val& s_dim) {
+    s.parallel(k, [&](cc::Idx j) {
+      cc::Val id = s.let(cc::to_i64(idx(t, j)), "id");
+      ids(j) = cc::to_i32(cc::select(id >= 0 && id < s_dim, id, i64(-1)));
+    });
+    s.barrier();
+  }
+
+  // keys[j, c] = kv[ids[j], e0 + c] (0 past E or for a bad id). Barrier after it.
+  void stage_keys(const cc::Buf& kv, const cc::Val& e0, const cc::Val& e_dim) {
+    s.parallel(k, kCols, [&](cc::Idx j, cc::Idx c) {
+      cc::Val id = s.let(cc::to_i64(ids(j)), "id");
+      cc::Idx col = e0 + c;
+      s.if_then_else(
+          id >= 0 && col < e_dim, [&] { keys(j, c) = kv(id, col); }, [&] { keys(j, c) = 0.0f; });
+    });
+  }
+
+  // rows[hh, c] = x[t, hh, e0 + c] (0 past E).
+  void stage_rows(const cc::Buf& rows, const cc::Buf& x, const cc::Val& e0, const cc::Val& e_dim) {
+    s.parallel(h, kCols, [&](cc::Idx hh, cc::Idx c) {
+      cc::Idx col = e0 + c;
+      s.if_then_else(
+          col < e_dim, [&] { rows(hh, c) = x(t, hh, col); }, [&] { rows(hh, c) = 0.0f; });
+    });
+  }
+
+  // acc[hh, j] += rows[hh, :] · keys[j, :] over the chunk, in column order.
+  void dot_chunk(const cc::Buf& acc, const cc::Buf& rows) {
+    s.parallel(h, k, [&](cc::Idx hh, cc::Idx j) {
+      s.serial(kCols,
+               [&](cc::Idx c) { acc(hh, j) = cc::fma(rows(hh, c), keys(j, c), acc(hh, j)); });
+    });
+  }
+
+  // p = softmax with the sink of z = scale · acc + bias (NaN for a bad id), per head; m and d
+  // keep each head's max and denominator.
+  void softmax(const cc::Buf& acc, const cc::Buf& bias, const cc::Buf& sink, const cc::Val& scale) {
+    s.parallel(h, k, [&](cc::Idx hh, cc::Idx j) {
+      p(hh, j) = cc::select(ids(j) >= 0, scale * acc(hh, j) + bias(t, j), nan_f32());
+    });
+    s.barrier();
+    s.parallel(h, [&](cc::Idx hh) {
+      m(hh) = p(hh, i64(0));
+      s.serial(k - 1, [&](cc::Idx j) { m(hh) = cc::max(m(hh), p(hh, j + 1)); });
+      m(hh) = cc::max(m(hh), sink(hh));
+    });
+    s.barrier();
+    s.parallel(h, k, [&](cc::Idx hh, cc::Idx j) { p(hh, j) = cc::exp(p(hh, j) - m(hh)); });
+    s.barrier();
+    s.parallel(h, [&](cc::Idx hh) {
+      d(hh) = cc::exp(sink(hh) - m(hh));
+      s.serial(k, [&](cc::Idx j) { d(hh) = d(hh) + p(hh, j); });
+    });
+    s.barrier();
+    s.parallel(h, k, [&](cc::Idx hh, cc::Idx j) { p(hh, j) = p(hh, j) / d(hh); });
+    s.barrier();
+  }
+
+  // out[t, hh, col] = factor · Σ_j p[hh, j] · kv[ids[j], col] in key order, over E's chunks.
+  void weighted_rows(const cc::Buf& kv, const cc::Buf& out, const cc::Val& e_dim,
+                     const cc::Val& factor) {
+    cc::Buf sum = s.alloc_fragment("sum", DType::F32, {h, kCols});
+    s.serial(cc::ceildiv(e_dim, i64(kCols)), [&](cc::Idx chunk) {
+      cc::Val e0 = chunk * kCols;
+      stage_keys(kv, e0, e_dim);
+      s.barrier();
+      s.parallel(h, kCols, [&](cc::Idx hh, cc::Idx c) {
+        sum(hh, c) = 0.0f;
+        s.serial(k, [&](cc::Idx j) { sum(hh, c) = cc::fma(p(hh, j), keys(j, c), sum(hh, c)); });
+        s.if_then(e0 + c < e_dim, [&] { out(t, hh, e0 + c) = factor * sum(hh, c); });
+      });
+      s.barrier();
+    });
+  }
+};
+
+cc::Kernel build_forward(DType dt, const SparseAttentionShape& sh) {
+  cc::KernelBuilder kb(kernel_name("sparse_attention", dt, sh));
+  cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E");
+  const cc::Val h(sh.h), k(sh.k);
+  cc::Buf q = kb.input("q", dt, {t, h, e}), kv = kb.input("kv", dt, {sd, e});
+  cc::Buf idx = kb.input("idx", DType::I32, {t, k}), bias = kb.input("bias", dt, {t, k});
+  cc::Buf sink = kb.input("sink", dt, {h});
+  cc::Buf y = kb.output("y", dt, {t, h, e});
+  cc::Val scale = kb.scalar_f32("scale");
+  kb.body({t}, kThreads, [&](cc::Scope& s) {
+    Token tok(s, sh.h, sh.k, s.block_idx(0));
+    cc::Buf qs = s.alloc_shared("qs", DType::F32, {sh.h, kCols});
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {sh.h, sh.k});
+    tok.stage_ids(idx, sd);
+    s.parallel(h, k, [&](cc::Idx hh, cc::Idx j) { acc(hh, j) = 0.0f; });
+    s.serial(cc::ceildiv(e, i64(kCols)), [&](cc::Idx chunk) {
+      tok.stage_keys(kv, chunk * kCols, e);
+      tok.stage_rows(qs, q, chunk * kCols, e);
+      s.barrier();
+      tok.dot_chunk(acc, qs);
+      s.barrier();
+    });
+    tok.softmax(acc, bias, sink, scale);
+    tok.weighted_rows(kv, y, e, cc::Val(1.0f));
+  });
+  return kb.build();
+}
+
+// Kernel A. Parameters q, kv, idx, bias, sink, y, dy, dq, dbias, p, ds, sink_part; T, S, E;
+// scale.
+cc::Kernel build_grad_token(DType dt, const SparseAttentionShape& sh) {
+  cc::KernelBuilder kb(kernel_name("sparse_attention_grad_token", dt, sh));
+  cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E");
+  const cc::Val h(sh.h), k(sh.k);
+  cc::Buf q = kb.input("q", dt, {t, h, e}), kv = kb.input("kv", dt, {sd, e});
+  cc::Buf idx = kb.input("idx", DType::I32, {t, k}), bias = kb.input("bias", dt, {t, k});
+  cc::Buf sink = kb.input("sink", dt, {h});
+  cc::Buf y = kb.input("y", dt, {t, h, e}), dy = kb.input("dy", dt, {t, h, e});
+  cc::Buf dq = kb.output("dq", dt, {t, h, e}), dbias = kb.output("dbias", dt, {t, k});
+  cc::Buf p_out = kb.output("probs", DType::F32, {t, h, k});
+  cc::Buf ds_out = kb.output("dscores", DType::F32, {t, h, k});
+  cc::Buf sink_part = kb.output("sink_part", DType::F32, {t, h});
+  cc::Val scale = kb.scalar_f32("scale");
+  kb.body({t}, kThreads, [&](cc::Scope& s) {
+    Token tok(s, sh.h, sh.k, s.block_idx(0));
+    cc::Buf qs = s.alloc_shared("qs", DType::F32, {sh.h, kCols});
+    cc::Buf dys = s.alloc_shared("dys", DType::F32, {sh.h, kCols});
+    cc::Buf delta = s.alloc_shared("delta", DType::F32, {sh.h});
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {sh.h, sh.k});
+    cc::Buf dp = s.alloc_fragment("dp", DType::F32, {sh.h, sh.k});
+    cc::Buf db = s.alloc_fragment("db", DType::F32, {sh.k});
+    tok.stage_ids(idx, sd);
+    // delta[hh] = y[t, hh, :] · dy[t, hh, :] in column order.
+    s.parallel(h, [&](cc::Idx hh) {
+      delta(hh) = 0.0f;
+      s.serial(
+          e, [&](cc::Idx c) { delta(hh) = cc::fma(y(tok.t, hh, c), dy(tok.t, hh, c), delta(hh)); });
+    });
+    s.parallel(h, k, [&](cc::Idx hh, cc::Idx j) {
+      acc(hh, j) = 0.0f;
+      dp(hh, j) = 0.0f;
+    });
+    s.serial(cc::ceildiv(e, i64(kCols)), [&](cc::Idx chunk) {
+      tok.stage_keys(kv, chunk * kCols, e);
+      tok.stage_rows(qs, q, chunk * kCols, e);
+      tok.stage_rows(dys, dy, chunk * kCols, e);
+      s.barrier();
+      tok.dot_chunk(acc, qs);
+      tok.dot_chunk(dp, dys);
+      s.barrier();
+    });
+    tok.softmax(acc, bias, sink, scale);
+    // ds = p · (dp - delta), kept in place of p for dbias and dq.
+    s.parallel(h, k, [&](cc::Idx hh, cc::Idx j) {
+      cc::Val pv = s.let(tok.p(hh, j), "pv");
+      cc::Val ds = s.let(pv * (dp(hh, j) - delta(hh)), "ds");
+      p_out(tok.t, hh, j) = pv;
+      ds_out(tok.t, hh, j) = ds;
+      tok.p(hh, j) = ds;
+    });
+    s.parallel(h, [&](cc::Idx hh) {
+      sink_part(tok.t, hh) = -(cc::exp(sink(hh) - tok.m(hh)) / tok.d(hh)) * delta(hh);
+    });
+    s.barrier();
+    s.parallel(k, [&](cc::Idx j) {
+      db(j) = tok.p(i64(0), j);
+      s.serial(h - 1, [&](cc::Idx hh) { db(j) = db(j) + tok.p(hh + 1, j); });
+      dbias(tok.t, j) = db(j);
+    });
+    tok.weighted_rows(kv, dq, e, scale);
+  });
+  return kb.build();
+}
+
+// Kernel B: dkv[key, col] = Σ over the key's pairs (t, j) in order[offsets[key] .. end) of
+// Σ_h (scale · ds[t, h, j] · q[t, h, col] + p[t, h, j] · dy[t, h, col]). An entry outside
+// [0, T·K) or naming a slot whose id is not the key makes the row NaN (a wrong inverse is never a
+// silently wrong sum). Parameters q, idx, dy, order, offsets, p, ds, dkv; T, S, E; scale.
+cc::Kernel build_grad_keys(DType dt, const SparseAttentionShape& sh) {
+  cc::KernelBuilder kb(kernel_name("sparse_attention_grad_keys", dt, sh));
+  cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E");
+  const cc::Val h(sh.h), k(sh.k);
+  cc::Buf q = kb.input("q", dt, {t, h, e}), idx = kb.input("idx", DType::I32, {t, k});
+  cc::Buf dy = kb.input("dy", dt, {t, h, e});
+  cc::Buf order = kb.input("order", DType::I32, {t * k}),
+          offsets = kb.input("offsets", DType::I32, {sd});
+  cc::Buf p = kb.input("p", DType::F32, {t, h, k}), ds = kb.input("ds", DType::F32, {t, h, k});
+  cc::Buf dkv = kb.output("dkv", dt, {sd, e});
+  cc::Val scale = kb.scalar_f32("scale");
+  kb.body({sd, cc::ceildiv(e, i64(kKeyThreads))}, kKeyThreads, [&](cc::Scope& s) {
+    cc::Idx key = s.block_idx(0), base = s.block_idx(1) * kKeyThreads;
+    cc::Val n = s.let(t * k, "n");
+    cc::Val begin = s.let(cc::min(cc::max(cc::to_i64(offsets(key)), i64(0)), n), "begin");
+    cc::Val next = s.let(cc::to_i64(offsets(cc::min(key + 1, sd - 1))), "next");
+    cc::Val end = s.let(cc::select(key + 1 < sd, cc::min(cc::max(next, begin), n), n), "end");
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kKeyThreads});
+    cc::Buf bad = s.alloc_fragment("bad", DType::F32, {kKeyThreads});
+    s.parallel(kKeyThreads, [&](cc::Idx i) {
+      cc::Idx col = base + i;
+      s.if_then(col < e, [&] {
+        acc(i) = 0.0f;
+        bad(i) = 0.0f;
+        s.serial(end - begin, [&](cc::Idx r) {
+          cc::Val o = s.let(cc::to_i64(order(begin + r)), "o");
+          s.if_then_else(
+              o >= 0 && o < n,
+              [&] {
+                cc::Val tt = s.let(o / k, "tt"), j = s.let(o % k, "j");
+                s.if_then_else(
+                    cc::to_i64(idx(tt, j)) == key,
+                    [&] {
+                      s.serial(h, [&](cc::Idx hh) {
+                        acc(i) = cc::fma(p(tt, hh, j), dy(tt, hh, col),
+                                         cc::fma(scale * ds(tt, hh, j), q(tt, hh, col), acc(i)));
+                      });
+                    },
+                    [&] { bad(i) = 1.0f; });
+              },
+              [&] { bad(i) = 1.0f; });
+        });
+        dkv(key, col) = cc::select(bad(i) == 0.0f, acc(i), nan_f32());
+      });
+    });
+  });
+  return kb.build();
+}
+
+std::vector<int64_t> dims_of(const SparseAttentionShape& sh) { return {sh.t, sh.s, sh.e}; }
+
+}  // namespace
+
+OpExpansion sparse_attention_expansion(KernelCache& cache, DType dtype,
+                                       const SparseAttentionShape& shape, double scale) {
+  auto kernel = cache.get(kernel_name("sparse_attention", dtype, shape),
+                          [&] { return build_forward(dtype, shape); });
+  KernelCall call{.kernel = kernel,
+                  .buffers = {input_slot(0), input_slot(1), input_slot(2), input_slot(3),
+                              input_slot(4), output_slot(0)},
+                  .dims = dims_of(shape),
+                  .scalars = {scale}};
+  return OpExpansion{.calls = {call}};
+}
+
+OpExpansion sparse_attention_grad_expansion(KernelCache& cache, DType dtype,
+                                            const SparseAttentionShape& shape, double scale) {
+  const TensorType per_slot{DType::F32, {shape.t, shape.h, shape.k}};
+  OpExpansion ex{.scratch = {per_slot, per_slot, TensorType{DType::F32, {shape.t, shape.h}}}};
+  ex.calls.push_back(
+      {.kernel = cache.get(kernel_name("sparse_attention_grad_token", dtype, shape),
+                           [&] { return build_grad_token(dtype, shape); }),
+       .buffers = {input_slot(0), input_slot(1), input_slot(2), input_slot(3), input_slot(4),
+                   input_slot(5), input_slot(6), output_slot(0), output_slot(2), scratch_slot(0),
+                   scratch_slot(1), scratch_slot(2)},
+       .dims = dims_of(shape),
+       .scalars = {scale}});
+  ex.calls.push_back({.kernel = cache.get(kernel_name("sparse_attention_grad_keys", dtype, shape),
+                                          [&] { return build_grad_keys(dtype, shape); }),
+                      .buffers = {input_slot(0), input_slot(2), input_slot(6), input_slot(7),
+                                  input_slot(8), scratch_slot(0), scratch_slot(1), output_slot(1)},
+                      .dims = dims_of(shape),
+                      .scalars = {scale}});
+  // dsink[h] = Σ_t sink_part[t, h]: the lane-order sum over tokens (reduce_kernel.h).
+  ex.calls.push_back(reduce_call(cache, ReduceKind::Sum, DType::F32, dtype,
+                                 AxisView{.outer = 1, .extent = shape.t, .inner = shape.h},
+                                 scratch_slot(2), output_slot(3)));
+  return ex;
+}
+
+}  // namespace tilerun::kernels

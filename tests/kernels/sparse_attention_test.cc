@@ -1,0 +1,177 @@
+// sparse_attention's kernels against dense attention computed here with plain loops: the
+// selected keys' scores with their bias, every other key at -inf, a softmax over all S keys
+// with the sink, and P·kv; the backward by the dense formulas (dS = P·(dP - delta), dkv as the
+// sum over every (token, head) of scale·dS·q + P·dy). The sparse side runs as the graph does:
+// the forward kernel, counting_sort's kernels on idx, then sparse_attention_grad's kernels on
+// their order and offsets. Each token selects distinct keys (a dense mask cannot say "twice").
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "tests/kernels/kernel_runner.h"
+
+namespace tilerun::kernels {
+namespace {
+
+using testing::Bytes;
+
+testing::KernelRunner& runner() {
+  static testing::KernelRunner* r = new testing::KernelRunner;
+  return *r;
+}
+
+struct Problem {
+  int64_t t, h, e, s, k;
+};
+
+// The dense computation's outputs.
+struct Dense {
+  std::vector<double> y, dq, dkv, dbias, dsink;
+};
+
+Dense dense_attention(const Problem& n, const std::vector<RefTensor>& in, const RefTensor& dy,
+                      double scale) {
+  const RefTensor &q = in[0], &kv = in[1], &idx = in[2], &bias = in[3], &sink = in[4];
+  const double inf = std::numeric_limits<double>::infinity();
+  // The dense bias [T, S]: the slot's bias where selected, -inf elsewhere.
+  std::vector<double> mask(n.t * n.s, -inf);
+  for (int64_t t = 0; t < n.t; ++t)
+    for (int64_t j = 0; j < n.k; ++j)
+      mask[t * n.s + static_cast<int64_t>(idx.data[t * n.k + j])] = bias.data[t * n.k + j];
+  Dense out{std::vector<double>(n.t * n.h * n.e), std::vector<double>(n.t * n.h * n.e),
+            std::vector<double>(n.s * n.e), std::vector<double>(n.t * n.k),
+            std::vector<double>(n.h)};
+  std::vector<double> p(n.s), dp(n.s), dbias_dense(n.t * n.s, 0.0);
+  for (int64_t t = 0; t < n.t; ++t)
+    for (int64_t h = 0; h < n.h; ++h) {
+      const double* qr = &q.data[(t * n.h + h) * n.e];
+      const double* dyr = &dy.data[(t * n.h + h) * n.e];
+      double m = sink.data[h];
+      for (int64_t s = 0; s < n.s; ++s) {
+        double dot = 0;
+        for (int64_t c = 0; c < n.e; ++c) dot += qr[c] * kv.data[s * n.e + c];
+        p[s] = scale * dot + mask[t * n.s + s];
+        m = std::max(m, p[s]);
+      }
+      double d = std::exp(sink.data[h] - m);
+      for (int64_t s = 0; s < n.s; ++s) d += std::exp(p[s] - m);
+      for (int64_t s = 0; s < n.s; ++s) p[s] = std::exp(p[s] - m) / d;
+      const double p_sink = std::exp(sink.data[h] - m) / d;
+      double* yr = &out.y[(t * n.h + h) * n.e];
+      for (int64_t s = 0; s < n.s; ++s)
+        for (int64_t c = 0; c < n.e; ++c) yr[c] += p[s] * kv.data[s * n.e + c];
+      double delta = 0;
+      for (int64_t c = 0; c < n.e; ++c) delta += yr[c] * dyr[c];
+      out.dsink[h] -= p_sink * delta;
+      for (int64_t s = 0; s < n.s; ++s) {
+        double dps = 0;
+        for (int64_t c = 0; c < n.e; ++c) dps += dyr[c] * kv.data[s * n.e + c];
+        const double ds = p[s] * (dps - delta);
+        dbias_dense[t * n.s + s] += ds;
+        for (int64_t c = 0; c < n.e; ++c) {
+          out.dq[(t * n.h + h) * n.e + c] += scale * ds * kv.data[s * n.e + c];
+          out.dkv[s * n.e + c] += scale * ds * qr[c] + p[s] * dyr[c];
+        }
+      }
+    }
+  for (int64_t t = 0; t < n.t; ++t)
+    for (int64_t j = 0; j < n.k; ++j)
+      out.dbias[t * n.k + j] = dbias_dense[t * n.s + static_cast<int64_t>(idx.data[t * n.k + j])];
+  return out;
+}
+
+// Relative L2 distance of got from want.
+double rel_l2(const std::vector<double>& got, const std::vector<double>& want) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(err / std::max(norm, 1e-300));
+}
+
+// Inputs: q, kv in [-1, 1), K distinct keys per token, biases in [-1, 1) with one token's slots
+// all masked by -1e9 (only the sink is left: y = 0) and some single slots masked, sinks in
+// [-1, 1).
+std::vector<RefTensor> problem_inputs(std::mt19937_64& rng, const Problem& n) {
+  std::vector<RefTensor> in = {
+      testing::random_tensor(rng, {n.t, n.h, n.e}, -1, 1),
+      testing::random_tensor(rng, {n.s, n.e}, -1, 1), RefTensor{.shape = {n.t, n.k}, .data = {}},
+      testing::random_tensor(rng, {n.t, n.k}, -1, 1), testing::random_tensor(rng, {n.h}, -1, 1)};
+  std::vector<int64_t> keys(n.s);
+  std::iota(keys.begin(), keys.end(), 0);
+  for (int64_t t = 0; t < n.t; ++t) {
+    std::shuffle(keys.begin(), keys.end(), rng);
+    for (int64_t j = 0; j < n.k; ++j) in[2].data.push_back(static_cast<double>(keys[j]));
+  }
+  for (int64_t j = 0; j < n.k; ++j) in[3].data[(n.t / 2) * n.k + j] = -1e9;
+  in[3].data[1] = -1e9;
+  return in;
+}
+
+void expect_matches_dense(const Problem& n, DType dtype) {
+  SCOPED_TRACE(std::string(dtype_name(dtype)) + " T=" + std::to_string(n.t) +
+               " H=" + std::to_string(n.h) + " E=" + std::to_string(n.e) +
+               " S=" + std::to_string(n.s) + " K=" + std::to_string(n.k));
+  std::mt19937_64 rng(testing::test_seed());
+  const double scale = 1 / std::sqrt(static_cast<double>(n.e));
+  std::vector<RefTensor> in = problem_inputs(rng, n);
+  for (size_t i = 0; i < in.size(); ++i)
+    if (i != 2) in[i] = testing::rounded(dtype, in[i]);
+  const RefTensor dy = testing::rounded(dtype, testing::random_tensor(rng, {n.t, n.h, n.e}));
+  const Attrs attrs = {{"scale", scale}};
+  const double tol = dtype == DType::F32 ? 1e-5 : 2e-2;
+
+  const Bytes y = runner().run("sparse_attention", in, attrs, dtype, 7.0).at(0);
+  const std::vector<Bytes> sorted =
+      runner().run("counting_sort", {in[2]}, {{"bins", n.s}}, DType::I32, -7.0);
+  ASSERT_EQ(sorted.size(), 4u);
+  std::vector<RefTensor> grad_in = in;
+  grad_in.push_back({.shape = {n.t, n.h, n.e}, .data = testing::decode(y)});
+  grad_in.push_back(dy);
+  grad_in.push_back({.shape = {n.t * n.k}, .data = testing::decode(sorted[1])});
+  grad_in.push_back({.shape = {n.s}, .data = testing::decode(sorted[3])});
+  const std::vector<Bytes> grads =
+      runner().run("sparse_attention_grad", grad_in, attrs, dtype, 7.0);
+  ASSERT_EQ(grads.size(), 4u);
+
+  // The dense backward from the kernel's y (what the gradient rule hands the backward op).
+  const Dense want = dense_attention(n, in, dy, scale);
+  EXPECT_LE(rel_l2(testing::decode(y), want.y), tol) << "y";
+  const std::vector<double> y_values = testing::decode(y);
+  for (int64_t i = (n.t / 2) * n.h * n.e; i < (n.t / 2 + 1) * n.h * n.e; ++i)
+    EXPECT_EQ(y_values[i], 0.0) << "a fully masked token attends only to the sink";
+  EXPECT_LE(rel_l2(testing::decode(grads[0]), want.dq), tol) << "dq";
+  EXPECT_LE(rel_l2(testing::decode(grads[1]), want.dkv), tol) << "dkv";
+  EXPECT_LE(rel_l2(testing::decode(grads[2]), want.dbias), tol) << "dbias";
+  EXPECT_LE(rel_l2(testing::decode(grads[3]), want.dsink), tol) << "dsink";
+}
+
+TEST(SparseAttention, MatchesDenseAttentionForwardAndBackward) {
+  expect_matches_dense({.t = 37, .h = 4, .e = 40, .s = 50, .k = 12}, DType::F32);
+  expect_matches_dense({.t = 9, .h = 1, .e = 70, .s = 16, .k = 16}, DType::F32);
+  expect_matches_dense({.t = 20, .h = 3, .e = 33, .s = 64, .k = 5}, DType::BF16);
+}
+
+// Run twice, the backward gives the same bits (the dkv sums walk counting_sort's fixed order).
+TEST(SparseAttention, BackwardIsDeterministic) {
+  const Problem n{.t = 13, .h = 2, .e = 24, .s = 10, .k = 6};
+  std::mt19937_64 rng(testing::test_seed());
+  std::vector<RefTensor> in = problem_inputs(rng, n);
+  const Attrs attrs = {{"scale", 0.3}};
+  const std::vector<Bytes> sorted =
+      runner().run("counting_sort", {in[2]}, {{"bins", n.s}}, DType::I32, -7.0);
+  in.push_back(testing::random_tensor(rng, {n.t, n.h, n.e}));
+  in.push_back(testing::random_tensor(rng, {n.t, n.h, n.e}));
+  in.push_back({.shape = {n.t * n.k}, .data = testing::decode(sorted[1])});
+  in.push_back({.shape = {n.s}, .data = testing::decode(sorted[3])});
+  const std::vector<Bytes> a = runner().run("sparse_attention_grad", in, attrs, DType::F32, 7.0);
+  const std::vector<Bytes> b = runner().run("sparse_attention_grad", in, attrs, DType::F32, -3.0);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, b[i].data) << "output " << i;
+}
+
+}  // namespace
+}  // namespace tilerun::kernels
