@@ -346,11 +346,15 @@ ExpandFn expand_grouped(std::shared_ptr<KernelCache> cache) {
     const bool tb = attr_bool(attrs, "transpose_b");
     const int64_t r = in[0].shape[0], k = in[0].shape[1], n = out[0].shape[1];
     const int64_t e = in[2].shape[0];
+    // copy_async staging where the rows are 16-byte aligned (as matmul: a choice by K and N).
+    const bool async = k % 8 == 0 && (tb || n % 8 == 0);
     KernelCache::KernelPtr kernel =
-        tensor_cores(dt) ? cache->get(kernel_key(grouped_tc_name(tb), dt),
-                                      [&] { return build_grouped_tc(dt, tb); })
-                         : cache->get(std::string("grouped_") + (tb ? "nt" : "nn") + suffix(dt),
-                                      [&] { return build_grouped(dt, tb); });
+        !tensor_cores(dt) ? cache->get(std::string("grouped_") + (tb ? "nt" : "nn") + suffix(dt),
+                                       [&] { return build_grouped(dt, tb); })
+        : async           ? cache->get(kernel_key(grouped_tc_async_name(tb), dt),
+                                       [&] { return build_grouped_tc_async(dt, tb); })
+                          : cache->get(kernel_key(grouped_tc_name(tb), dt),
+                                       [&] { return build_grouped_tc(dt, tb); });
     return OpExpansion{
         .calls = {{.kernel = kernel,
                    .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)},
@@ -365,11 +369,16 @@ ExpandFn expand_wgrad(std::shared_ptr<KernelCache> cache) {
     const bool tb = attr_bool(attrs, "transpose_b");
     const int64_t r = in[0].shape[0], k = in[0].shape[1], n = in[1].shape[1];
     const int64_t e = in[2].shape[0];
+    // copy_async staging where x's and dy's rows are 16-byte aligned.
+    const bool async = k % 8 == 0 && n % 8 == 0 && k > 0;
     KernelCache::KernelPtr kernel =
-        tensor_cores(dt) ? cache->get(kernel_key(grouped_wgrad_tc_name(tb), dt),
-                                      [&] { return build_grouped_wgrad_tc(dt, tb); })
-                         : cache->get(std::string("grouped_wgrad_") + (tb ? "t" : "n") + suffix(dt),
-                                      [&] { return build_wgrad(dt, tb); });
+        !tensor_cores(dt)
+            ? cache->get(std::string("grouped_wgrad_") + (tb ? "t" : "n") + suffix(dt),
+                         [&] { return build_wgrad(dt, tb); })
+        : async ? cache->get(kernel_key(grouped_wgrad_tc_async_name(tb), dt),
+                             [&] { return build_grouped_wgrad_tc_async(dt, tb); })
+                : cache->get(kernel_key(grouped_wgrad_tc_name(tb), dt),
+                             [&] { return build_grouped_wgrad_tc(dt, tb); });
     return OpExpansion{
         .calls = {{.kernel = kernel,
                    .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)},
@@ -402,6 +411,10 @@ std::vector<OpTestCase> grouped_cases() {
       segments_case({{100, 70}, {6, 50, 70}, {6}}, true, 0, 17),  // several tiles and K steps
       segments_case({{37, 19}, {8, 19, 5}, {8}}, false, 0, 3),    // many empty, a long last one
       segments_case({{1, 3}, {2, 3, 2}, {2}}, false, 0, 2),       // one row
+      // bf16/f16 on copy_async (K, and N unless transposed, multiples of 8): three K steps,
+      // odd segments, empty experts, row tiles that span several experts and end past R.
+      segments_case({{150, 136}, {5, 136, 48}, {5}}, false, 0, 45),
+      segments_case({{130, 72}, {3, 20, 72}, {3}}, true, 0, 70),
   };
 }
 
@@ -414,6 +427,8 @@ std::vector<OpTestCase> wgrad_cases() {
       segments_case({{45, 20}, {45, 35}, {5}}, true, 0, 1),
       segments_case({{100, 50}, {100, 70}, {3}}, false, 0, 34),
       segments_case({{37, 19}, {37, 5}, {8}}, true, 0, 3),
+      // bf16/f16 on copy_async (K and N multiples of 8): segments of up to four K steps.
+      segments_case({{400, 16}, {400, 136}, {2}}, true, 0, 200),
   };
 }
 

@@ -5,9 +5,13 @@
 //    is then added to the segment's rows only (a row's bits: +0 + its own expert's chain,
 //    whatever shares its tile: batch invariant). A barrier after each such pass, since the next
 //    one restages the shared tiles another warpgroup may still be reading.
+//    Where K (and N, b not transposed) are multiples of 8, the same pass on the copy_async K loop
+//    (matmul_tc.h tc_async_steps): the same chains, so the same bits.
 //  - wgrad: a block per (128 of K, 128 of N, expert): the K loop of the gemm runs over the
 //    segment's rows, 64 at a time from its first (x^T and dy both staged from [rows, ..]
 //    tensors), zeros past its end, so dw[e] depends only on the segment's rows; empty: zeros.
+//    Where K and N are multiples of 8, the same on the copy_async K loop (x as a transposed a in
+//    MN-major panels), the rows past the segment's end zeroed in the last step's tiles.
 #include "kernels/grouped_matmul_tc.h"
 
 #include "kernels/matmul_tc.h"
@@ -65,6 +69,66 @@ cc::Kernel build_grouped_tc(DType dtype, bool tb) {
   return kb.build();
 }
 
+std::string grouped_tc_async_name(bool tb) {
+  return std::string("grouped_matmul_tc_") + (tb ? "nt" : "nn") + "_128x128x64_async";
+}
+
+// The forward's scheme on matmul_tc.h's copy_async K loop: x's boxes are rows [r0, r0 + 128) of
+// x, which may run past the segment (those rows are computed and dropped) but read zeros past
+// R; w's are boxes of the matrix w[e].
+cc::Kernel build_grouped_tc_async(DType dtype, bool tb) {
+  cc::KernelBuilder kb(grouped_tc_async_name(tb) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim r = kb.dim("R"), n = kb.dim("N", {.min = 1, .divisible_by = tb ? 1 : 8}),
+          k = kb.dim("K", {.min = 0, .divisible_by = 8}), experts = kb.dim("E");
+  cc::Buf x = kb.input("x", dtype, {r, k});
+  cc::Buf w = kb.input(
+      "w", dtype, tb ? std::vector<cc::Val>{experts, n, k} : std::vector<cc::Val>{experts, k, n});
+  cc::Buf offsets = kb.input("offsets", DType::I32, {experts});
+  cc::Buf y = kb.output("y", dtype, {r, n});
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(r, kTcM)}, kTcThreads, [&](cc::Scope& s) {
+    // n0 not let-bound: the copies' origins must show themselves multiples of 8 (tile_verifier).
+    cc::Idx n0 = s.block_idx(0) * kTcN, r0 = s.let(s.block_idx(1) * kTcM, "r0");
+    TcAsyncStaging st = tc_async_staging(s, dtype, /*ta=*/false, tb);
+    const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
+    std::vector<cc::Buf> out;
+    for (size_t h = 0; h < st.acc.size(); ++h) {
+      out.push_back(s.alloc_fragment("out" + std::to_string(h), DType::F32, {kTcM, width}));
+      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) { out[h](i, j) = 0.0f; });
+    }
+    s.serial(experts, [&](cc::Idx e) {
+      const auto [lo_v, hi_v] = grouped_segment(s, offsets, e, experts, r);
+      const cc::Val lo = lo_v, hi = hi_v;  // plain names, captured by the lambdas
+      cc::Val meets = s.let(lo < hi && lo < r0 + kTcM && hi > r0, "meets");
+      // A 0-or-1-trip loop, not an if: the pass holds barriers and gemms.
+      s.serial(cc::select(meets, cc::Val(1), cc::Val(0)), [&](cc::Idx) {
+        for (const cc::Buf& acc : st.acc)
+          s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+        tc_async_steps(s, st,
+                       {.a =
+                            [&](const cc::Val& j, int) {
+                              return x.region({r0, j * kTcK}, {kTcM, kTcK});
+                            },
+                        .b =
+                            [&](const cc::Val& j, int h) {
+                              return tb ? w.region({e, n0, j * kTcK}, {1, kTcN, kTcK})
+                                        : w.region({e, j * kTcK, n0 + h * width}, {1, kTcK, width});
+                            }},
+                       k);
+        for (size_t h = 0; h < st.acc.size(); ++h)
+          s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) {
+            cc::Idx row = r0 + i;
+            out[h](i, j) =
+                cc::select(row >= lo && row < hi, out[h](i, j) + st.acc[h](i, j), out[h](i, j));
+          });
+        s.barrier();  // the next pass refills the tiles
+      });
+    });
+    for (size_t h = 0; h < out.size(); ++h)
+      s.copy(y.region({r0, n0 + static_cast<int64_t>(h) * width}, {kTcM, width}), out[h]);
+  });
+  return kb.build();
+}
+
 std::string grouped_wgrad_tc_name(bool tb) {
   return std::string("grouped_matmul_wgrad_tc_") + (tb ? "t" : "n") + "_128x128x64";
 }
@@ -96,6 +160,68 @@ cc::Kernel build_grouped_wgrad_tc(DType dtype, bool tb) {
           dw(e, kc, nc) = acc(i, j);
       });
     });
+  });
+  return kb.build();
+}
+
+std::string grouped_wgrad_tc_async_name(bool tb) { return grouped_wgrad_tc_name(tb) + "_async"; }
+
+// The wgrad's scheme on the copy_async K loop: step j's boxes are the segment's rows
+// [lo + 64 j, +64) of x (read as a transposed a: k0's two 64-wide panels) and of dy (N-major b).
+// Rows past the segment's end land too (up to R; zeros after), so the last step's tiles are
+// zeroed from row hi on before its gemm: every product past the end is +0 * +0, as the
+// register-staged kernel reads. Empty segment: one step, all zeros.
+cc::Kernel build_grouped_wgrad_tc_async(DType dtype, bool tb) {
+  cc::KernelBuilder kb(grouped_wgrad_tc_async_name(tb) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim r = kb.dim("R"), k = kb.dim("K", {.min = 1, .divisible_by = 8}),
+          n = kb.dim("N", {.min = 1, .divisible_by = 8}), experts = kb.dim("E");
+  cc::Buf x = kb.input("x", dtype, {r, k});
+  cc::Buf dy = kb.input("dy", dtype, {r, n});
+  cc::Buf offsets = kb.input("offsets", DType::I32, {experts});
+  cc::Buf dw = kb.output(
+      "dw", dtype, tb ? std::vector<cc::Val>{experts, n, k} : std::vector<cc::Val>{experts, k, n});
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(k, kTcM), experts}, kTcThreads, [&](cc::Scope& s) {
+    // Not let-bound: the copies' origins must show themselves multiples of 8 (tile_verifier).
+    cc::Idx n0 = s.block_idx(0) * kTcN, k0 = s.block_idx(1) * kTcM;
+    cc::Idx e = s.block_idx(2);
+    const auto [lo_v, hi_v] = grouped_segment(s, offsets, e, experts, r);
+    const cc::Val lo = lo_v, hi = hi_v;  // plain names, captured by the lambdas
+    TcAsyncStaging st = tc_async_staging(s, dtype, /*ta=*/true, /*tb=*/false);
+    const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
+    for (const cc::Buf& acc : st.acc)
+      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+    cc::Val steps =
+        s.let(cc::max(cc::ceildiv(hi - lo, cc::Val(kTcK)), cc::Val(int64_t{1})), "wsteps");
+    // Rows of the last step still inside the segment.
+    cc::Val valid = s.let(hi - (lo + (steps - 1) * kTcK), "valid");
+    tc_async_steps(s, st,
+                   {.a =
+                        [&](const cc::Val& j, int h) {
+                          return x.region({lo + j * kTcK, k0 + h * 64}, {kTcK, 64});
+                        },
+                    .b =
+                        [&](const cc::Val& j, int h) {
+                          return dy.region({lo + j * kTcK, n0 + h * width}, {kTcK, width});
+                        }},
+                   hi - lo, [&] {
+                     s.parallel(kTcM / 64, kTcK, 64, [&](cc::Idx p, cc::Idx kk, cc::Idx c) {
+                       s.if_then(kk >= valid, [&] { st.as[0](p, kk, c) = 0.0f; });
+                     });
+                     for (size_t h = 0; h < st.bs.size(); ++h)
+                       s.parallel(kTcK, width, [&](cc::Idx kk, cc::Idx c) {
+                         s.if_then(kk >= valid, [&] { st.bs[h][0](kk, c) = 0.0f; });
+                       });
+                   });
+    for (size_t h = 0; h < st.acc.size(); ++h)
+      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) {
+        cc::Idx kc = k0 + i, nc = n0 + static_cast<int64_t>(h) * width + j;
+        s.if_then(kc < k && nc < n, [&] {
+          if (tb)
+            dw(e, nc, kc) = st.acc[h](i, j);
+          else
+            dw(e, kc, nc) = st.acc[h](i, j);
+        });
+      });
   });
   return kb.build();
 }

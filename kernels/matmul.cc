@@ -388,25 +388,38 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
     // bf16/f16 on the tensor cores when the product is one matrix product (a's batch folded into
     // its rows): the tiling never depends on M, so a row's bits do not depend on the batch.
     if ((dt == DType::BF16 || dt == DType::F16) && (mb.count == 1 || folds_into_rows(mb, ta))) {
-      // Asynchronous copies where the rows are 16-byte aligned (a choice by K and N only).
-      if (!ta && k % 8 == 0 && (tb || n % 8 == 0))
+      // Asynchronous copies where the rows are 16-byte aligned: a choice by K and N only for a
+      // not transposed a; a transposed one (one product, K over the tokens) needs M too.
+      const bool aligned = k % 8 == 0 && (tb || n % 8 == 0);
+      if (!ta && aligned)
         return OpExpansion{
-            .calls = {{.kernel = cache->get(kernel_key(tc_async_name(tb), dt),
-                                            [&] { return build_tc_matmul_async(dt, tb); }),
+            .calls = {{.kernel = cache->get(kernel_key(tc_async_name(false, tb), dt),
+                                            [&] { return build_tc_matmul_async(dt, false, tb); }),
                        .buffers = {input_slot(0), input_slot(1), output_slot(0)},
                        .dims = {m * mb.count, n, k}}}};
+      const bool ta_async = ta && mb.count == 1 && aligned && m % 8 == 0;
       if (ta && mb.count == 1)
         if (const TcSplit split = plan_tc_split(m, n, k); split.splits > 1) {
-          KernelCall part{.kernel = cache->get(kernel_key(tc_splitk_name(ta, tb), dt),
-                                               [&] { return build_tc_matmul_splitk(dt, ta, tb); }),
-                          .buffers = {input_slot(0), input_slot(1), scratch_slot(0)},
-                          .dims = {m, n, k, split.slice, split.splits}};
+          KernelCall part{
+              .kernel = ta_async
+                            ? cache->get(kernel_key(tc_async_splitk_name(ta, tb), dt),
+                                         [&] { return build_tc_matmul_async_splitk(dt, ta, tb); })
+                            : cache->get(kernel_key(tc_splitk_name(ta, tb), dt),
+                                         [&] { return build_tc_matmul_splitk(dt, ta, tb); }),
+              .buffers = {input_slot(0), input_slot(1), scratch_slot(0)},
+              .dims = {m, n, k, split.slice, split.splits}};
           KernelCall sum{.kernel = cache->get(kernel_key(tc_splitk_sum_name(), dt),
                                               [&] { return build_tc_splitk_sum(dt); }),
                          .buffers = {scratch_slot(0), output_slot(0)},
                          .dims = {m, n, split.splits}};
           return OpExpansion{.scratch = {{DType::F32, {split.splits, m, n}}}, .calls = {part, sum}};
         }
+      if (ta_async)
+        return OpExpansion{
+            .calls = {{.kernel = cache->get(kernel_key(tc_async_name(ta, tb), dt),
+                                            [&] { return build_tc_matmul_async(dt, ta, tb); }),
+                       .buffers = {input_slot(0), input_slot(1), output_slot(0)},
+                       .dims = {m, n, k}}}};
       KernelCall tc{.kernel = cache->get(kernel_key(tc_matmul_name(ta, tb), dt),
                                          [&] { return build_tc_matmul(dt, ta, tb); }),
                     .buffers = {input_slot(0), input_slot(1), output_slot(0)},
@@ -441,6 +454,45 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
   };
 }
 
+// matmul's kernel cases: odd sizes for every tiling and staging (matmul_tc.h's for bf16/f16).
+std::vector<OpTestCase> matmul_kernel_cases() {
+  return {
+      {{{1, 1}, {1, 1}}},
+      {{{7, 130}, {130, 33}}},
+      {{{130, 33}, {130, 7}}, {{"transpose_a", true}}},
+      {{{33, 7}, {130, 7}}, {{"transpose_b", true}}},
+      {{{7, 130}, {33, 7}}, {{"transpose_a", true}, {"transpose_b", true}}},
+      {{{64, 96}, {96, 32}}},  // exact tile multiples
+      {{{33, 1}, {1, 130}}},
+      // Long K over a small output: 16x16 tiles, K split over 8 groups of
+      // the block (ragged).
+      {{{33, 700}, {700, 40}}},
+      {{{700, 33}, {700, 40}}, {{"transpose_a", true}}},
+      {{{33, 700}, {40, 700}}, {{"transpose_b", true}}},
+      {{{700, 33}, {40, 700}}, {{"transpose_a", true}, {"transpose_b", true}}},
+      {{{20, 1100}, {1100, 18}}},
+      // Enough 32x32 tiles: the large tiling, one K group and four.
+      {{{130, 33}, {33, 1000}}},
+      {{{130, 300}, {1000, 300}}, {{"transpose_b", true}}},
+      {{{300, 1000}, {300, 130}}, {{"transpose_a", true}}},
+      // bf16/f16: split K (plan_tc_split), the second slice ragged.
+      {{{2148, 33}, {2148, 40}}, {{"transpose_a", true}}},
+      // bf16/f16 with a transposed a on copy_async (M, K, N multiples of 8): two
+      // row tiles, b both ways, and split K.
+      {{{136, 40}, {136, 24}}, {{"transpose_a", true}}},
+      {{{72, 136}, {40, 72}}, {{"transpose_a", true}, {"transpose_b", true}}},
+      {{{2144, 40}, {2144, 24}}, {{"transpose_a", true}}},
+      // Batched: both operands, broadcast ones (copied to c's batch first),
+      // a shared matrix on either side, a batch folded into a's rows.
+      {{{2, 7, 130}, {2, 130, 33}}},
+      {{{3, 1, 5, 7}, {2, 7, 4}}},
+      {{{2, 130, 33}, {2, 40, 130}}, {{"transpose_a", true}, {"transpose_b", true}}},
+      {{{33, 7}, {4, 7, 130}}},
+      {{{2, 33, 700}, {700, 40}}, {{"transpose_a", false}}},
+      {{{3, 700, 33}, {1, 700, 40}}, {{"transpose_a", true}}},
+  };
+}
+
 }  // namespace
 
 void register_matmul(OpRegistry& registry) {
@@ -463,53 +515,22 @@ void register_matmul(OpRegistry& registry) {
        .reference = ref_matmul,
        .gradient = grad_matmul,
        .expand = expand_matmul(cache),
-       .tests = {
-           .kernel =
-               {
-                   {{{1, 1}, {1, 1}}},
-                   {{{7, 130}, {130, 33}}},
-                   {{{130, 33}, {130, 7}}, {{"transpose_a", true}}},
-                   {{{33, 7}, {130, 7}}, {{"transpose_b", true}}},
-                   {{{7, 130}, {33, 7}}, {{"transpose_a", true}, {"transpose_b", true}}},
-                   {{{64, 96}, {96, 32}}},  // exact tile multiples
-                   {{{33, 1}, {1, 130}}},
-                   // Long K over a small output: 16x16 tiles, K split over 8 groups of
-                   // the block (ragged).
-                   {{{33, 700}, {700, 40}}},
-                   {{{700, 33}, {700, 40}}, {{"transpose_a", true}}},
-                   {{{33, 700}, {40, 700}}, {{"transpose_b", true}}},
-                   {{{700, 33}, {40, 700}}, {{"transpose_a", true}, {"transpose_b", true}}},
-                   {{{20, 1100}, {1100, 18}}},
-                   // Enough 32x32 tiles: the large tiling, one K group and four.
-                   {{{130, 33}, {33, 1000}}},
-                   {{{130, 300}, {1000, 300}}, {{"transpose_b", true}}},
-                   {{{300, 1000}, {300, 130}}, {{"transpose_a", true}}},
-                   // bf16/f16: split K (plan_tc_split), the second slice ragged.
-                   {{{2148, 33}, {2148, 40}}, {{"transpose_a", true}}},
-                   // Batched: both operands, broadcast ones (copied to c's batch first),
-                   // a shared matrix on either side, a batch folded into a's rows.
-                   {{{2, 7, 130}, {2, 130, 33}}},
-                   {{{3, 1, 5, 7}, {2, 7, 4}}},
-                   {{{2, 130, 33}, {2, 40, 130}}, {{"transpose_a", true}, {"transpose_b", true}}},
-                   {{{33, 7}, {4, 7, 130}}},
-                   {{{2, 33, 700}, {700, 40}}, {{"transpose_a", false}}},
-                   {{{3, 700, 33}, {1, 700, 40}}, {{"transpose_a", true}}},
-               },
-           .gradient =
-               {
-                   {{{3, 5}, {5, 4}}},
-                   {{{5, 3}, {5, 4}}, {{"transpose_a", true}}},
-                   {{{3, 5}, {4, 5}}, {{"transpose_b", true}}},
-                   {{{5, 3}, {4, 5}}, {{"transpose_a", true}, {"transpose_b", true}}},
-                   {{{1, 1}, {1, 7}}},
-                   {{{2, 3, 5}, {2, 5, 4}}},
-                   {{{2, 1, 3, 5}, {3, 4, 5}}, {{"transpose_b", true}}},
-                   {{{2, 3, 5}, {5, 4}}},
-                   {{{2, 5, 3}, {5, 4}}, {{"transpose_a", true}}},
-                   {{{3, 5}, {2, 5, 4}}},
-               },
-           .examples = {{.inputs = {{{2, 2}, {1, 2, 3, 4}}, {{2, 1}, {5, 6}}},
-                         .outputs = {{{2, 1}, {17, 39}}}}}}});
+       .tests = {.kernel = matmul_kernel_cases(),
+                 .gradient =
+                     {
+                         {{{3, 5}, {5, 4}}},
+                         {{{5, 3}, {5, 4}}, {{"transpose_a", true}}},
+                         {{{3, 5}, {4, 5}}, {{"transpose_b", true}}},
+                         {{{5, 3}, {4, 5}}, {{"transpose_a", true}, {"transpose_b", true}}},
+                         {{{1, 1}, {1, 7}}},
+                         {{{2, 3, 5}, {2, 5, 4}}},
+                         {{{2, 1, 3, 5}, {3, 4, 5}}, {{"transpose_b", true}}},
+                         {{{2, 3, 5}, {5, 4}}},
+                         {{{2, 5, 3}, {5, 4}}, {{"transpose_a", true}}},
+                         {{{3, 5}, {2, 5, 4}}},
+                     },
+                 .examples = {{.inputs = {{{2, 2}, {1, 2, 3, 4}}, {{2, 1}, {5, 6}}},
+                               .outputs = {{{2, 1}, {17, 39}}}}}}});
 }
 
 }  // namespace tilerun::kernels

@@ -243,82 +243,157 @@ cc::Kernel build_tc_splitk_sum(DType dtype) {
 // edges; at least one step, so K = 0 adds zeros to +0. The chain of each output is the one of
 // build_tc_matmul: the same bits, whatever M.
 
-std::string tc_async_name(bool tb) {
-  return std::string("matmul_tc_n") + (tb ? "t" : "n") + "_128x128x64_async" +
+std::string tc_async_name(bool ta, bool tb) {
+  return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_128x128x64_async" +
          std::to_string(kAsyncStages);
 }
 
-cc::Kernel build_tc_matmul_async(DType dtype, bool tb) {
-  cc::KernelBuilder kb(tc_async_name(tb) + "_" + std::string(dtype_name(dtype)));
-  cc::Dim m = kb.dim("M"), n = kb.dim("N", {.min = 1, .divisible_by = tb ? 1 : 8}),
-          k = kb.dim("K", {.min = 0, .divisible_by = 8});
-  cc::Buf a = kb.input("a", dtype, {m, k});
+TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb) {
+  const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
+  const int halves = tb ? 1 : 2;  // gemms (and accumulators) per step
+  TcAsyncStaging st{.bs = std::vector<std::vector<cc::Buf>>(halves), .ta = ta, .tb = tb};
+  for (int i = 0; i < kAsyncStages; ++i) {
+    // A transposed a as m's two panels [64 (k), 64 (m)]: 128-byte rows under the swizzle.
+    st.as.push_back(s.alloc_shared(
+        "As" + std::to_string(i), dtype,
+        ta ? std::vector<int64_t>{kTcM / 64, kTcK, 64} : std::vector<int64_t>{kTcM, kTcK}, sw));
+    for (int h = 0; h < halves; ++h)
+      st.bs[h].push_back(s.alloc_shared(
+          "Bs" + std::to_string(i) + (tb ? "" : "_" + std::to_string(h)), dtype,
+          tb ? std::vector<int64_t>{kTcN, kTcK} : std::vector<int64_t>{kTcK, kTcN / 2}, sw));
+  }
+  for (int h = 0; h < halves; ++h)
+    st.acc.push_back(
+        s.alloc_fragment("acc" + std::to_string(h), DType::F32, {kTcM, kTcN / halves}));
+  return st;
+}
+
+void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& boxes,
+                    const cc::Val& k, const std::function<void()>& mask_last) {
+  const int halves = static_cast<int>(st.acc.size());
+  cc::Val steps = s.let(cc::max(cc::ceildiv(k, cc::Val(kTcK)), cc::Val(int64_t{1})), "steps");
+  const cc::Val zero(int64_t{0}), one(int64_t{1});
+  auto slot = [&](const cc::Val& j) { return (steps - 1 - j) % kAsyncStages; };
+  // Step j's copies into its buffer (an if per buffer: a copy names its tile), then one commit
+  // whether or not j exists, so that the group count per step stays one.
+  auto issue = [&](const cc::Val& j) {
+    cc::Val sl = s.let(slot(j), "slot");
+    s.if_then(j < steps, [&] {
+      for (int i = 0; i < kAsyncStages; ++i)
+        s.if_then(sl == i, [&] {
+          if (st.ta) {
+            for (int h = 0; h < kTcM / 64; ++h)
+              s.copy_async(st.as[i].region({h, 0, 0}, {1, kTcK, 64}), boxes.a(j, h));
+          } else {
+            s.copy_async(st.as[i], boxes.a(j, 0));
+          }
+          for (int h = 0; h < halves; ++h) s.copy_async(st.bs[h][i], boxes.b(j, h));
+        });
+    });
+    s.async_commit();
+  };
+  // Left running: one gemm runs on into the next step (every gemm of the step before has
+  // finished when the thread leaves a step, which the buffer rotation needs). With two
+  // accumulators the step's second gemm waits for both: left running, ptxas serialised every
+  // wgmma (C7515, accumulator registers moved between the 0/1-trip loops); the copies are
+  // in flight either way.
+  auto gemms = [&](int i, bool left_running) {
+    for (int h = 0; h < halves; ++h)
+      s.gemm(st.acc[h], st.as[i], st.bs[h][i], /*trans_a=*/st.ta, /*trans_b=*/st.tb,
+             !left_running ? 0
+             : halves == 1 ? 1
+             : h == 0      ? 2
+                           : 0);
+  };
+  for (int d = 0; d < kAhead; ++d) issue(cc::Val(int64_t{d}));
+  s.serial(steps - 1, [&](cc::Idx ko) {
+    s.async_wait(kAhead - 1);
+    s.barrier();
+    issue(ko + kAhead);
+    cc::Val sl = s.let(slot(ko), "cur");
+    for (int i = 0; i < kAsyncStages; ++i)
+      s.serial(cc::select(sl == i, one, zero), [&](cc::Idx) { gemms(i, true); });
+  });
+  s.async_wait(0);
+  s.barrier();
+  if (mask_last) {
+    mask_last();
+    s.barrier();
+  }
+  gemms(0, false);
+}
+
+// Step j's boxes of a ([m, k], or [k, m] read as m's panels) and b, from k_lo: the origins are
+// written out (not let-bound) so that the verifier sees them multiples of 8.
+TcAsyncBoxes tc_async_boxes(const cc::Buf& a, const cc::Buf& b, bool ta, bool tb, const cc::Val& m0,
+                            const cc::Val& n0, const cc::Val& k_lo) {
+  return {.a =
+              [=](const cc::Val& j, int h) {
+                return ta ? a.region({k_lo + j * kTcK, m0 + h * 64}, {kTcK, 64})
+                          : a.region({m0, k_lo + j * kTcK}, {kTcM, kTcK});
+              },
+          .b =
+              [=](const cc::Val& j, int h) {
+                return tb ? b.region({n0, k_lo + j * kTcK}, {kTcN, kTcK})
+                          : b.region({k_lo + j * kTcK, n0 + h * (kTcN / 2)}, {kTcK, kTcN / 2});
+              }};
+}
+
+// a's and b's rows 16-byte aligned: K, and M when a is transposed, N when b is not.
+struct AsyncDims {
+  cc::Dim m, n, k;
+};
+AsyncDims async_dims(cc::KernelBuilder& kb, bool ta, bool tb) {
+  return {kb.dim("M", {.min = 0, .divisible_by = ta ? 8 : 1}),
+          kb.dim("N", {.min = 1, .divisible_by = tb ? 1 : 8}),
+          kb.dim("K", {.min = 0, .divisible_by = 8})};
+}
+
+cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb) {
+  cc::KernelBuilder kb(tc_async_name(ta, tb) + "_" + std::string(dtype_name(dtype)));
+  const auto [m, n, k] = async_dims(kb, ta, tb);
+  cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
   cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
   cc::Buf c = kb.output("c", dtype, {m, n});
-  const int halves = tb ? 1 : 2;  // gemms (and accumulators) per step
   kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, kTcM)}, kTcThreads, [&](cc::Scope& s) {
-    cc::Idx bx = s.block_idx(0), by = s.block_idx(1);
-    const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
-    std::vector<cc::Buf> as;
-    std::vector<std::vector<cc::Buf>> bs(halves);
-    for (int st = 0; st < kAsyncStages; ++st) {
-      as.push_back(s.alloc_shared("As" + std::to_string(st), dtype, {kTcM, kTcK}, sw));
-      for (int h = 0; h < halves; ++h)
-        bs[h].push_back(s.alloc_shared(
-            "Bs" + std::to_string(st) + (tb ? "" : "_" + std::to_string(h)), dtype,
-            tb ? std::vector<int64_t>{kTcN, kTcK} : std::vector<int64_t>{kTcK, kTcN / 2}, sw));
-    }
-    std::vector<cc::Buf> acc;
-    for (int h = 0; h < halves; ++h)
-      acc.push_back(s.alloc_fragment("acc" + std::to_string(h), DType::F32, {kTcM, kTcN / halves}));
-    for (int h = 0; h < halves; ++h)
-      s.parallel(kTcM, kTcN / halves, [&](cc::Idx i, cc::Idx j) { acc[h](i, j) = 0.0f; });
-    cc::Val steps = s.let(cc::max(cc::ceildiv(k, cc::Val(kTcK)), cc::Val(int64_t{1})), "steps");
-    const cc::Val zero(int64_t{0}), one(int64_t{1});
-    auto slot = [&](const cc::Val& j) { return (steps - 1 - j) % kAsyncStages; };
-    // Step j's copies into its buffer (an if per buffer: a copy names its tile), then one commit
-    // whether or not j exists, so that the group count per step stays one.
-    auto issue = [&](const cc::Val& j) {
-      cc::Val sl = s.let(slot(j), "slot");
-      s.if_then(j < steps, [&] {
-        for (int st = 0; st < kAsyncStages; ++st)
-          s.if_then(sl == st, [&] {
-            s.copy_async(as[st], a.region({by * kTcM, j * kTcK}, {kTcM, kTcK}));
-            for (int h = 0; h < halves; ++h)
-              s.copy_async(bs[h][st],
-                           tb ? b.region({bx * kTcN, j * kTcK}, {kTcN, kTcK})
-                              : b.region({j * kTcK, bx * kTcN + h * (kTcN / 2)}, {kTcK, kTcN / 2}));
-          });
+    cc::Idx m0 = s.block_idx(1) * kTcM, n0 = s.block_idx(0) * kTcN;
+    TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb);
+    const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
+    for (const cc::Buf& acc : st.acc)
+      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+    tc_async_steps(s, st, tc_async_boxes(a, b, ta, tb, m0, n0, cc::Val(int64_t{0})), k);
+    for (size_t h = 0; h < st.acc.size(); ++h)
+      s.copy(c.region({m0, n0 + static_cast<int64_t>(h) * width}, {kTcM, width}), st.acc[h]);
+  });
+  return kb.build();
+}
+
+// Split K on the copy_async loop: build_tc_matmul_splitk's slices (L a multiple of kTcK, so a
+// slice's boxes never reach into the next one; past K they read zeros).
+std::string tc_async_splitk_name(bool ta, bool tb) { return tc_async_name(ta, tb) + "_splitk"; }
+
+cc::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb) {
+  cc::KernelBuilder kb(tc_async_splitk_name(ta, tb) + "_" + std::string(dtype_name(dtype)));
+  const auto [m, n, k] = async_dims(kb, ta, tb);
+  cc::Dim slice = kb.dim("L", {.min = kTcK, .divisible_by = kTcK}), splits = kb.dim("S");
+  cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
+  cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
+  cc::Buf part = kb.output("part", DType::F32, {splits, m, n});
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, kTcM), splits}, kTcThreads, [&](cc::Scope& s) {
+    cc::Idx m0 = s.block_idx(1) * kTcM, n0 = s.block_idx(0) * kTcN;
+    cc::Idx z = s.block_idx(2);
+    cc::Val k_lo = cc::min(z * slice, k);
+    cc::Val k_hi = s.let(cc::min(k_lo + slice, k), "k_hi");
+    TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb);
+    const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
+    for (const cc::Buf& acc : st.acc)
+      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+    tc_async_steps(s, st, tc_async_boxes(a, b, ta, tb, m0, n0, k_lo), k_hi - k_lo);
+    for (size_t h = 0; h < st.acc.size(); ++h)
+      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) {
+        cc::Idx row = m0 + i, col = n0 + static_cast<int64_t>(h) * width + j;
+        s.if_then(row < m && col < n, [&] { part(z, row, col) = st.acc[h](i, j); });
       });
-      s.async_commit();
-    };
-    // Left running: one gemm runs on into the next step (every gemm of the step before has
-    // finished when the thread leaves a step, which the buffer rotation needs). With two
-    // accumulators the step's second gemm waits for both: left running, ptxas serialised every
-    // wgmma (C7515, accumulator registers moved between the 0/1-trip loops); the copies are
-    // in flight either way.
-    auto gemms = [&](int st, bool left_running) {
-      for (int h = 0; h < halves; ++h)
-        s.gemm(acc[h], as[st], bs[h][st], /*trans_a=*/false, /*trans_b=*/tb,
-               !left_running ? 0
-               : halves == 1 ? 1
-               : h == 0      ? 2
-                             : 0);
-    };
-    for (int d = 0; d < kAhead; ++d) issue(cc::Val(int64_t{d}));
-    s.serial(steps - 1, [&](cc::Idx ko) {
-      s.async_wait(kAhead - 1);
-      s.barrier();
-      issue(ko + kAhead);
-      cc::Val sl = s.let(slot(ko), "cur");
-      for (int st = 0; st < kAsyncStages; ++st)
-        s.serial(cc::select(sl == st, one, zero), [&](cc::Idx) { gemms(st, true); });
-    });
-    s.async_wait(0);
-    s.barrier();
-    gemms(0, false);
-    for (int h = 0; h < halves; ++h)
-      s.copy(c.region({by * kTcM, bx * kTcN + h * (kTcN / halves)}, {kTcM, kTcN / halves}), acc[h]);
   });
   return kb.build();
 }

@@ -3,7 +3,9 @@
 // transposes and the operands' row alignment (K and N), never by M.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "compiler/ir/builder.h"
 #include "compiler/ir/kernel.h"
@@ -28,10 +30,13 @@ compiler::Kernel build_tc_matmul_splitk(DType dtype, bool ta, bool tb);
 std::string tc_splitk_sum_name();
 compiler::Kernel build_tc_splitk_sum(DType dtype);
 
-// Tiles staged by copy_async (cp.async), five buffers deep: a not transposed, K (and N when b
-// is not transposed) multiples of 8.
-std::string tc_async_name(bool tb);
-compiler::Kernel build_tc_matmul_async(DType dtype, bool tb);
+// Tiles staged by copy_async (cp.async), five buffers deep: K, M when a is transposed and N
+// when b is not, multiples of 8 (16-byte rows); a transposed a lands as m's MN-major panels.
+// The same bits as build_tc_matmul; the split-K variant those of build_tc_matmul_splitk.
+std::string tc_async_name(bool ta, bool tb);
+compiler::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb);
+std::string tc_async_splitk_name(bool ta, bool tb);
+compiler::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb);
 
 // ---- The register-staged K loop, for other kernels on the same tiling (grouped_matmul) ----------
 
@@ -58,5 +63,34 @@ TcStaging tc_staging(compiler::Scope& s, DType dtype, bool a_k_major, bool b_k_m
 // puts a barrier between.
 void tc_gemm_steps(compiler::Scope& s, const TcStaging& st, const TcOperand& a, const TcOperand& b,
                    const compiler::Buf& acc, const compiler::Val& k_lo, const compiler::Val& k_hi);
+
+// ---- The copy_async K loop, for other kernels on the same tiling (grouped_matmul) -------------
+
+// Step j's global boxes: a's [128 (m), 64 (k)], or [64 (k), 64 (m)] for m's half h when a is
+// transposed; b's [128 (n), 64 (k)] when transposed, else
+// [64 (k), 64 (n)] for n's half h. A box may be a matrix of a 3-d tensor ([1, .., ..]) and may
+// reach past the operand (zeros) or past what the caller stores (rows are independent).
+struct TcAsyncBoxes {
+  std::function<compiler::BufRegion(const compiler::Val&j, int h)> a, b;
+};
+
+// The kAsyncStages buffers of both operands (a transposed a as [2, 64 (k), 64 (m)] panels) and
+// the accumulators (f32, zeroed by the caller):
+// one [128, 128], or two [128, 64] (n's halves) for an N-major b.
+struct TcAsyncStaging {
+  std::vector<compiler::Buf> as;
+  std::vector<std::vector<compiler::Buf>> bs;  // [half][buffer]
+  std::vector<compiler::Buf> acc;
+  bool ta = false, tb = false;
+};
+TcAsyncStaging tc_async_staging(compiler::Scope& s, DType dtype, bool ta, bool tb);
+
+// acc += a's tile times b's over k in [0, k), 64 at a time, at least one step (K = 0 adds
+// zeros to +0): build_tc_matmul's chains. Block-uniform; ends with every copy and gemm done,
+// but other warpgroups may still be reading the tiles: a caller that runs it again puts a
+// barrier between. `mask_last`, if given, runs once the last step's tiles (buffer 0) have
+// landed and before its gemm, between barriers: it may overwrite them (zero rows past an end).
+void tc_async_steps(compiler::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& boxes,
+                    const compiler::Val& k, const std::function<void()>& mask_last = {});
 
 }  // namespace tilerun::kernels

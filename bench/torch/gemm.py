@@ -9,7 +9,8 @@ For each M in --ms and each (N, K) in --nk (default: the V4-Flash projections of
 torch.matmul on random bf16 tensors of the same shapes: CUDA events around --reps back-to-back
 products after warm-up, the median of --trials such runs, per product. Prints TFLOP/s (2MNK/t)
 and the ratio tilerun/cuBLAS per shape and the geometric means over M >= 1024 and M = 128;
---json FILE writes all of it.
+--json FILE writes all of it. --transpose-a times a^T w instead, a given as [K, M] (a weight
+gradient dW = x^T dy: K runs over the tokens), the same on both sides.
 
   python3 bench/torch/gemm.py --tilerun build/tilerun --json out/gemm.json
 """
@@ -25,27 +26,27 @@ import tempfile
 DEFAULT_NK = "1024x4096,512x4096,4096x4096,4096x2048,4096x8192"
 
 
-def model_yaml(m, n, k, dtype):
+def model_yaml(m, n, k, dtype, ta=False):
     return f"""model: gemm
 dtype: {dtype}
 dims: {{M: {m}, N: {n}, K: {k}}}
 inputs:
-  x: {{shape: [M, K]}}
+  x: {{shape: {'[K, M]' if ta else '[M, K]'}}}
 layers:
   - name: mm
     weights:
       w: {{shape: [K, N], init: {{normal: {{mean: 0, std: 0.02}}}}}}
     ops:
-      - {{op: matmul, in: [x, w], out: y}}
+      - {{op: matmul, in: [x, w], out: y, transpose_a: {'true' if ta else 'false'}}}
 outputs: [mm.y]
 """
 
 
-def tilerun_time(binary, m, n, k, dtype, steps, workdir):
+def tilerun_time(binary, m, n, k, dtype, steps, workdir, ta=False):
     path = os.path.join(workdir, f"gemm_{m}_{n}_{k}.yaml")
     rep = os.path.join(workdir, f"gemm_{m}_{n}_{k}.json")
     with open(path, "w") as f:
-        f.write(model_yaml(m, n, k, dtype))
+        f.write(model_yaml(m, n, k, dtype, ta))
     cmd = [binary, path, "--forward-only", "--steps", str(steps), "--report", rep]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
@@ -56,8 +57,9 @@ def tilerun_time(binary, m, n, k, dtype, steps, workdir):
     return layer["kernels_us"], layer["device_us"]
 
 
-def torch_time(torch, m, n, k, reps, trials):
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+def torch_time(torch, m, n, k, reps, trials, ta=False):
+    x = torch.randn(k, m, device="cuda", dtype=torch.bfloat16).t() if ta else \
+        torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) * 0.02
     for _ in range(10):
         torch.matmul(x, w)
@@ -85,6 +87,7 @@ def main():
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--json", default=None)
+    p.add_argument("--transpose-a", action="store_true", help="time a^T w, a given as [K, M]")
     args = p.parse_args()
     try:
         import torch
@@ -96,8 +99,9 @@ def main():
             for nk in args.nk.split(","):
                 n, k = [int(v) for v in nk.split("x")]
                 flops = 2.0 * m * n * k
-                kern_us, dev_us = tilerun_time(args.tilerun, m, n, k, args.dtype, args.steps, workdir)
-                t_us = torch_time(torch, m, n, k, args.reps, args.trials) if torch else None
+                kern_us, dev_us = tilerun_time(args.tilerun, m, n, k, args.dtype, args.steps, workdir,
+                                               args.transpose_a)
+                t_us = torch_time(torch, m, n, k, args.reps, args.trials, args.transpose_a) if torch else None
                 row = {"M": m, "N": n, "K": k, "tilerun_kernel_us": kern_us, "tilerun_graph_us": dev_us,
                        "torch_us": t_us, "tilerun_tflops": flops / kern_us / 1e6,
                        "torch_tflops": flops / t_us / 1e6 if t_us else None,

@@ -335,7 +335,11 @@ class CpuCodegen {
                .f16 = a->dtype == DType::F16,
                .trans_a = op->trans_a,
                .trans_b = op->trans_b,
-               .a_layout = a->layout.rank() ? a->layout : compact_row_major(a->shape),
+               // Panels [m / 64, k, 64] as the row-major [m / 64 * k, 64] they are in memory.
+               .a_layout = a->shape.size() == 3
+                               ? compact_row_major({a->shape[0] * a->shape[1], a->shape[2]})
+                           : a->layout.rank() ? a->layout
+                                              : compact_row_major(a->shape),
                .b_layout = b->layout.rank() ? b->layout : compact_row_major(b->shape),
                .a_swizzle = a->swizzle,
                .b_swizzle = b->swizzle};

@@ -18,7 +18,8 @@ static __device__ __forceinline__ unsigned long long tr_wgmma_desc(unsigned addr
   return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) |
          ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
 }
-// N-major (B as [k, n], one 128-byte atom of n): 8-row groups of k 1024 bytes apart. Set as
+// MN-major (B as [k, n], or a panel of a transposed A as [k, m], one 128-byte atom of n or m):
+// 8-row groups of k 1024 bytes apart. Set as
 // both offsets: the stride-dimension offset is the one along k for swizzled MN-major layouts,
 // and the leading one (between 64-wide atoms of n) is never used for n = 64.
 static __device__ __forceinline__ unsigned long long tr_wgmma_desc_mn(unsigned addr) {
@@ -32,14 +33,19 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
   const SimtArray *a = find_shared(k, g.a), *b = find_shared(k, g.b);
   if (!a || !b) return "the operands are not shared arrays";
   if (a->dtype != DType::BF16 && a->dtype != DType::F16) return "the operands are not bf16/f16";
-  if (g.trans_a) return "the lowering takes a K-major a tile ([m, k])";
+  // A transposed a only as m's 64-wide panels [m / 64, k, 64]: each warpgroup's 64 rows of
+  // op(a) are then one MN-major panel of 128-byte rows, as an N-major b tile of n = 64.
+  if (g.trans_a && a->shape.size() != 3)
+    return "the lowering takes a K-major a tile ([m, k]) or m's panels ([m / 64, k, 64])";
   if (!g.trans_b && g.n != 64)
     return "the lowering takes an N-major b tile ([k, n]) of n = 64 (one 128-byte row)";
   if (g.k != 64) return "the lowering takes k = 64 (one 128-byte swizzle atom per row)";
   const Swizzle sw = tensor_core_swizzle(128, 2);
   const std::vector<int64_t> b_shape =
       g.trans_b ? std::vector<int64_t>{g.n, g.k} : std::vector<int64_t>{g.k, g.n};
-  if (!(a->layout == compact_row_major({g.m, g.k})) || !(a->swizzle == sw) ||
+  const std::vector<int64_t> a_shape =
+      g.trans_a ? std::vector<int64_t>{g.m / 64, g.k, 64} : std::vector<int64_t>{g.m, g.k};
+  if (!(a->layout == compact_row_major(a_shape)) || !(a->swizzle == sw) ||
       !(b->layout == compact_row_major(b_shape)) || !(b->swizzle == sw))
     return "the tiles must be row-major under the 128B swizzle " + to_string(sw);
   if (g.n % 8 != 0 || g.n > 256 || k.sig.threads % 128 != 0 ||
@@ -69,17 +75,23 @@ std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const s
       std::string ops;
       for (int64_t i = 0; i < regs; ++i)
         ops += (i ? ", " : "") + std::string("%") + std::to_string(i);
-      std::string asm_text = "\"{ .reg .pred p; setp.ne.b32 p, %" + std::to_string(regs + 2) +
-                             ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(g.n) +
-                             "k16.f32." + in + "." + in + " {" + ops + "}, %" +
-                             std::to_string(regs) + ", %" + std::to_string(regs + 1) +
-                             ", p, 1, 1, 0, " + (g.trans_b ? "0" : "1") + "; }\"";
+      std::string asm_text =
+          "\"{ .reg .pred p; setp.ne.b32 p, %" + std::to_string(regs + 2) +
+          ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(g.n) + "k16.f32." + in + "." +
+          in + " {" + ops + "}, %" + std::to_string(regs) + ", %" + std::to_string(regs + 1) +
+          ", p, 1, 1, " + (g.trans_a ? "1" : "0") + ", " + (g.trans_b ? "0" : "1") + "; }\"";
       std::string outs;
       for (int64_t i = 0; i < regs; ++i)
         outs += (i ? ", " : "") + std::string("\"+f\"(") + acc + "[" +
                 std::to_string(r * regs + i) + "])";
-      const std::string da = "tr_wgmma_desc(tr_a0 + (tr_wg * " + std::to_string(blocks) + "u + " +
-                             std::to_string(r) + "u) * 8192u + " + std::to_string(s * 32) + "u)";
+      // Either way the row block is 8192 bytes on: K-major, 64 rows of 128 bytes (k step s 32
+      // bytes along them); panels, one [64 (k), 64 (m)] panel (k step s 16 rows of 128 bytes,
+      // the MN-major descriptor of an N-major b).
+      const std::string block = "tr_a0 + (tr_wg * " + std::to_string(blocks) + "u + " +
+                                std::to_string(r) + "u) * 8192u + ";
+      const std::string da = g.trans_a
+                                 ? "tr_wgmma_desc_mn(" + block + std::to_string(s * 2048) + "u)"
+                                 : "tr_wgmma_desc(" + block + std::to_string(s * 32) + "u)";
       // K-major b: 32 bytes along its rows per k step; N-major: 16 rows of 128 bytes.
       const std::string db = g.trans_b
                                  ? "tr_wgmma_desc(tr_b0 + " + std::to_string(s * 32) + "u)"

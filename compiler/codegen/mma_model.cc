@@ -212,10 +212,15 @@ extern "C" void tilerun_cpu_gemm(float* acc, const uint16_t* a, const uint16_t* 
   auto offset = [](const ComposedLayout& l, int64_t r, int64_t c) {
     return l.swizzle(r * l.layout.stride[0] + c * l.layout.stride[1]);
   };
+  // A transposed a: [k, m], or m's panels [m / w, k, w] laid out as [m / w * k, w] (gemm_desc's
+  // a_layout then has w < m columns): element (kk, i) is row (i / w) k + kk, column i % w.
+  const int64_t a_width = g.a_layout.shape[1];
+  auto a_row = [&](int64_t i, int64_t kk) { return (i / a_width) * g.k + kk; };
   std::vector<Term> rows(static_cast<size_t>(g.m * g.k)), cols(static_cast<size_t>(g.n * g.k));
   for (int64_t i = 0; i < g.m; ++i)
     for (int64_t kk = 0; kk < g.k; ++kk)
-      rows[i * g.k + kk] = decode16(a[g.trans_a ? offset(la, kk, i) : offset(la, i, kk)], g.f16);
+      rows[i * g.k + kk] =
+          decode16(a[g.trans_a ? offset(la, a_row(i, kk), i % a_width) : offset(la, i, kk)], g.f16);
   for (int64_t j = 0; j < g.n; ++j)
     for (int64_t kk = 0; kk < g.k; ++kk)
       cols[j * g.k + kk] = decode16(b[g.trans_b ? offset(lb, j, kk) : offset(lb, kk, j)], g.f16);

@@ -1,5 +1,7 @@
 #include "compiler/ir/builder.h"
 
+#include <algorithm>
+
 #include <cctype>
 #include <cmath>
 #include <set>
@@ -437,9 +439,9 @@ void Scope::copy(const BufRegion& dst, const BufRegion& src) {
   state_->append(Copy::make(region(dst), region(src)));
 }
 
-void Scope::copy_async(const Buf& dst, const BufRegion& src) {
-  BufRegion d = dst;
-  if (d.extents != src.extents)
+void Scope::copy_async(const BufRegion& dst, const BufRegion& src) {
+  const BufRegion& d = dst;
+  if (!copy_extents_match(d.extents, src.extents, /*async=*/true))
     fail("copy_async from '" + src.buffer + "' to '" + d.buffer + "': extents differ");
   auto region = [](const BufRegion& r) {
     return Region{r.buffer, index_exprs(r.origin, r.buffer), r.extents};
@@ -466,8 +468,10 @@ void Scope::gemm(const Buf& acc, const Buf& a, const Buf& b, bool trans_a, bool 
     fail("gemm operand '" + x.name() + "' is not a tile of this kernel");
   };
   const std::vector<int64_t>&sa = shape(a), &sb = shape(b), &sc = shape(acc);
-  if (sa.size() != 2 || sb.size() != 2 || sc.size() != 2) fail("gemm operands are 2-d tiles");
-  const int64_t k = trans_a ? sa[0] : sa[1];
+  const bool panels = trans_a && sa.size() == 3;  // a as m's 64-wide panels [m / 64, k, 64]
+  if ((sa.size() != 2 && !panels) || sb.size() != 2 || sc.size() != 2)
+    fail("gemm operands are 2-d tiles (a transposed one may be [m / 64, k, 64] panels)");
+  const int64_t k = panels ? sa[1] : trans_a ? sa[0] : sa[1];
   if (pending < 0 || pending > Gemm::kMaxPending)
     fail("gemm pending count " + std::to_string(pending) + " is outside 0.." +
          std::to_string(Gemm::kMaxPending));

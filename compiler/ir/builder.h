@@ -272,8 +272,10 @@ class Scope {
   void copy(const BufRegion& dst, const BufRegion& src);
   // A global input's box into a whole shared tile as asynchronous 16-byte copies (cp.async on
   // sm_90a; ir.h Copy::async), zeros outside the tensor. The tile may be read only after this
-  // thread's async_commit() and async_wait(p) leaving that group done, and a barrier.
-  void copy_async(const Buf& dst, const BufRegion& src);
+  // thread's async_commit() and async_wait(p) leaving that group done, and a barrier. Either
+  // side may have extra leading extents of 1 at constant origins: the source box one matrix of
+  // a 3-d tensor (w[e]), the destination one panel of a tile ([p, rows, cols], panel p whole).
+  void copy_async(const BufRegion& dst, const BufRegion& src);
   // Closes the group of this thread's async copies since the last commit.
   void async_commit();
   // Waits until at most `pending` (0..7) of this thread's committed groups are still running.
@@ -284,7 +286,8 @@ class Scope {
   void barrier();
 
   // acc[m, n] += op(a) op(b) on the tensor cores (ir.h Gemm): a, b shared bf16/f16 tiles
-  // ([m, k] or, transposed, [k, m]; [k, n] or [n, k]), acc an f32 fragment whose layout the
+  // ([m, k] or, transposed, [k, m] or m's panels [m / 64, k, 64]; [k, n] or [n, k]), acc an f32
+  // fragment whose layout the
   // gemm fixes. Block-uniform, like barrier(); write the tiles and pass a barrier first.
   // `pending` > 0 leaves that many of the newest gemms running (ir.h Gemm says what the program
   // must then not touch until a gemm with pending 0).

@@ -1,5 +1,7 @@
 #include "compiler/ir/ir.h"
 
+#include <algorithm>
+
 #include "compiler/base/check.h"
 
 namespace tilerun::compiler {
@@ -385,8 +387,19 @@ Stmt Assign::make(const std::string& name, Expr value) {
   return Stmt(std::make_shared<Assign>(name, std::move(value)));
 }
 
+bool copy_extents_match(const std::vector<int64_t>& dst, const std::vector<int64_t>& src,
+                        bool async) {
+  if (!async || dst.size() == src.size()) return dst == src;
+  const std::vector<int64_t>&hi = dst.size() > src.size() ? dst : src,
+        &lo = dst.size() > src.size() ? src : dst;
+  const size_t extra = hi.size() - lo.size();
+  for (size_t i = 0; i < extra; ++i)
+    if (hi[i] != 1) return false;
+  return std::equal(lo.begin(), lo.end(), hi.begin() + static_cast<std::ptrdiff_t>(extra));
+}
+
 Stmt Copy::make(Region dst, Region src, bool async) {
-  TR_CHECK(dst.extents == src.extents, "Copy extents differ");
+  TR_CHECK(copy_extents_match(dst.extents, src.extents, async), "Copy extents differ");
   TR_CHECK(dst.origin.size() == dst.extents.size() && src.origin.size() == src.extents.size(),
            "Copy region rank");
   return Stmt(std::make_shared<Copy>(std::move(dst), std::move(src), async));

@@ -362,6 +362,8 @@ struct Region {
 // `async` (text `copy_async`): a global input's box into a whole shared tile, moved as 16-byte
 // AsyncCopy pieces that complete later: the program commits them (AsyncCommit) and waits
 // (AsyncWait) before a barrier and the tile's readers. tile_verifier states what it accepts.
+// An async copy's side of higher rank may lead with extents of 1 (copy_extents_match): the
+// source one matrix of a 3-d tensor, the destination one panel of a tile.
 struct Copy : StmtNode {
   static constexpr StmtKind kKind = StmtKind::Copy;
   Region dst, src;
@@ -370,6 +372,11 @@ struct Copy : StmtNode {
       : StmtNode(kKind), dst(std::move(d)), src(std::move(s)), async(a) {}
   static Stmt make(Region dst, Region src, bool async = false);
 };
+
+// Whether a copy's boxes fit: equal extents, or (async) equal after the leading 1s of the side of
+// higher rank.
+bool copy_extents_match(const std::vector<int64_t>& dst, const std::vector<int64_t>& src,
+                        bool async);
 
 // Both levels, from lower_copies of a `copy_async` on: dst[di + l] = l < valid ? src[si + l] : 0
 // for l in [0, lanes), storage bits, one 16-byte piece (lanes = 16 / element bytes) of a global
@@ -463,7 +470,9 @@ struct WarpShuffle : StmtNode {
 
 // Both levels: the tensor-core tile product c[i, j] += sum_k op(a)[i, k] * op(b)[k, j] over
 // an m x n x k tile, op = optional transpose (a is [m, k], or [k, m] when trans_a; b is [k, n],
-// or [n, k] when trans_b). a and b are shared tiles of one dtype (bf16 or f16), c an f32
+// or [n, k] when trans_b). A transposed a may also come as m's 64-wide panels, [m / 64, k, 64]
+// (panel p holds a's columns [64 p, 64 p + 64)): the MN-major tiles wgmma reads, one 128-byte
+// row of 16-bit elements per k. a and b are shared tiles of one dtype (bf16 or f16), c an f32
 // fragment (Tile IR) or local array (SIMT IR) laid out as the tensor core's accumulator
 // (layout.h wgmma_accumulator_layout): the gemm fixes who holds which element, so every
 // parallel touching c follows that layout. The inner products follow the Hopper MMA's

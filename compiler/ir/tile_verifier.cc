@@ -176,10 +176,18 @@ class TileVerifier : public IRVisitor {
     if (!dst || dst->scope != MemScope::Shared)
       fail(what + ": the destination must be a shared tile");
     if (dst->dtype != src->dtype) fail(what + ": it moves bits, so both need one dtype");
+    // The whole tile, or a whole panel of it: leading axes of extent 1 at constant origins
+    // inside the tile (builder.h copy_async), axes shared with the source whole.
+    const size_t lead = op.dst.origin.size() > op.src.origin.size()
+                            ? op.dst.origin.size() - op.src.origin.size()
+                            : 0;
     for (size_t d = 0; d < op.dst.origin.size(); ++d) {
       int64_t o;
-      if (!const_int(op.dst.origin[d], &o) || o != 0 || op.dst.extents[d] != dst->shape[d])
-        fail(what + ": the destination is the whole tile");
+      const bool whole =
+          const_int(op.dst.origin[d], &o) && o == 0 && op.dst.extents[d] == dst->shape[d];
+      const bool panel = d < lead && const_int(op.dst.origin[d], &o) && o >= 0 &&
+                         o < dst->shape[d] && op.dst.extents[d] == 1;
+      if (!whole && !panel) fail(what + ": the destination is the whole tile or a whole panel");
     }
     const int64_t lanes = 16 / dtype_bytes(src->dtype, 1);
     if (op.src.extents.back() % lanes != 0)
@@ -196,7 +204,7 @@ class TileVerifier : public IRVisitor {
            std::to_string(lanes) + " elements (16-byte aligned pieces)");
     has_async_copy_ = true;
   }
-  // A constant, a dim declared divisible, or a sum/product built from them.
+  // A constant, a dim declared divisible, or a sum/product/min/max built from them.
   bool multiple_of(const Expr& e, int64_t n) const {
     int64_t c;
     if (const_int(e, &c)) return c % n == 0;
@@ -207,7 +215,8 @@ class TileVerifier : public IRVisitor {
     }
     if (const Binary* b = e.as<Binary>()) {
       if (b->op == BinaryOp::Mul) return multiple_of(b->a, n) || multiple_of(b->b, n);
-      if (b->op == BinaryOp::Add || b->op == BinaryOp::Sub)
+      if (b->op == BinaryOp::Add || b->op == BinaryOp::Sub || b->op == BinaryOp::Min ||
+          b->op == BinaryOp::Max)
         return multiple_of(b->a, n) && multiple_of(b->b, n);
     }
     return false;
@@ -267,7 +276,10 @@ class TileVerifier : public IRVisitor {
     auto shape = [](bool t, int64_t rows, int64_t cols) {
       return t ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols};
     };
-    if (a->shape != shape(op->trans_a, op->m, op->k))
+    const bool panels = op->trans_a && a->shape.size() == 3 && op->m % 64 == 0 &&
+                        a->shape == std::vector<int64_t>{op->m / 64, op->k, 64} &&
+                        (a->layout.rank() == 0 || a->layout == compact_row_major(a->shape));
+    if (!panels && a->shape != shape(op->trans_a, op->m, op->k))
       fail(what + ": '" + op->a + "' is not the " + std::to_string(op->m) + " x " +
            std::to_string(op->k) + " tile" + (op->trans_a ? " (transposed)" : ""));
     if (b->shape != shape(op->trans_b, op->k, op->n))

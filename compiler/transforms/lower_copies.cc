@@ -1,5 +1,7 @@
 #include "compiler/transforms/lower_copies.h"
 
+#include <algorithm>
+
 #include "compiler/ir/ir_visitor.h"
 #include "compiler/ir/names.h"
 
@@ -38,31 +40,41 @@ class CopyLowerer : public IRMutator {
   }
 
  private:
-  // copy_async (verified: a global input into a whole row-major shared tile, the innermost
-  // extent, origin and row length multiples of the lanes): one 16-byte AsyncCopy per piece of
-  // the innermost axis, its valid count the piece's elements inside the tensor (all or none
-  // when the rows are multiples of the lanes, which the verifier asks).
+  // copy_async (verified: a global input into a whole row-major shared tile or a whole panel
+  // of one, the innermost extent, origin and row length multiples of the lanes): one 16-byte
+  // AsyncCopy per piece of the innermost axis, its valid count the piece's elements inside the
+  // tensor (all or none when the rows are multiples of the lanes, which the verifier asks). The
+  // side of higher rank leads with extents of 1 (builder.h): those axes stay at their origins.
   Stmt lower_async(const Copy& op) {
     const BufferParam* src = find_buffer(k_.sig, op.src.buffer);
     const int lanes = static_cast<int>(16 / dtype_bytes(src->dtype, 1));
-    const size_t rank = op.dst.extents.size();
+    const size_t rank = std::min(op.dst.extents.size(), op.src.extents.size());
+    const size_t dst_lead = op.dst.extents.size() - rank, src_lead = op.src.extents.size() - rank;
     std::vector<std::string> vars;
-    std::vector<Expr> extents, dst_idx, src_idx;
+    std::vector<Expr> extents;
+    std::vector<Expr> dst_idx(op.dst.origin.begin(), op.dst.origin.begin() + dst_lead);
+    std::vector<Expr> src_idx(op.src.origin.begin(), op.src.origin.begin() + src_lead);
     Expr outer_ok = make_bool(true), inner;
+    for (size_t d = 0; d < src_lead; ++d) {
+      outer_ok = logical_and(outer_ok, Binary::make(BinaryOp::Le, make_i64(0), src_idx[d]));
+      outer_ok = logical_and(outer_ok, lt(src_idx[d], src->shape[d]));
+    }
     for (size_t d = 0; d < rank; ++d) {
       const bool last = d + 1 == rank;
       vars.push_back(names_->fresh("cp"));
       Expr v = Var::make(Type::I64, vars.back());
-      extents.push_back(make_i64(last ? op.dst.extents[d] / lanes : op.dst.extents[d]));
+      extents.push_back(
+          make_i64(last ? op.dst.extents[dst_lead + d] / lanes : op.dst.extents[dst_lead + d]));
       Expr e = last ? mul(v, make_i64(lanes)) : v;
-      dst_idx.push_back(add(op.dst.origin[d], e));
-      src_idx.push_back(add(op.src.origin[d], e));
+      dst_idx.push_back(add(op.dst.origin[dst_lead + d], e));
+      src_idx.push_back(add(op.src.origin[src_lead + d], e));
+      const Expr& at = src_idx.back();
       if (!last) {
-        outer_ok = logical_and(outer_ok, Binary::make(BinaryOp::Le, make_i64(0), src_idx[d]));
-        outer_ok = logical_and(outer_ok, lt(src_idx[d], src->shape[d]));
+        outer_ok = logical_and(outer_ok, Binary::make(BinaryOp::Le, make_i64(0), at));
+        outer_ok = logical_and(outer_ok, lt(at, src->shape[src_lead + d]));
       } else {
-        outer_ok = logical_and(outer_ok, Binary::make(BinaryOp::Le, make_i64(0), src_idx[d]));
-        inner = sub(src->shape[d], src_idx[d]);
+        outer_ok = logical_and(outer_ok, Binary::make(BinaryOp::Le, make_i64(0), at));
+        inner = sub(src->shape[src_lead + d], at);
       }
     }
     Expr count = Binary::make(BinaryOp::Min, Binary::make(BinaryOp::Max, inner, make_i64(0)),

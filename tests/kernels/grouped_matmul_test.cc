@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "compiler/codegen/mma_model.h"
 #include "tests/kernels/kernel_runner.h"
@@ -220,69 +221,170 @@ uint16_t bits_of(const Bytes& b, int64_t i) {
 
 uint16_t rounded_bits(DType dtype, float v) { return bits_of(testing::encode(dtype, {v}), 0); }
 
-// y[r, j] = +0 + the model's dot product of row r and column j of its expert's matrix (K = 100:
-// two K steps, the second ragged), 0 for rows in no segment.
-TEST(GroupedMatmulTensorCore, EveryOutputIsItsExpertsModelDotProduct) {
-  std::mt19937_64 rng(testing::test_seed() + 3);
-  const int64_t rows = 150, k = 100, n = 40, experts = 5;
+// y[r, j] = +0 + the model's dot product of row r and column j of its expert's matrix, 0 for
+// rows in no segment; segment starts drawn from [lo, rows].
+void expect_experts_model_dots(DType dtype, bool tb, int64_t rows, int64_t k, int64_t n,
+                               int64_t experts, int64_t lo, uint64_t seed) {
+  std::mt19937_64 rng(seed);
   const compiler::MmaModel model = compiler::hopper_mma_model();
-  for (DType dtype : {DType::BF16, DType::F16})
-    for (bool tb : {false, true}) {
-      RefTensor x = testing::rounded(dtype, testing::random_tensor(rng, {rows, k}));
-      RefTensor w =
-          testing::rounded(dtype, testing::random_tensor(rng, tb ? std::vector{experts, n, k}
-                                                                 : std::vector{experts, k, n}));
-      RefTensor off = random_offsets(rng, experts, 3, rows);
-      Bytes y = runner().run("grouped_matmul", {x, w, off}, {{"transpose_b", tb}}, dtype, 7.0)[0];
-      const std::vector<uint16_t> xb = bits16(dtype, x), wb = bits16(dtype, w);
-      int64_t mismatches = 0;
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t e = expert_of(off, r, rows);
-          float want = 0.0f;
-          if (e >= 0) {
-            const uint16_t* col = tb ? &wb[(e * n + j) * k] : &wb[e * k * n + j];
-            want += compiler::mma_dot(model, 0.0f, &xb[r * k], 1, col, tb ? 1 : n, k,
-                                      dtype == DType::F16);
-          }
-          if (bits_of(y, r * n + j) != rounded_bits(dtype, want) && mismatches++ < 3)
-            ADD_FAILURE() << dtype_name(dtype) << " tb=" << tb << ": y[" << r << ", " << j
-                          << "] (expert " << e << ") differs from the model's " << want;
-        }
-      EXPECT_EQ(mismatches, 0);
+  RefTensor x = testing::rounded(dtype, testing::random_tensor(rng, {rows, k}));
+  RefTensor w = testing::rounded(
+      dtype,
+      testing::random_tensor(rng, tb ? std::vector{experts, n, k} : std::vector{experts, k, n}));
+  RefTensor off = random_offsets(rng, experts, lo, rows);
+  Bytes y = runner().run("grouped_matmul", {x, w, off}, {{"transpose_b", tb}}, dtype, 7.0)[0];
+  const std::vector<uint16_t> xb = bits16(dtype, x), wb = bits16(dtype, w);
+  int64_t mismatches = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t e = expert_of(off, r, rows);
+      float want = 0.0f;
+      if (e >= 0 && k > 0) {
+        const uint16_t* col = tb ? &wb[(e * n + j) * k] : &wb[e * k * n + j];
+        want +=
+            compiler::mma_dot(model, 0.0f, &xb[r * k], 1, col, tb ? 1 : n, k, dtype == DType::F16);
+      }
+      if (bits_of(y, r * n + j) != rounded_bits(dtype, want) && mismatches++ < 3)
+        ADD_FAILURE() << dtype_name(dtype) << " tb=" << tb << " K=" << k << ": y[" << r << ", " << j
+                      << "] (expert " << e << ") differs from the model's " << want;
     }
+  EXPECT_EQ(mismatches, 0) << dtype_name(dtype) << " tb=" << tb << " K=" << k;
+}
+
+// The register-staged kernel (K = 100: two K steps, the second ragged; rows not 16-byte aligned).
+TEST(GroupedMatmulTensorCore, EveryOutputIsItsExpertsModelDotProduct) {
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (bool tb : {false, true})
+      expect_experts_model_dots(dtype, tb, 150, 100, 40, 5, 3, testing::test_seed() + 3);
+}
+
+// The copy_async kernel (K, and N when w is not transposed, multiples of 8): K from one short
+// step to six (the five buffers' prologue and reuse, restarted for each expert of a tile), odd
+// segments and empty experts (starts drawn from the whole range), R, N and K ragged in their
+// tiles, x's boxes past the segment's end and past R: every output is its expert's model dot
+// product.
+TEST(GroupedMatmulTensorCore, AsyncCopyKernelGivesEachExpertsModelDotProduct) {
+  uint64_t seed = testing::test_seed() + 5;
+  for (int64_t k : {8, 136, 376})
+    for (bool tb : {false, true})
+      expect_experts_model_dots(DType::BF16, tb, 150, k, tb ? 36 : 40, 7, 0, ++seed);
+  expect_experts_model_dots(DType::F16, false, 300, 72, 136, 4, 0, ++seed);
+}
+
+OpExpansion expand_grouped(DType dtype, bool tb, int64_t rows, int64_t k, int64_t n,
+                           int64_t experts) {
+  const OpSchema& schema = testing::schema_of("grouped_matmul");
+  const Attrs attrs{{"transpose_b", tb}};
+  std::vector<TensorType> in = {
+      {dtype, {rows, k}},
+      {dtype, tb ? std::vector{experts, n, k} : std::vector{experts, k, n}},
+      {DType::I32, {experts}}};
+  return schema.expand(in, schema.infer(in, attrs), attrs);
+}
+
+// copy_async where x's and w's rows are 16-byte aligned (K, and N unless transposed, multiples
+// of 8: a choice by K and N, never by R), the register-staged kernel otherwise; f32 the SIMT one.
+TEST(GroupedMatmulTensorCore, AsyncKernelChosenForAlignedRows) {
+  const struct {
+    DType dtype;
+    bool tb;
+    int64_t rows, k, n;
+    std::string kernel;
+  } cases[] = {
+      {DType::BF16, true, 6144, 1024, 1024, "grouped_matmul_tc_nt_128x128x64_async_bf16"},
+      {DType::BF16, false, 7, 1024, 1024, "grouped_matmul_tc_nn_128x128x64_async_bf16"},
+      {DType::F16, true, 100, 64, 30, "grouped_matmul_tc_nt_128x128x64_async_f16"},
+      {DType::BF16, false, 100, 64, 30, "grouped_matmul_tc_nn_128x128x64_bf16"},
+      {DType::BF16, true, 100, 100, 32, "grouped_matmul_tc_nt_128x128x64_bf16"},
+      {DType::F32, true, 100, 64, 64, "grouped_matmul_nt_f32"},
+  };
+  for (const auto& c : cases) {
+    OpExpansion ex = expand_grouped(c.dtype, c.tb, c.rows, c.k, c.n, 64);
+    ASSERT_EQ(ex.calls.size(), 1u);
+    EXPECT_EQ(ex.calls[0].kernel->sig.name, c.kernel) << c.rows << "x" << c.k << "x" << c.n;
+  }
 }
 
 // dw[e][k, n] = the model's dot product of x[lo..hi, k] and dy[lo..hi, n], from the segment's
-// first row in row order (segments of 0 to 70 rows: zero to two K steps).
-TEST(GroupedMatmulTensorCore, WgradIsEachSegmentsModelDotProduct) {
-  std::mt19937_64 rng(testing::test_seed() + 4);
-  const int64_t rows = 150, k = 40, n = 30, experts = 4;
+// first row in row order; `off` the segment starts (random from [0, rows] when empty).
+void expect_wgrad_model_dots(DType dtype, bool tb, const RefTensor& x, const RefTensor& dy,
+                             const RefTensor& off, int64_t only_expert = -1) {
+  const int64_t rows = x.shape[0], k = x.shape[1], n = dy.shape[1], experts = off.numel();
   const compiler::MmaModel model = compiler::hopper_mma_model();
-  for (DType dtype : {DType::BF16, DType::F16})
-    for (bool tb : {false, true}) {
-      RefTensor x = testing::rounded(dtype, testing::random_tensor(rng, {rows, k}));
-      RefTensor dy = testing::rounded(dtype, testing::random_tensor(rng, {rows, n}));
-      RefTensor off = random_offsets(rng, experts, 0, rows);
-      Bytes dw =
-          runner().run("grouped_matmul_wgrad", {x, dy, off}, {{"transpose_b", tb}}, dtype, 7.0)[0];
-      const std::vector<uint16_t> xb = bits16(dtype, x), db = bits16(dtype, dy);
-      int64_t mismatches = 0;
-      for (int64_t e = 0; e < experts; ++e) {
-        const auto lo = static_cast<int64_t>(off.data[e]);
-        const int64_t hi = e + 1 < experts ? static_cast<int64_t>(off.data[e + 1]) : rows;
-        for (int64_t p = 0; p < k; ++p)
-          for (int64_t j = 0; j < n; ++j) {
-            const float want = compiler::mma_dot(model, 0.0f, &xb[lo * k + p], k, &db[lo * n + j],
-                                                 n, hi - lo, dtype == DType::F16);
-            const int64_t at = tb ? (e * n + j) * k + p : (e * k + p) * n + j;
-            if (bits_of(dw, at) != rounded_bits(dtype, want) && mismatches++ < 3)
-              ADD_FAILURE() << dtype_name(dtype) << " tb=" << tb << ": dw[" << e << "][" << p
-                            << ", " << j << "] differs from the model's " << want;
-          }
+  Bytes dw =
+      runner().run("grouped_matmul_wgrad", {x, dy, off}, {{"transpose_b", tb}}, dtype, 7.0)[0];
+  const std::vector<uint16_t> xb = bits16(dtype, x), db = bits16(dtype, dy);
+  int64_t mismatches = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    if (only_expert >= 0 && e != only_expert) continue;
+    const auto lo = static_cast<int64_t>(off.data[e]);
+    const int64_t hi = e + 1 < experts ? static_cast<int64_t>(off.data[e + 1]) : rows;
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) {
+        const float want = compiler::mma_dot(model, 0.0f, &xb[lo * k + p], k, &db[lo * n + j], n,
+                                             hi - lo, dtype == DType::F16);
+        const int64_t at = tb ? (e * n + j) * k + p : (e * k + p) * n + j;
+        if (bits_of(dw, at) != rounded_bits(dtype, want) && mismatches++ < 3)
+          ADD_FAILURE() << dtype_name(dtype) << " tb=" << tb << " K=" << k << " N=" << n << ": dw["
+                        << e << "][" << p << ", " << j << "] differs from the model's " << want;
       }
-      EXPECT_EQ(mismatches, 0);
-    }
+  }
+  EXPECT_EQ(mismatches, 0) << dtype_name(dtype) << " tb=" << tb << " K=" << k << " N=" << n;
+}
+
+void expect_wgrad_model_dots(DType dtype, bool tb, int64_t rows, int64_t k, int64_t n,
+                             int64_t experts, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  RefTensor x = testing::rounded(dtype, testing::random_tensor(rng, {rows, k}));
+  RefTensor dy = testing::rounded(dtype, testing::random_tensor(rng, {rows, n}));
+  expect_wgrad_model_dots(dtype, tb, x, dy, random_offsets(rng, experts, 0, rows));
+}
+
+// The register-staged wgrad (N = 30: dy's rows not 16-byte aligned); segments of 0 to 70 rows:
+// zero to two K steps.
+TEST(GroupedMatmulTensorCore, WgradIsEachSegmentsModelDotProduct) {
+  uint64_t seed = testing::test_seed() + 4;
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (bool tb : {false, true}) expect_wgrad_model_dots(dtype, tb, 150, 40, 30, 4, ++seed);
+}
+
+// The copy_async wgrad (K and N multiples of 8): segments of 0 to a few hundred rows (one to
+// several steps, the last ragged and zeroed past the segment's end), K and N over two tiles.
+TEST(GroupedMatmulTensorCore, AsyncWgradIsEachSegmentsModelDotProduct) {
+  uint64_t seed = testing::test_seed() + 6;
+  for (bool tb : {false, true}) expect_wgrad_model_dots(DType::BF16, tb, 300, 136, 40, 4, ++seed);
+  expect_wgrad_model_dots(DType::F16, false, 400, 16, 136, 2, ++seed);
+  expect_wgrad_model_dots(DType::BF16, true, 45, 8, 8, 5, ++seed);
+}
+
+// The rows right after a segment land in its last step's tiles: they must not reach its dw,
+// even as infinities (expert 0: rows [0, 10), followed by rows of inf in x and dy).
+TEST(GroupedMatmulTensorCore, AsyncWgradIgnoresTheRowsAfterTheSegment) {
+  std::mt19937_64 rng(testing::test_seed() + 7);
+  const int64_t rows = 90, k = 16, n = 24;
+  for (bool tb : {false, true}) {
+    RefTensor x = testing::rounded(DType::BF16, testing::random_tensor(rng, {rows, k}));
+    RefTensor dy = testing::rounded(DType::BF16, testing::random_tensor(rng, {rows, n}));
+    for (int64_t i = 10 * k; i < rows * k; ++i) x.data[i] = INFINITY;
+    for (int64_t i = 10 * n; i < rows * n; ++i) dy.data[i] = -INFINITY;
+    expect_wgrad_model_dots(DType::BF16, tb, x, dy, RefTensor{.shape = {2}, .data = {0, 10}}, 0);
+  }
+}
+
+// The kernels chosen for the wgrad: copy_async where K and N are multiples of 8.
+TEST(GroupedMatmulTensorCore, AsyncWgradChosenForAlignedRows) {
+  const OpSchema& schema = testing::schema_of("grouped_matmul_wgrad");
+  for (const auto& [k, n, name] : std::vector<std::tuple<int64_t, int64_t, std::string>>{
+           {1024, 1024, "grouped_matmul_wgrad_tc_t_128x128x64_async_bf16"},
+           {1024, 1020, "grouped_matmul_wgrad_tc_t_128x128x64_bf16"},
+           {1020, 1024, "grouped_matmul_wgrad_tc_t_128x128x64_bf16"}}) {
+    const Attrs attrs{{"transpose_b", true}};
+    std::vector<TensorType> in = {
+        {DType::BF16, {6144, k}}, {DType::BF16, {6144, n}}, {DType::I32, {64}}};
+    OpExpansion ex = schema.expand(in, schema.infer(in, attrs), attrs);
+    ASSERT_EQ(ex.calls.size(), 1u);
+    EXPECT_EQ(ex.calls[0].kernel->sig.name, name) << k << "x" << n;
+  }
 }
 
 }  // namespace

@@ -347,6 +347,17 @@ TEST(MatmulTensorCore, AsyncCopyPipelineGivesTheModelsDotProducts) {
   expect_models_dot_products(DType::F16, false, true, 70, 40, 152);
 }
 
+// The asynchronous-copy kernel with a transposed a ([k, m], M a multiple of 8: a lands as m's
+// two MN-major [64 (k), 64 (m)] panels and the gemm reads it transposed): b N-major and K-major,
+// one step to nine, M, N and K ragged in their tiles, a second row tile, K = 8 (one short
+// step): every output is the model's dot product, as the register-staged kernel's.
+TEST(MatmulTensorCore, TransposedAAsyncCopyGivesTheModelsDotProducts) {
+  for (int64_t k : {8, 136, 520})
+    for (bool tb : {false, true}) expect_models_dot_products(DType::BF16, true, tb, 136, 40, k);
+  expect_models_dot_products(DType::F16, true, false, 24, 136, 200);
+  expect_models_dot_products(DType::F16, true, true, 8, 24, 64);
+}
+
 // Batch invariance: the tensor-core tiling is a constant, so a row's bits do not depend on how
 // many rows the product has or where the row sits in it. Rows of an M = 4096 product against the
 // same rows computed in products of M = 1, 7, 128 and 1000 rows (placed off the 128-row tiles).

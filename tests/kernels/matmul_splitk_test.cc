@@ -81,13 +81,21 @@ TEST(MatmulSplitK, EveryOutputIsTheSlicesModelDotProductsAddedInOrder) {
   expect_split_model(DType::F16, false, 9, 24, 2148, 1088);
 }
 
+// The same split on the copy_async loop (M, K and, b not transposed, N multiples of 8): each
+// slice's boxes start at its own first step, past K zeros; a second slice ragged.
+TEST(MatmulSplitK, AsyncCopySlicesAreTheModelsDotProductsAddedInOrder) {
+  expect_split_model(DType::BF16, false, 72, 40, 2148, 1088);
+  expect_split_model(DType::BF16, true, 16, 130, 5000, 1280);
+  expect_split_model(DType::F16, true, 136, 8, 2200, 1152);
+}
+
 // The attention backward's p^T dO (M = 1280, N = 512, K = 16384: 40 tiles) splits 6 ways
 // (40 * 6 <= 2 * 132 blocks) of 43 steps, the sum kernel after; a not transposed, a short K or
 // a grid that already fills the GPU keep the one-kernel product.
 TEST(MatmulSplitK, ChosenOnlyForTransposedAWithFewTilesAndLongK) {
   OpExpansion ex = expand(DType::BF16, true, false, 1280, 512, 16384);
   ASSERT_EQ(ex.calls.size(), 2u);
-  EXPECT_EQ(ex.calls[0].kernel->sig.name, "matmul_tc_tn_128x128x64_s3_splitk_bf16");
+  EXPECT_EQ(ex.calls[0].kernel->sig.name, "matmul_tc_tn_128x128x64_async5_splitk_bf16");
   EXPECT_EQ(ex.calls[0].dims, (std::vector<int64_t>{1280, 512, 16384, 43 * 64, 6}));
   EXPECT_EQ(ex.calls[1].kernel->sig.name, "matmul_splitk_sum_bf16");
   ASSERT_EQ(ex.scratch.size(), 1u);
@@ -97,6 +105,31 @@ TEST(MatmulSplitK, ChosenOnlyForTransposedAWithFewTilesAndLongK) {
     OpExpansion one = expand(DType::BF16, ta, false, m, n, k);
     ASSERT_EQ(one.calls.size(), 1u) << "ta=" << ta << " " << m << "x" << n << "x" << k;
     EXPECT_EQ(one.calls[0].kernel->sig.name.find("splitk"), std::string::npos);
+  }
+  // Rows not 16-byte aligned (M = 1276): the register-staged split.
+  EXPECT_EQ(expand(DType::BF16, true, false, 1276, 512, 16384).calls[0].kernel->sig.name,
+            "matmul_tc_tn_128x128x64_s3_splitk_bf16");
+}
+
+// A transposed a on copy_async where M, K and (b not transposed) N are multiples of 8, else the
+// register-staged kernel: a weight gradient dW = x^T dy (M = 1024, N = 8192, K = 4096: 512
+// tiles, no split) and its unaligned neighbours.
+TEST(MatmulSplitK, TransposedAOnCopyAsyncWhereRowsAreAligned) {
+  const struct {
+    bool tb;
+    int64_t m, n, k;
+    std::string kernel;
+  } cases[] = {
+      {false, 1024, 8192, 4096, "matmul_tc_tn_128x128x64_async5_bf16"},
+      {true, 1024, 8190, 4096, "matmul_tc_tt_128x128x64_async5_bf16"},
+      {false, 1020, 8192, 4096, "matmul_tc_tn_128x128x64_s3_bf16"},
+      {false, 1024, 8190, 4096, "matmul_tc_tn_128x128x64_s3_bf16"},
+      {false, 1024, 8192, 4092, "matmul_tc_tn_128x128x64_s3_bf16"},
+  };
+  for (const auto& c : cases) {
+    OpExpansion ex = expand(DType::BF16, true, c.tb, c.m, c.n, c.k);
+    ASSERT_EQ(ex.calls.size(), 1u);
+    EXPECT_EQ(ex.calls[0].kernel->sig.name, c.kernel) << c.m << "x" << c.n << "x" << c.k;
   }
 }
 
