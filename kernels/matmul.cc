@@ -445,6 +445,19 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
     };
     BatchOperand a = prepare_operand(*cache, dt, mb.a, matrix(as), mb, 0, ex);
     BatchOperand b = prepare_operand(*cache, dt, mb.b, matrix(in[1].shape), mb, 1, ex);
+    // bf16/f16 products whose rows are 16-byte aligned: the tensor cores, one grid z per batch
+    // element (each element's bits those of its rank-2 product on the same kernel family).
+    const bool tc_batch = (dt == DType::BF16 || dt == DType::F16) && k % 8 == 0 &&
+                          (tb || n % 8 == 0) && (!ta || m % 8 == 0);
+    if (tc_batch) {
+      ex.calls.push_back(
+          {.kernel = cache->get(
+               kernel_key(tc_async_batch_name(ta, tb, a.batched, b.batched), dt),
+               [&] { return build_tc_matmul_async_batch(dt, ta, tb, a.batched, b.batched); }),
+           .buffers = {a.arg, b.arg, output_slot(0)},
+           .dims = {m, n, k, mb.count}});
+      return ex;
+    }
     BatchMode mode{.on = true, .a = a.batched, .b = b.batched};
     ex.calls.push_back({.kernel = cache->get(kernel_key(matmul_name(ta, tb, t, mode), dt),
                                              [&] { return build_matmul(dt, ta, tb, t, mode); }),
@@ -490,6 +503,15 @@ std::vector<OpTestCase> matmul_kernel_cases() {
       {{{33, 7}, {4, 7, 130}}},
       {{{2, 33, 700}, {700, 40}}, {{"transpose_a", false}}},
       {{{3, 700, 33}, {1, 700, 40}}, {{"transpose_a", true}}},
+      // Batched bf16/f16 with 16-byte aligned rows: the tensor cores, grid z over the batch
+      // (two row tiles, the second ragged; a broadcast a; a shared matrix on either side; every
+      // transpose pair; M not a multiple of 8).
+      {{{2, 136, 40}, {2, 40, 24}}},
+      {{{3, 1, 72, 16}, {2, 16, 136}}},
+      {{{2, 40, 136}, {40, 24}}, {{"transpose_a", true}}},
+      {{{24, 40}, {3, 40, 136}}},
+      {{{2, 7, 16}, {2, 136, 16}}, {{"transpose_b", true}}},
+      {{{2, 40, 72}, {2, 136, 40}}, {{"transpose_a", true}, {"transpose_b", true}}},
   };
 }
 

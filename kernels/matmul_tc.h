@@ -38,6 +38,13 @@ compiler::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb);
 std::string tc_async_splitk_name(bool ta, bool tb);
 compiler::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb);
 
+// Batched on the copy_async loop (K, M for a transposed a, N for a plain b multiples of 8): grid
+// axis z over c's B batch elements; a [B or 1, .., ..], b likewise, c [B, M, N]. Each element's
+// bits are build_tc_matmul_async's for its matrices.
+std::string tc_async_batch_name(bool ta, bool tb, bool a_batched, bool b_batched);
+compiler::Kernel build_tc_matmul_async_batch(DType dtype, bool ta, bool tb, bool a_batched,
+                                             bool b_batched);
+
 // ---- The register-staged K loop, for other kernels on the same tiling (grouped_matmul) ----------
 
 // One operand of the block's gemm: rows [r0, r0 + 128) of a global tensor, [rows, k] (K-major)

@@ -177,17 +177,17 @@ class TileVerifier : public IRVisitor {
       fail(what + ": the destination must be a shared tile");
     if (dst->dtype != src->dtype) fail(what + ": it moves bits, so both need one dtype");
     // The whole tile, or a whole panel of it: leading axes of extent 1 at constant origins
-    // inside the tile (builder.h copy_async), axes shared with the source whole.
-    const size_t lead = op.dst.origin.size() > op.src.origin.size()
-                            ? op.dst.origin.size() - op.src.origin.size()
-                            : 0;
+    // inside the tile (builder.h copy_async; the source's matching axes, where it has them, are
+    // of extent 1 too, as the extents match), every later axis whole.
+    bool leading = true;
     for (size_t d = 0; d < op.dst.origin.size(); ++d) {
       int64_t o;
       const bool whole =
           const_int(op.dst.origin[d], &o) && o == 0 && op.dst.extents[d] == dst->shape[d];
-      const bool panel = d < lead && const_int(op.dst.origin[d], &o) && o >= 0 &&
+      const bool panel = leading && const_int(op.dst.origin[d], &o) && o >= 0 &&
                          o < dst->shape[d] && op.dst.extents[d] == 1;
       if (!whole && !panel) fail(what + ": the destination is the whole tile or a whole panel");
+      leading = leading && panel;
     }
     const int64_t lanes = 16 / dtype_bytes(src->dtype, 1);
     if (op.src.extents.back() % lanes != 0)
