@@ -32,12 +32,16 @@ bool differentiable(const GraphTensor& t) {
 // Whether each tensor is a float that depends on a float input or weight: only those carry
 // gradients. An integer output (argmax's index, topk's indices) has none: no gradient flows into
 // it, nor through it into the op's inputs; the gradient flows through the values it selects.
+// A detaching op's outputs (stop_gradient's) are constants to the backward pass: a training target
+// computed from the model gets no backward ops at all.
 std::vector<bool> requires_grad(const OpGraph& g) {
   std::vector<bool> req(g.tensors.size(), false);
   for (size_t i = 0; i < g.tensors.size(); ++i) req[i] = differentiable(g.tensors[i]);
   for (const GraphOp& op : g.ops) {
+    const kernels::OpSchema* schema = kernels::op_registry().find(op.type);
     bool any = false;
-    for (int in : op.inputs) any = any || req[in];
+    if (!(schema && schema->detaches))
+      for (int in : op.inputs) any = any || req[in];
     for (int out : op.outputs) req[out] = any && dtype_is_float(g.tensors[out].type.dtype);
   }
   return req;

@@ -202,6 +202,10 @@ struct OpSchema {
   std::function<std::vector<GradOp>(const std::vector<TensorType>& inputs, const Attrs&,
                                     const std::vector<bool>& needs_grad)>
       gradient;
+  // Its outputs carry no gradient at all (stop_gradient): graph/autodiff treats them like
+  // constants, so nothing computed from them alone gets a backward op. The rule, for any input
+  // that asks, says "zeros".
+  bool detaches = false;
 
   // Kernel expansion for concrete types: the op's kernels with their bindings. Empty: the op has
   // no kernels yet (the model still parses; compiling it is an error naming the op).

@@ -17,8 +17,9 @@ std::vector<TensorType> infer_identity(const std::vector<TensorType>& in, const 
   return {in[0]};
 }
 
-// "zeros": contributes nothing to x's gradient and costs no kernel; graph/autodiff then emits no
-// backward ops for what feeds x through this path alone.
+// "zeros": contributes nothing to x's gradient and costs no kernel. With `detaches`, graph/autodiff
+// gives y no gradient, so neither what is computed from y alone nor what feeds x through this
+// path alone gets backward ops.
 std::vector<GradOp> grad_stop_gradient(const std::vector<TensorType>&, const Attrs&,
                                        const std::vector<bool>& needs) {
   if (!needs[0]) return {};
@@ -38,6 +39,7 @@ void register_stop_gradient(OpRegistry& registry) {
        .infer = infer_identity,
        .reference = [](const std::vector<RefTensor>& in, const Attrs&) { return in; },
        .gradient = grad_stop_gradient,
+       .detaches = true,
        .expand =
            [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&,
                    const Attrs&) {

@@ -185,11 +185,18 @@ TEST(GradientCoverage, StraightThroughRulesPassDyOn) {
   EXPECT_GT(checked, 0);
 }
 
-// stop_gradient is the one op that detaches: its value is x, its rule gives x no gradient.
+// stop_gradient detaches: its value is x, its rule gives x no gradient, and
+// its schema says so (graph/autodiff gives its output none).
 TEST(GradientCoverage, StopGradientDetaches) {
   const OpSchema* s = op_registry().find("stop_gradient");
   ASSERT_NE(s, nullptr);
   EXPECT_TRUE(detaches(*s));
+  EXPECT_TRUE(s->detaches);
+  // A schema that says it detaches has the rule to match (the comparisons' rules give zeros too;
+  // they do not claim the flag, which only saves backward ops).
+  for (const std::string& name : op_registry().names())
+    if (op_registry().find(name)->detaches)
+      EXPECT_TRUE(detaches(*op_registry().find(name))) << name;
   EXPECT_FALSE(s->tests.straight_through);
   EXPECT_TRUE(s->tests.gradient.empty());
 }

@@ -158,8 +158,9 @@ TEST(LossSpec, LayerTermsAddToTheDefaultOncePerRepetition) {
   EXPECT_EQ(g.loss[2].name, "blk.1.kl");
 }
 
-// stop_gradient passes the value and no gradient: a weight read only through it gets none.
-TEST(LossSpec, StopGradientLeavesWhatIsBeforeItWithoutAGradient) {
+// stop_gradient passes the value and no gradient: a weight read only through it gets none, and
+// what is computed from its output alone (a detached training target) gets no backward ops.
+TEST(LossSpec, StopGradientLeavesWhatIsBeforeAndAfterItWithoutAGradient) {
   Model m = parse_model(
       "model: m\n"
       "dims: {T: 4, D: 8}\n"
@@ -173,8 +174,10 @@ TEST(LossSpec, StopGradientLeavesWhatIsBeforeItWithoutAGradient) {
       "    ops:\n"
       "      - {op: matmul, in: [x, w], out: y}\n"
       "      - {op: stop_gradient, in: y, out: t}\n"
-      "      - {op: mul, in: [t, v], out: z}\n"
-      "outputs: [head.z]\n",
+      "      - {op: scale, in: t, out: u, alpha: 2.0}\n"
+      "      - {op: mul, in: [u, v], out: z}\n"
+      "      - {op: add, in: [z, y], out: s}\n"
+      "outputs: [head.s]\n",
       "m.yaml");
   graph::OpGraph g = graph::build_forward(m);
   graph::append_backward(m, g);
@@ -184,9 +187,14 @@ TEST(LossSpec, StopGradientLeavesWhatIsBeforeItWithoutAGradient) {
     return it != g.grad.end() && g.tensors[it->second].producer >= 0;
   };
   EXPECT_TRUE(computed("head.v"));
-  EXPECT_TRUE(computed("head.t"));
-  EXPECT_FALSE(computed("head.y"));
-  EXPECT_FALSE(computed("head.w"));
+  EXPECT_TRUE(computed("head.z"));
+  EXPECT_TRUE(computed("head.w"));  // through s = z + y only
+  EXPECT_FALSE(computed("head.u"));
+  EXPECT_FALSE(computed("head.t"));
+  // scale's rule (a scale of dy) is not emitted: the one scale op is the forward one.
+  int scales = 0;
+  for (const graph::GraphOp& op : g.ops) scales += op.type == "scale";
+  EXPECT_EQ(scales, 1);
 }
 
 TEST(LossSpecErrors, LayerTermsNameTheirLayerAndPosition) {
