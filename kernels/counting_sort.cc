@@ -7,19 +7,21 @@
 // counting_sort's kernels, over the ids flattened to N, in chunks of kChunk (G = ceil(N/kChunk)):
 //   1. chunk_counts: cnt[c, e] = how many ids of chunk c are e (the chunk sorted in a block, then
 //      two binary searches a bin, O(log kChunk));
-//   2. bin_totals: total[e] = the e's of all chunks (a thread per e, O(G)); then offsets[e] =
-//      sum over e' < e of the totals (a thread per e, O(E));
-//   3. chunk_starts: start[c, e] = offsets[e] + the e's of the chunks before c (a thread per e);
-//   4. positions: position[i] = start[chunk(i), ids[i]] + the ids[i]'s before i in its chunk
+//   2. segment_sums: seg[s, e] = the e's of the kSegment chunks of segment s (a thread per (s, e));
+//   3. bin_totals: total[e] = the e's of all segments (a thread per e, O(G / kSegment));
+//   4. bin_offsets: offsets[e] = sum over e' < e of the totals (a block per e);
+//   5. chunk_starts: start[c, e] = offsets[e] + the e's of the chunks before c (a thread per
+//      (segment, e): the segments before, then its own chunks in order);
+//   6. positions: position[i] = start[chunk(i), ids[i]] + the ids[i]'s before i in its chunk
 //      (a thread per element, O(kChunk));
-//   5. order (owner-computes inverse): for an output position q, its bin e is the last bin
+//   7. order (owner-computes inverse): for an output position q, its bin e is the last bin
 //      starting at or before q, its chunk the last chunk of that bin starting at or before q
 //      (both by binary search over non-decreasing starts), and the element the (q - start)-th e
 //      of that chunk (a thread per q, O(log E + log G + kChunk)); row[q] = order[q] / (ids'
 //      last axis): the token of a [T, k] route.
-// Cost at MoE's 4096 tokens × 6 routes into 64 experts (N = 24576, G = 96): about 40 integer
-// steps per id in kernel 4, about 300 in kernel 5 (the chunk scan), 100 per bin in 2; kernel 1
-// sorts each chunk (36 compare-exchange stages) and takes 2 × 9 search steps a (chunk, bin).
+// Cost at MoE's 4096 tokens × 6 routes into 64 experts (N = 24576, G = 96, S = 2): about 40
+// integer steps per id in kernel 6, about 300 in kernel 7 (the chunk scan); kernel 1 sorts each
+// chunk (36 compare-exchange stages) and takes 2 × 9 search steps a (chunk, bin).
 //
 // Both take an index contract on ids (in [0, bins)): checked at run time by check_index, or
 // established by construction (the router's topk); either way the kernels read a status (they
@@ -48,6 +50,8 @@ namespace cc = tilerun::compiler;
 constexpr int kThreads = 128;
 constexpr int64_t kChunk = 256;          // a power of two: chunk_counts sorts a chunk in one block
 constexpr int64_t kBinsPerBlock = 1024;  // chunk_counts' bins a block
+constexpr int64_t kSegment = 64;         // chunks a segment (chunk_starts' two-level scan)
+constexpr int kOffsetThreads = 256;      // bin_offsets' block
 
 // ---- Inference -----------------------------------------------------------------------------
 
@@ -177,11 +181,35 @@ cc::Kernel build_chunk_counts(bool checked) {
   return kb.build();
 }
 
-// 2a. total[e] = the e's of every chunk, one thread per bin (O(G)).
+// 2. seg[s, e] = the e's of segment s's kSegment chunks, a thread per (segment, bin) (O(kSegment)).
+cc::Kernel build_segment_sums() {
+  cc::KernelBuilder kb("sort_segment_sums");
+  cc::Dim g = kb.dim("G"), sg = kb.dim("S"), e = kb.dim("E");
+  cc::Buf cnt = kb.input("cnt", DType::I32, {g, e});
+  cc::Buf seg = kb.output("seg", DType::I32, {sg, e});
+  kb.body({sg, cc::ceildiv(e, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx segment = s.block_idx(0), base = s.block_idx(1) * kThreads;
+    cc::Buf acc = s.alloc_fragment("acc", DType::I32, {kThreads});
+    s.parallel(kThreads, [&](cc::Idx t) {
+      cc::Idx bin = base + t;
+      s.if_then(bin < e, [&] {
+        acc(t) = cc::to_i32(cc::Val(0));
+        s.serial(kSegment, [&](cc::Idx j) {
+          cc::Idx c = s.let(segment * kSegment + j, "c");
+          s.if_then(c < g, [&] { acc(t) = acc(t) + cnt(c, bin); });
+        });
+        seg(segment, bin) = acc(t);
+      });
+    });
+  });
+  return kb.build();
+}
+
+// 3. total[e] = the e's of every segment, a thread per bin (O(S)).
 cc::Kernel build_bin_totals() {
   cc::KernelBuilder kb("sort_bin_totals");
-  cc::Dim g = kb.dim("G"), e = kb.dim("E");
-  cc::Buf cnt = kb.input("cnt", DType::I32, {g, e});
+  cc::Dim sg = kb.dim("S"), e = kb.dim("E");
+  cc::Buf seg = kb.input("seg", DType::I32, {sg, e});
   cc::Buf total = kb.output("total", DType::I32, {e});
   kb.body({cc::ceildiv(e, kThreads)}, kThreads, [&](cc::Scope& s) {
     cc::Idx base = s.block_idx(0) * kThreads;
@@ -190,7 +218,7 @@ cc::Kernel build_bin_totals() {
       cc::Idx bin = base + t;
       s.if_then(bin < e, [&] {
         acc(t) = cc::to_i32(cc::Val(0));
-        s.serial(g, [&](cc::Idx c) { acc(t) = acc(t) + cnt(c, bin); });
+        s.serial(sg, [&](cc::Idx c) { acc(t) = acc(t) + seg(c, bin); });
         total(bin) = acc(t);
       });
     });
@@ -198,28 +226,45 @@ cc::Kernel build_bin_totals() {
   return kb.build();
 }
 
-// 2b. offsets[e] (exclusive: the totals of the bins before, O(E)) and 3. start[c, e] (O(G)), one
-// thread per bin. (Summing every chunk of every earlier bin here instead, O(E·G) a thread, took
-// 936 ms for sparse attention's 5,120 keys × 4,096 chunks on the H200.)
+// 4. offsets[e] = the totals of the bins before e (exclusive), a block per bin summing them
+// (integers: exact in any order). One thread per bin walking every earlier bin, O(E) latency-bound
+// steps a thread, was most of the 1.70 ms chunk_starts took at 5,120 bins on the H200.
+cc::Kernel build_bin_offsets() {
+  cc::KernelBuilder kb("sort_bin_offsets");
+  cc::Dim e = kb.dim("E");
+  cc::Buf total = kb.input("total", DType::I32, {e});
+  cc::Buf offsets = kb.output("offsets", DType::I32, {e});
+  kb.body({e}, kOffsetThreads, [&](cc::Scope& s) {
+    cc::Idx bin = s.block_idx(0);
+    cc::Val before = s.reduce_sum(bin, [&](cc::Idx b) { return total(b); });
+    s.parallel(1, [&](cc::Idx i) { offsets(bin + i) = before; });
+  });
+  return kb.build();
+}
+
+// 5. start[c, e] = offsets[e] + the e's of the chunks before c: a thread per (segment, bin) adds
+// the segments before its own (O(S)), then runs over its segment's chunks (O(kSegment)).
 cc::Kernel build_chunk_starts() {
   cc::KernelBuilder kb("sort_chunk_starts");
-  cc::Dim g = kb.dim("G"), e = kb.dim("E");
+  cc::Dim g = kb.dim("G"), sg = kb.dim("S"), e = kb.dim("E");
   cc::Buf cnt = kb.input("cnt", DType::I32, {g, e});
-  cc::Buf total = kb.input("total", DType::I32, {e});
+  cc::Buf seg = kb.input("seg", DType::I32, {sg, e});
+  cc::Buf offsets = kb.input("offsets", DType::I32, {e});
   cc::Buf start = kb.output("start", DType::I32, {g, e});
-  cc::Buf offsets = kb.output("offsets", DType::I32, {e});
-  kb.body({cc::ceildiv(e, kThreads)}, kThreads, [&](cc::Scope& s) {
-    cc::Idx base = s.block_idx(0) * kThreads;
+  kb.body({sg, cc::ceildiv(e, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx segment = s.block_idx(0), base = s.block_idx(1) * kThreads;
     cc::Buf acc = s.alloc_fragment("acc", DType::I32, {kThreads});
     s.parallel(kThreads, [&](cc::Idx t) {
       cc::Idx bin = base + t;
       s.if_then(bin < e, [&] {
-        acc(t) = cc::to_i32(cc::Val(0));
-        s.serial(bin, [&](cc::Idx b) { acc(t) = acc(t) + total(b); });
-        offsets(bin) = acc(t);
-        s.serial(g, [&](cc::Idx c) {
-          start(c, bin) = acc(t);
-          acc(t) = acc(t) + cnt(c, bin);
+        acc(t) = offsets(bin);
+        s.serial(segment, [&](cc::Idx b) { acc(t) = acc(t) + seg(b, bin); });
+        s.serial(kSegment, [&](cc::Idx j) {
+          cc::Idx c = s.let(segment * kSegment + j, "c");
+          s.if_then(c < g, [&] {
+            start(c, bin) = acc(t);
+            acc(t) = acc(t) + cnt(c, bin);
+          });
         });
       });
     });
@@ -227,7 +272,7 @@ cc::Kernel build_chunk_starts() {
   return kb.build();
 }
 
-// 4. position[i].
+// 6. position[i].
 cc::Kernel build_positions(bool checked) {
   cc::KernelBuilder kb(checked ? "sort_positions_checked" : "sort_positions");
   cc::Dim n = kb.dim("N"), g = kb.dim("G"), e = kb.dim("E");
@@ -257,7 +302,7 @@ cc::Kernel build_positions(bool checked) {
   return kb.build();
 }
 
-// 5. order[q] and row[q], owner-computes.
+// 7. order[q] and row[q], owner-computes.
 cc::Kernel build_order(bool checked) {
   cc::KernelBuilder kb(checked ? "sort_order_checked" : "sort_order");
   cc::Dim n = kb.dim("N"), g = kb.dim("G"), e = kb.dim("E"), l = kb.dim("L");
@@ -337,39 +382,48 @@ ExpandFn expand_bincount(std::shared_ptr<KernelCache> cache) {
 }
 
 ExpandFn expand_counting_sort(std::shared_ptr<KernelCache> cache) {
-  return
-      [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out, const Attrs&) {
-        const bool checked = in.size() > 1;  // the graph appended the ids' check status
-        const int64_t n = numel(in[0]), g = chunks(n), e = out[3].shape[0];
-        const std::string tag = checked ? "_checked" : "";
-        // Scratch 0: cnt [G, E]; 1: start [G, E]; 2: total [E].
-        OpExpansion ex{.scratch = {{DType::I32, {g, e}}, {DType::I32, {g, e}}, {DType::I32, {e}}}};
-        auto with_status = [&](std::vector<KernelArg> b) {
-          if (checked) b.insert(b.begin() + 1, input_slot(1));
-          return b;
-        };
-        ex.calls.push_back({.kernel = cache->get("sort_chunk_counts" + tag,
-                                                 [&] { return build_chunk_counts(checked); }),
-                            .buffers = with_status({input_slot(0), scratch_slot(0)}),
-                            .dims = {n, g, e}});
-        ex.calls.push_back({.kernel = cache->get("sort_bin_totals", build_bin_totals),
-                            .buffers = {scratch_slot(0), scratch_slot(2)},
-                            .dims = {g, e}});
-        ex.calls.push_back(
-            {.kernel = cache->get("sort_chunk_starts", build_chunk_starts),
-             .buffers = {scratch_slot(0), scratch_slot(2), scratch_slot(1), output_slot(3)},
-             .dims = {g, e}});
-        ex.calls.push_back(
-            {.kernel = cache->get("sort_positions" + tag, [&] { return build_positions(checked); }),
-             .buffers = with_status({input_slot(0), scratch_slot(1), output_slot(0)}),
-             .dims = {n, g, e}});
-        ex.calls.push_back(
-            {.kernel = cache->get("sort_order" + tag, [&] { return build_order(checked); }),
-             .buffers = with_status(
-                 {input_slot(0), scratch_slot(1), output_slot(3), output_slot(1), output_slot(2)}),
-             .dims = {n, g, e, in[0].shape.back()}});
-        return OpExpansion{ex};
-      };
+  return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
+                 const Attrs&) {
+    const bool checked = in.size() > 1;  // the graph appended the ids' check status
+    const int64_t n = numel(in[0]), g = chunks(n), e = out[3].shape[0];
+    const std::string tag = checked ? "_checked" : "";
+    // Scratch 0: cnt [G, E]; 1: start [G, E]; 2: total [E]; 3: seg [S, E].
+    const int64_t sg = (g + kSegment - 1) / kSegment;
+    OpExpansion ex{
+        .scratch = {
+            {DType::I32, {g, e}}, {DType::I32, {g, e}}, {DType::I32, {e}}, {DType::I32, {sg, e}}}};
+    auto with_status = [&](std::vector<KernelArg> b) {
+      if (checked) b.insert(b.begin() + 1, input_slot(1));
+      return b;
+    };
+    ex.calls.push_back({.kernel = cache->get("sort_chunk_counts" + tag,
+                                             [&] { return build_chunk_counts(checked); }),
+                        .buffers = with_status({input_slot(0), scratch_slot(0)}),
+                        .dims = {n, g, e}});
+    ex.calls.push_back({.kernel = cache->get("sort_segment_sums", build_segment_sums),
+                        .buffers = {scratch_slot(0), scratch_slot(3)},
+                        .dims = {g, sg, e}});
+    ex.calls.push_back({.kernel = cache->get("sort_bin_totals", build_bin_totals),
+                        .buffers = {scratch_slot(3), scratch_slot(2)},
+                        .dims = {sg, e}});
+    ex.calls.push_back({.kernel = cache->get("sort_bin_offsets", build_bin_offsets),
+                        .buffers = {scratch_slot(2), output_slot(3)},
+                        .dims = {e}});
+    ex.calls.push_back(
+        {.kernel = cache->get("sort_chunk_starts", build_chunk_starts),
+         .buffers = {scratch_slot(0), scratch_slot(3), output_slot(3), scratch_slot(1)},
+         .dims = {g, sg, e}});
+    ex.calls.push_back(
+        {.kernel = cache->get("sort_positions" + tag, [&] { return build_positions(checked); }),
+         .buffers = with_status({input_slot(0), scratch_slot(1), output_slot(0)}),
+         .dims = {n, g, e}});
+    ex.calls.push_back(
+        {.kernel = cache->get("sort_order" + tag, [&] { return build_order(checked); }),
+         .buffers = with_status(
+             {input_slot(0), scratch_slot(1), output_slot(3), output_slot(1), output_slot(2)}),
+         .dims = {n, g, e, in[0].shape.back()}});
+    return OpExpansion{ex};
+  };
 }
 
 // The ids index the bins.
@@ -386,10 +440,12 @@ OpTestCase ids_case(std::vector<int64_t> shape, int64_t e) {
   return {.shapes = {std::move(shape)}, .attrs = bins(e), .int_lo = 0, .int_hi = e};
 }
 
-// ids_case({513}, 2100): three bin blocks of chunk_counts (the last ragged), a ragged last chunk.
+// ids_case({513}, 2100): three bin blocks of chunk_counts (the last ragged), a ragged last chunk;
+// ids_case({16796}, 70): 66 chunks, so two segments of chunk_starts' scan, the second ragged.
 std::vector<OpTestCase> sort_cases() {
-  return {ids_case({1}, 1),    ids_case({7}, 3),     ids_case({5, 2}, 40), ids_case({300, 6}, 64),
-          ids_case({1000}, 1), ids_case({257}, 300), ids_case({96, 6}, 8), ids_case({513}, 2100)};
+  return {ids_case({1}, 1),       ids_case({7}, 3),      ids_case({5, 2}, 40),
+          ids_case({300, 6}, 64), ids_case({1000}, 1),   ids_case({257}, 300),
+          ids_case({96, 6}, 8),   ids_case({513}, 2100), ids_case({16796}, 70)};
 }
 
 // The cases plus one with ids outside [0, bins) (bincount counts them nowhere).
