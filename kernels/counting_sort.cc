@@ -30,6 +30,7 @@
 // through them (embedding of the tokens by row, of the expert outputs by position) run no check.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "compiler/ir/builder.h"
@@ -48,10 +49,10 @@ namespace {
 namespace cc = tilerun::compiler;
 
 constexpr int kThreads = 128;
-constexpr int64_t kChunk = 256;          // a power of two: chunk_counts sorts a chunk in one block
-constexpr int64_t kBinsPerBlock = 1024;  // chunk_counts' bins a block
-constexpr int64_t kSegment = 64;         // chunks a segment (chunk_starts' two-level scan)
-constexpr int kOffsetThreads = 256;      // bin_offsets' block
+constexpr int64_t kChunk = 256;         // a power of two: chunk_counts sorts a chunk in one block
+constexpr int64_t kBinsPerStep = 1024;  // chunk_counts' bins a step of its block
+constexpr int64_t kSegment = 64;        // chunks a segment (chunk_starts' two-level scan)
+constexpr int kOffsetThreads = 256;     // bin_offsets' block
 
 // ---- Inference -----------------------------------------------------------------------------
 
@@ -128,53 +129,71 @@ cc::Kernel build_bincount(bool checked) {
   return kb.build();
 }
 
-// 1. cnt[c, e]: a block per (chunk, kBinsPerBlock bins) sorts the chunk's ids in shared memory
-// (bitonic_sort; equal ids are equal keys, so the sorted tile is one and the same whatever the
-// network's order), then each bin's count is the width of its run, found by two binary searches:
-// O(log kChunk) a bin. (A thread per (chunk, bin) scanning the chunk, O(N·E) compares in all, took
-// 1.18 ms for sparse attention's 5,120 key bins at T = 4096 on the H200.)
+// Halvings that narrow [0, kChunk] to one position.
+int chunk_search_steps() {
+  int steps = 1;
+  for (int64_t w = 1; w < kChunk; w *= 2) ++steps;
+  return steps;
+}
+
+// The first position p in [0, kChunk) of a sorted chunk with key(p) >= target (kChunk if none),
+// by halving, in lo(t) (hi(t) its scratch).
+cc::Val chunk_lower_bound(cc::Scope& s, const cc::Buf& lo, const cc::Buf& hi, const cc::Idx& t,
+                          const std::function<cc::Val(const cc::Val&)>& key,
+                          const cc::Val& target) {
+  lo(t) = cc::Val(int64_t{0});
+  hi(t) = cc::Val(kChunk);
+  s.serial(chunk_search_steps(), [&](cc::Idx) {
+    cc::Val l = s.let(lo(t), "l"), h = s.let(hi(t), "h");
+    s.if_then(l < h, [&] {
+      cc::Val mid = s.let((l + h) / 2, "mid");
+      s.if_then_else(
+          key(mid) < target, [&] { lo(t) = mid + 1; }, [&] { hi(t) = mid; });
+    });
+  });
+  return s.let(lo(t), "bound");
+}
+
+// A chunk's sort key of the id at position j: id·2^32 + j, distinct, in (id, position) order.
+constexpr int64_t kKeyShift = int64_t{1} << 32;
+
+// 1. cnt[c, e] and sorted[c, :]: a block per chunk sorts the chunk's keys (id·2^32 + position;
+// bitonic_sort in shared memory, distinct keys so one order) and writes them, then each bin's
+// count is the width of its run, found by two binary searches: O(log kChunk) a bin, kBinsPerStep
+// bins a step. positions and order find an id's rank in its chunk in the sorted keys the same way.
+// (A thread per (chunk, bin) scanning the chunk, O(N·E) compares in all, took 1.18 ms for sparse
+// attention's 5,120 key bins at T = 4096 on the H200.)
 cc::Kernel build_chunk_counts(bool checked) {
   cc::KernelBuilder kb(checked ? "sort_chunk_counts_checked" : "sort_chunk_counts");
   cc::Dim n = kb.dim("N"), g = kb.dim("G"), e = kb.dim("E");
   cc::Buf ids = kb.input("ids", DType::I32, {n});
   cc::Buf status = checked ? kb.input("status", DType::I32, {2}) : cc::Buf{};
   cc::Buf cnt = kb.output("cnt", DType::I32, {g, e});
-  int steps = 1;  // halvings that narrow [0, kChunk] to one position
-  for (int64_t w = 1; w < kChunk; w *= 2) ++steps;
-  kb.body({g, cc::ceildiv(e, kBinsPerBlock)}, kThreads, [&](cc::Scope& s) {
-    cc::Idx chunk = s.block_idx(0), base = s.block_idx(1) * kBinsPerBlock;
+  cc::Buf sorted = kb.output("sorted", DType::I64, {g, kChunk});
+  kb.body({g}, kThreads, [&](cc::Scope& s) {
+    cc::Idx chunk = s.block_idx(0);
     cc::Val ok = status_ok(s, status, checked);
     cc::Buf keys = s.alloc_shared("keys", DType::I64, {kChunk});
     s.parallel(kChunk, [&](cc::Idx j) {
       cc::Idx i = s.let(chunk * kChunk + j, "i");
       s.if_then_else(
-          i < n, [&] { keys(j) = cc::to_i64(ids(i)); },
+          i < n, [&] { keys(j) = cc::to_i64(ids(i)) * kKeyShift + j; },
           [&] { keys(j) = cc::Val(std::numeric_limits<int64_t>::max()); });  // sorts last
     });
     bitonic_sort(s, keys, kChunk, /*descending=*/false);
-    cc::Buf lo = s.alloc_fragment("lo", DType::I64, {kBinsPerBlock});
-    cc::Buf hi = s.alloc_fragment("hi", DType::I64, {kBinsPerBlock});
-    cc::Buf first = s.alloc_fragment("first", DType::I64, {kBinsPerBlock});
-    s.parallel(kBinsPerBlock, [&](cc::Idx t) {
-      cc::Idx bin = base + t;
-      s.if_then(bin < e && ok, [&] {
-        // The first position whose key is >= target, in lo.
-        auto lower_bound = [&](const cc::Val& target) {
-          lo(t) = cc::Val(int64_t{0});
-          hi(t) = cc::Val(kChunk);
-          s.serial(steps, [&](cc::Idx) {
-            cc::Val l = s.let(lo(t), "l"), h = s.let(hi(t), "h");
-            s.if_then(l < h, [&] {
-              cc::Val mid = s.let((l + h) / 2, "mid");
-              s.if_then_else(
-                  keys(mid) < target, [&] { lo(t) = mid + 1; }, [&] { hi(t) = mid; });
-            });
-          });
-        };
-        lower_bound(bin);
-        first(t) = lo(t);
-        lower_bound(bin + 1);
-        cnt(chunk, bin) = cc::to_i32(lo(t) - first(t));
+    s.parallel(kChunk, [&](cc::Idx j) { s.if_then(ok, [&] { sorted(chunk, j) = keys(j); }); });
+    cc::Buf lo = s.alloc_fragment("lo", DType::I64, {kBinsPerStep});
+    cc::Buf hi = s.alloc_fragment("hi", DType::I64, {kBinsPerStep});
+    cc::Buf first = s.alloc_fragment("first", DType::I64, {kBinsPerStep});
+    s.serial(cc::ceildiv(e, kBinsPerStep), [&](cc::Idx step) {
+      s.parallel(kBinsPerStep, [&](cc::Idx t) {
+        cc::Idx bin = step * kBinsPerStep + t;
+        s.if_then(bin < e && ok, [&] {
+          auto key = [&](const cc::Val& p) { return keys(p); };
+          first(t) = chunk_lower_bound(s, lo, hi, t, key, bin * kKeyShift);
+          cc::Val past = chunk_lower_bound(s, lo, hi, t, key, (bin + 1) * kKeyShift);
+          cnt(chunk, bin) = cc::to_i32(past - first(t));
+        });
       });
     });
   });
@@ -272,29 +291,32 @@ cc::Kernel build_chunk_starts() {
   return kb.build();
 }
 
-// 6. position[i].
+// 6. position[i] = start[chunk, id] + the id's earlier positions in the chunk: the rank of i's
+// key among the chunk's sorted keys less that of its id's first key (two binary searches).
 cc::Kernel build_positions(bool checked) {
   cc::KernelBuilder kb(checked ? "sort_positions_checked" : "sort_positions");
   cc::Dim n = kb.dim("N"), g = kb.dim("G"), e = kb.dim("E");
   cc::Buf ids = checked ? kb.index_input("ids", {n}, e) : kb.input("ids", DType::I32, {n});
   cc::Buf status = checked ? kb.input("status", DType::I32, {2}) : cc::Buf{};
   cc::Buf start = kb.input("start", DType::I32, {g, e});
+  cc::Buf sorted = kb.input("sorted", DType::I64, {g, kChunk});
   cc::Buf position = kb.output("position", DType::I32, {n});
   kb.body({cc::ceildiv(n, kThreads)}, kThreads, [&](cc::Scope& s) {
     cc::Idx base = s.block_idx(0) * kThreads;
     cc::Val ok = status_ok(s, status, checked);
-    cc::Buf acc = s.alloc_fragment("acc", DType::I32, {kThreads});
+    cc::Buf lo = s.alloc_fragment("lo", DType::I64, {kThreads});
+    cc::Buf hi = s.alloc_fragment("hi", DType::I64, {kThreads});
+    cc::Buf first = s.alloc_fragment("first", DType::I64, {kThreads});
     s.parallel(kThreads, [&](cc::Idx t) {
       cc::Idx i = base + t;
       s.if_then(i < n && ok, [&] {
         cc::Val bin = s.let(cc::to_i64(ids(i)), "bin");
         cc::Idx chunk = s.let(i / kChunk, "chunk");
         s.if_then(bin >= 0 && bin < e, [&] {
-          acc(t) = start(chunk, bin);
-          s.serial(i - chunk * kChunk, [&](cc::Idx j) {
-            s.if_then(cc::to_i64(ids(chunk * kChunk + j)) == bin, [&] { acc(t) = acc(t) + 1; });
-          });
-          position(i) = acc(t);
+          auto key = [&](const cc::Val& p) { return sorted(chunk, p); };
+          first(t) = chunk_lower_bound(s, lo, hi, t, key, bin * kKeyShift);
+          cc::Val at = chunk_lower_bound(s, lo, hi, t, key, bin * kKeyShift + (i - chunk * kChunk));
+          position(i) = start(chunk, bin) + cc::to_i32(at - first(t));
         });
       });
     });
@@ -306,9 +328,9 @@ cc::Kernel build_positions(bool checked) {
 cc::Kernel build_order(bool checked) {
   cc::KernelBuilder kb(checked ? "sort_order_checked" : "sort_order");
   cc::Dim n = kb.dim("N"), g = kb.dim("G"), e = kb.dim("E"), l = kb.dim("L");
-  cc::Buf ids = kb.input("ids", DType::I32, {n});
   cc::Buf status = checked ? kb.input("status", DType::I32, {2}) : cc::Buf{};
   cc::Buf start = kb.input("start", DType::I32, {g, e});
+  cc::Buf sorted = kb.input("sorted", DType::I64, {g, kChunk});
   cc::Buf offsets = kb.input("offsets", DType::I32, {e});
   cc::Buf order = kb.output("order", DType::I32, {n});
   cc::Buf row = kb.output("row", DType::I32, {n});
@@ -318,8 +340,6 @@ cc::Kernel build_order(bool checked) {
     cc::Buf lo = s.alloc_fragment("lo", DType::I64, {kThreads});
     cc::Buf hi = s.alloc_fragment("hi", DType::I64, {kThreads});
     cc::Buf chunk = s.alloc_fragment("chunk", DType::I32, {kThreads});
-    cc::Buf seen = s.alloc_fragment("seen", DType::I32, {kThreads});
-    cc::Buf found = s.alloc_fragment("found", DType::I32, {kThreads});
     s.parallel(kThreads, [&](cc::Idx t) {
       cc::Idx q = base + t;
       s.if_then(q < n && ok, [&] {
@@ -346,20 +366,17 @@ cc::Kernel build_order(bool checked) {
         chunk(t) =
             cc::to_i32(first_past(cc::Val(g), [&](const cc::Val& c) { return start(c, b); }));
         cc::Val c = s.let(cc::to_i64(chunk(t)), "c");
-        cc::Val rank = s.let(q32 - start(c, b), "rank");
-        seen(t) = cc::to_i32(cc::Val(0));
-        found(t) = cc::to_i32(cc::Val(0));
-        s.serial(kChunk, [&](cc::Idx j) {
-          cc::Idx i = s.let(c * kChunk + j, "i");
-          s.if_then(i < n, [&] {
-            s.if_then(cc::to_i64(ids(i)) == b, [&] {
-              s.if_then(seen(t) == rank, [&] { found(t) = cc::to_i32(i); });
-              seen(t) = seen(t) + 1;
-            });
-          });
-        });
-        order(q) = found(t);
-        row(q) = cc::to_i32(cc::to_i64(found(t)) / l);
+        cc::Val rank = s.let(cc::to_i64(q32 - start(c, b)), "rank");
+        // The rank-th key of bin b among the chunk's sorted keys: its low 32 bits are the id's
+        // position in the chunk. (Clamped into the chunk for the bounds proof: the counts put
+        // every q of a bin inside its chunk's run.)
+        cc::Val first = chunk_lower_bound(
+            s, lo, hi, t, [&](const cc::Val& p) { return sorted(c, p); }, b * kKeyShift);
+        cc::Val p =
+            s.let(cc::min(cc::max(first + rank, cc::Val(int64_t{0})), cc::Val(kChunk - 1)), "p");
+        cc::Val found = s.let(c * kChunk + (sorted(c, p) & (kKeyShift - 1)), "found");
+        order(q) = cc::to_i32(found);
+        row(q) = cc::to_i32(found / l);
       });
     });
   });
@@ -387,18 +404,21 @@ ExpandFn expand_counting_sort(std::shared_ptr<KernelCache> cache) {
     const bool checked = in.size() > 1;  // the graph appended the ids' check status
     const int64_t n = numel(in[0]), g = chunks(n), e = out[3].shape[0];
     const std::string tag = checked ? "_checked" : "";
-    // Scratch 0: cnt [G, E]; 1: start [G, E]; 2: total [E]; 3: seg [S, E].
+    // Scratch 0: cnt [G, E]; 1: start [G, E]; 2: total [E]; 3: seg [S, E]; 4: the chunks'
+    // sorted keys [G, kChunk].
     const int64_t sg = (g + kSegment - 1) / kSegment;
-    OpExpansion ex{
-        .scratch = {
-            {DType::I32, {g, e}}, {DType::I32, {g, e}}, {DType::I32, {e}}, {DType::I32, {sg, e}}}};
+    OpExpansion ex{.scratch = {{DType::I32, {g, e}},
+                               {DType::I32, {g, e}},
+                               {DType::I32, {e}},
+                               {DType::I32, {sg, e}},
+                               {DType::I64, {g, kChunk}}}};
     auto with_status = [&](std::vector<KernelArg> b) {
       if (checked) b.insert(b.begin() + 1, input_slot(1));
       return b;
     };
     ex.calls.push_back({.kernel = cache->get("sort_chunk_counts" + tag,
                                              [&] { return build_chunk_counts(checked); }),
-                        .buffers = with_status({input_slot(0), scratch_slot(0)}),
+                        .buffers = with_status({input_slot(0), scratch_slot(0), scratch_slot(4)}),
                         .dims = {n, g, e}});
     ex.calls.push_back({.kernel = cache->get("sort_segment_sums", build_segment_sums),
                         .buffers = {scratch_slot(0), scratch_slot(3)},
@@ -415,12 +435,15 @@ ExpandFn expand_counting_sort(std::shared_ptr<KernelCache> cache) {
          .dims = {g, sg, e}});
     ex.calls.push_back(
         {.kernel = cache->get("sort_positions" + tag, [&] { return build_positions(checked); }),
-         .buffers = with_status({input_slot(0), scratch_slot(1), output_slot(0)}),
+         .buffers = with_status({input_slot(0), scratch_slot(1), scratch_slot(4), output_slot(0)}),
          .dims = {n, g, e}});
+    // order reads no ids (the sorted keys hold them): the status, when there is one, comes first.
+    std::vector<KernelArg> order_buffers = {scratch_slot(1), scratch_slot(4), output_slot(3),
+                                            output_slot(1), output_slot(2)};
+    if (checked) order_buffers.insert(order_buffers.begin(), input_slot(1));
     ex.calls.push_back(
         {.kernel = cache->get("sort_order" + tag, [&] { return build_order(checked); }),
-         .buffers = with_status(
-             {input_slot(0), scratch_slot(1), output_slot(3), output_slot(1), output_slot(2)}),
+         .buffers = order_buffers,
          .dims = {n, g, e, in[0].shape.back()}});
     return OpExpansion{ex};
   };
@@ -440,7 +463,7 @@ OpTestCase ids_case(std::vector<int64_t> shape, int64_t e) {
   return {.shapes = {std::move(shape)}, .attrs = bins(e), .int_lo = 0, .int_hi = e};
 }
 
-// ids_case({513}, 2100): three bin blocks of chunk_counts (the last ragged), a ragged last chunk;
+// ids_case({513}, 2100): three bin steps of chunk_counts (the last ragged), a ragged last chunk;
 // ids_case({16796}, 70): 66 chunks, so two segments of chunk_starts' scan, the second ragged.
 std::vector<OpTestCase> sort_cases() {
   return {ids_case({1}, 1),       ids_case({7}, 3),      ids_case({5, 2}, 40),
