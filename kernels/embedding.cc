@@ -126,8 +126,9 @@ cc::Kernel build_embedding(DType dtype, bool checked) {
       s.if_then(token < n && col < d, [&] {
         auto gather = [&] {
           cc::Val id = s.let(cc::to_i64(ids(token)), "id");
+          cc::Val in_range = s.let(id >= 0 && id < v, "in_range");
           s.if_then_else(
-              id >= 0 && id < v, [&] { y(token, col) = table(id, col); },
+              in_range, [&] { y(token, col) = table(id, col); },
               [&] { y(token, col) = cc::Val(std::numeric_limits<float>::quiet_NaN()); });
         };
         if (checked)
