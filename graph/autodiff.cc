@@ -42,7 +42,13 @@ std::vector<bool> requires_grad(const OpGraph& g) {
     bool any = false;
     if (!(schema && schema->detaches))
       for (int in : op.inputs) any = any || req[in];
-    for (int out : op.outputs) req[out] = any && dtype_is_float(g.tensors[out].type.dtype);
+    for (size_t o = 0; o < op.outputs.size(); ++o) {
+      const bool detached =
+          schema && std::find(schema->detached_outputs.begin(), schema->detached_outputs.end(),
+                              static_cast<int>(o)) != schema->detached_outputs.end();
+      const int out = op.outputs[o];
+      req[out] = any && !detached && dtype_is_float(g.tensors[out].type.dtype);
+    }
   }
   return req;
 }

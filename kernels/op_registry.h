@@ -206,6 +206,10 @@ struct OpSchema {
   // constants, so nothing computed from them alone gets a backward op. The rule, for any input
   // that asks, says "zeros".
   bool detaches = false;
+  // Float output slots that carry no gradient (sparse_attention's attention mass, a statistic of
+  // the probabilities): autodiff treats them like stop_gradient's outputs, so nothing computed
+  // from them alone gets a backward op, and the rule never reads their dy.
+  std::vector<int> detached_outputs = {};
 
   // Kernel expansion for concrete types: the op's kernels with their bindings. Empty: the op has
   // no kernels yet (the model still parses; compiling it is an error naming the op).

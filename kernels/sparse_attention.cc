@@ -57,9 +57,11 @@ SparseAttentionShape check_inputs(const std::vector<TensorType>& in) {
   return sh;
 }
 
-std::vector<TensorType> infer_forward(const std::vector<TensorType>& in, const Attrs&) {
-  check_inputs(in);
-  return {in[0]};
+// y, and with `mass` the attention's mass per slot [T, K] (Σ_h p, no gradient).
+std::vector<TensorType> infer_forward(const std::vector<TensorType>& in, const Attrs& attrs) {
+  const SparseAttentionShape sh = check_inputs(in);
+  if (!attr_bool(attrs, "mass")) return {in[0]};
+  return {in[0], TensorType{in[0].dtype, {sh.t, sh.k}}};
 }
 
 // (q, kv, idx, bias, sink, y, dy, order [T·K], offsets [S]) -> (dq, dkv, dbias, dsink).
@@ -139,7 +141,12 @@ std::vector<RefTensor> ref_forward(const std::vector<RefTensor>& in, const Attrs
         for (int64_t c = 0; c < n.e; ++c)
           y.data[(t * n.h + h) * n.e + c] += row ? p * row[c] : kNaN();
       }
-  return {y};
+  if (!attr_bool(attrs, "mass")) return {y};
+  RefTensor mass = ref_zeros({n.t, n.k});
+  for (int64_t t = 0; t < n.t; ++t)
+    for (int64_t h = 0; h < n.h; ++h)
+      for (int64_t j = 0; j < n.k; ++j) mass.data[t * n.k + j] += pr.p[(t * n.h + h) * n.k + j];
+  return {y, mass};
 }
 
 // The math from idx directly (order and offsets only say how the kernels walk it).
@@ -201,7 +208,8 @@ ExpandFn expand(std::shared_ptr<KernelCache> cache, bool grad) {
     const SparseAttentionShape sh = check_inputs(in);
     const double scale = attr_float(attrs, "scale");
     return grad ? sparse_attention_grad_expansion(*cache, in[0].dtype, sh, scale)
-                : sparse_attention_expansion(*cache, in[0].dtype, sh, scale);
+                : sparse_attention_expansion(*cache, in[0].dtype, sh, scale,
+                                             attr_bool(attrs, "mass"));
   };
 }
 
@@ -232,6 +240,11 @@ void sort_slots(std::vector<RefTensor>& in) {
   }
 }
 
+OpTestCase with_mass(OpTestCase c) {
+  c.attrs["mass"] = true;
+  return c;
+}
+
 OpTestCase grad_case(int64_t t, int64_t h, int64_t e, int64_t s, int64_t k, double scale) {
   OpTestCase c = forward_case(t, h, e, s, k, scale);
   c.shapes.push_back({t, h, e});
@@ -252,11 +265,17 @@ OpTests forward_tests() {
                                     {{1}, {0}}},
                          .attrs = {{"scale", 1.0}},
                          .outputs = {{{2, 1, 1}, {4.0 / 3.0, 0}}}};
-  return {.kernel = {forward_case(3, 1, 8, 5, 1, 0.5), forward_case(7, 2, 64, 20, 5, 0.125),
-                     forward_case(24, 3, 70, 40, 16, 0.125), forward_case(5, 2, 8, 3, 16, 0.35)},
-          // Repeated ids (K = 4 slots over S = 2 rows), and three heads over distinct ones.
-          .gradient = {forward_case(2, 1, 3, 2, 4, 0.7), forward_case(3, 3, 4, 6, 2, 0.5)},
-          .examples = {masked}};
+  // The last two take the tensor-core kernels in 16-bit dtypes (H a multiple of 8, K of 64),
+  // with a ragged last step of E and slots naming the same row more than once.
+  return {
+      .kernel = {forward_case(3, 1, 8, 5, 1, 0.5), forward_case(7, 2, 64, 20, 5, 0.125),
+                 forward_case(24, 3, 70, 40, 16, 0.125), forward_case(5, 2, 8, 3, 16, 0.35),
+                 forward_case(6, 8, 72, 100, 64, 0.125), forward_case(3, 16, 136, 90, 128, 0.09),
+                 with_mass(forward_case(7, 2, 64, 20, 5, 0.125)),
+                 with_mass(forward_case(6, 8, 72, 100, 64, 0.125))},
+      // Repeated ids (K = 4 slots over S = 2 rows), and three heads over distinct ones.
+      .gradient = {forward_case(2, 1, 3, 2, 4, 0.7), forward_case(3, 3, 4, 6, 2, 0.5)},
+      .examples = {masked}};
 }
 
 OpTests grad_tests() {
@@ -275,7 +294,8 @@ OpTests grad_tests() {
                       .attrs = {{"scale", 1.0}},
                       .outputs = {{{1, 1, 1}, {3}}, {{1, 1}, {3}}, {{1, 1}, {1.5}}, {{1}, {-1.5}}}};
   return {.kernel = {grad_case(3, 1, 8, 5, 1, 0.5), grad_case(7, 2, 64, 20, 5, 0.125),
-                     grad_case(24, 3, 70, 40, 16, 0.125), grad_case(5, 2, 8, 3, 16, 0.35)},
+                     grad_case(24, 3, 70, 40, 16, 0.125), grad_case(5, 2, 8, 3, 16, 0.35),
+                     grad_case(6, 8, 72, 100, 64, 0.125), grad_case(3, 16, 136, 90, 128, 0.09)},
           .examples = {one}};
 }
 
@@ -290,23 +310,38 @@ std::vector<AttrSpec> scale_attr() {
            .doc = "the factor on q·k before the bias (e.g. 1/sqrt(E))"}};
 }
 
+std::vector<AttrSpec> forward_attrs() {
+  std::vector<AttrSpec> attrs = scale_attr();
+  attrs.push_back({.name = "mass",
+                   .kind = AttrKind::Bool,
+                   .default_value = AttrValue{false},
+                   .doc = "also give mass[t, j] = Σ_h p[t, h, j], the attention each selected slot "
+                          "gets summed over the heads (no gradient: a statistic, e.g. a "
+                          "detached training target)"});
+  return attrs;
+}
+
 }  // namespace
 
 void register_sparse_attention(OpRegistry& registry) {
   auto cache = std::make_shared<KernelCache>();
   registry.add(
       {.name = "sparse_attention",
-       .doc = "y[t, h, :] = Σ_j p[t, h, j]·kv[idx[t, j], :], p the softmax over j of "
-              "scale·q[t, h, :]·kv[idx[t, j], :] + bias[t, j] with sink[h] in the denominator: "
-              "q [T, H, E] attending to K selected rows (i32 idx [T, K], checked in [0, S)) of "
-              "one head kv [S, E] used as key and value",
+       .doc =
+           "y[t, h, :] = Σ_j p[t, h, j]·kv[idx[t, j], :], p the softmax over j of "
+           "scale·q[t, h, :]·kv[idx[t, j], :] + bias[t, j] with sink[h] in the denominator: "
+           "q [T, H, E] attending to K selected rows (i32 idx [T, K], checked in [0, S)) of "
+           "one head kv [S, E] used as key and value; with mass, also mass[t, j] = Σ_h p[t, h, j] "
+           "(no gradient)",
        .inputs = {"q", "kv", "idx", "bias", "sink"},
-       .outputs = {"y"},
-       .attrs = scale_attr(),
+       .outputs = {"y", "mass"},
+       .optional_outputs = 1,
+       .attrs = forward_attrs(),
        .input_dtypes = {{2, DType::I32}},
        .infer = infer_forward,
        .reference = ref_forward,
        .gradient = grad_sparse_attention,
+       .detached_outputs = {1},
        .expand = expand(cache, false),
        .index_contracts = {kIdxContract},
        .tests = forward_tests()});

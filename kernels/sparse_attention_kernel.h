@@ -21,9 +21,10 @@ struct SparseAttentionShape {
   int64_t t = 1, h = 1, e = 1, s = 1, k = 1;
 };
 
-// Forward: one block per token. Buffers q, kv, idx, bias, sink (input slots 0..4), y (output 0).
+// Forward: one block per token. Buffers q, kv, idx, bias, sink (input slots 0..4), y (output 0)
+// and, with `mass`, mass [T, K] (output 1: Σ_h p in head order).
 OpExpansion sparse_attention_expansion(KernelCache& cache, DType dtype,
-                                       const SparseAttentionShape& shape, double scale);
+                                       const SparseAttentionShape& shape, double scale, bool mass);
 
 // Backward: inputs q, kv, idx, bias, sink, y, dy, order, offsets (slots 0..8); outputs dq, dkv,
 // dbias, dsink. Kernel A (a block per token) writes dq, dbias and the f32 scratch p, ds [T, H, K]

@@ -35,16 +35,20 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
   if (a->dtype != DType::BF16 && a->dtype != DType::F16) return "the operands are not bf16/f16";
   // A transposed a only as m's 64-wide panels [m / 64, k, 64]: each warpgroup's 64 rows of
   // op(a) are then one MN-major panel of 128-byte rows, as an N-major b tile of n = 64.
-  if (g.trans_a && a->shape.size() != 3)
-    return "the lowering takes a K-major a tile ([m, k]) or m's panels ([m / 64, k, 64])";
+  // A 2-d transposed a of m = 64 ([k, 64]) is one such panel: the same bytes as [1, k, 64].
+  const bool one_panel = g.trans_a && a->shape.size() == 2 && g.m == 64;
+  if (g.trans_a && a->shape.size() != 3 && !one_panel)
+    return "the lowering takes a K-major a tile ([m, k]) or m's panels ([m / 64, k, 64], or "
+           "[k, 64] when m = 64)";
   if (!g.trans_b && g.n != 64)
     return "the lowering takes an N-major b tile ([k, n]) of n = 64 (one 128-byte row)";
   if (g.k != 64) return "the lowering takes k = 64 (one 128-byte swizzle atom per row)";
   const Swizzle sw = tensor_core_swizzle(128, 2);
   const std::vector<int64_t> b_shape =
       g.trans_b ? std::vector<int64_t>{g.n, g.k} : std::vector<int64_t>{g.k, g.n};
-  const std::vector<int64_t> a_shape =
-      g.trans_a ? std::vector<int64_t>{g.m / 64, g.k, 64} : std::vector<int64_t>{g.m, g.k};
+  const std::vector<int64_t> a_shape = one_panel ? std::vector<int64_t>{g.k, 64}
+                                       : g.trans_a ? std::vector<int64_t>{g.m / 64, g.k, 64}
+                                                   : std::vector<int64_t>{g.m, g.k};
   if (!(a->layout == compact_row_major(a_shape)) || !(a->swizzle == sw) ||
       !(b->layout == compact_row_major(b_shape)) || !(b->swizzle == sw))
     return "the tiles must be row-major under the 128B swizzle " + to_string(sw);

@@ -197,6 +197,50 @@ TEST(LossSpec, StopGradientLeavesWhatIsBeforeAndAfterItWithoutAGradient) {
   EXPECT_EQ(scales, 1);
 }
 
+// sparse_attention's `mass` output carries no gradient (OpSchema::detached_outputs): a model
+// whose loss reads only the mass gives q and kv no gradient and runs no backward kernel for the
+// attention; with y in the loss as well, the attention's rule runs for y alone.
+TEST(LossSpec, ADetachedOutputPassesNoGradient) {
+  auto build = [](const char* outputs) {
+    Model m =
+        parse_model(std::string("model: m\n"
+                                "dims: {T: 4, H: 2, E: 8, S: 6, K: 3}\n"
+                                "inputs:\n"
+                                "  kv: {shape: [S, E]}\n"
+                                "  idx: {shape: [T, K], dtype: i32}\n"
+                                "  bias: {shape: [T, K]}\n"
+                                "  sink: {shape: [H]}\n"
+                                "layers:\n"
+                                "  - name: a\n"
+                                "    weights:\n"
+                                "      q: {shape: [T, H, E]}\n"
+                                "    ops:\n"
+                                "      - {op: sparse_attention, in: [q, kv, idx, bias, sink],\n"
+                                "         out: [y, mass], scale: 0.5, mass: true}\n"
+                                "outputs: ") +
+                        outputs + "\n",
+                    "m.yaml");
+    graph::OpGraph g = graph::build_forward(m);
+    graph::append_backward(m, g);
+    return g;
+  };
+  auto computed = [](const graph::OpGraph& g, const char* name) {
+    auto it = g.grad.find(g.find(name));
+    return it != g.grad.end() && g.tensors[it->second].producer >= 0;
+  };
+  auto rules = [](const graph::OpGraph& g) {
+    int n = 0;
+    for (const graph::GraphOp& op : g.ops) n += op.type == "sparse_attention_grad";
+    return n;
+  };
+  graph::OpGraph only_mass = build("[a.mass]");
+  EXPECT_FALSE(computed(only_mass, "a.q"));
+  EXPECT_EQ(rules(only_mass), 0);
+  graph::OpGraph both = build("[a.y, a.mass]");
+  EXPECT_TRUE(computed(both, "a.q"));
+  EXPECT_EQ(rules(both), 1);
+}
+
 TEST(LossSpecErrors, LayerTermsNameTheirLayerAndPosition) {
   expect_error(layer_loss_model("{term: kl_div, in: [logp, qq]}"), "m.yaml:17:35: error:",
                "unknown tensor 'qq' (input 1 of loss term 0 of layer 'blk.0' (kl_div))");
