@@ -329,7 +329,7 @@ int64_t head_groups(int64_t h) { return (h + kTcGroup - 1) / kTcGroup; }
 int64_t tc_shared_bytes(const SparseAttentionShape& sh) {
   const int64_t tiles = sh.k * kTcCols * 2;     // the gathered rows
   const int64_t rows = 2 * sh.h * kTcCols * 2;  // q and dy steps
-  const int64_t probs = 2 * sh.h * sh.k * 4;    // p and ds in f32
+  const int64_t probs = sh.h * sh.k * 4;        // p (then ds) in f32
   const int64_t parts = sh.h * sh.k * 2 * 2;    // p's two parts (forward)
   const int64_t packed = head_groups(sh.h) * (sh.k + kTcCols) * kTcCols * 2 +  // backward
                          kTcCols * (2 * kTcGroup + 1) * 4;
@@ -344,6 +344,7 @@ struct TcToken {
   cc::Val s_dim;               // kv's rows
   cc::Buf ids, p, m, d, part;  // as Token's; part: the softmax's per-stretch maxima and sums
   std::vector<cc::Buf> keys;   // per slot block: [64 slots, 64 columns]
+  std::vector<cc::Buf> regs;   // per slot block: the next step's rows in registers
   std::vector<cc::Buf> acc;    // per slot block: [64 slots, H] scores
 
   TcToken(cc::Scope& scope, DType dtype, int64_t heads, int64_t slots, cc::Idx token, cc::Val rows)
@@ -363,6 +364,7 @@ struct TcToken {
     for (int64_t b = 0; b < blocks; ++b) {
       const std::string n = std::to_string(b);
       keys.push_back(s.alloc_shared("keys" + n, dt, {kTcSlots, kTcCols}, sw));
+      regs.push_back(s.alloc_fragment("rk" + n, dt, {kTcSlots, kTcCols}));
       acc.push_back(s.alloc_fragment("acc" + n, DType::F32, {kTcSlots, h}));
     }
   }
@@ -370,10 +372,21 @@ struct TcToken {
   // The softmax's stretches per head: K / lanes() slots each.
   int64_t lanes() const { return std::min<int64_t>(16, std::max<int64_t>(1, kTcTokThreads / h)); }
 
-  // keys[b] = slot block b's rows of kv, columns [e0, e0 + 64). A step inside E loads without
-  // guards (16-byte loads: E is a multiple of 8), a bad id's row as row 0 (its scores are NaN
-  // whatever the row holds); the last, ragged step reads 0 past E and for a bad id.
-  void gather(const cc::Buf& kv, const cc::Val& e0, const cc::Val& e_dim) {
+  // A [H, 64] tile of x[t, :, step] staged beside the keys: its registers, its shared tile.
+  struct Staged {
+    cc::Buf src, reg, tile;
+  };
+  Staged staged(const std::string& name, const cc::Buf& src) {
+    return {src, s.alloc_fragment("r" + name, dt, {h, kTcCols}),
+            s.alloc_shared(name, dt, {h, kTcCols}, cc::tensor_core_swizzle(128, 2))};
+  }
+
+  // regs[b] = slot block b's rows of kv, columns [e0, e0 + 64), and each staged tile's rows of
+  // x. A step inside E loads without guards (16-byte loads: E is a multiple of 8), a bad id's
+  // row as row 0 (its scores are NaN whatever the row holds); the last, ragged step reads 0 past
+  // E and for a bad id.
+  void load(const cc::Buf& kv, const std::vector<Staged>& rows, const cc::Val& e0,
+            const cc::Val& e_dim) {
     s.if_then_else(
         e0 + kTcCols <= e_dim,
         [&] {
@@ -381,9 +394,12 @@ struct TcToken {
             s.parallel(kTcSlots, kTcCols, [&](cc::Idx i, cc::Idx c) {
               cc::Val id = s.let(
                   cc::min(cc::max(cc::to_i64(ids(b * kTcSlots + i)), i64(0)), s_dim - 1), "id");
-              keys[b](i, c) = kv(id, e0 + c);
+              regs[b](i, c) = kv(id, e0 + c);
             });
           }
+          for (const Staged& r : rows)
+            s.parallel(h, kTcCols,
+                       [&](cc::Idx hh, cc::Idx c) { r.reg(hh, c) = r.src(t, hh, e0 + c); });
         },
         [&] {
           for (int64_t b = 0; b < blocks; ++b) {
@@ -391,11 +407,42 @@ struct TcToken {
               cc::Val id = s.let(cc::to_i64(ids(b * kTcSlots + i)), "id");
               cc::Idx col = e0 + c;
               s.if_then_else(
-                  id >= 0 && id < s_dim && col < e_dim, [&] { keys[b](i, c) = kv(id, col); },
-                  [&] { keys[b](i, c) = 0.0f; });
+                  id >= 0 && id < s_dim && col < e_dim, [&] { regs[b](i, c) = kv(id, col); },
+                  [&] { regs[b](i, c) = 0.0f; });
             });
           }
+          for (const Staged& r : rows)
+            s.parallel(h, kTcCols, [&](cc::Idx hh, cc::Idx c) {
+              s.if_then_else(
+                  e0 + c < e_dim, [&] { r.reg(hh, c) = r.src(t, hh, e0 + c); },
+                  [&] { r.reg(hh, c) = 0.0f; });
+            });
         });
+  }
+
+  // body(e0) for each step of 64 columns of E, with keys (and the staged tiles) holding the
+  // step's rows: step c + 1's loads are issued before step c's body runs its gemms, so the
+  // gather's latency hides behind them. A barrier after each body.
+  void steps(const cc::Buf& kv, const std::vector<Staged>& rows, const cc::Val& e_dim,
+             const std::function<void(const cc::Val&)>& body) {
+    auto store = [&] {
+      for (int64_t b = 0; b < blocks; ++b)
+        s.parallel(kTcSlots, kTcCols, [&](cc::Idx i, cc::Idx c) { keys[b](i, c) = regs[b](i, c); });
+      for (const Staged& r : rows)
+        s.parallel(h, kTcCols, [&](cc::Idx hh, cc::Idx c) { r.tile(hh, c) = r.reg(hh, c); });
+      s.barrier();
+    };
+    cc::Val n = s.let(cc::ceildiv(e_dim, i64(kTcCols)), "steps");
+    load(kv, rows, i64(0), e_dim);
+    s.serial(cc::max(n - 1, i64(0)), [&](cc::Idx chunk) {
+      store();
+      load(kv, rows, (chunk + 1) * kTcCols, e_dim);
+      body(s.let(chunk * kTcCols, "e0"));
+      s.barrier();
+    });
+    store();
+    body(s.let((n - 1) * kTcCols, "e0"));
+    s.barrier();
   }
 
   // rows[r, c] = x[t, head(r), e0 + c] for the rows r with head(r) < H, else 0; 0 past E.
@@ -419,10 +466,6 @@ struct TcToken {
                 [&] { rows(r, c) = 0.0f; });
           });
         });
-  }
-  void stage_heads(const cc::Buf& rows, const cc::Buf& x, const cc::Val& e0, const cc::Val& e_dim) {
-    stage_rows(
-        rows, h, [](cc::Idx r) { return cc::Val(r); }, x, e0, e_dim);
   }
 
   void zero(const std::vector<cc::Buf>& frags) {
@@ -489,17 +532,10 @@ cc::Kernel build_forward_tc(DType dt, const SparseAttentionShape& sh, bool with_
   kb.body({t}, kTcTokThreads, [&](cc::Scope& s) {
     TcToken tok(s, dt, sh.h, sh.k, s.block_idx(0), sd);
     const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
-    cc::Buf qs = s.alloc_shared("qs", dt, {sh.h, kTcCols}, sw);
+    const TcToken::Staged qs = tok.staged("qs", q);
     stage_token_ids(s, sh.k, tok.t, tok.ids, idx, sd);
     tok.zero(tok.acc);
-    s.serial(cc::ceildiv(e, i64(kTcCols)), [&](cc::Idx chunk) {
-      cc::Val e0 = s.let(chunk * kTcCols, "e0");
-      tok.gather(kv, e0, e);
-      tok.stage_heads(qs, q, e0, e);
-      s.barrier();
-      tok.dot(tok.acc, qs);
-      s.barrier();
-    });
+    tok.steps(kv, {qs}, e, [&](const cc::Val&) { tok.dot(tok.acc, qs.tile); });
     tok.softmax(bias, sink, scale);
     if (with_mass) write_mass(s, sh.h, sh.k, tok.t, tok.p, mass);
     // y^T = V^T·P^T: p as head and tail [H, 64] per slot block, a [64 columns, H] accumulator.
@@ -514,10 +550,7 @@ cc::Kernel build_forward_tc(DType dt, const SparseAttentionShape& sh, bool with_
       });
     }
     cc::Buf o = s.alloc_fragment("o", DType::F32, {kTcCols, sh.h});
-    s.serial(cc::ceildiv(e, i64(kTcCols)), [&](cc::Idx chunk) {
-      cc::Val e0 = s.let(chunk * kTcCols, "e0");
-      tok.gather(kv, e0, e);
-      s.barrier();
+    tok.steps(kv, {}, e, [&](const cc::Val& e0) {
       s.parallel(kTcCols, h, [&](cc::Idx c, cc::Idx hh) { o(c, hh) = 0.0f; });
       for (int64_t b = 0; b < tok.blocks; ++b) {
         s.gemm(o, tok.keys[b], head[b], /*trans_a=*/true, /*trans_b=*/true);
@@ -526,7 +559,6 @@ cc::Kernel build_forward_tc(DType dt, const SparseAttentionShape& sh, bool with_
       s.parallel(kTcCols, h, [&](cc::Idx c, cc::Idx hh) {
         s.if_then(e0 + c < e, [&] { y(tok.t, hh, e0 + c) = o(c, hh); });
       });
-      s.barrier();
     });
   });
   return kb.build();
@@ -551,10 +583,8 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
     TcToken tok(s, dt, sh.h, sh.k, s.block_idx(0), sd);
     const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
     const int64_t groups = head_groups(sh.h);
-    cc::Buf qs = s.alloc_shared("qs", dt, {sh.h, kTcCols}, sw);
-    cc::Buf dys = s.alloc_shared("dys", dt, {sh.h, kTcCols}, sw);
+    const TcToken::Staged qs = tok.staged("qs", q), dys = tok.staged("dys", dy);
     cc::Buf delta = s.alloc_shared("delta", DType::F32, {sh.h});
-    cc::Buf dss = s.alloc_shared("ds", DType::F32, {sh.h, sh.k});
     cc::Buf db = s.alloc_fragment("db", DType::F32, {sh.k});
     std::vector<cc::Buf> dp;
     for (int64_t b = 0; b < tok.blocks; ++b)
@@ -563,30 +593,54 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
     tok.zero(tok.acc);
     tok.zero(dp);
     s.parallel(h, [&](cc::Idx hh) { delta(hh) = 0.0f; });
-    s.serial(cc::ceildiv(e, i64(kTcCols)), [&](cc::Idx chunk) {
-      cc::Val e0 = s.let(chunk * kTcCols, "e0");
-      tok.gather(kv, e0, e);
-      tok.stage_heads(qs, q, e0, e);
-      tok.stage_heads(dys, dy, e0, e);
-      s.barrier();
-      tok.dot(tok.acc, qs);
-      tok.dot(dp, dys);
+    tok.steps(kv, {qs, dys}, e, [&](const cc::Val& e0) {
+      tok.dot(tok.acc, qs.tile);
+      tok.dot(dp, dys.tile);
       // delta[hh] = y[t, hh, :] · dy[t, hh, :] in column order.
       s.parallel(h, [&](cc::Idx hh) {
         s.serial(i64(kTcCols), [&](cc::Idx c) {
           cc::Idx col = e0 + c;
           s.if_then(col < e,
-                    [&] { delta(hh) = cc::fma(y(tok.t, hh, col), dys(hh, c), delta(hh)); });
+                    [&] { delta(hh) = cc::fma(y(tok.t, hh, col), dys.tile(hh, c), delta(hh)); });
         });
       });
-      s.barrier();
     });
     tok.softmax(bias, sink, scale);
-    // ds = p · (dp - delta).
+    // packed[b][gi][i, 16 part + r] for head hh = 16 gi + r (0 past H): parts 0 and 1 are
+    // scale·ds's head and tail, 2 and 3 p's. p's parts first: ds then takes p's place.
+    std::vector<std::vector<cc::Buf>> packed(tok.blocks);
+    auto pack = [&](int part0, const std::function<cc::Val(cc::Val, cc::Val)>& value) {
+      for (int64_t b = 0; b < tok.blocks; ++b) {
+        for (int64_t gi = 0; gi < groups; ++gi) {
+          const cc::Buf& a = packed[b][gi];
+          s.parallel(kTcSlots, kTcGroup, [&](cc::Idx i, cc::Idx r) {
+            cc::Val hh = s.let(gi * kTcGroup + r, "hh");
+            s.if_then_else(
+                hh < h,
+                [&] {
+                  cc::Val v = s.let(value(hh, b * kTcSlots + i), "v");
+                  a(i, part0 * kTcGroup + r) = v;
+                  a(i, (part0 + 1) * kTcGroup + r) = v - a(i, part0 * kTcGroup + r);
+                },
+                [&] {
+                  a(i, part0 * kTcGroup + r) = 0.0f;
+                  a(i, (part0 + 1) * kTcGroup + r) = 0.0f;
+                });
+          });
+        }
+      }
+    };
+    for (int64_t b = 0; b < tok.blocks; ++b)
+      for (int64_t gi = 0; gi < groups; ++gi)
+        packed[b].push_back(s.alloc_shared("packed" + std::to_string(b) + "_" + std::to_string(gi),
+                                           dt, {kTcSlots, kTcCols}, sw));
+    pack(2, [&](cc::Val hh, cc::Val j) { return tok.p(hh, j); });
+    s.barrier();
+    // ds = p · (dp - delta), in place of p.
     for (int64_t b = 0; b < tok.blocks; ++b) {
       s.parallel(kTcSlots, h, [&](cc::Idx i, cc::Idx hh) {
         cc::Idx j = b * kTcSlots + i;
-        dss(hh, j) = tok.p(hh, j) * (dp[b](i, hh) - delta(hh));
+        tok.p(hh, j) = tok.p(hh, j) * (dp[b](i, hh) - delta(hh));
       });
     }
     s.parallel(h, [&](cc::Idx hh) {
@@ -594,37 +648,11 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
     });
     s.barrier();
     s.parallel(k, [&](cc::Idx j) {
-      db(j) = dss(i64(0), j);
-      s.serial(h - 1, [&](cc::Idx hh) { db(j) = db(j) + dss(hh + 1, j); });
+      db(j) = tok.p(i64(0), j);
+      s.serial(h - 1, [&](cc::Idx hh) { db(j) = db(j) + tok.p(hh + 1, j); });
       dbias(tok.t, j) = db(j);
     });
-    // packed[b][gi][i, 16 part + r] for head hh = 16 gi + r (0 past H): part 0 and 1 are
-    // scale·ds's head and tail, 2 and 3 p's.
-    std::vector<std::vector<cc::Buf>> packed(tok.blocks);
-    for (int64_t b = 0; b < tok.blocks; ++b) {
-      for (int64_t gi = 0; gi < groups; ++gi) {
-        cc::Buf a = s.alloc_shared("packed" + std::to_string(b) + "_" + std::to_string(gi), dt,
-                                   {kTcSlots, kTcCols}, sw);
-        packed[b].push_back(a);
-        s.parallel(kTcSlots, kTcGroup, [&](cc::Idx i, cc::Idx r) {
-          cc::Idx j = b * kTcSlots + i;
-          cc::Val hh = s.let(gi * kTcGroup + r, "hh");
-          s.if_then_else(
-              hh < h,
-              [&] {
-                cc::Val v = s.let(scale * dss(hh, j), "sds");
-                a(i, r) = v;
-                a(i, kTcGroup + r) = v - a(i, r);
-                cc::Val pv = s.let(tok.p(hh, j), "pv");
-                a(i, 2 * kTcGroup + r) = pv;
-                a(i, 3 * kTcGroup + r) = pv - a(i, 2 * kTcGroup + r);
-              },
-              [&] {
-                for (int part = 0; part < 4; ++part) a(i, part * kTcGroup + r) = 0.0f;
-              });
-        });
-      }
-    }
+    pack(0, [&](cc::Val hh, cc::Val j) { return scale * tok.p(hh, j); });
     // rows[gi][16 part + r, c]: q for parts 0 and 1, dy for 2 and 3, of head 16 gi + r.
     std::vector<cc::Buf> rows;
     for (int64_t gi = 0; gi < groups; ++gi)
@@ -632,9 +660,7 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
     cc::Buf o = s.alloc_fragment("o", DType::F32, {kTcCols, kTcCols});
     cc::Buf osh = s.alloc_shared("osh", DType::F32, {kTcCols, 2 * kTcGroup + 1});
     cc::Buf gacc = s.alloc_fragment("gacc", DType::F32, {kTcSlots, kTcCols});
-    s.serial(cc::ceildiv(e, i64(kTcCols)), [&](cc::Idx chunk) {
-      cc::Val e0 = s.let(chunk * kTcCols, "e0");
-      tok.gather(kv, e0, e);
+    tok.steps(kv, {}, e, [&](const cc::Val& e0) {
       for (int64_t gi = 0; gi < groups; ++gi) {
         auto head_of = [&](cc::Idx r) { return gi * kTcGroup + r % kTcGroup; };
         tok.stage_rows(rows[gi], 2 * kTcGroup, head_of, q, e0, e);
@@ -686,7 +712,6 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
           s.if_then(e0 + c < e, [&] { g_out(tok.t * k + b * kTcSlots + i, e0 + c) = gacc(i, c); });
         });
       }
-      s.barrier();
     });
   });
   return kb.build();
@@ -695,6 +720,9 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
 // Kernel B on the tensor-core path: dkv[key, col] = Σ g[o, col] over the key's entries o of
 // order[offsets[key] .. end), in that order; an entry outside [0, T·K) or naming a slot whose id
 // is not the key makes the row NaN, as build_grad_keys. Parameters idx, order, offsets, g, dkv.
+// The entries are checked kKeyThreads at a time into shared memory (one per thread), so the sum
+// over them is one independent row load per entry: a key that many tokens pick (an early
+// compressed entry, ~T entries) is no longer a chain of three dependent loads per entry.
 cc::Kernel build_grad_keys_tc(DType dt, const SparseAttentionShape& sh) {
   cc::KernelBuilder kb(kernel_name("sparse_attention_tc_grad_keys", dt, sh));
   cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E");
@@ -710,21 +738,41 @@ cc::Kernel build_grad_keys_tc(DType dt, const SparseAttentionShape& sh) {
     cc::Val begin = s.let(cc::min(cc::max(cc::to_i64(offsets(key)), i64(0)), n), "begin");
     cc::Val next = s.let(cc::to_i64(offsets(cc::min(key + 1, sd - 1))), "next");
     cc::Val end = s.let(cc::select(key + 1 < sd, cc::min(cc::max(next, begin), n), n), "end");
+    cc::Buf entry = s.alloc_shared("entry", DType::I32, {kKeyThreads});  // -1: a bad entry
     cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kKeyThreads});
     cc::Buf bad = s.alloc_fragment("bad", DType::F32, {kKeyThreads});
     s.parallel(kKeyThreads, [&](cc::Idx i) {
-      cc::Idx col = base + i;
-      s.if_then(col < e, [&] {
-        acc(i) = 0.0f;
-        bad(i) = 0.0f;
-        s.serial(end - begin, [&](cc::Idx r) {
-          cc::Val o = s.let(cc::to_i64(order(begin + r)), "o");
-          s.if_then_else(
-              o >= 0 && o < n && cc::to_i64(idx(o / k, o % k)) == key,
-              [&] { acc(i) = acc(i) + g(o, col); }, [&] { bad(i) = 1.0f; });
+      acc(i) = 0.0f;
+      bad(i) = 0.0f;
+    });
+    s.serial(cc::ceildiv(end - begin, i64(kKeyThreads)), [&](cc::Idx chunk) {
+      cc::Val r0 = s.let(begin + chunk * kKeyThreads, "r0");
+      s.parallel(kKeyThreads, [&](cc::Idx i) {
+        s.if_then(r0 + i < end, [&] {
+          cc::Val o = s.let(cc::to_i64(order(r0 + i)), "o");
+          cc::Val ok = s.let(o >= 0 && o < n, "ok");
+          cc::Val oc = s.let(cc::min(cc::max(o, i64(0)), n - 1), "oc");
+          entry(i) =
+              cc::to_i32(cc::select(ok && cc::to_i64(idx(oc / k, oc % k)) == key, o, i64(-1)));
         });
-        dkv(key, col) = cc::select(bad(i) == 0.0f, acc(i), nan_f32());
       });
+      s.barrier();
+      s.parallel(kKeyThreads, [&](cc::Idx i) {
+        cc::Idx col = base + i;
+        s.if_then(col < e, [&] {
+          s.serial(cc::min(end - r0, i64(kKeyThreads)), [&](cc::Idx r) {
+            cc::Val o = s.let(cc::to_i64(entry(r)), "o");
+            s.if_then_else(
+                o >= 0, [&] { acc(i) = acc(i) + g(cc::min(o, n - 1), col); },
+                [&] { bad(i) = 1.0f; });
+          });
+        });
+      });
+      s.barrier();
+    });
+    s.parallel(kKeyThreads, [&](cc::Idx i) {
+      cc::Idx col = base + i;
+      s.if_then(col < e, [&] { dkv(key, col) = cc::select(bad(i) == 0.0f, acc(i), nan_f32()); });
     });
   });
   return kb.build();
