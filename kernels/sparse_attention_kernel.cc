@@ -27,6 +27,7 @@ namespace {
 constexpr int kThreads = 256;     // per-token kernels
 constexpr int64_t kCols = 32;     // the columns of E staged per step (128-byte rows)
 constexpr int kKeyThreads = 128;  // kernel B: columns per block
+constexpr int kKeyLanes = 4;      // the tensor-core path's kernel B: partial sums per column
 
 cc::Val nan_f32() { return cc::Val(std::numeric_limits<float>::quiet_NaN()); }
 cc::Val i64(int64_t v) { return cc::Val(v); }
@@ -722,7 +723,9 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
 // is not the key makes the row NaN, as build_grad_keys. Parameters idx, order, offsets, g, dkv.
 // The entries are checked kKeyThreads at a time into shared memory (one per thread), so the sum
 // over them is one independent row load per entry: a key that many tokens pick (an early
-// compressed entry, ~T entries) is no longer a chain of three dependent loads per entry.
+// compressed entry, ~T entries) is no longer a chain of three dependent loads per entry. Entry r
+// of a key's run adds into partial sum r % kKeyLanes (independent chains, so the loads overlap),
+// and the partial sums are added in lane order: an order fixed by the run's length only.
 cc::Kernel build_grad_keys_tc(DType dt, const SparseAttentionShape& sh) {
   cc::KernelBuilder kb(kernel_name("sparse_attention_tc_grad_keys", dt, sh));
   cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E");
@@ -739,10 +742,12 @@ cc::Kernel build_grad_keys_tc(DType dt, const SparseAttentionShape& sh) {
     cc::Val next = s.let(cc::to_i64(offsets(cc::min(key + 1, sd - 1))), "next");
     cc::Val end = s.let(cc::select(key + 1 < sd, cc::min(cc::max(next, begin), n), n), "end");
     cc::Buf entry = s.alloc_shared("entry", DType::I32, {kKeyThreads});  // -1: a bad entry
-    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kKeyThreads});
+    std::vector<cc::Buf> acc;
+    for (int l = 0; l < kKeyLanes; ++l)
+      acc.push_back(s.alloc_fragment("acc" + std::to_string(l), DType::F32, {kKeyThreads}));
     cc::Buf bad = s.alloc_fragment("bad", DType::F32, {kKeyThreads});
     s.parallel(kKeyThreads, [&](cc::Idx i) {
-      acc(i) = 0.0f;
+      for (const cc::Buf& a : acc) a(i) = 0.0f;
       bad(i) = 0.0f;
     });
     s.serial(cc::ceildiv(end - begin, i64(kKeyThreads)), [&](cc::Idx chunk) {
@@ -760,11 +765,17 @@ cc::Kernel build_grad_keys_tc(DType dt, const SparseAttentionShape& sh) {
       s.parallel(kKeyThreads, [&](cc::Idx i) {
         cc::Idx col = base + i;
         s.if_then(col < e, [&] {
-          s.serial(cc::min(end - r0, i64(kKeyThreads)), [&](cc::Idx r) {
-            cc::Val o = s.let(cc::to_i64(entry(r)), "o");
-            s.if_then_else(
-                o >= 0, [&] { acc(i) = acc(i) + g(cc::min(o, n - 1), col); },
-                [&] { bad(i) = 1.0f; });
+          cc::Val count = s.let(cc::min(end - r0, i64(kKeyThreads)), "count");
+          s.serial(cc::ceildiv(count, i64(kKeyLanes)), [&](cc::Idx rr) {
+            for (int l = 0; l < kKeyLanes; ++l) {
+              cc::Val r = s.let(rr * kKeyLanes + l, "r");
+              s.if_then(r < count, [&] {
+                cc::Val o = s.let(cc::to_i64(entry(r)), "o");
+                s.if_then_else(
+                    o >= 0, [&] { acc[l](i) = acc[l](i) + g(cc::min(o, n - 1), col); },
+                    [&] { bad(i) = 1.0f; });
+              });
+            }
           });
         });
       });
@@ -772,7 +783,11 @@ cc::Kernel build_grad_keys_tc(DType dt, const SparseAttentionShape& sh) {
     });
     s.parallel(kKeyThreads, [&](cc::Idx i) {
       cc::Idx col = base + i;
-      s.if_then(col < e, [&] { dkv(key, col) = cc::select(bad(i) == 0.0f, acc(i), nan_f32()); });
+      s.if_then(col < e, [&] {
+        cc::Val sum = acc[0](i);
+        for (int l = 1; l < kKeyLanes; ++l) sum = sum + acc[l](i);
+        dkv(key, col) = cc::select(bad(i) == 0.0f, sum, nan_f32());
+      });
     });
   });
   return kb.build();

@@ -25,11 +25,11 @@ class Substitute : public IRMutator {
   const std::map<std::string, Expr>& by_;
 };
 
-// The names a statement binds (lets, loops) and whether an expression reads memory.
+// The names a statement binds (lets, loops), the buffers it stores to, and the buffers an
+// expression reads.
 class Bound : public IRVisitor {
  public:
-  std::set<std::string> names;
-  bool loads = false;
+  std::set<std::string> names, stored, loaded;
 
  protected:
   void visit_stmt(const LetStmt* op) override {
@@ -45,8 +45,12 @@ class Bound : public IRVisitor {
     IRVisitor::visit_expr(op);
   }
   void visit_expr(const Load* op) override {
-    loads = true;
+    loaded.insert(op->buffer);
     IRVisitor::visit_expr(op);
+  }
+  void visit_stmt(const Store* op) override {
+    stored.insert(op->buffer);
+    IRVisitor::visit_stmt(op);
   }
 };
 
@@ -68,6 +72,7 @@ class LaneLoop : public IRMutator {
     Bound b;
     b.visit(loop->body);
     inner_ = b.names;
+    stored_ = b.stored;
     inner_.insert(loop->var);
     lanes_ = static_cast<int>(loop->extent.as<IntImm>()->value);
   }
@@ -112,7 +117,11 @@ class LaneLoop : public IRMutator {
     Expr base = Substitute(first).mutate(full);
     Bound reads;
     reads.visit(base);
-    if (reads.loads || mentions_any(base, inner_)) return "";
+    if (mentions_any(base, inner_)) return "";
+    // A lane-0 index may read shared memory the loop does not write (a gather's row id, staged
+    // before a barrier): hoisted before the loop, it reads what every lane would.
+    for (const std::string& buf : reads.loaded)
+      if (!find_shared(*k_, buf) || stored_.count(buf)) return "";
     std::string key = (store ? "store " : "load ") + buffer + "[" + to_string(base) + "]";
     auto it = arrays_.find(key);
     if (it != arrays_.end()) return it->second;
@@ -149,6 +158,7 @@ class LaneLoop : public IRMutator {
   int lanes_ = 1;
   std::set<std::string> lins_;  // lets whose value reads the lane var itself
   std::set<std::string> inner_;
+  std::set<std::string> stored_;  // buffers the loop body writes
   std::map<std::string, Expr> lets_;
   std::map<std::string, std::string> arrays_;  // access key → local array
 };
