@@ -753,28 +753,30 @@ cc::Kernel build_grad_keys_tc(DType dt, const SparseAttentionShape& sh) {
     s.serial(cc::ceildiv(end - begin, i64(kKeyThreads)), [&](cc::Idx chunk) {
       cc::Val r0 = s.let(begin + chunk * kKeyThreads, "r0");
       s.parallel(kKeyThreads, [&](cc::Idx i) {
-        s.if_then(r0 + i < end, [&] {
-          cc::Val o = s.let(cc::to_i64(order(r0 + i)), "o");
-          cc::Val ok = s.let(o >= 0 && o < n, "ok");
-          cc::Val oc = s.let(cc::min(cc::max(o, i64(0)), n - 1), "oc");
-          entry(i) =
-              cc::to_i32(cc::select(ok && cc::to_i64(idx(oc / k, oc % k)) == key, o, i64(-1)));
-        });
+        s.if_then_else(
+            r0 + i < end,
+            [&] {
+              cc::Val o = s.let(cc::to_i64(order(r0 + i)), "o");
+              cc::Val ok = s.let(o >= 0 && o < n, "ok");
+              cc::Val oc = s.let(cc::min(cc::max(o, i64(0)), n - 1), "oc");
+              entry(i) =
+                  cc::to_i32(cc::select(ok && cc::to_i64(idx(oc / k, oc % k)) == key, o, i64(-1)));
+            },
+            [&] { entry(i) = -2; });
       });
       s.barrier();
       s.parallel(kKeyThreads, [&](cc::Idx i) {
         cc::Idx col = base + i;
         s.if_then(col < e, [&] {
           cc::Val count = s.let(cc::min(end - r0, i64(kKeyThreads)), "count");
+          // Branch-free, so the lanes' loads issue together: a slot past the run (-2) adds
+          // +0 and a bad entry (-1) sets bad; both read row 0.
           s.serial(cc::ceildiv(count, i64(kKeyLanes)), [&](cc::Idx rr) {
             for (int l = 0; l < kKeyLanes; ++l) {
-              cc::Val r = s.let(rr * kKeyLanes + l, "r");
-              s.if_then(r < count, [&] {
-                cc::Val o = s.let(cc::to_i64(entry(r)), "o");
-                s.if_then_else(
-                    o >= 0, [&] { acc[l](i) = acc[l](i) + g(cc::min(o, n - 1), col); },
-                    [&] { bad(i) = 1.0f; });
-              });
+              cc::Val o = s.let(cc::to_i64(entry(rr * kKeyLanes + l)), "o");
+              acc[l](i) =
+                  acc[l](i) + cc::select(o >= 0, g(cc::min(cc::max(o, i64(0)), n - 1), col), 0.0f);
+              bad(i) = cc::max(bad(i), cc::select(o == -1, cc::Val(1.0f), cc::Val(0.0f)));
             }
           });
         });

@@ -153,6 +153,41 @@ TEST(SparseAttention, MatchesDenseAttentionForwardAndBackward) {
   expect_matches_dense({.t = 37, .h = 4, .e = 40, .s = 50, .k = 12}, DType::F32);
   expect_matches_dense({.t = 9, .h = 1, .e = 70, .s = 16, .k = 16}, DType::F32);
   expect_matches_dense({.t = 20, .h = 3, .e = 33, .s = 64, .k = 5}, DType::BF16);
+  // The tensor-core kernels (16-bit, H a multiple of 8, K of 64, E of 8), E ragged past 64.
+  expect_matches_dense({.t = 40, .h = 16, .e = 136, .s = 300, .k = 128}, DType::BF16);
+  expect_matches_dense({.t = 21, .h = 8, .e = 72, .s = 150, .k = 64}, DType::F16);
+}
+
+// An order entry that names a slot whose id is not its key (a wrong inverse) makes that key's
+// dkv row NaN, on the SIMT and the tensor-core kernels alike; the other rows stay finite.
+TEST(SparseAttention, AWrongInverseGivesANanRow) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const Problem n = dtype == DType::F32 ? Problem{.t = 6, .h = 2, .e = 24, .s = 10, .k = 4}
+                                          : Problem{.t = 6, .h = 8, .e = 72, .s = 100, .k = 64};
+    SCOPED_TRACE(dtype_name(dtype));
+    std::mt19937_64 rng(testing::test_seed());
+    std::vector<RefTensor> in = problem_inputs(rng, n);
+    const std::vector<Bytes> sorted =
+        runner().run("counting_sort", {in[2]}, {{"bins", n.s}}, DType::I32, -7.0);
+    in.push_back(testing::random_tensor(rng, {n.t, n.h, n.e}));
+    in.push_back(testing::random_tensor(rng, {n.t, n.h, n.e}));
+    std::vector<double> order = testing::decode(sorted[1]), offsets = testing::decode(sorted[3]);
+    // The first key with two or more entries: its first entry swapped with the last entry of
+    // the whole order (another key's slot).
+    int64_t key = -1;
+    for (int64_t s = 0; s + 1 < n.s && key < 0; ++s)
+      if (offsets[s + 1] - offsets[s] >= 2 && offsets[s + 1] < n.t * n.k) key = s;
+    ASSERT_GE(key, 0);
+    std::swap(order[static_cast<size_t>(offsets[key])], order.back());
+    in.push_back({.shape = {n.t * n.k}, .data = order});
+    in.push_back({.shape = {n.s}, .data = offsets});
+    const std::vector<double> dkv = testing::decode(
+        runner().run("sparse_attention_grad", in, {{"scale", 0.3}}, dtype, 7.0).at(1));
+    for (int64_t c = 0; c < n.e; ++c) EXPECT_TRUE(std::isnan(dkv[key * n.e + c])) << c;
+    int64_t finite = 0;
+    for (double v : dkv) finite += std::isfinite(v);
+    EXPECT_GT(finite, 0);
+  }
 }
 
 // Run twice, the backward gives the same bits (the dkv sums walk counting_sort's fixed order).
