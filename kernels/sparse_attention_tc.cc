@@ -1,0 +1,518 @@
+// sparse_attention on the tensor cores: the forward, kernel A and kernel B that
+// sparse_attention_kernel.cc picks for 16-bit q and kv when the shape fits
+// (sparse_attention_tc.h).
+#include "kernels/sparse_attention_tc.h"
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "compiler/ir/builder.h"
+#include "compiler/ir/layout.h"
+
+namespace tilerun::kernels::sparse_attention_detail {
+
+namespace cc = tilerun::compiler;
+
+namespace {
+
+constexpr int kKeyThreads = 128;  // kernel B: columns per block
+constexpr int kKeyLanes = 4;      // kernel B: partial sums per column
+
+// ---- On the tensor cores (bf16/f16; H a multiple of 8 up to 256, K of 64, E of 8) -----------
+// One warpgroup per token. Scores are S^T = K·Q^T: per 64 selected slots a gemm of the gathered
+// rows [64 slots, 64 columns] (K-major, the gemm's a) by the token's heads [H, 64] (b^T), E in
+// steps of 64 (the gemm's k), each slot block into its own [64, H] accumulator. The output is
+// O^T = V^T·P^T: the same rows gathered again into the same tiles, now read transposed (one
+// MN-major panel of a), times the probabilities. 16-bit operands carry p (and ds) to the tensor
+// core as two parts, head = round(p) and tail = round(p - head), so the products keep p to about
+// 2^-17 of itself rather than 2^-9. Each sum follows the MMA model's order (ir.h Gemm); the CPU
+// runs the same model, so the bits match.
+//
+// The backward's dkv: per token, each selected slot's row of contributions
+// g[t·K + j, :] = Σ_h scale·ds[h, j]·q[t, h, :] + p[h, j]·dy[t, h, :], one gemm per 64 slots and
+// 16 heads of [64 slots, (ds head, ds tail, p head, p tail) × 16 heads] by [(q, q, dy, dy) × 16
+// heads, 64 columns], written once in f32; then kernel B sums each key's rows in counting_sort's
+// order (the SIMT kernel B re-read all H heads of q and dy for every pair: 13.6 ms at T = 4096).
+constexpr int kTcTokThreads = 128;
+constexpr int64_t kTcSlots = 64, kTcCols = 64, kTcGroup = 16;  // heads per contribution gemm
+
+int64_t head_groups(int64_t h) { return (h + kTcGroup - 1) / kTcGroup; }
+
+int64_t tc_shared_bytes(const SparseAttentionShape& sh) {
+  const int64_t tiles = sh.k * kTcCols * 2;     // the gathered rows
+  const int64_t rows = 2 * sh.h * kTcCols * 2;  // q and dy steps
+  const int64_t probs = sh.h * sh.k * 4;        // p (then ds) in f32
+  const int64_t parts = sh.h * sh.k * 2 * 2;    // p's two parts (forward)
+  const int64_t packed = head_groups(sh.h) * (sh.k + kTcCols) * kTcCols * 2 +  // backward
+                         kTcCols * (2 * kTcGroup + 1) * 4;
+  return tiles + rows + probs + std::max(parts, packed) + sh.k * 4 + (3 + 16) * sh.h * 4;
+}
+
+struct TcToken {
+  cc::Scope& s;
+  DType dt;
+  int64_t h, k, blocks;
+  cc::Idx t;
+  cc::Val s_dim;               // kv's rows
+  cc::Buf ids, p, m, d, part;  // as Token's; part: the softmax's per-stretch maxima and sums
+  std::vector<cc::Buf> keys;   // per slot block: [64 slots, 64 columns]
+  std::vector<cc::Buf> regs;   // per slot block: the next step's rows in registers
+  std::vector<cc::Buf> acc;    // per slot block: [64 slots, H] scores
+
+  TcToken(cc::Scope& scope, DType dtype, int64_t heads, int64_t slots, cc::Idx token, cc::Val rows)
+      : s(scope),
+        dt(dtype),
+        h(heads),
+        k(slots),
+        blocks(slots / kTcSlots),
+        t(std::move(token)),
+        s_dim(std::move(rows)) {
+    const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
+    ids = s.alloc_shared("ids", DType::I32, {k});
+    p = s.alloc_shared("p", DType::F32, {h, k});
+    m = s.alloc_shared("m", DType::F32, {h});
+    d = s.alloc_shared("d", DType::F32, {h});
+    part = s.alloc_shared("part", DType::F32, {h, lanes()});
+    for (int64_t b = 0; b < blocks; ++b) {
+      const std::string n = std::to_string(b);
+      keys.push_back(s.alloc_shared("keys" + n, dt, {kTcSlots, kTcCols}, sw));
+      regs.push_back(s.alloc_fragment("rk" + n, dt, {kTcSlots, kTcCols}));
+      acc.push_back(s.alloc_fragment("acc" + n, DType::F32, {kTcSlots, h}));
+    }
+  }
+
+  // The softmax's stretches per head: K / lanes() slots each.
+  int64_t lanes() const { return std::min<int64_t>(16, std::max<int64_t>(1, kTcTokThreads / h)); }
+
+  // A [H, 64] tile of x[t, :, step] staged beside the keys: its registers, its shared tile.
+  struct Staged {
+    cc::Buf src, reg, tile;
+  };
+  Staged staged(const std::string& name, const cc::Buf& src) {
+    return {src, s.alloc_fragment("r" + name, dt, {h, kTcCols}),
+            s.alloc_shared(name, dt, {h, kTcCols}, cc::tensor_core_swizzle(128, 2))};
+  }
+
+  // regs[b] = slot block b's rows of kv, columns [e0, e0 + 64), and each staged tile's rows of
+  // x. A step inside E loads without guards (16-byte loads: E is a multiple of 8), a bad id's
+  // row as row 0 (its scores are NaN whatever the row holds); the last, ragged step reads 0 past
+  // E and for a bad id.
+  void load(const cc::Buf& kv, const std::vector<Staged>& rows, const cc::Val& e0,
+            const cc::Val& e_dim) {
+    s.if_then_else(
+        e0 + kTcCols <= e_dim,
+        [&] {
+          for (int64_t b = 0; b < blocks; ++b) {
+            s.parallel(kTcSlots, kTcCols, [&](cc::Idx i, cc::Idx c) {
+              cc::Val id = s.let(
+                  cc::min(cc::max(cc::to_i64(ids(b * kTcSlots + i)), i64(0)), s_dim - 1), "id");
+              regs[b](i, c) = kv(id, e0 + c);
+            });
+          }
+          for (const Staged& r : rows)
+            s.parallel(h, kTcCols,
+                       [&](cc::Idx hh, cc::Idx c) { r.reg(hh, c) = r.src(t, hh, e0 + c); });
+        },
+        [&] {
+          for (int64_t b = 0; b < blocks; ++b) {
+            s.parallel(kTcSlots, kTcCols, [&](cc::Idx i, cc::Idx c) {
+              cc::Val id = s.let(cc::to_i64(ids(b * kTcSlots + i)), "id");
+              cc::Idx col = e0 + c;
+              s.if_then_else(
+                  id >= 0 && id < s_dim && col < e_dim, [&] { regs[b](i, c) = kv(id, col); },
+                  [&] { regs[b](i, c) = 0.0f; });
+            });
+          }
+          for (const Staged& r : rows)
+            s.parallel(h, kTcCols, [&](cc::Idx hh, cc::Idx c) {
+              s.if_then_else(
+                  e0 + c < e_dim, [&] { r.reg(hh, c) = r.src(t, hh, e0 + c); },
+                  [&] { r.reg(hh, c) = 0.0f; });
+            });
+        });
+  }
+
+  // body(e0) for each step of 64 columns of E, with keys (and the staged tiles) holding the
+  // step's rows: step c + 1's loads are issued before step c's body runs its gemms, so the
+  // gather's latency hides behind them. A barrier after each body.
+  void steps(const cc::Buf& kv, const std::vector<Staged>& rows, const cc::Val& e_dim,
+             const std::function<void(const cc::Val&)>& body) {
+    auto store = [&] {
+      for (int64_t b = 0; b < blocks; ++b)
+        s.parallel(kTcSlots, kTcCols, [&](cc::Idx i, cc::Idx c) { keys[b](i, c) = regs[b](i, c); });
+      for (const Staged& r : rows)
+        s.parallel(h, kTcCols, [&](cc::Idx hh, cc::Idx c) { r.tile(hh, c) = r.reg(hh, c); });
+      s.barrier();
+    };
+    cc::Val n = s.let(cc::ceildiv(e_dim, i64(kTcCols)), "steps");
+    load(kv, rows, i64(0), e_dim);
+    s.serial(cc::max(n - 1, i64(0)), [&](cc::Idx chunk) {
+      store();
+      load(kv, rows, (chunk + 1) * kTcCols, e_dim);
+      body(s.let(chunk * kTcCols, "e0"));
+      s.barrier();
+    });
+    store();
+    body(s.let((n - 1) * kTcCols, "e0"));
+    s.barrier();
+  }
+
+  // rows[r, c] = x[t, head(r), e0 + c] for the rows r with head(r) < H, else 0; 0 past E.
+  void stage_rows(const cc::Buf& rows, int64_t n_rows, const std::function<cc::Val(cc::Idx)>& head,
+                  const cc::Buf& x, const cc::Val& e0, const cc::Val& e_dim) {
+    s.if_then_else(
+        e0 + kTcCols <= e_dim,
+        [&] {
+          s.parallel(n_rows, kTcCols, [&](cc::Idx r, cc::Idx c) {
+            cc::Val hh = s.let(head(r), "hh");
+            s.if_then_else(
+                hh < h, [&] { rows(r, c) = x(t, hh, e0 + c); }, [&] { rows(r, c) = 0.0f; });
+          });
+        },
+        [&] {
+          s.parallel(n_rows, kTcCols, [&](cc::Idx r, cc::Idx c) {
+            cc::Val hh = s.let(head(r), "hh");
+            cc::Idx col = e0 + c;
+            s.if_then_else(
+                hh < h && col < e_dim, [&] { rows(r, c) = x(t, hh, col); },
+                [&] { rows(r, c) = 0.0f; });
+          });
+        });
+  }
+
+  void zero(const std::vector<cc::Buf>& frags) {
+    for (const cc::Buf& f : frags)
+      s.parallel(kTcSlots, h, [&](cc::Idx i, cc::Idx hh) { f(i, hh) = 0.0f; });
+  }
+
+  // frags[b][i, hh] += keys[b][i, :] · rows[hh, :] for this step's columns.
+  void dot(const std::vector<cc::Buf>& frags, const cc::Buf& rows) {
+    for (int64_t b = 0; b < blocks; ++b)
+      s.gemm(frags[b], keys[b], rows, /*trans_a=*/false, /*trans_b=*/true);
+  }
+
+  // p = the softmax with the sink of scale · acc + bias (NaN for a bad id): each head's row in
+  // lanes() stretches, the stretches' maxima and sums, then the head's over its stretches in
+  // order (the sink's term first in the sum).
+  void softmax(const cc::Buf& bias, const cc::Buf& sink, const cc::Val& scale) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      s.parallel(kTcSlots, h, [&](cc::Idx i, cc::Idx hh) {
+        cc::Idx j = b * kTcSlots + i;
+        p(hh, j) = cc::select(ids(j) >= 0, scale * acc[b](i, hh) + bias(t, j), nan_f32());
+      });
+    }
+    s.barrier();
+    const int64_t g_n = lanes(), span = k / g_n;
+    auto stretch = [&](const std::function<cc::Val(cc::Val, cc::Val)>& op) {
+      s.parallel(h, g_n, [&](cc::Idx hh, cc::Idx g) {
+        part(hh, g) = p(hh, g * span);
+        s.serial(span - 1,
+                 [&](cc::Idx j) { part(hh, g) = op(part(hh, g), p(hh, g * span + j + 1)); });
+      });
+      s.barrier();
+    };
+    stretch([](cc::Val a, cc::Val b) { return cc::max(a, b); });
+    s.parallel(h, [&](cc::Idx hh) {
+      m(hh) = sink(hh);
+      s.serial(g_n, [&](cc::Idx g) { m(hh) = cc::max(m(hh), part(hh, g)); });
+    });
+    s.barrier();
+    s.parallel(h, k, [&](cc::Idx hh, cc::Idx j) { p(hh, j) = cc::exp(p(hh, j) - m(hh)); });
+    s.barrier();
+    stretch([](cc::Val a, cc::Val b) { return a + b; });
+    s.parallel(h, [&](cc::Idx hh) {
+      d(hh) = cc::exp(sink(hh) - m(hh));
+      s.serial(g_n, [&](cc::Idx g) { d(hh) = d(hh) + part(hh, g); });
+    });
+    s.barrier();
+    s.parallel(h, k, [&](cc::Idx hh, cc::Idx j) { p(hh, j) = p(hh, j) / d(hh); });
+    s.barrier();
+  }
+};
+
+}  // namespace
+
+cc::Kernel build_forward_tc(DType dt, const SparseAttentionShape& sh, bool with_mass) {
+  cc::KernelBuilder kb(
+      kernel_name(with_mass ? "sparse_attention_tc_mass" : "sparse_attention_tc", dt, sh));
+  cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E", {.divisible_by = 8});
+  const cc::Val h(sh.h), k(sh.k);
+  cc::Buf q = kb.input("q", dt, {t, h, e}), kv = kb.input("kv", dt, {sd, e});
+  cc::Buf idx = kb.input("idx", DType::I32, {t, k}), bias = kb.input("bias", dt, {t, k});
+  cc::Buf sink = kb.input("sink", dt, {h});
+  cc::Buf y = kb.output("y", dt, {t, h, e});
+  cc::Buf mass = with_mass ? kb.output("mass", dt, {t, k}) : cc::Buf{};
+  cc::Val scale = kb.scalar_f32("scale");
+  kb.body({t}, kTcTokThreads, [&](cc::Scope& s) {
+    TcToken tok(s, dt, sh.h, sh.k, s.block_idx(0), sd);
+    const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
+    const TcToken::Staged qs = tok.staged("qs", q);
+    stage_token_ids(s, sh.k, tok.t, tok.ids, idx, sd);
+    tok.zero(tok.acc);
+    tok.steps(kv, {qs}, e, [&](const cc::Val&) { tok.dot(tok.acc, qs.tile); });
+    tok.softmax(bias, sink, scale);
+    if (with_mass) write_mass(s, sh.h, sh.k, tok.t, tok.p, mass);
+    // y^T = V^T·P^T: p as head and tail [H, 64] per slot block, a [64 columns, H] accumulator.
+    std::vector<cc::Buf> head, tail;
+    for (int64_t b = 0; b < tok.blocks; ++b) {
+      head.push_back(s.alloc_shared("head" + std::to_string(b), dt, {sh.h, kTcSlots}, sw));
+      tail.push_back(s.alloc_shared("tail" + std::to_string(b), dt, {sh.h, kTcSlots}, sw));
+      s.parallel(h, kTcSlots, [&](cc::Idx hh, cc::Idx i) {
+        cc::Val v = s.let(tok.p(hh, b * kTcSlots + i), "pv");
+        head[b](hh, i) = v;
+        tail[b](hh, i) = v - head[b](hh, i);
+      });
+    }
+    cc::Buf o = s.alloc_fragment("o", DType::F32, {kTcCols, sh.h});
+    tok.steps(kv, {}, e, [&](const cc::Val& e0) {
+      s.parallel(kTcCols, h, [&](cc::Idx c, cc::Idx hh) { o(c, hh) = 0.0f; });
+      for (int64_t b = 0; b < tok.blocks; ++b) {
+        s.gemm(o, tok.keys[b], head[b], /*trans_a=*/true, /*trans_b=*/true);
+        s.gemm(o, tok.keys[b], tail[b], /*trans_a=*/true, /*trans_b=*/true);
+      }
+      s.parallel(kTcCols, h, [&](cc::Idx c, cc::Idx hh) {
+        s.if_then(e0 + c < e, [&] { y(tok.t, hh, e0 + c) = o(c, hh); });
+      });
+    });
+  });
+  return kb.build();
+}
+
+// Kernel A on the tensor cores. Parameters q, kv, idx, bias, sink, y, dy, dq, dbias, g,
+// sink_part; T, S, E; scale. dp^T = K·dy^T beside the scores, delta from the staged dy; then per
+// step of E, with the step's rows gathered again, dq^T = scale · K^T·ds^T and the rows of g.
+cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
+  cc::KernelBuilder kb(kernel_name("sparse_attention_tc_grad_token", dt, sh));
+  cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E", {.divisible_by = 8});
+  const cc::Val h(sh.h), k(sh.k);
+  cc::Buf q = kb.input("q", dt, {t, h, e}), kv = kb.input("kv", dt, {sd, e});
+  cc::Buf idx = kb.input("idx", DType::I32, {t, k}), bias = kb.input("bias", dt, {t, k});
+  cc::Buf sink = kb.input("sink", dt, {h});
+  cc::Buf y = kb.input("y", dt, {t, h, e}), dy = kb.input("dy", dt, {t, h, e});
+  cc::Buf dq = kb.output("dq", dt, {t, h, e}), dbias = kb.output("dbias", dt, {t, k});
+  cc::Buf g_out = kb.output("g", DType::F32, {t * k, e});
+  cc::Buf sink_part = kb.output("sink_part", DType::F32, {t, h});
+  cc::Val scale = kb.scalar_f32("scale");
+  kb.body({t}, kTcTokThreads, [&](cc::Scope& s) {
+    TcToken tok(s, dt, sh.h, sh.k, s.block_idx(0), sd);
+    const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
+    const int64_t groups = head_groups(sh.h);
+    const TcToken::Staged qs = tok.staged("qs", q), dys = tok.staged("dys", dy);
+    cc::Buf delta = s.alloc_shared("delta", DType::F32, {sh.h});
+    cc::Buf db = s.alloc_fragment("db", DType::F32, {sh.k});
+    std::vector<cc::Buf> dp;
+    for (int64_t b = 0; b < tok.blocks; ++b)
+      dp.push_back(s.alloc_fragment("dp" + std::to_string(b), DType::F32, {kTcSlots, sh.h}));
+    stage_token_ids(s, sh.k, tok.t, tok.ids, idx, sd);
+    tok.zero(tok.acc);
+    tok.zero(dp);
+    s.parallel(h, [&](cc::Idx hh) { delta(hh) = 0.0f; });
+    tok.steps(kv, {qs, dys}, e, [&](const cc::Val& e0) {
+      tok.dot(tok.acc, qs.tile);
+      tok.dot(dp, dys.tile);
+      // delta[hh] = y[t, hh, :] · dy[t, hh, :] in column order.
+      s.parallel(h, [&](cc::Idx hh) {
+        s.serial(i64(kTcCols), [&](cc::Idx c) {
+          cc::Idx col = e0 + c;
+          s.if_then(col < e,
+                    [&] { delta(hh) = cc::fma(y(tok.t, hh, col), dys.tile(hh, c), delta(hh)); });
+        });
+      });
+    });
+    tok.softmax(bias, sink, scale);
+    // packed[b][gi][i, 16 part + r] for head hh = 16 gi + r (0 past H): parts 0 and 1 are
+    // scale·ds's head and tail, 2 and 3 p's. p's parts first: ds then takes p's place.
+    std::vector<std::vector<cc::Buf>> packed(tok.blocks);
+    auto pack = [&](int part0, const std::function<cc::Val(cc::Val, cc::Val)>& value) {
+      for (int64_t b = 0; b < tok.blocks; ++b) {
+        for (int64_t gi = 0; gi < groups; ++gi) {
+          const cc::Buf& a = packed[b][gi];
+          s.parallel(kTcSlots, kTcGroup, [&](cc::Idx i, cc::Idx r) {
+            cc::Val hh = s.let(gi * kTcGroup + r, "hh");
+            s.if_then_else(
+                hh < h,
+                [&] {
+                  cc::Val v = s.let(value(hh, b * kTcSlots + i), "v");
+                  a(i, part0 * kTcGroup + r) = v;
+                  a(i, (part0 + 1) * kTcGroup + r) = v - a(i, part0 * kTcGroup + r);
+                },
+                [&] {
+                  a(i, part0 * kTcGroup + r) = 0.0f;
+                  a(i, (part0 + 1) * kTcGroup + r) = 0.0f;
+                });
+          });
+        }
+      }
+    };
+    for (int64_t b = 0; b < tok.blocks; ++b)
+      for (int64_t gi = 0; gi < groups; ++gi)
+        packed[b].push_back(s.alloc_shared("packed" + std::to_string(b) + "_" + std::to_string(gi),
+                                           dt, {kTcSlots, kTcCols}, sw));
+    pack(2, [&](cc::Val hh, cc::Val j) { return tok.p(hh, j); });
+    s.barrier();
+    // ds = p · (dp - delta), in place of p.
+    for (int64_t b = 0; b < tok.blocks; ++b) {
+      s.parallel(kTcSlots, h, [&](cc::Idx i, cc::Idx hh) {
+        cc::Idx j = b * kTcSlots + i;
+        tok.p(hh, j) = tok.p(hh, j) * (dp[b](i, hh) - delta(hh));
+      });
+    }
+    s.parallel(h, [&](cc::Idx hh) {
+      sink_part(tok.t, hh) = -(cc::exp(sink(hh) - tok.m(hh)) / tok.d(hh)) * delta(hh);
+    });
+    s.barrier();
+    s.parallel(k, [&](cc::Idx j) {
+      db(j) = tok.p(i64(0), j);
+      s.serial(h - 1, [&](cc::Idx hh) { db(j) = db(j) + tok.p(hh + 1, j); });
+      dbias(tok.t, j) = db(j);
+    });
+    pack(0, [&](cc::Val hh, cc::Val j) { return scale * tok.p(hh, j); });
+    // rows[gi][16 part + r, c]: q for parts 0 and 1, dy for 2 and 3, of head 16 gi + r.
+    std::vector<cc::Buf> rows;
+    for (int64_t gi = 0; gi < groups; ++gi)
+      rows.push_back(s.alloc_shared("rows" + std::to_string(gi), dt, {kTcCols, kTcCols}, sw));
+    cc::Buf o = s.alloc_fragment("o", DType::F32, {kTcCols, kTcCols});
+    cc::Buf osh = s.alloc_shared("osh", DType::F32, {kTcCols, 2 * kTcGroup + 1});
+    cc::Buf gacc = s.alloc_fragment("gacc", DType::F32, {kTcSlots, kTcCols});
+    tok.steps(kv, {}, e, [&](const cc::Val& e0) {
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        auto head_of = [&](cc::Idx r) { return gi * kTcGroup + r % kTcGroup; };
+        tok.stage_rows(rows[gi], 2 * kTcGroup, head_of, q, e0, e);
+        // dy into rows 32..63: a second staging into the tile's lower half.
+        s.if_then_else(
+            e0 + kTcCols <= e,
+            [&] {
+              s.parallel(2 * kTcGroup, kTcCols, [&](cc::Idx r, cc::Idx c) {
+                cc::Val hh = s.let(head_of(r), "hh");
+                s.if_then_else(
+                    hh < h, [&] { rows[gi](2 * kTcGroup + r, c) = dy(tok.t, hh, e0 + c); },
+                    [&] { rows[gi](2 * kTcGroup + r, c) = 0.0f; });
+              });
+            },
+            [&] {
+              s.parallel(2 * kTcGroup, kTcCols, [&](cc::Idx r, cc::Idx c) {
+                cc::Val hh = s.let(head_of(r), "hh");
+                s.if_then_else(
+                    hh < h && e0 + c < e,
+                    [&] { rows[gi](2 * kTcGroup + r, c) = dy(tok.t, hh, e0 + c); },
+                    [&] { rows[gi](2 * kTcGroup + r, c) = 0.0f; });
+              });
+            });
+      }
+      s.barrier();
+      // dq^T: o[c, 16 part + r] = Σ_j kv[ids[j], e0 + c]·packed[j, 16 part + r]; parts 0 + 1.
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        s.parallel(kTcCols, kTcCols, [&](cc::Idx c, cc::Idx n) { o(c, n) = 0.0f; });
+        for (int64_t b = 0; b < tok.blocks; ++b)
+          s.gemm(o, tok.keys[b], packed[b][gi], /*trans_a=*/true, /*trans_b=*/false);
+        // Through shared memory: a thread holds either part of a head, not both.
+        s.parallel(kTcCols, kTcCols, [&](cc::Idx c, cc::Idx n) {
+          s.if_then(n < 2 * kTcGroup, [&] { osh(c, n) = o(c, n); });
+        });
+        s.barrier();
+        s.parallel(kTcGroup, kTcCols, [&](cc::Idx r, cc::Idx c) {
+          cc::Val hh = s.let(gi * kTcGroup + r, "hh");
+          s.if_then(hh < h && e0 + c < e,
+                    [&] { dq(tok.t, hh, e0 + c) = osh(c, r) + osh(c, r + kTcGroup); });
+        });
+        s.barrier();
+      }
+      // g's rows: gacc[i, c] = Σ over head groups of packed[b][gi][i, :]·rows[gi][:, c].
+      for (int64_t b = 0; b < tok.blocks; ++b) {
+        s.parallel(kTcSlots, kTcCols, [&](cc::Idx i, cc::Idx c) { gacc(i, c) = 0.0f; });
+        for (int64_t gi = 0; gi < groups; ++gi)
+          s.gemm(gacc, packed[b][gi], rows[gi], /*trans_a=*/false, /*trans_b=*/false);
+        s.parallel(kTcSlots, kTcCols, [&](cc::Idx i, cc::Idx c) {
+          s.if_then(e0 + c < e, [&] { g_out(tok.t * k + b * kTcSlots + i, e0 + c) = gacc(i, c); });
+        });
+      }
+    });
+  });
+  return kb.build();
+}
+
+// Kernel B on the tensor-core path: dkv[key, col] = Σ g[o, col] over the key's entries o of
+// order[offsets[key] .. end), in that order; an entry outside [0, T·K) or naming a slot whose id
+// is not the key makes the row NaN, as build_grad_keys. Parameters idx, order, offsets, g, dkv.
+// The entries are checked kKeyThreads at a time into shared memory (one per thread), so the sum
+// over them is one independent row load per entry: a key that many tokens pick (an early
+// compressed entry, ~T entries) is no longer a chain of three dependent loads per entry. Entry r
+// of a key's run adds into partial sum r % kKeyLanes (independent chains, so the loads overlap),
+// and the partial sums are added in lane order: an order fixed by the run's length only.
+cc::Kernel build_grad_keys_tc(DType dt, const SparseAttentionShape& sh) {
+  cc::KernelBuilder kb(kernel_name("sparse_attention_tc_grad_keys", dt, sh));
+  cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E");
+  const cc::Val k(sh.k);
+  cc::Buf idx = kb.input("idx", DType::I32, {t, k});
+  cc::Buf order = kb.input("order", DType::I32, {t * k}),
+          offsets = kb.input("offsets", DType::I32, {sd});
+  cc::Buf g = kb.input("g", DType::F32, {t * k, e});
+  cc::Buf dkv = kb.output("dkv", dt, {sd, e});
+  kb.body({sd, cc::ceildiv(e, i64(kKeyThreads))}, kKeyThreads, [&](cc::Scope& s) {
+    cc::Idx key = s.block_idx(0), base = s.block_idx(1) * kKeyThreads;
+    cc::Val n = s.let(t * k, "n");
+    cc::Val begin = s.let(cc::min(cc::max(cc::to_i64(offsets(key)), i64(0)), n), "begin");
+    cc::Val next = s.let(cc::to_i64(offsets(cc::min(key + 1, sd - 1))), "next");
+    cc::Val end = s.let(cc::select(key + 1 < sd, cc::min(cc::max(next, begin), n), n), "end");
+    cc::Buf entry = s.alloc_shared("entry", DType::I32, {kKeyThreads});  // -1: a bad entry
+    std::vector<cc::Buf> acc;
+    for (int l = 0; l < kKeyLanes; ++l)
+      acc.push_back(s.alloc_fragment("acc" + std::to_string(l), DType::F32, {kKeyThreads}));
+    cc::Buf bad = s.alloc_fragment("bad", DType::F32, {kKeyThreads});
+    s.parallel(kKeyThreads, [&](cc::Idx i) {
+      for (const cc::Buf& a : acc) a(i) = 0.0f;
+      bad(i) = 0.0f;
+    });
+    s.serial(cc::ceildiv(end - begin, i64(kKeyThreads)), [&](cc::Idx chunk) {
+      cc::Val r0 = s.let(begin + chunk * kKeyThreads, "r0");
+      s.parallel(kKeyThreads, [&](cc::Idx i) {
+        s.if_then_else(
+            r0 + i < end,
+            [&] {
+              cc::Val o = s.let(cc::to_i64(order(r0 + i)), "o");
+              cc::Val ok = s.let(o >= 0 && o < n, "ok");
+              cc::Val oc = s.let(cc::min(cc::max(o, i64(0)), n - 1), "oc");
+              entry(i) =
+                  cc::to_i32(cc::select(ok && cc::to_i64(idx(oc / k, oc % k)) == key, o, i64(-1)));
+            },
+            [&] { entry(i) = -2; });
+      });
+      s.barrier();
+      s.parallel(kKeyThreads, [&](cc::Idx i) {
+        cc::Idx col = base + i;
+        s.if_then(col < e, [&] {
+          cc::Val count = s.let(cc::min(end - r0, i64(kKeyThreads)), "count");
+          // Branch-free, so the lanes' loads issue together: a slot past the run (-2) adds
+          // +0 and a bad entry (-1) sets bad; both read row 0.
+          s.serial(cc::ceildiv(count, i64(kKeyLanes)), [&](cc::Idx rr) {
+            for (int l = 0; l < kKeyLanes; ++l) {
+              cc::Val o = s.let(cc::to_i64(entry(rr * kKeyLanes + l)), "o");
+              acc[l](i) =
+                  acc[l](i) + cc::select(o >= 0, g(cc::min(cc::max(o, i64(0)), n - 1), col), 0.0f);
+              bad(i) = cc::max(bad(i), cc::select(o == -1, cc::Val(1.0f), cc::Val(0.0f)));
+            }
+          });
+        });
+      });
+      s.barrier();
+    });
+    s.parallel(kKeyThreads, [&](cc::Idx i) {
+      cc::Idx col = base + i;
+      s.if_then(col < e, [&] {
+        cc::Val sum = acc[0](i);
+        for (int l = 1; l < kKeyLanes; ++l) sum = sum + acc[l](i);
+        dkv(key, col) = cc::select(bad(i) == 0.0f, sum, nan_f32());
+      });
+    });
+  });
+  return kb.build();
+}
+
+bool use_tensor_cores(DType dt, const SparseAttentionShape& sh) {
+  return (dt == DType::BF16 || dt == DType::F16) && sh.h % 8 == 0 && sh.h <= 256 && sh.e % 8 == 0 &&
+         sh.k % kTcSlots == 0 && tc_shared_bytes(sh) <= 200 * 1024;
+}
+
+}  // namespace tilerun::kernels::sparse_attention_detail

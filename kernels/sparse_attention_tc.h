@@ -1,0 +1,34 @@
+// sparse_attention's tensor-core kernels (sparse_attention_tc.cc) and the pieces they share with
+// the SIMT kernels (sparse_attention_kernel.cc). Internal to those two files.
+#pragma once
+
+#include <string>
+
+#include "compiler/ir/builder.h"
+#include "compiler/ir/kernel.h"
+#include "kernels/sparse_attention_kernel.h"
+
+namespace tilerun::kernels::sparse_attention_detail {
+
+compiler::Val nan_f32();
+inline compiler::Val i64(int64_t v) { return compiler::Val(v); }
+// "<base>_h<H>_k<K>_<dtype>": a kernel is specialised on H and K.
+std::string kernel_name(const std::string& base, DType dt, const SparseAttentionShape& sh);
+// ids[j] = idx[t, j], or -1 outside [0, S). Barrier after it.
+void stage_token_ids(compiler::Scope& s, int64_t k, const compiler::Idx& t,
+                     const compiler::Buf& ids, const compiler::Buf& idx,
+                     const compiler::Val& s_dim);
+// mass[t, j] = Σ_h p[h, j] in head order, from the probabilities [H, K] in shared memory.
+void write_mass(compiler::Scope& s, int64_t h, int64_t k, const compiler::Idx& t,
+                const compiler::Buf& p, const compiler::Buf& mass);
+
+// Whether the tensor-core kernels take this shape: bf16/f16, H a multiple of 8 up to 256, K of
+// 64, E of 8, and the token's tiles within 200 KiB of shared memory.
+bool use_tensor_cores(DType dt, const SparseAttentionShape& sh);
+// The forward (y, and mass when asked); kernel A (dq, dbias, the contribution rows g [T·K, E]
+// f32, sink_part); kernel B (dkv from g in counting_sort's order).
+compiler::Kernel build_forward_tc(DType dt, const SparseAttentionShape& sh, bool with_mass);
+compiler::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh);
+compiler::Kernel build_grad_keys_tc(DType dt, const SparseAttentionShape& sh);
+
+}  // namespace tilerun::kernels::sparse_attention_detail
