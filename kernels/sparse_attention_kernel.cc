@@ -55,6 +55,41 @@ void write_mass(cc::Scope& s, int64_t h, int64_t k, const cc::Idx& t, const cc::
   });
 }
 
+TokenParams declare_token_params(cc::KernelBuilder& kb, DType dt, const SparseAttentionShape& sh,
+                                 int64_t e_divisible_by) {
+  TokenParams p{
+      .t = kb.dim("T"), .s = kb.dim("S"), .e = kb.dim("E", {.divisible_by = e_divisible_by})};
+  const cc::Val h(sh.h), k(sh.k);
+  p.q = kb.input("q", dt, {p.t, h, p.e});
+  p.kv = kb.input("kv", dt, {p.s, p.e});
+  p.idx = kb.input("idx", DType::I32, {p.t, k});
+  p.bias = kb.input("bias", dt, {p.t, k});
+  p.sink = kb.input("sink", dt, {h});
+  return p;
+}
+
+void write_sink_and_bias_grads(cc::Scope& s, const SparseAttentionShape& sh, const cc::Idx& t,
+                               const TokenGrads& g) {
+  s.parallel(cc::Val(sh.h), [&](cc::Idx hh) {
+    g.sink_part(t, hh) = -(cc::exp(g.sink(hh) - g.m(hh)) / g.d(hh)) * g.delta(hh);
+  });
+  s.barrier();
+  cc::Buf db = s.alloc_fragment("db", DType::F32, {sh.k});
+  s.parallel(cc::Val(sh.k), [&](cc::Idx j) {
+    db(j) = g.ds(i64(0), j);
+    s.serial(cc::Val(sh.h - 1), [&](cc::Idx hh) { db(j) = db(j) + g.ds(hh + 1, j); });
+    g.dbias(t, j) = db(j);
+  });
+}
+
+KeyRun key_run(cc::Scope& s, const cc::Buf& offsets, const cc::Idx& key, const cc::Val& keys,
+               const cc::Val& n) {
+  cc::Val begin = s.let(cc::min(cc::max(cc::to_i64(offsets(key)), i64(0)), n), "begin");
+  cc::Val next = s.let(cc::to_i64(offsets(cc::min(key + 1, keys - 1))), "next");
+  cc::Val end = s.let(cc::select(key + 1 < keys, cc::min(cc::max(next, begin), n), n), "end");
+  return {begin, end};
+}
+
 }  // namespace sparse_attention_detail
 
 namespace {
@@ -167,11 +202,10 @@ struct Token {
 cc::Kernel build_forward(DType dt, const SparseAttentionShape& sh, bool with_mass) {
   cc::KernelBuilder kb(
       kernel_name(with_mass ? "sparse_attention_mass" : "sparse_attention", dt, sh));
-  cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E");
+  const TokenParams prm = declare_token_params(kb, dt, sh);
+  const cc::Dim t = prm.t, sd = prm.s, e = prm.e;
   const cc::Val h(sh.h), k(sh.k);
-  cc::Buf q = kb.input("q", dt, {t, h, e}), kv = kb.input("kv", dt, {sd, e});
-  cc::Buf idx = kb.input("idx", DType::I32, {t, k}), bias = kb.input("bias", dt, {t, k});
-  cc::Buf sink = kb.input("sink", dt, {h});
+  const cc::Buf q = prm.q, kv = prm.kv, idx = prm.idx, bias = prm.bias, sink = prm.sink;
   cc::Buf y = kb.output("y", dt, {t, h, e});
   cc::Buf mass = with_mass ? kb.output("mass", dt, {t, k}) : cc::Buf{};
   cc::Val scale = kb.scalar_f32("scale");
@@ -199,11 +233,10 @@ cc::Kernel build_forward(DType dt, const SparseAttentionShape& sh, bool with_mas
 // scale.
 cc::Kernel build_grad_token(DType dt, const SparseAttentionShape& sh) {
   cc::KernelBuilder kb(kernel_name("sparse_attention_grad_token", dt, sh));
-  cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E");
+  const TokenParams prm = declare_token_params(kb, dt, sh);
+  const cc::Dim t = prm.t, sd = prm.s, e = prm.e;
   const cc::Val h(sh.h), k(sh.k);
-  cc::Buf q = kb.input("q", dt, {t, h, e}), kv = kb.input("kv", dt, {sd, e});
-  cc::Buf idx = kb.input("idx", DType::I32, {t, k}), bias = kb.input("bias", dt, {t, k});
-  cc::Buf sink = kb.input("sink", dt, {h});
+  const cc::Buf q = prm.q, kv = prm.kv, idx = prm.idx, bias = prm.bias, sink = prm.sink;
   cc::Buf y = kb.input("y", dt, {t, h, e}), dy = kb.input("dy", dt, {t, h, e});
   cc::Buf dq = kb.output("dq", dt, {t, h, e}), dbias = kb.output("dbias", dt, {t, k});
   cc::Buf p_out = kb.output("probs", DType::F32, {t, h, k});
@@ -217,7 +250,6 @@ cc::Kernel build_grad_token(DType dt, const SparseAttentionShape& sh) {
     cc::Buf delta = s.alloc_shared("delta", DType::F32, {sh.h});
     cc::Buf acc = s.alloc_fragment("acc", DType::F32, {sh.h, sh.k});
     cc::Buf dp = s.alloc_fragment("dp", DType::F32, {sh.h, sh.k});
-    cc::Buf db = s.alloc_fragment("db", DType::F32, {sh.k});
     tok.stage_ids(idx, sd);
     // delta[hh] = y[t, hh, :] · dy[t, hh, :] in column order.
     s.parallel(h, [&](cc::Idx hh) {
@@ -247,15 +279,14 @@ cc::Kernel build_grad_token(DType dt, const SparseAttentionShape& sh) {
       ds_out(tok.t, hh, j) = ds;
       tok.p(hh, j) = ds;
     });
-    s.parallel(h, [&](cc::Idx hh) {
-      sink_part(tok.t, hh) = -(cc::exp(sink(hh) - tok.m(hh)) / tok.d(hh)) * delta(hh);
-    });
-    s.barrier();
-    s.parallel(k, [&](cc::Idx j) {
-      db(j) = tok.p(i64(0), j);
-      s.serial(h - 1, [&](cc::Idx hh) { db(j) = db(j) + tok.p(hh + 1, j); });
-      dbias(tok.t, j) = db(j);
-    });
+    write_sink_and_bias_grads(s, sh, tok.t,
+                              {.ds = tok.p,
+                               .m = tok.m,
+                               .d = tok.d,
+                               .sink = sink,
+                               .delta = delta,
+                               .sink_part = sink_part,
+                               .dbias = dbias});
     tok.weighted_rows(kv, dq, e, scale);
   });
   return kb.build();
@@ -279,9 +310,8 @@ cc::Kernel build_grad_keys(DType dt, const SparseAttentionShape& sh) {
   kb.body({sd, cc::ceildiv(e, i64(kKeyThreads))}, kKeyThreads, [&](cc::Scope& s) {
     cc::Idx key = s.block_idx(0), base = s.block_idx(1) * kKeyThreads;
     cc::Val n = s.let(t * k, "n");
-    cc::Val begin = s.let(cc::min(cc::max(cc::to_i64(offsets(key)), i64(0)), n), "begin");
-    cc::Val next = s.let(cc::to_i64(offsets(cc::min(key + 1, sd - 1))), "next");
-    cc::Val end = s.let(cc::select(key + 1 < sd, cc::min(cc::max(next, begin), n), n), "end");
+    const KeyRun run = key_run(s, offsets, key, sd, n);
+    const cc::Val begin = run.begin, end = run.end;
     cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kKeyThreads});
     cc::Buf bad = s.alloc_fragment("bad", DType::F32, {kKeyThreads});
     s.parallel(kKeyThreads, [&](cc::Idx i) {

@@ -237,11 +237,10 @@ struct TcToken {
 cc::Kernel build_forward_tc(DType dt, const SparseAttentionShape& sh, bool with_mass) {
   cc::KernelBuilder kb(
       kernel_name(with_mass ? "sparse_attention_tc_mass" : "sparse_attention_tc", dt, sh));
-  cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E", {.divisible_by = 8});
+  const TokenParams prm = declare_token_params(kb, dt, sh, 8);
+  const cc::Dim t = prm.t, sd = prm.s, e = prm.e;
   const cc::Val h(sh.h), k(sh.k);
-  cc::Buf q = kb.input("q", dt, {t, h, e}), kv = kb.input("kv", dt, {sd, e});
-  cc::Buf idx = kb.input("idx", DType::I32, {t, k}), bias = kb.input("bias", dt, {t, k});
-  cc::Buf sink = kb.input("sink", dt, {h});
+  const cc::Buf q = prm.q, kv = prm.kv, idx = prm.idx, bias = prm.bias, sink = prm.sink;
   cc::Buf y = kb.output("y", dt, {t, h, e});
   cc::Buf mass = with_mass ? kb.output("mass", dt, {t, k}) : cc::Buf{};
   cc::Val scale = kb.scalar_f32("scale");
@@ -285,11 +284,10 @@ cc::Kernel build_forward_tc(DType dt, const SparseAttentionShape& sh, bool with_
 // step of E, with the step's rows gathered again, dq^T = scale · K^T·ds^T and the rows of g.
 cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
   cc::KernelBuilder kb(kernel_name("sparse_attention_tc_grad_token", dt, sh));
-  cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E", {.divisible_by = 8});
+  const TokenParams prm = declare_token_params(kb, dt, sh, 8);
+  const cc::Dim t = prm.t, sd = prm.s, e = prm.e;
   const cc::Val h(sh.h), k(sh.k);
-  cc::Buf q = kb.input("q", dt, {t, h, e}), kv = kb.input("kv", dt, {sd, e});
-  cc::Buf idx = kb.input("idx", DType::I32, {t, k}), bias = kb.input("bias", dt, {t, k});
-  cc::Buf sink = kb.input("sink", dt, {h});
+  const cc::Buf q = prm.q, kv = prm.kv, idx = prm.idx, bias = prm.bias, sink = prm.sink;
   cc::Buf y = kb.input("y", dt, {t, h, e}), dy = kb.input("dy", dt, {t, h, e});
   cc::Buf dq = kb.output("dq", dt, {t, h, e}), dbias = kb.output("dbias", dt, {t, k});
   cc::Buf g_out = kb.output("g", DType::F32, {t * k, e});
@@ -301,7 +299,6 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
     const int64_t groups = head_groups(sh.h);
     const TcToken::Staged qs = tok.staged("qs", q), dys = tok.staged("dys", dy);
     cc::Buf delta = s.alloc_shared("delta", DType::F32, {sh.h});
-    cc::Buf db = s.alloc_fragment("db", DType::F32, {sh.k});
     std::vector<cc::Buf> dp;
     for (int64_t b = 0; b < tok.blocks; ++b)
       dp.push_back(s.alloc_fragment("dp" + std::to_string(b), DType::F32, {kTcSlots, sh.h}));
@@ -359,15 +356,14 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
         tok.p(hh, j) = tok.p(hh, j) * (dp[b](i, hh) - delta(hh));
       });
     }
-    s.parallel(h, [&](cc::Idx hh) {
-      sink_part(tok.t, hh) = -(cc::exp(sink(hh) - tok.m(hh)) / tok.d(hh)) * delta(hh);
-    });
-    s.barrier();
-    s.parallel(k, [&](cc::Idx j) {
-      db(j) = tok.p(i64(0), j);
-      s.serial(h - 1, [&](cc::Idx hh) { db(j) = db(j) + tok.p(hh + 1, j); });
-      dbias(tok.t, j) = db(j);
-    });
+    write_sink_and_bias_grads(s, sh, tok.t,
+                              {.ds = tok.p,
+                               .m = tok.m,
+                               .d = tok.d,
+                               .sink = sink,
+                               .delta = delta,
+                               .sink_part = sink_part,
+                               .dbias = dbias});
     pack(0, [&](cc::Val hh, cc::Val j) { return scale * tok.p(hh, j); });
     // rows[gi][16 part + r, c]: q for parts 0 and 1, dy for 2 and 3, of head 16 gi + r.
     std::vector<cc::Buf> rows;
@@ -453,9 +449,8 @@ cc::Kernel build_grad_keys_tc(DType dt, const SparseAttentionShape& sh) {
   kb.body({sd, cc::ceildiv(e, i64(kKeyThreads))}, kKeyThreads, [&](cc::Scope& s) {
     cc::Idx key = s.block_idx(0), base = s.block_idx(1) * kKeyThreads;
     cc::Val n = s.let(t * k, "n");
-    cc::Val begin = s.let(cc::min(cc::max(cc::to_i64(offsets(key)), i64(0)), n), "begin");
-    cc::Val next = s.let(cc::to_i64(offsets(cc::min(key + 1, sd - 1))), "next");
-    cc::Val end = s.let(cc::select(key + 1 < sd, cc::min(cc::max(next, begin), n), n), "end");
+    const KeyRun run = key_run(s, offsets, key, sd, n);
+    const cc::Val begin = run.begin, end = run.end;
     cc::Buf entry = s.alloc_shared("entry", DType::I32, {kKeyThreads});  // -1: a bad entry
     std::vector<cc::Buf> acc;
     for (int l = 0; l < kKeyLanes; ++l)

@@ -22,6 +22,31 @@ void stage_token_ids(compiler::Scope& s, int64_t k, const compiler::Idx& t,
 void write_mass(compiler::Scope& s, int64_t h, int64_t k, const compiler::Idx& t,
                 const compiler::Buf& p, const compiler::Buf& mass);
 
+// The parameters every per-token kernel opens with, in this order: dims T, S, E (a multiple of
+// e_divisible_by); q [T, H, E], kv [S, E], idx i32 [T, K], bias [T, K], sink [H].
+struct TokenParams {
+  compiler::Dim t, s, e;
+  compiler::Buf q, kv, idx, bias, sink;
+};
+TokenParams declare_token_params(compiler::KernelBuilder& kb, DType dt,
+                                 const SparseAttentionShape& sh, int64_t e_divisible_by = 1);
+
+// A key's run of counting_sort's order: [begin, end) from offsets[key] and offsets[key + 1]
+// (the end of the order for the last key), clamped into [0, n) and begin <= end.
+struct KeyRun {
+  compiler::Val begin, end;
+};
+KeyRun key_run(compiler::Scope& s, const compiler::Buf& offsets, const compiler::Idx& key,
+               const compiler::Val& keys, const compiler::Val& n);
+
+// Kernel A's per-token tail: sink_part[t, h] = -(exp(sink[h] - m[h]) / d[h])·delta[h], then (after
+// a barrier) dbias[t, j] = Σ_h ds[h, j] in head order, ds [H, K] in shared memory.
+struct TokenGrads {
+  compiler::Buf ds, m, d, sink, delta, sink_part, dbias;
+};
+void write_sink_and_bias_grads(compiler::Scope& s, const SparseAttentionShape& sh,
+                               const compiler::Idx& t, const TokenGrads& g);
+
 // Whether the tensor-core kernels take this shape: bf16/f16, H a multiple of 8 up to 256, K of
 // 64, E of 8, and the token's tiles within 200 KiB of shared memory.
 bool use_tensor_cores(DType dt, const SparseAttentionShape& sh);
