@@ -361,7 +361,7 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
 // ceil(steps / splits) steps and the splits to as many as that needs, so none is empty. Only
 // for a transposed a (the caller's condition): there K runs over the tokens and no output is a
 // token's row, so the choice may depend on every dim; with a not transposed, a row's bits must
-// not depend on M (batch invariance), and the kernels stay those of every M.
+// not depend on M (batch invariance): plan_tc_split_rows decides from N and K alone.
 struct TcSplit {
   int64_t splits = 1, slice = 0;  // slice: in elements, a multiple of kTcK
 };
@@ -373,6 +373,39 @@ TcSplit plan_tc_split(int64_t m, int64_t n, int64_t k) {
   if (splits < 2) return {};
   const int64_t steps = (k + kTcK - 1) / kTcK, per = (steps + splits - 1) / splits;
   return {.splits = (steps + per - 1) / per, .slice = per * kTcK};
+}
+
+// The split for a not transposed a, from N and K only, so that it is the same for every M (a
+// row's bits never depend on the batch): the grid is planned for 8 row tiles (M = 1024), so a
+// product with few column tiles and K from 4096 on (the backward's dx = dy w^T through a wide
+// layer: N = 256, K = 8192 left 16 blocks walking 128 steps each) splits into slices of at least
+// 2048, as many as would bring such an M to two blocks per SM. A larger M gets more blocks and
+// more f32 partials (splits · M · N · 4 bytes, small against a's M · K · 2).
+TcSplit plan_tc_split_rows(int64_t n, int64_t k) {
+  constexpr int64_t kSms = 132, kMinSlice = 2048, kPlannedRowTiles = 8;
+  const int64_t col_tiles = (n + kTcN - 1) / kTcN;
+  if (k < 2 * kMinSlice) return {};
+  const int64_t splits = std::min(2 * kSms / (col_tiles * kPlannedRowTiles), k / kMinSlice);
+  if (splits < 2) return {};
+  const int64_t steps = (k + kTcK - 1) / kTcK, per = (steps + splits - 1) / splits;
+  return {.splits = (steps + per - 1) / per, .slice = per * kTcK};
+}
+
+// Split K's two kernels: the slices' partials into f32 scratch, then their sum in split order.
+OpExpansion tc_split_expansion(KernelCache& cache, DType dt, bool ta, bool tb, bool async,
+                               int64_t m, int64_t n, int64_t k, const TcSplit& split) {
+  KernelCall part{
+      .kernel = async ? cache.get(kernel_key(tc_async_splitk_name(ta, tb), dt),
+                                  [&] { return build_tc_matmul_async_splitk(dt, ta, tb); })
+                      : cache.get(kernel_key(tc_splitk_name(ta, tb), dt),
+                                  [&] { return build_tc_matmul_splitk(dt, ta, tb); }),
+      .buffers = {input_slot(0), input_slot(1), scratch_slot(0)},
+      .dims = {m, n, k, split.slice, split.splits}};
+  KernelCall sum{.kernel = cache.get(kernel_key(tc_splitk_sum_name(), dt),
+                                     [&] { return build_tc_splitk_sum(dt); }),
+                 .buffers = {scratch_slot(0), output_slot(0)},
+                 .dims = {m, n, split.splits}};
+  return OpExpansion{.scratch = {{DType::F32, {split.splits, m, n}}}, .calls = {part, sum}};
 }
 
 ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
@@ -392,6 +425,9 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
       // not transposed a; a transposed one (one product, K over the tokens) needs M too.
       const bool aligned = k % 8 == 0 && (tb || n % 8 == 0);
       if (!ta && aligned)
+        if (const TcSplit split = plan_tc_split_rows(n, k); split.splits > 1)
+          return tc_split_expansion(*cache, dt, false, tb, true, m * mb.count, n, k, split);
+      if (!ta && aligned)
         return OpExpansion{
             .calls = {{.kernel = cache->get(kernel_key(tc_async_name(false, tb), dt),
                                             [&] { return build_tc_matmul_async(dt, false, tb); }),
@@ -399,21 +435,8 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
                        .dims = {m * mb.count, n, k}}}};
       const bool ta_async = ta && mb.count == 1 && aligned && m % 8 == 0;
       if (ta && mb.count == 1)
-        if (const TcSplit split = plan_tc_split(m, n, k); split.splits > 1) {
-          KernelCall part{
-              .kernel = ta_async
-                            ? cache->get(kernel_key(tc_async_splitk_name(ta, tb), dt),
-                                         [&] { return build_tc_matmul_async_splitk(dt, ta, tb); })
-                            : cache->get(kernel_key(tc_splitk_name(ta, tb), dt),
-                                         [&] { return build_tc_matmul_splitk(dt, ta, tb); }),
-              .buffers = {input_slot(0), input_slot(1), scratch_slot(0)},
-              .dims = {m, n, k, split.slice, split.splits}};
-          KernelCall sum{.kernel = cache->get(kernel_key(tc_splitk_sum_name(), dt),
-                                              [&] { return build_tc_splitk_sum(dt); }),
-                         .buffers = {scratch_slot(0), output_slot(0)},
-                         .dims = {m, n, split.splits}};
-          return OpExpansion{.scratch = {{DType::F32, {split.splits, m, n}}}, .calls = {part, sum}};
-        }
+        if (const TcSplit split = plan_tc_split(m, n, k); split.splits > 1)
+          return tc_split_expansion(*cache, dt, ta, tb, ta_async, m, n, k, split);
       if (ta_async)
         return OpExpansion{
             .calls = {{.kernel = cache->get(kernel_key(tc_async_name(ta, tb), dt),
@@ -495,6 +518,10 @@ std::vector<OpTestCase> matmul_kernel_cases() {
       {{{136, 40}, {136, 24}}, {{"transpose_a", true}}},
       {{{72, 136}, {40, 72}}, {{"transpose_a", true}, {"transpose_b", true}}},
       {{{2144, 40}, {2144, 24}}, {{"transpose_a", true}}},
+      // bf16/f16, a not transposed, K from 4096 (plan_tc_split_rows): two slices, the second
+      // ragged, b both ways.
+      {{{40, 4160}, {4160, 24}}},
+      {{{9, 4104}, {16, 4104}}, {{"transpose_b", true}}},
       // Batched: both operands, broadcast ones (copied to c's batch first),
       // a shared matrix on either side, a batch folded into a's rows.
       {{{2, 7, 130}, {2, 130, 33}}},

@@ -1,8 +1,9 @@
-// Split K of the tensor-core matmul (kernels/matmul.cc plan_tc_split, matmul_tc.h): a transposed-a
-// bf16/f16 product with few output tiles and a long K runs each 64-aligned K slice's chain into
-// f32 partials, then adds them in split order. Every output is checked bit for bit against the
-// tensor core's model (compiler/codegen/mma_model.h): each slice's dot product from +0, then f32
-// adds from slice 0 on, rounded once. The slices are restated here, not read from the kernel.
+// Split K of the tensor-core matmul (kernels/matmul.cc plan_tc_split and plan_tc_split_rows,
+// matmul_tc.h): a bf16/f16 product with few output tiles and a long K runs each 64-aligned K
+// slice's chain into f32 partials, then adds them in split order. Every output is checked bit for
+// bit against the tensor core's model (compiler/codegen/mma_model.h): each slice's dot product from
+// +0, then f32 adds from slice 0 on, rounded once. The slices are restated here, not read from the
+// kernel.
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -39,15 +40,18 @@ OpExpansion expand(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k) 
   return schema.expand(in, schema.infer(in, attrs), attrs);
 }
 
-// c = a^T b (b transposed or not) of a [k, m]; `slice` the split's length in K (the last one
-// ragged): c[i, j] = round(dot(slice 0) + dot(slice 1) + ..), each dot the model's chain.
-void expect_split_model(DType dt, bool tb, int64_t m, int64_t n, int64_t k, int64_t slice) {
+// c = op(a) op(b) with a [k, m] (transposed) or [m, k]; `slice` the split's length in K (the
+// last one ragged): c[i, j] = round(dot(slice 0) + dot(slice 1) + ..), each dot the model's
+// chain.
+void expect_split_model(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                        int64_t slice) {
   std::mt19937_64 rng(testing::test_seed() + static_cast<uint64_t>(k));
-  RefTensor a = testing::rounded(dt, testing::random_tensor(rng, {k, m}));
+  RefTensor a =
+      testing::rounded(dt, testing::random_tensor(rng, ta ? std::vector{k, m} : std::vector{m, k}));
   RefTensor b =
       testing::rounded(dt, testing::random_tensor(rng, tb ? std::vector{n, k} : std::vector{k, n}));
   std::vector<Bytes> got =
-      runner().run("matmul", {a, b}, {{"transpose_a", true}, {"transpose_b", tb}}, dt, kNaN);
+      runner().run("matmul", {a, b}, {{"transpose_a", ta}, {"transpose_b", tb}}, dt, kNaN);
   ASSERT_EQ(got.size(), 1u);
   const compiler::MmaModel model = compiler::hopper_mma_model();
   int64_t mismatches = 0;
@@ -55,7 +59,7 @@ void expect_split_model(DType dt, bool tb, int64_t m, int64_t n, int64_t k, int6
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       for (int64_t p = 0; p < k; ++p) {
-        row[p] = bits16(dt, a.data[p * m + i]);
+        row[p] = bits16(dt, ta ? a.data[p * m + i] : a.data[i * k + p]);
         col[p] = bits16(dt, tb ? b.data[j * k + p] : b.data[p * n + j]);
       }
       float want = 0.0f;
@@ -76,23 +80,45 @@ void expect_split_model(DType dt, bool tb, int64_t m, int64_t n, int64_t k, int6
 // One tile, K = 2148: two splits of 17 steps (1088), the second ragged (1060, not a multiple of
 // 64); K = 5000: four of 20 steps (1280), the last 1160. M and N ragged in their tile.
 TEST(MatmulSplitK, EveryOutputIsTheSlicesModelDotProductsAddedInOrder) {
-  expect_split_model(DType::BF16, false, 70, 40, 2148, 1088);
-  expect_split_model(DType::BF16, true, 33, 130, 5000, 1280);
-  expect_split_model(DType::F16, false, 9, 24, 2148, 1088);
+  expect_split_model(DType::BF16, true, false, 70, 40, 2148, 1088);
+  expect_split_model(DType::BF16, true, true, 33, 130, 5000, 1280);
+  expect_split_model(DType::F16, true, false, 9, 24, 2148, 1088);
 }
 
 // The same split on the copy_async loop (M, K and, b not transposed, N multiples of 8): each
 // slice's boxes start at its own first step, past K zeros; a second slice ragged.
 TEST(MatmulSplitK, AsyncCopySlicesAreTheModelsDotProductsAddedInOrder) {
-  expect_split_model(DType::BF16, false, 72, 40, 2148, 1088);
-  expect_split_model(DType::BF16, true, 16, 130, 5000, 1280);
-  expect_split_model(DType::F16, true, 136, 8, 2200, 1152);
+  expect_split_model(DType::BF16, true, false, 72, 40, 2148, 1088);
+  expect_split_model(DType::BF16, true, true, 16, 130, 5000, 1280);
+  expect_split_model(DType::F16, true, true, 136, 8, 2200, 1152);
+}
+
+// A not transposed a on copy_async, K from 4096: N = 24 (one column tile), K = 8256: four
+// slices of 33 steps (2112), the last ragged (1920); N = 16 with b transposed, K = 4104: two.
+TEST(MatmulSplitK, NotTransposedASlicesAreTheModelsDotProductsAddedInOrder) {
+  expect_split_model(DType::BF16, false, false, 40, 24, 8256, 2112);
+  expect_split_model(DType::F16, false, true, 9, 16, 4104, 2112);
+}
+
+// With a not transposed the split is planned from N and K alone: the same kernels, slices and
+// splits for every M, so a row's bits do not depend on the batch (dx = dy w^T through a wide
+// layer, N = 256, K = 8192: 4 slices of 2048 at M = 8 and at M = 4096 alike).
+TEST(MatmulSplitK, NotTransposedASplitDoesNotDependOnM) {
+  for (int64_t m : {8, 1024, 4096}) {
+    OpExpansion ex = expand(DType::BF16, false, true, m, 256, 8192);
+    ASSERT_EQ(ex.calls.size(), 2u) << m;
+    EXPECT_EQ(ex.calls[0].kernel->sig.name, "matmul_tc_nt_128x128x64_async5_splitk_bf16");
+    EXPECT_EQ(ex.calls[0].dims, (std::vector<int64_t>{m, 256, 8192, 2048, 4})) << m;
+  }
+  // A short K or a wide N: one kernel.
+  EXPECT_EQ(expand(DType::BF16, false, true, 1024, 256, 4095).calls.size(), 1u);
+  EXPECT_EQ(expand(DType::BF16, false, false, 1024, 4096, 8192).calls.size(), 1u);
 }
 
 // The attention backward's p^T dO (M = 1280, N = 512, K = 16384: 40 tiles) splits 6 ways
-// (40 * 6 <= 2 * 132 blocks) of 43 steps, the sum kernel after; a not transposed, a short K or
-// a grid that already fills the GPU keep the one-kernel product.
-TEST(MatmulSplitK, ChosenOnlyForTransposedAWithFewTilesAndLongK) {
+// (40 * 6 <= 2 * 132 blocks) of 43 steps, the sum kernel after; a short K or a grid that
+// already fills the GPU keep the one-kernel product.
+TEST(MatmulSplitK, TransposedASplitsWithFewTilesAndLongK) {
   OpExpansion ex = expand(DType::BF16, true, false, 1280, 512, 16384);
   ASSERT_EQ(ex.calls.size(), 2u);
   EXPECT_EQ(ex.calls[0].kernel->sig.name, "matmul_tc_tn_128x128x64_async5_splitk_bf16");
@@ -101,7 +127,7 @@ TEST(MatmulSplitK, ChosenOnlyForTransposedAWithFewTilesAndLongK) {
   ASSERT_EQ(ex.scratch.size(), 1u);
   EXPECT_EQ(ex.scratch[0].shape, (std::vector<int64_t>{6, 1280, 512}));
   for (const auto& [ta, m, n, k] : std::vector<std::tuple<bool, int64_t, int64_t, int64_t>>{
-           {false, 1280, 512, 16384}, {true, 1280, 512, 2047}, {true, 2048, 1152, 16384}}) {
+           {true, 1280, 512, 2047}, {true, 2048, 1152, 16384}}) {
     OpExpansion one = expand(DType::BF16, ta, false, m, n, k);
     ASSERT_EQ(one.calls.size(), 1u) << "ta=" << ta << " " << m << "x" << n << "x" << k;
     EXPECT_EQ(one.calls[0].kernel->sig.name.find("splitk"), std::string::npos);
