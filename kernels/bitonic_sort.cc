@@ -32,4 +32,25 @@ int64_t bitonic_length(int64_t n) {
   return m;
 }
 
+int search_steps(int64_t n) {
+  int steps = 1;
+  for (int64_t w = 1; w < n; w *= 2) ++steps;
+  return steps;
+}
+
+void sorted_lower_bound(cc::Scope& s, const cc::Buf& lo, const cc::Buf& hi, const cc::Idx& t,
+                        const cc::Val& n, int steps,
+                        const std::function<cc::Val(const cc::Val&)>& key, const cc::Val& target) {
+  lo(t) = cc::Val(int64_t{0});
+  hi(t) = n;
+  s.serial(steps, [&](cc::Idx) {
+    cc::Val l = s.let(lo(t), "l"), h = s.let(hi(t), "h");
+    s.if_then(l < h, [&] {
+      cc::Val mid = s.let((l + h) / 2, "mid");
+      s.if_then_else(
+          key(mid) < target, [&] { lo(t) = mid + 1; }, [&] { hi(t) = mid; });
+    });
+  });
+}
+
 }  // namespace tilerun::kernels

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "compiler/ir/builder.h"
 
@@ -19,5 +20,17 @@ void bitonic_sort(compiler::Scope& s, const compiler::Buf& keys, int64_t m, bool
 
 // The smallest power of two >= n (1 for n <= 1).
 int64_t bitonic_length(int64_t n);
+
+// Halvings that narrow [0, n] to one position: log2(bitonic_length(n)) + 1.
+int search_steps(int64_t n);
+
+// lo(t) = the first position q in [0, n) of a sorted tile with key(q) >= target (n if none), by
+// `steps` halvings (search_steps(n) or more), lo(t) and hi(t) the thread's fragment elements (hi
+// its scratch). Inside the caller's parallel over t; the searches of a sorted tile that follow a
+// bitonic_sort (its runs of equal ids, topk's columns, a chunk's bins).
+void sorted_lower_bound(compiler::Scope& s, const compiler::Buf& lo, const compiler::Buf& hi,
+                        const compiler::Idx& t, const compiler::Val& n, int steps,
+                        const std::function<compiler::Val(const compiler::Val&)>& key,
+                        const compiler::Val& target);
 
 }  // namespace tilerun::kernels

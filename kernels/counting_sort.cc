@@ -129,28 +129,12 @@ cc::Kernel build_bincount(bool checked) {
   return kb.build();
 }
 
-// Halvings that narrow [0, kChunk] to one position.
-int chunk_search_steps() {
-  int steps = 1;
-  for (int64_t w = 1; w < kChunk; w *= 2) ++steps;
-  return steps;
-}
-
 // The first position p in [0, kChunk) of a sorted chunk with key(p) >= target (kChunk if none),
 // by halving, in lo(t) (hi(t) its scratch).
 cc::Val chunk_lower_bound(cc::Scope& s, const cc::Buf& lo, const cc::Buf& hi, const cc::Idx& t,
                           const std::function<cc::Val(const cc::Val&)>& key,
                           const cc::Val& target) {
-  lo(t) = cc::Val(int64_t{0});
-  hi(t) = cc::Val(kChunk);
-  s.serial(chunk_search_steps(), [&](cc::Idx) {
-    cc::Val l = s.let(lo(t), "l"), h = s.let(hi(t), "h");
-    s.if_then(l < h, [&] {
-      cc::Val mid = s.let((l + h) / 2, "mid");
-      s.if_then_else(
-          key(mid) < target, [&] { lo(t) = mid + 1; }, [&] { hi(t) = mid; });
-    });
-  });
+  sorted_lower_bound(s, lo, hi, t, cc::Val(kChunk), search_steps(kChunk), key, target);
   return s.let(lo(t), "bound");
 }
 

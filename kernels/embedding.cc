@@ -194,8 +194,7 @@ cc::Kernel build_sort_ids(int64_t m) {
 // by two binary searches (`steps` = log2(m) + 1 halvings cover N <= m) and adds those tokens' dy
 // rows in token order, the order of build_embedding_grad's scan, so the sums are the same bits.
 cc::Kernel build_embedding_grad_sorted(DType dtype, int64_t m) {
-  int steps = 1;
-  for (int64_t w = 1; w < m; w *= 2) ++steps;
+  const int steps = search_steps(m);
   cc::KernelBuilder kb("embedding_grad_sorted_" + std::to_string(m) + suffix(dtype));
   cc::Dim n = kb.dim("N", {.min = 1, .max = m}), v = kb.dim("V"), d = kb.dim("D");
   cc::Buf sorted = kb.input("sorted_ids", DType::I32, {n});
@@ -214,16 +213,9 @@ cc::Kernel build_embedding_grad_sorted(DType dtype, int64_t m) {
       s.if_then(col < d, [&] {
         // The first q with sorted_ids[q] >= target, in lo.
         auto lower_bound = [&](const cc::Val& target) {
-          lo(i) = cc::Val(int64_t{0});
-          hi(i) = n;
-          s.serial(steps, [&](cc::Idx) {
-            cc::Val l = s.let(lo(i), "l"), h = s.let(hi(i), "h");
-            s.if_then(l < h, [&] {
-              cc::Val mid = s.let((l + h) / 2, "mid");
-              s.if_then_else(
-                  cc::to_i64(sorted(mid)) < target, [&] { lo(i) = mid + 1; }, [&] { hi(i) = mid; });
-            });
-          });
+          sorted_lower_bound(
+              s, lo, hi, i, n, steps, [&](const cc::Val& q) { return cc::to_i64(sorted(q)); },
+              target);
         };
         lower_bound(row);
         first(i) = lo(i);

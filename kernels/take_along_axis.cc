@@ -164,8 +164,7 @@ cc::Kernel build_take_grad(DType dtype) {
 // build_take_grad's scan, so the same bits: O(K log² K) per row and O(log K + run) per element
 // instead of O(K) per element.
 cc::Kernel build_take_grad_sorted(DType dtype, int64_t m) {
-  int steps = 1;
-  for (int64_t w = 1; w < m; w *= 2) ++steps;
+  const int steps = search_steps(m);
   cc::KernelBuilder kb("take_along_axis_grad_sorted_" + std::to_string(m) + suffix(dtype));
   cc::Dim p = kb.dim("P"), n = kb.dim("N"), k = kb.dim("K", {.min = 1, .max = m});
   cc::Buf idx = kb.input("indices", DType::I32, {p, k});
@@ -190,17 +189,9 @@ cc::Kernel build_take_grad_sorted(DType dtype, int64_t m) {
         s.if_then(col < n, [&] {
           // The first q with (keys[q] >> 32) >= target, in lo.
           auto lower_bound = [&](const cc::Val& target) {
-            lo(i) = cc::Val(int64_t{0});
-            hi(i) = k;
-            s.serial(steps, [&](cc::Idx) {
-              cc::Val l = s.let(lo(i), "l"), h = s.let(hi(i), "h");
-              s.if_then(l < h, [&] {
-                cc::Val mid = s.let((l + h) / 2, "mid");
-                s.if_then_else(
-                    cc::shr(keys(mid), cc::Val(int64_t{32})) < target, [&] { lo(i) = mid + 1; },
-                    [&] { hi(i) = mid; });
-              });
-            });
+            sorted_lower_bound(
+                s, lo, hi, i, k, steps,
+                [&](const cc::Val& q) { return cc::shr(keys(q), cc::Val(int64_t{32})); }, target);
           };
           lower_bound(col);
           first(i) = lo(i);
