@@ -185,6 +185,15 @@ cc::Kernel build_chunk_counts(bool checked) {
 }
 
 // 2. seg[s, e] = the e's of segment s's kSegment chunks, a thread per (segment, bin) (O(kSegment)).
+// body(c) for each chunk c of `segment` (kSegment of them, those before G), in chunk order.
+void for_each_chunk_of(cc::Scope& s, const cc::Idx& segment, const cc::Val& chunks,
+                       const std::function<void(const cc::Idx&)>& body) {
+  s.serial(kSegment, [&](cc::Idx j) {
+    cc::Idx c = s.let(segment * kSegment + j, "c");
+    s.if_then(c < chunks, [&] { body(c); });
+  });
+}
+
 cc::Kernel build_segment_sums() {
   cc::KernelBuilder kb("sort_segment_sums");
   cc::Dim g = kb.dim("G"), sg = kb.dim("S"), e = kb.dim("E");
@@ -197,10 +206,7 @@ cc::Kernel build_segment_sums() {
       cc::Idx bin = base + t;
       s.if_then(bin < e, [&] {
         acc(t) = cc::to_i32(cc::Val(0));
-        s.serial(kSegment, [&](cc::Idx j) {
-          cc::Idx c = s.let(segment * kSegment + j, "c");
-          s.if_then(c < g, [&] { acc(t) = acc(t) + cnt(c, bin); });
-        });
+        for_each_chunk_of(s, segment, g, [&](const cc::Idx& c) { acc(t) = acc(t) + cnt(c, bin); });
         seg(segment, bin) = acc(t);
       });
     });
@@ -262,12 +268,9 @@ cc::Kernel build_chunk_starts() {
       s.if_then(bin < e, [&] {
         acc(t) = offsets(bin);
         s.serial(segment, [&](cc::Idx b) { acc(t) = acc(t) + seg(b, bin); });
-        s.serial(kSegment, [&](cc::Idx j) {
-          cc::Idx c = s.let(segment * kSegment + j, "c");
-          s.if_then(c < g, [&] {
-            start(c, bin) = acc(t);
-            acc(t) = acc(t) + cnt(c, bin);
-          });
+        for_each_chunk_of(s, segment, g, [&](const cc::Idx& c) {
+          start(c, bin) = acc(t);
+          acc(t) = acc(t) + cnt(c, bin);
         });
       });
     });
