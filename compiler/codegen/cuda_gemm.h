@@ -13,9 +13,10 @@ namespace tilerun::compiler::cuda {
 // kernel with a gemm.
 extern const char* const kWgmmaHelpers;
 
-// Whether the tiles are laid out as the lowering reads them: both K-major (a as [m, k], b as
-// [n, k], i.e. trans_b) with k = 64 two-byte elements per row under the 128B swizzle; empty when
-// so, else why not.
+// Whether the tiles are laid out as the lowering reads them, k = 64 two-byte elements per
+// 128-byte row under the 128B swizzle: a K-major ([m, k]) or, transposed, as m's panels
+// ([m / 64, k, 64], or [k, 64] when m = 64); b K-major ([n, k], trans_b) or N-major ([k, 64]);
+// empty when so, else why not.
 std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g);
 
 // The statements of one gemm: a fence, per 64-row block of this warpgroup and per 16 of k one
