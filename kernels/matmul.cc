@@ -424,15 +424,15 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
       // Asynchronous copies where the rows are 16-byte aligned: a choice by K and N only for a
       // not transposed a; a transposed one (one product, K over the tokens) needs M too.
       const bool aligned = k % 8 == 0 && (tb || n % 8 == 0);
-      if (!ta && aligned)
+      if (!ta && aligned) {
         if (const TcSplit split = plan_tc_split_rows(n, k); split.splits > 1)
           return tc_split_expansion(*cache, dt, false, tb, true, m * mb.count, n, k, split);
-      if (!ta && aligned)
         return OpExpansion{
             .calls = {{.kernel = cache->get(kernel_key(tc_async_name(false, tb), dt),
                                             [&] { return build_tc_matmul_async(dt, false, tb); }),
                        .buffers = {input_slot(0), input_slot(1), output_slot(0)},
                        .dims = {m * mb.count, n, k}}}};
+      }
       const bool ta_async = ta && mb.count == 1 && aligned && m % 8 == 0;
       if (ta && mb.count == 1)
         if (const TcSplit split = plan_tc_split(m, n, k); split.splits > 1)

@@ -82,6 +82,17 @@ void write_sink_and_bias_grads(cc::Scope& s, const SparseAttentionShape& sh, con
   });
 }
 
+ForwardParams declare_forward_params(cc::KernelBuilder& kb, DType dt,
+                                     const SparseAttentionShape& sh, bool with_mass,
+                                     int64_t e_divisible_by) {
+  ForwardParams p;
+  p.in = declare_token_params(kb, dt, sh, e_divisible_by);
+  p.y = kb.output("y", dt, {p.in.t, cc::Val(sh.h), p.in.e});
+  if (with_mass) p.mass = kb.output("mass", dt, {p.in.t, cc::Val(sh.k)});
+  p.scale = kb.scalar_f32("scale");
+  return p;
+}
+
 KeyRun key_run(cc::Scope& s, const cc::Buf& offsets, const cc::Idx& key, const cc::Val& keys,
                const cc::Val& n) {
   cc::Val begin = s.let(cc::min(cc::max(cc::to_i64(offsets(key)), i64(0)), n), "begin");
@@ -202,13 +213,13 @@ struct Token {
 cc::Kernel build_forward(DType dt, const SparseAttentionShape& sh, bool with_mass) {
   cc::KernelBuilder kb(
       kernel_name(with_mass ? "sparse_attention_mass" : "sparse_attention", dt, sh));
-  const TokenParams prm = declare_token_params(kb, dt, sh);
+  const ForwardParams fp = declare_forward_params(kb, dt, sh, with_mass);
+  const TokenParams& prm = fp.in;
   const cc::Dim t = prm.t, sd = prm.s, e = prm.e;
   const cc::Val h(sh.h), k(sh.k);
   const cc::Buf q = prm.q, kv = prm.kv, idx = prm.idx, bias = prm.bias, sink = prm.sink;
-  cc::Buf y = kb.output("y", dt, {t, h, e});
-  cc::Buf mass = with_mass ? kb.output("mass", dt, {t, k}) : cc::Buf{};
-  cc::Val scale = kb.scalar_f32("scale");
+  const cc::Buf y = fp.y, mass = fp.mass;
+  const cc::Val scale = fp.scale;
   kb.body({t}, kThreads, [&](cc::Scope& s) {
     Token tok(s, sh.h, sh.k, s.block_idx(0));
     cc::Buf qs = s.alloc_shared("qs", DType::F32, {sh.h, kCols});

@@ -159,16 +159,19 @@ struct TcToken {
     s.barrier();
   }
 
-  // rows[r, c] = x[t, head(r), e0 + c] for the rows r with head(r) < H, else 0; 0 past E.
-  void stage_rows(const cc::Buf& rows, int64_t n_rows, const std::function<cc::Val(cc::Idx)>& head,
-                  const cc::Buf& x, const cc::Val& e0, const cc::Val& e_dim) {
+  // rows[row0 + r, c] = x[t, head(r), e0 + c] for r < n_rows with head(r) < H, else 0; 0 past E.
+  void stage_rows(const cc::Buf& rows, int64_t row0, int64_t n_rows,
+                  const std::function<cc::Val(cc::Idx)>& head, const cc::Buf& x, const cc::Val& e0,
+                  const cc::Val& e_dim) {
+    auto row = [&](const cc::Idx& r) { return row0 == 0 ? cc::Val(r) : row0 + r; };
     s.if_then_else(
         e0 + kTcCols <= e_dim,
         [&] {
           s.parallel(n_rows, kTcCols, [&](cc::Idx r, cc::Idx c) {
             cc::Val hh = s.let(head(r), "hh");
             s.if_then_else(
-                hh < h, [&] { rows(r, c) = x(t, hh, e0 + c); }, [&] { rows(r, c) = 0.0f; });
+                hh < h, [&] { rows(row(r), c) = x(t, hh, e0 + c); },
+                [&] { rows(row(r), c) = 0.0f; });
           });
         },
         [&] {
@@ -176,8 +179,8 @@ struct TcToken {
             cc::Val hh = s.let(head(r), "hh");
             cc::Idx col = e0 + c;
             s.if_then_else(
-                hh < h && col < e_dim, [&] { rows(r, c) = x(t, hh, col); },
-                [&] { rows(r, c) = 0.0f; });
+                hh < h && col < e_dim, [&] { rows(row(r), c) = x(t, hh, col); },
+                [&] { rows(row(r), c) = 0.0f; });
           });
         });
   }
@@ -237,13 +240,13 @@ struct TcToken {
 cc::Kernel build_forward_tc(DType dt, const SparseAttentionShape& sh, bool with_mass) {
   cc::KernelBuilder kb(
       kernel_name(with_mass ? "sparse_attention_tc_mass" : "sparse_attention_tc", dt, sh));
-  const TokenParams prm = declare_token_params(kb, dt, sh, 8);
+  const ForwardParams fp = declare_forward_params(kb, dt, sh, with_mass, 8);
+  const TokenParams& prm = fp.in;
   const cc::Dim t = prm.t, sd = prm.s, e = prm.e;
   const cc::Val h(sh.h), k(sh.k);
   const cc::Buf q = prm.q, kv = prm.kv, idx = prm.idx, bias = prm.bias, sink = prm.sink;
-  cc::Buf y = kb.output("y", dt, {t, h, e});
-  cc::Buf mass = with_mass ? kb.output("mass", dt, {t, k}) : cc::Buf{};
-  cc::Val scale = kb.scalar_f32("scale");
+  const cc::Buf y = fp.y, mass = fp.mass;
+  const cc::Val scale = fp.scale;
   kb.body({t}, kTcTokThreads, [&](cc::Scope& s) {
     TcToken tok(s, dt, sh.h, sh.k, s.block_idx(0), sd);
     const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
@@ -375,27 +378,8 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
     tok.steps(kv, {}, e, [&](const cc::Val& e0) {
       for (int64_t gi = 0; gi < groups; ++gi) {
         auto head_of = [&](cc::Idx r) { return gi * kTcGroup + r % kTcGroup; };
-        tok.stage_rows(rows[gi], 2 * kTcGroup, head_of, q, e0, e);
-        // dy into rows 32..63: a second staging into the tile's lower half.
-        s.if_then_else(
-            e0 + kTcCols <= e,
-            [&] {
-              s.parallel(2 * kTcGroup, kTcCols, [&](cc::Idx r, cc::Idx c) {
-                cc::Val hh = s.let(head_of(r), "hh");
-                s.if_then_else(
-                    hh < h, [&] { rows[gi](2 * kTcGroup + r, c) = dy(tok.t, hh, e0 + c); },
-                    [&] { rows[gi](2 * kTcGroup + r, c) = 0.0f; });
-              });
-            },
-            [&] {
-              s.parallel(2 * kTcGroup, kTcCols, [&](cc::Idx r, cc::Idx c) {
-                cc::Val hh = s.let(head_of(r), "hh");
-                s.if_then_else(
-                    hh < h && e0 + c < e,
-                    [&] { rows[gi](2 * kTcGroup + r, c) = dy(tok.t, hh, e0 + c); },
-                    [&] { rows[gi](2 * kTcGroup + r, c) = 0.0f; });
-              });
-            });
+        tok.stage_rows(rows[gi], 0, 2 * kTcGroup, head_of, q, e0, e);
+        tok.stage_rows(rows[gi], 2 * kTcGroup, 2 * kTcGroup, head_of, dy, e0, e);
       }
       s.barrier();
       // dq^T: o[c, 16 part + r] = Σ_j kv[ids[j], e0 + c]·packed[j, 16 part + r]; parts 0 + 1.

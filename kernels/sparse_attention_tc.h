@@ -31,6 +31,17 @@ struct TokenParams {
 TokenParams declare_token_params(compiler::KernelBuilder& kb, DType dt,
                                  const SparseAttentionShape& sh, int64_t e_divisible_by = 1);
 
+// The forward kernels' parameters: the token parameters, then y [T, H, E], mass [T, K] when
+// asked, and the scalar scale.
+struct ForwardParams {
+  TokenParams in;
+  compiler::Buf y, mass;
+  compiler::Val scale;
+};
+ForwardParams declare_forward_params(compiler::KernelBuilder& kb, DType dt,
+                                     const SparseAttentionShape& sh, bool with_mass,
+                                     int64_t e_divisible_by = 1);
+
 // A key's run of counting_sort's order: [begin, end) from offsets[key] and offsets[key + 1]
 // (the end of the order for the last key), clamped into [0, n) and begin <= end.
 struct KeyRun {
