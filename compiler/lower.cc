@@ -6,6 +6,7 @@
 #include "compiler/ir/tile_verifier.h"
 #include "compiler/transforms/expand_strict_math.h"
 #include "compiler/transforms/flatten_buffers.h"
+#include "compiler/transforms/hoist_copy_invariants.h"
 #include "compiler/transforms/infer_layouts.h"
 #include "compiler/transforms/lower_copies.h"
 #include "compiler/transforms/lower_parallel.h"
@@ -85,6 +86,10 @@ std::vector<PassInfo> make_pipeline() {
       {"vectorize_shared_loads", kStorageTyped, kStorageTyped,
        "after vectorize_accesses, on the same storage bits, for the shared-memory side",
        simt_pass<vectorize_shared_loads>},
+      {"hoist_copy_invariants", kStorageTyped, kStorageTyped,
+       "after the vectorize passes (it unrolls piece loops, which they would no longer see as "
+       "loops) and on the final flat indices, so what it hoists is what the backends compute",
+       simt_pass<hoist_copy_invariants>},
       {"expand_strict_math", kStorageTyped, kComplete,
        "last: lower_storage_types itself emits strict_math routines, and nothing after this point "
        "may introduce exp/log/min/max that a backend would have to implement its own way",

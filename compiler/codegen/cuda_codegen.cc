@@ -652,8 +652,10 @@ class CudaEmitter {
         TR_CHECK(bytes * op->lanes == 16, "async copy of other than 16 bytes");
         line("{");
         line("  const long long tr_n = " + expr(op->valid) + ";");
-        line("  const void* tr_src = tr_n > 0 ? (const void*)&" + buffer(op->src) + "[" +
-             expr(op->src_indices[0]) + "] : (const void*)" + buffer(op->src) + ";");
+        // The index, not the pointer, selected: a select of two integers, where a select of two
+        // addresses became a branch around the address arithmetic.
+        line("  const void* tr_src = (const void*)&" + buffer(op->src) + "[tr_n > 0 ? " +
+             expr(op->src_indices[0]) + " : 0LL];");
         line(
             "  asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"((unsigned)"
             "__cvta_generic_to_shared(&" +

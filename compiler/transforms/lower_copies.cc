@@ -54,7 +54,7 @@ class CopyLowerer : public IRMutator {
     std::vector<Expr> extents;
     std::vector<Expr> dst_idx(op.dst.origin.begin(), op.dst.origin.begin() + dst_lead);
     std::vector<Expr> src_idx(op.src.origin.begin(), op.src.origin.begin() + src_lead);
-    Expr outer_ok = make_bool(true), inner;
+    Expr outer_ok = make_bool(true), inner_ok;
     for (size_t d = 0; d < src_lead; ++d) {
       outer_ok = logical_and(outer_ok, Binary::make(BinaryOp::Le, make_i64(0), src_idx[d]));
       outer_ok = logical_and(outer_ok, lt(src_idx[d], src->shape[d]));
@@ -74,12 +74,13 @@ class CopyLowerer : public IRMutator {
         outer_ok = logical_and(outer_ok, lt(at, src->shape[src_lead + d]));
       } else {
         outer_ok = logical_and(outer_ok, Binary::make(BinaryOp::Le, make_i64(0), at));
-        inner = sub(src->shape[src_lead + d], at);
+        inner_ok = lt(at, src->shape[src_lead + d]);
       }
     }
-    Expr count = Binary::make(BinaryOp::Min, Binary::make(BinaryOp::Max, inner, make_i64(0)),
-                              make_i64(lanes));
-    Expr valid = Select::make(outer_ok, count, make_i64(0));
+    // The verifier asks the source's rows and the box's innermost origin to be multiples of the
+    // lanes, so a piece is all inside or all outside: one comparison, not a clamp.
+    Expr inside = logical_and(outer_ok, inner_ok);
+    Expr valid = Select::make(inside, make_i64(lanes), make_i64(0));
     return Parallel::make(
         std::move(vars), std::move(extents),
         AsyncCopy::make(op.dst.buffer, dst_idx, op.src.buffer, src_idx, lanes, valid));

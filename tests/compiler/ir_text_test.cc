@@ -81,10 +81,11 @@ TEST(IrText, TraceListsEveryPassInPipelineOrder) {
   lower(testing::softmax_kernel(), {.trace = &trace});
   std::vector<std::string> names;
   for (const auto& [pass, text] : trace) names.push_back(pass);
-  EXPECT_EQ(names, (std::vector<std::string>{
-                       "input", "lower_copies", "lower_reductions", "analyze_accesses",
-                       "infer_layouts", "lower_parallel", "flatten_buffers", "lower_storage_types",
-                       "vectorize_accesses", "vectorize_shared_loads", "expand_strict_math"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{
+                "input", "lower_copies", "lower_reductions", "analyze_accesses", "infer_layouts",
+                "lower_parallel", "flatten_buffers", "lower_storage_types", "vectorize_accesses",
+                "vectorize_shared_loads", "hoist_copy_invariants", "expand_strict_math"}));
 }
 
 std::string read(const std::filesystem::path& p) {

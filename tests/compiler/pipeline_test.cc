@@ -27,7 +27,7 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(Pipeline, EachPassReadsTheFormThePreviousOneLeft) {
   const std::vector<PassInfo>& passes = pipeline();
-  ASSERT_EQ(passes.size(), 10u);
+  ASSERT_EQ(passes.size(), 11u);
   EXPECT_EQ(passes.front().input, kTileForm);
   EXPECT_EQ(passes.back().output, simt_form(SimtForm::Complete));
   for (size_t i = 1; i < passes.size(); ++i) {
@@ -55,12 +55,14 @@ TEST(Pipeline, RunningEveryPassByNameIsLower) {
 
 TEST(Pipeline, RunPassesRefusesUnknownNamesAndTheWrongLevel) {
   Kernel k = testing::axpb_kernel();
-  EXPECT_EQ(error_of([&] {
-              run_passes(k, {"lower_copies", "fold"});
-            }),
-            "error: unknown pass 'fold'; the passes are: lower_copies, lower_reductions, "
-            "analyze_accesses, infer_layouts, lower_parallel, flatten_buffers, "
-            "lower_storage_types, vectorize_accesses, vectorize_shared_loads, expand_strict_math");
+  EXPECT_EQ(
+      error_of([&] {
+        run_passes(k, {"lower_copies", "fold"});
+      }),
+      "error: unknown pass 'fold'; the passes are: lower_copies, lower_reductions, "
+      "analyze_accesses, infer_layouts, lower_parallel, flatten_buffers, "
+      "lower_storage_types, vectorize_accesses, vectorize_shared_loads, hoist_copy_invariants, "
+      "expand_strict_math");
   EXPECT_EQ(error_of([&] { run_passes(k, {"flatten_buffers"}); }),
             "error: pass flatten_buffers reads simt lowered IR: Tile IR where SIMT IR is expected");
   // lower_parallel's output still indexes 2-d buffers with two indices: not flat yet, so
