@@ -18,7 +18,7 @@ namespace cc = tilerun::compiler;
 namespace {
 
 constexpr int kKeyThreads = 128;  // kernel B: columns per block
-constexpr int kKeyLanes = 4;      // kernel B: partial sums per column
+constexpr int kKeyLanes = 8;      // kernel B: partial sums per column
 
 // ---- On the tensor cores (bf16/f16; H a multiple of 8 up to 256, K of 64, E of 8) -----------
 // One warpgroup per token. Scores are S^T = K·Q^T: per 64 selected slots a gemm of the gathered
