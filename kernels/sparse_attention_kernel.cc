@@ -377,8 +377,10 @@ OpExpansion sparse_attention_expansion(KernelCache& cache, DType dtype,
 OpExpansion sparse_attention_grad_expansion(KernelCache& cache, DType dtype,
                                             const SparseAttentionShape& shape, double scale) {
   if (use_tensor_cores(dtype, shape)) {
-    OpExpansion ex{.scratch = {TensorType{DType::F32, {shape.t * shape.k, shape.e}},
-                               TensorType{DType::F32, {shape.t, shape.h}}}};
+    const int64_t n = shape.t * shape.k;
+    OpExpansion ex{.scratch = {TensorType{DType::F32, {n, shape.e}},
+                               TensorType{DType::F32, {shape.t, shape.h}},
+                               TensorType{DType::F32, {n, shape.e}}, TensorType{DType::I32, {n}}}};
     ex.calls.push_back(
         {.kernel = cache.get(kernel_name("sparse_attention_tc_grad_token", dtype, shape),
                              [&] { return build_grad_token_tc(dtype, shape); }),
@@ -387,10 +389,17 @@ OpExpansion sparse_attention_grad_expansion(KernelCache& cache, DType dtype,
                      scratch_slot(1)},
          .dims = dims_of(shape),
          .scalars = {scale}});
+    // Kernel B: the order's windows summed by key segment, then each key's window partials.
     ex.calls.push_back(
-        {.kernel = cache.get(kernel_name("sparse_attention_tc_grad_keys", dtype, shape),
-                             [&] { return build_grad_keys_tc(dtype, shape); }),
-         .buffers = {input_slot(2), input_slot(7), input_slot(8), scratch_slot(0), output_slot(1)},
+        {.kernel = cache.get(kernel_name("sparse_attention_tc_grad_key_windows", dtype, shape),
+                             [&] { return build_grad_key_windows_tc(dtype, shape); }),
+         .buffers = {input_slot(2), input_slot(7), input_slot(8), scratch_slot(0), scratch_slot(2),
+                     scratch_slot(3)},
+         .dims = dims_of(shape)});
+    ex.calls.push_back(
+        {.kernel = cache.get(kernel_name("sparse_attention_tc_grad_key_sums", dtype, shape),
+                             [&] { return build_grad_key_sums_tc(dtype, shape); }),
+         .buffers = {input_slot(8), scratch_slot(2), scratch_slot(3), output_slot(1)},
          .dims = dims_of(shape)});
     ex.calls.push_back(reduce_call(cache, ReduceKind::Sum, DType::F32, dtype,
                                    AxisView{.outer = 1, .extent = shape.t, .inner = shape.h},

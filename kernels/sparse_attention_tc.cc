@@ -17,9 +17,6 @@ namespace cc = tilerun::compiler;
 
 namespace {
 
-constexpr int kKeyThreads = 128;  // kernel B: columns per block
-constexpr int kKeyLanes = 8;      // kernel B: partial sums per column
-
 // ---- On the tensor cores (bf16/f16; H a multiple of 8 up to 256, K of 64, E of 8) -----------
 // One warpgroup per token. Scores are S^T = K·Q^T: per 64 selected slots a gemm of the gathered
 // rows [64 slots, 64 columns] (K-major, the gemm's a) by the token's heads [H, 64] (b^T), E in
@@ -34,7 +31,8 @@ constexpr int kKeyLanes = 8;      // kernel B: partial sums per column
 // g[t·K + j, :] = Σ_h scale·ds[h, j]·q[t, h, :] + p[h, j]·dy[t, h, :], one gemm per 64 slots and
 // 16 heads of [64 slots, (ds head, ds tail, p head, p tail) × 16 heads] by [(q, q, dy, dy) × 16
 // heads, 64 columns], written once in f32; then kernel B sums each key's rows in counting_sort's
-// order (the SIMT kernel B re-read all H heads of q and dy for every pair: 13.6 ms at T = 4096).
+// order (sparse_attention_keys.cc; the SIMT kernel B re-read all H heads of q and dy for every
+// pair: 13.6 ms at T = 4096).
 constexpr int kTcTokThreads = 128;
 constexpr int64_t kTcSlots = 64, kTcCols = 64, kTcGroup = 16;  // heads per contribution gemm
 
@@ -408,82 +406,6 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
           s.if_then(e0 + c < e, [&] { g_out(tok.t * k + b * kTcSlots + i, e0 + c) = gacc(i, c); });
         });
       }
-    });
-  });
-  return kb.build();
-}
-
-// Kernel B on the tensor-core path: dkv[key, col] = Σ g[o, col] over the key's entries o of
-// order[offsets[key] .. end), in that order; an entry outside [0, T·K) or naming a slot whose id
-// is not the key makes the row NaN, as build_grad_keys. Parameters idx, order, offsets, g, dkv.
-// The entries are checked kKeyThreads at a time into shared memory (one per thread), so the sum
-// over them is one independent row load per entry: a key that many tokens pick (an early
-// compressed entry, ~T entries) is no longer a chain of three dependent loads per entry. Entry r
-// of a key's run adds into partial sum r % kKeyLanes (independent chains, so the loads overlap),
-// and the partial sums are added in lane order: an order fixed by the run's length only.
-cc::Kernel build_grad_keys_tc(DType dt, const SparseAttentionShape& sh) {
-  cc::KernelBuilder kb(kernel_name("sparse_attention_tc_grad_keys", dt, sh));
-  cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E");
-  const cc::Val k(sh.k);
-  cc::Buf idx = kb.input("idx", DType::I32, {t, k});
-  cc::Buf order = kb.input("order", DType::I32, {t * k}),
-          offsets = kb.input("offsets", DType::I32, {sd});
-  cc::Buf g = kb.input("g", DType::F32, {t * k, e});
-  cc::Buf dkv = kb.output("dkv", dt, {sd, e});
-  kb.body({sd, cc::ceildiv(e, i64(kKeyThreads))}, kKeyThreads, [&](cc::Scope& s) {
-    cc::Idx key = s.block_idx(0), base = s.block_idx(1) * kKeyThreads;
-    cc::Val n = s.let(t * k, "n");
-    const KeyRun run = key_run(s, offsets, key, sd, n);
-    const cc::Val begin = run.begin, end = run.end;
-    cc::Buf entry = s.alloc_shared("entry", DType::I32, {kKeyThreads});  // -1: a bad entry
-    std::vector<cc::Buf> acc;
-    for (int l = 0; l < kKeyLanes; ++l)
-      acc.push_back(s.alloc_fragment("acc" + std::to_string(l), DType::F32, {kKeyThreads}));
-    cc::Buf bad = s.alloc_fragment("bad", DType::F32, {kKeyThreads});
-    s.parallel(kKeyThreads, [&](cc::Idx i) {
-      for (const cc::Buf& a : acc) a(i) = 0.0f;
-      bad(i) = 0.0f;
-    });
-    s.serial(cc::ceildiv(end - begin, i64(kKeyThreads)), [&](cc::Idx chunk) {
-      cc::Val r0 = s.let(begin + chunk * kKeyThreads, "r0");
-      s.parallel(kKeyThreads, [&](cc::Idx i) {
-        s.if_then_else(
-            r0 + i < end,
-            [&] {
-              cc::Val o = s.let(cc::to_i64(order(r0 + i)), "o");
-              cc::Val ok = s.let(o >= 0 && o < n, "ok");
-              cc::Val oc = s.let(cc::min(cc::max(o, i64(0)), n - 1), "oc");
-              entry(i) =
-                  cc::to_i32(cc::select(ok && cc::to_i64(idx(oc / k, oc % k)) == key, o, i64(-1)));
-            },
-            [&] { entry(i) = -2; });
-      });
-      s.barrier();
-      s.parallel(kKeyThreads, [&](cc::Idx i) {
-        cc::Idx col = base + i;
-        s.if_then(col < e, [&] {
-          cc::Val count = s.let(cc::min(end - r0, i64(kKeyThreads)), "count");
-          // Branch-free, so the lanes' loads issue together: a slot past the run (-2) adds
-          // +0 and a bad entry (-1) sets bad; both read row 0.
-          s.serial(cc::ceildiv(count, i64(kKeyLanes)), [&](cc::Idx rr) {
-            for (int l = 0; l < kKeyLanes; ++l) {
-              cc::Val o = s.let(cc::to_i64(entry(rr * kKeyLanes + l)), "o");
-              acc[l](i) =
-                  acc[l](i) + cc::select(o >= 0, g(cc::min(cc::max(o, i64(0)), n - 1), col), 0.0f);
-              bad(i) = cc::max(bad(i), cc::select(o == -1, cc::Val(1.0f), cc::Val(0.0f)));
-            }
-          });
-        });
-      });
-      s.barrier();
-    });
-    s.parallel(kKeyThreads, [&](cc::Idx i) {
-      cc::Idx col = base + i;
-      s.if_then(col < e, [&] {
-        cc::Val sum = acc[0](i);
-        for (int l = 1; l < kKeyLanes; ++l) sum = sum + acc[l](i);
-        dkv(key, col) = cc::select(bad(i) == 0.0f, sum, nan_f32());
-      });
     });
   });
   return kb.build();

@@ -62,9 +62,12 @@ void write_sink_and_bias_grads(compiler::Scope& s, const SparseAttentionShape& s
 // 64, E of 8, and the token's tiles within 200 KiB of shared memory.
 bool use_tensor_cores(DType dt, const SparseAttentionShape& sh);
 // The forward (y, and mass when asked); kernel A (dq, dbias, the contribution rows g [T·K, E]
-// f32, sink_part); kernel B (dkv from g in counting_sort's order).
+// f32, sink_part); kernel B (dkv from g in counting_sort's order) as two passes
+// (sparse_attention_keys.cc): window partials part [T·K, E] f32 and seg_key [T·K] i32 from
+// (idx, order, offsets, g), then dkv from (offsets, part, seg_key).
 compiler::Kernel build_forward_tc(DType dt, const SparseAttentionShape& sh, bool with_mass);
 compiler::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh);
-compiler::Kernel build_grad_keys_tc(DType dt, const SparseAttentionShape& sh);
+compiler::Kernel build_grad_key_windows_tc(DType dt, const SparseAttentionShape& sh);
+compiler::Kernel build_grad_key_sums_tc(DType dt, const SparseAttentionShape& sh);
 
 }  // namespace tilerun::kernels::sparse_attention_detail
