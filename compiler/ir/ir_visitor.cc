@@ -367,4 +367,20 @@ bool uses_var(const Expr& e, const std::string& name) {
   return f.found;
 }
 
+bool mentions_any(const Expr& e, const std::set<std::string>& names) {
+  struct V : IRVisitor {
+    const std::set<std::string>* names = nullptr;
+    bool found = false;
+    void visit_expr(const Var* op) override { found = found || names->count(op->name) > 0; }
+  } v;
+  v.names = &names;
+  v.visit(e);
+  return v.found;
+}
+
+Expr Substitute::mutate_expr(const Var* op, const Expr& self) {
+  auto it = by_.find(op->name);
+  return it == by_.end() ? self : mutate(it->second);
+}
+
 }  // namespace tilerun::compiler

@@ -3,6 +3,10 @@
 // overrides only the nodes it cares about and calls the base to keep recursing.
 #pragma once
 
+#include <map>
+#include <set>
+#include <string>
+
 #include "compiler/ir/ir.h"
 
 namespace tilerun::compiler {
@@ -90,5 +94,20 @@ class IRMutator {
 bool contains_barrier(const Stmt& s);
 // Whether `e` / `s` reads Var `name`.
 bool uses_var(const Expr& e, const std::string& name);
+// Whether `e` reads any Var named in `names`.
+bool mentions_any(const Expr& e, const std::set<std::string>& names);
+
+// Replaces each Var named in `by` by its expression (itself substituted in turn, so a chain of
+// inlined lets resolves); other nodes are rebuilt only where a child changed.
+class Substitute : public IRMutator {
+ public:
+  explicit Substitute(std::map<std::string, Expr> by) : by_(std::move(by)) {}
+
+ protected:
+  Expr mutate_expr(const Var* op, const Expr& self) override;
+
+ private:
+  std::map<std::string, Expr> by_;
+};
 
 }  // namespace tilerun::compiler

@@ -42,17 +42,6 @@ bool pure_int(const Expr& e) {
   return false;
 }
 
-bool mentions_any(const Expr& e, const std::set<std::string>& names) {
-  struct V : IRVisitor {
-    const std::set<std::string>* names = nullptr;
-    bool found = false;
-    void visit_expr(const Var* op) override { found = found || names->count(op->name) > 0; }
-  } v;
-  v.names = &names;
-  v.visit(e);
-  return v.found;
-}
-
 // The names a statement binds or writes: lets, loop vars, assigned locals.
 std::set<std::string> bound_in(const Stmt& s) {
   struct V : IRVisitor {
@@ -77,21 +66,6 @@ std::set<std::string> bound_in(const Stmt& s) {
   v.visit(s);
   return v.names;
 }
-
-// Replaces vars by expressions.
-class Substitute : public IRMutator {
- public:
-  explicit Substitute(std::map<std::string, Expr> by) : by_(std::move(by)) {}
-
- protected:
-  Expr mutate_expr(const Var* op, const Expr& self) override {
-    auto it = by_.find(op->name);
-    return it == by_.end() ? self : it->second;
-  }
-
- private:
-  std::map<std::string, Expr> by_;
-};
 
 // Whether a piece loop's body is only lets with pure values, ifs and async copies.
 bool simple_piece_body(const Stmt& s) {

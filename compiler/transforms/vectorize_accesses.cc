@@ -10,21 +10,6 @@
 namespace tilerun::compiler {
 namespace {
 
-// Replaces Vars by expressions (lets inlined, the lane set to 0).
-class Substitute : public IRMutator {
- public:
-  explicit Substitute(const std::map<std::string, Expr>& by) : by_(by) {}
-
- protected:
-  Expr mutate_expr(const Var* op, const Expr& self) override {
-    auto it = by_.find(op->name);
-    return it == by_.end() ? self : mutate(it->second);
-  }
-
- private:
-  const std::map<std::string, Expr>& by_;
-};
-
 // The names a statement binds (lets, loops), the buffers it stores to, and the buffers an
 // expression reads.
 class Bound : public IRVisitor {
@@ -53,17 +38,6 @@ class Bound : public IRVisitor {
     IRVisitor::visit_stmt(op);
   }
 };
-
-bool mentions_any(const Expr& e, const std::set<std::string>& names) {
-  struct V : IRVisitor {
-    const std::set<std::string>* names;
-    bool found = false;
-    void visit_expr(const Var* op) override { found = found || names->count(op->name); }
-  } v;
-  v.names = &names;
-  v.visit(e);
-  return v.found;
-}
 
 // One lane loop's body: global accesses moving with the lane go through local arrays.
 class LaneLoop : public IRMutator {
