@@ -201,15 +201,16 @@ cc::Kernel build_tc_matmul_splitk(DType dtype, bool ta, bool tb) {
 std::string tc_splitk_sum_name() { return "matmul_splitk_sum"; }
 
 // c[r, j] = ((part[0] + part[1]) + ..) + part[S - 1] at [r, j], f32 adds in split order, rounded
-// once to c's dtype. A block per 256 columns of a row.
+// once to c's dtype. A block per 256 columns of a row, the rows on grid x (up to 2^31 - 1; grid y
+// stops at 65535, which a batch folded into the rows passes).
 cc::Kernel build_tc_splitk_sum(DType dtype) {
   constexpr int64_t kThreads = 256;
   cc::KernelBuilder kb(tc_splitk_sum_name() + "_" + std::string(dtype_name(dtype)));
   cc::Dim m = kb.dim("M"), n = kb.dim("N"), splits = kb.dim("S", {.min = 1});
   cc::Buf part = kb.input("part", DType::F32, {splits, m, n});
   cc::Buf c = kb.output("c", dtype, {m, n});
-  kb.body({cc::ceildiv(n, kThreads), m}, kThreads, [&](cc::Scope& s) {
-    cc::Idx row = s.block_idx(1), c0 = s.let(s.block_idx(0) * kThreads, "c0");
+  kb.body({m, cc::ceildiv(n, kThreads)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(0), c0 = s.let(s.block_idx(1) * kThreads, "c0");
     cc::Buf sum = s.alloc_fragment("sum", DType::F32, {kThreads});
     s.parallel(kThreads,
                [&](cc::Idx t) { s.if_then(c0 + t < n, [&] { sum(t) = part(0, row, c0 + t); }); });
