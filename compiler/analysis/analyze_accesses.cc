@@ -142,7 +142,13 @@ class Analyzer : public IRMutator {
       if (pr.outcome == Outcome::Proved) {
         r_->stats.guards_removed++;
         r_->verdicts.back().note = "guard removed";
-        return mutate(op->then_case);  // the else branch is unreachable
+        // The else branch is unreachable. The condition stays a fact for the then branch's
+        // questions: it holds wherever the kernel runs (for the concrete shape when that is what
+        // proved it, and the kernel is then pinned to it). Without it, a store the guard kept
+        // unique (`blockIdx.y == 0` under a one-row grid) was a race over the symbolic dims.
+        Scope s(this);
+        push(cond);
+        return mutate(op->then_case);
       }
       r_->stats.guards_kept++;
       r_->verdicts.back().note = "guard kept";
