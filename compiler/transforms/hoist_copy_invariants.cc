@@ -23,15 +23,16 @@ bool contains_async_copy(const Stmt& s) {
 }
 
 // Pure integer arithmetic that cannot fault wherever it is evaluated: vars, constants, integer
-// and boolean operators, selects and integer casts; division and modulo only by a nonzero
-// constant. No loads, calls, lets or floats.
+// and boolean operators, selects and integer casts; division and modulo only by a positive
+// constant (not by 0, nor by -1, which overflows on the most negative value). No loads, calls,
+// lets or floats.
 bool pure_int(const Expr& e) {
   if (is_float(e.type())) return false;
   if (e.as<IntImm>() || e.as<Var>()) return true;
   if (const Binary* b = e.as<Binary>()) {
     if (b->op == BinaryOp::Div || b->op == BinaryOp::Mod) {
       int64_t d;
-      if (!const_int(b->b, &d) || d == 0) return false;
+      if (!const_int(b->b, &d) || d <= 0) return false;
     }
     return pure_int(b->a) && pure_int(b->b);
   }

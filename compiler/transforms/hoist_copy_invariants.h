@@ -16,7 +16,7 @@
 //     loops, assigned locals) and is more than a var or a constant becomes a let before the
 //     loop; equal subexpressions share one let.
 // Sound because the hoisted values are pure integer arithmetic (no loads, no calls, division
-// only by a nonzero constant): evaluating them once before the loop, even when it runs no
+// only by a positive constant): evaluating them once before the loop, even when it runs no
 // step, gives each use the value it had and cannot fault. The copies, their order and every
 // value they move are unchanged.
 #pragma once
