@@ -378,6 +378,30 @@ bool mentions_any(const Expr& e, const std::set<std::string>& names) {
   return v.found;
 }
 
+std::set<std::string> bound_names(const Stmt& s) {
+  struct V : IRVisitor {
+    std::set<std::string> names;
+    void visit_stmt(const LetStmt* op) override {
+      names.insert(op->name);
+      IRVisitor::visit_stmt(op);
+    }
+    void visit_stmt(const For* op) override {
+      names.insert(op->var);
+      IRVisitor::visit_stmt(op);
+    }
+    void visit_stmt(const Assign* op) override {
+      names.insert(op->name);
+      IRVisitor::visit_stmt(op);
+    }
+    void visit_expr(const Let* op) override {
+      names.insert(op->name);
+      IRVisitor::visit_expr(op);
+    }
+  } v;
+  v.visit(s);
+  return v.names;
+}
+
 Expr Substitute::mutate_expr(const Var* op, const Expr& self) {
   auto it = by_.find(op->name);
   return it == by_.end() ? self : mutate(it->second);

@@ -96,6 +96,9 @@ bool contains_barrier(const Stmt& s);
 bool uses_var(const Expr& e, const std::string& name);
 // Whether `e` reads any Var named in `names`.
 bool mentions_any(const Expr& e, const std::set<std::string>& names);
+// The names `s` binds or writes below it: lets (statement and expression), loop vars, and the
+// locals it assigns.
+std::set<std::string> bound_names(const Stmt& s);
 
 // Replaces each Var named in `by` by its expression (itself substituted in turn, so a chain of
 // inlined lets resolves); other nodes are rebuilt only where a child changed.

@@ -43,31 +43,6 @@ bool pure_int(const Expr& e) {
   return false;
 }
 
-// The names a statement binds or writes: lets, loop vars, assigned locals.
-std::set<std::string> bound_in(const Stmt& s) {
-  struct V : IRVisitor {
-    std::set<std::string> names;
-    void visit_stmt(const LetStmt* op) override {
-      names.insert(op->name);
-      IRVisitor::visit_stmt(op);
-    }
-    void visit_stmt(const For* op) override {
-      names.insert(op->var);
-      IRVisitor::visit_stmt(op);
-    }
-    void visit_stmt(const Assign* op) override {
-      names.insert(op->name);
-      IRVisitor::visit_stmt(op);
-    }
-    void visit_expr(const Let* op) override {
-      names.insert(op->name);
-      IRVisitor::visit_expr(op);
-    }
-  } v;
-  v.visit(s);
-  return v.names;
-}
-
 // Whether a piece loop's body is only lets with pure values, ifs and async copies.
 bool simple_piece_body(const Stmt& s) {
   if (!s.defined()) return true;
@@ -129,7 +104,7 @@ class Hoister : public IRMutator {
     const For* loop = inner.as<For>();
     if (!loop || loop->vectorized || !contains_async_copy(loop->body)) return inner;
     LoopHoist h;
-    h.variant = bound_in(loop->body);
+    h.variant = bound_names(loop->body);
     h.variant.insert(loop->var);
     h.variant.insert(locals_.begin(), locals_.end());
     h.names = names_;

@@ -10,25 +10,12 @@
 namespace tilerun::compiler {
 namespace {
 
-// The names a statement binds (lets, loops), the buffers it stores to, and the buffers an
-// expression reads.
-class Bound : public IRVisitor {
+// The buffers a statement stores to and the buffers an expression reads.
+class Accessed : public IRVisitor {
  public:
-  std::set<std::string> names, stored, loaded;
+  std::set<std::string> stored, loaded;
 
  protected:
-  void visit_stmt(const LetStmt* op) override {
-    names.insert(op->name);
-    IRVisitor::visit_stmt(op);
-  }
-  void visit_stmt(const For* op) override {
-    names.insert(op->var);
-    IRVisitor::visit_stmt(op);
-  }
-  void visit_expr(const Let* op) override {
-    names.insert(op->name);
-    IRVisitor::visit_expr(op);
-  }
   void visit_expr(const Load* op) override {
     loaded.insert(op->buffer);
     IRVisitor::visit_expr(op);
@@ -43,9 +30,9 @@ class Bound : public IRVisitor {
 class LaneLoop : public IRMutator {
  public:
   LaneLoop(SimtKernel* k, NameGen* names, const For* loop) : k_(k), names_(names), loop_(loop) {
-    Bound b;
+    Accessed b;
     b.visit(loop->body);
-    inner_ = b.names;
+    inner_ = bound_names(loop->body);
     stored_ = b.stored;
     inner_.insert(loop->var);
     lanes_ = static_cast<int>(loop->extent.as<IntImm>()->value);
@@ -89,7 +76,7 @@ class LaneLoop : public IRMutator {
     if (!uses_var(full, loop_->var)) return "";
     std::map<std::string, Expr> first{{loop_->var, make_i64(0)}};
     Expr base = Substitute(first).mutate(full);
-    Bound reads;
+    Accessed reads;
     reads.visit(base);
     if (mentions_any(base, inner_)) return "";
     // A lane-0 index may read shared memory the loop does not write (a gather's row id, staged
