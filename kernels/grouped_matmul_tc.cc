@@ -205,11 +205,11 @@ cc::Kernel build_grouped_wgrad_tc_async(DType dtype, bool tb) {
                         }},
                    hi - lo, [&] {
                      s.parallel(kTcM / 64, kTcK, 64, [&](cc::Idx p, cc::Idx kk, cc::Idx c) {
-                       s.if_then(kk >= valid, [&] { st.as[0](p, kk, c) = 0.0f; });
+                       s.if_then(kk >= valid, [&] { st.as(0, p, kk, c) = 0.0f; });
                      });
                      for (size_t h = 0; h < st.bs.size(); ++h)
                        s.parallel(kTcK, width, [&](cc::Idx kk, cc::Idx c) {
-                         s.if_then(kk >= valid, [&] { st.bs[h][0](kk, c) = 0.0f; });
+                         s.if_then(kk >= valid, [&] { st.bs[h](0, kk, c) = 0.0f; });
                        });
                    });
     for (size_t h = 0; h < st.acc.size(); ++h)

@@ -235,14 +235,16 @@ cc::Kernel build_tc_splitk_sum(DType dtype) {
 // apart, which one 2-d tile cannot state). Needs K, and N when b is not transposed, multiples
 // of 8 (16-byte aligned rows); the kernel states it with its dims' divisibility.
 //
-// Step ko reads buffer slot(ko) = (steps - 1 - ko) % S (counted from the end, so the last step,
-// peeled off with pending 0, is buffer 0). Each thread commits one group of copies per step,
-// kAhead = S - 2 steps ahead of the gemms: at step ko it waits until its group of step ko is
-// done (async_wait kAhead - 1), a barrier makes every thread's copies visible and proves every
-// warpgroup past the wait of gemm ko - 2, then it issues the copies of step ko + kAhead into the
-// buffer of step ko - 2, and gemm ko runs on while the next step waits (`gemms` below). Zero-filled
-// edges; at least one step, so K = 0 adds zeros to +0. The chain of each output is the one of
-// build_tc_matmul: the same bits, whatever M.
+// Step ko reads stage slot(ko) = (steps - 1 - ko) % S of the stacks (counted from the end, so
+// the last step, peeled off with pending 0, is stage 0). Each thread commits one group of copies
+// per step, kAhead = S - 2 steps ahead of the gemms: at step ko it waits until its group of step
+// ko is done (async_wait kAhead - 1), a barrier makes every thread's copies visible and proves
+// every warpgroup past the wait of gemm ko - 2, then it issues the copies of step ko + kAhead
+// into the stage of step ko - 2, and gemm ko runs on while the next step waits (`gemms` below).
+// The copies and the gemms name their stage at run time (ir.h Gemm::stage), so the loop is
+// written once, not once per buffer under a branch (five times the code, which the H200's
+// instruction cache did not hold). Zero-filled edges; at least one step, so K = 0 adds zeros to
+// +0. The chain of each output is the one of build_tc_matmul: the same bits, whatever M.
 
 std::string tc_async_name(bool ta, bool tb) {
   return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_128x128x64_async" +
@@ -252,17 +254,17 @@ std::string tc_async_name(bool ta, bool tb) {
 TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb) {
   const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
   const int halves = tb ? 1 : 2;  // gemms (and accumulators) per step
-  TcAsyncStaging st{.bs = std::vector<std::vector<cc::Buf>>(halves), .ta = ta, .tb = tb};
-  for (int i = 0; i < kAsyncStages; ++i) {
-    // A transposed a as m's two panels [64 (k), 64 (m)]: 128-byte rows under the swizzle.
-    st.as.push_back(s.alloc_shared(
-        "As" + std::to_string(i), dtype,
-        ta ? std::vector<int64_t>{kTcM / 64, kTcK, 64} : std::vector<int64_t>{kTcM, kTcK}, sw));
-    for (int h = 0; h < halves; ++h)
-      st.bs[h].push_back(s.alloc_shared(
-          "Bs" + std::to_string(i) + (tb ? "" : "_" + std::to_string(h)), dtype,
-          tb ? std::vector<int64_t>{kTcN, kTcK} : std::vector<int64_t>{kTcK, kTcN / 2}, sw));
-  }
+  TcAsyncStaging st{.ta = ta, .tb = tb};
+  // A transposed a as m's two panels [64 (k), 64 (m)]: 128-byte rows under the swizzle.
+  st.as = s.alloc_shared("As", dtype,
+                         ta ? std::vector<int64_t>{kAsyncStages, kTcM / 64, kTcK, 64}
+                            : std::vector<int64_t>{kAsyncStages, kTcM, kTcK},
+                         sw);
+  for (int h = 0; h < halves; ++h)
+    st.bs.push_back(s.alloc_shared("Bs" + (tb ? "" : "_" + std::to_string(h)), dtype,
+                                   tb ? std::vector<int64_t>{kAsyncStages, kTcN, kTcK}
+                                      : std::vector<int64_t>{kAsyncStages, kTcK, kTcN / 2},
+                                   sw));
   for (int h = 0; h < halves; ++h)
     st.acc.push_back(
         s.alloc_fragment("acc" + std::to_string(h), DType::F32, {kTcM, kTcN / halves}));
@@ -273,47 +275,45 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
                     const cc::Val& k, const std::function<void()>& mask_last) {
   const int halves = static_cast<int>(st.acc.size());
   cc::Val steps = s.let(cc::max(cc::ceildiv(k, cc::Val(kTcK)), cc::Val(int64_t{1})), "steps");
-  const cc::Val zero(int64_t{0}), one(int64_t{1});
+  const cc::Val zero(int64_t{0});
   auto slot = [&](const cc::Val& j) { return (steps - 1 - j) % kAsyncStages; };
-  // Step j's copies into its buffer (an if per buffer: a copy names its tile), then one commit
-  // whether or not j exists, so that the group count per step stays one.
+  // Step j's copies into its stage, then one commit whether or not j exists, so that the group
+  // count per step stays one.
   auto issue = [&](const cc::Val& j) {
     cc::Val sl = s.let(slot(j), "slot");
     s.if_then(j < steps, [&] {
-      for (int i = 0; i < kAsyncStages; ++i)
-        s.if_then(sl == i, [&] {
-          if (st.ta) {
-            for (int h = 0; h < kTcM / 64; ++h)
-              s.copy_async(st.as[i].region({h, 0, 0}, {1, kTcK, 64}), boxes.a(j, h));
-          } else {
-            s.copy_async(st.as[i], boxes.a(j, 0));
-          }
-          for (int h = 0; h < halves; ++h) s.copy_async(st.bs[h][i], boxes.b(j, h));
-        });
+      if (st.ta) {
+        for (int h = 0; h < kTcM / 64; ++h)
+          s.copy_async(st.as.region({sl, h, 0, 0}, {1, 1, kTcK, 64}), boxes.a(j, h));
+      } else {
+        s.copy_async(st.as.region({sl, 0, 0}, {1, kTcM, kTcK}), boxes.a(j, 0));
+      }
+      for (int h = 0; h < halves; ++h) {
+        const std::vector<int64_t> tile =
+            st.tb ? std::vector<int64_t>{1, kTcN, kTcK} : std::vector<int64_t>{1, kTcK, kTcN / 2};
+        s.copy_async(st.bs[h].region({sl, 0, 0}, tile), boxes.b(j, h));
+      }
     });
     s.async_commit();
   };
   // Left running: one gemm runs on into the next step (every gemm of the step before has
   // finished when the thread leaves a step, which the buffer rotation needs). With two
   // accumulators the step's second gemm waits for both: left running, ptxas serialised every
-  // wgmma (C7515, accumulator registers moved between the 0/1-trip loops); the copies are
-  // in flight either way.
-  auto gemms = [&](int i, bool left_running) {
+  // wgmma (C7515); the copies are in flight either way.
+  auto gemms = [&](const cc::Val& stage, bool left_running) {
     for (int h = 0; h < halves; ++h)
-      s.gemm(st.acc[h], st.as[i], st.bs[h][i], /*trans_a=*/st.ta, /*trans_b=*/st.tb,
-             !left_running ? 0
-             : halves == 1 ? 1
-             : h == 0      ? 2
-                           : 0);
+      s.gemm_at(stage, st.acc[h], st.as, st.bs[h], /*trans_a=*/st.ta, /*trans_b=*/st.tb,
+                !left_running ? 0
+                : halves == 1 ? 1
+                : h == 0      ? 2
+                              : 0);
   };
   for (int d = 0; d < kAhead; ++d) issue(cc::Val(int64_t{d}));
   s.serial(steps - 1, [&](cc::Idx ko) {
     s.async_wait(kAhead - 1);
     s.barrier();
     issue(ko + kAhead);
-    cc::Val sl = s.let(slot(ko), "cur");
-    for (int i = 0; i < kAsyncStages; ++i)
-      s.serial(cc::select(sl == i, one, zero), [&](cc::Idx) { gemms(i, true); });
+    gemms(s.let(slot(ko), "cur"), true);
   });
   s.async_wait(0);
   s.barrier();
@@ -321,7 +321,7 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
     mask_last();
     s.barrier();
   }
-  gemms(0, false);
+  gemms(zero, false);
 }
 
 // Step j's boxes of a ([m, k], or [k, m] read as m's panels) and b, from k_lo: the origins are

@@ -81,12 +81,12 @@ struct TcAsyncBoxes {
   std::function<compiler::BufRegion(const compiler::Val&j, int h)> a, b;
 };
 
-// The kAsyncStages buffers of both operands (a transposed a as [2, 64 (k), 64 (m)] panels) and
-// the accumulators (f32, zeroed by the caller):
+// The kAsyncStages buffers of both operands, each a stack [kAsyncStages, ..tile] (a transposed
+// a's tile as [2, 64 (k), 64 (m)] panels), and the accumulators (f32, zeroed by the caller):
 // one [128, 128], or two [128, 64] (n's halves) for an N-major b.
 struct TcAsyncStaging {
-  std::vector<compiler::Buf> as;
-  std::vector<std::vector<compiler::Buf>> bs;  // [half][buffer]
+  compiler::Buf as;
+  std::vector<compiler::Buf> bs;  // per half
   std::vector<compiler::Buf> acc;
   bool ta = false, tb = false;
 };
@@ -95,7 +95,7 @@ TcAsyncStaging tc_async_staging(compiler::Scope& s, DType dtype, bool ta, bool t
 // acc += a's tile times b's over k in [0, k), 64 at a time, at least one step (K = 0 adds
 // zeros to +0): build_tc_matmul's chains. Block-uniform; ends with every copy and gemm done,
 // but other warpgroups may still be reading the tiles: a caller that runs it again puts a
-// barrier between. `mask_last`, if given, runs once the last step's tiles (buffer 0) have
+// barrier between. `mask_last`, if given, runs once the last step's tiles (stage 0) have
 // landed and before its gemm, between barriers: it may overwrite them (zero rows past an end).
 void tc_async_steps(compiler::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& boxes,
                     const compiler::Val& k, const std::function<void()>& mask_last = {});

@@ -9,6 +9,7 @@
 
 #include "compiler/analysis/index_eval.h"
 #include "compiler/analysis/index_poly.h"
+#include "compiler/base/check.h"
 #include "compiler/ir/ir_printer.h"
 #include "compiler/ir/ir_visitor.h"
 #include "tilerun/error.h"
@@ -173,6 +174,55 @@ class Analyzer : public IRMutator {
   Stmt mutate_stmt(const Store* op, const Stmt& self) override {
     Stmt out = IRMutator::mutate_stmt(op, self);
     if (o_.enabled) access(op->buffer, op->indices, /*store=*/true);
+    return out;
+  }
+
+  // A gemm at a run-time stage reads tile `stage` of both stacks: in bounds, or no kernel (a
+  // gemm has no guard to keep).
+  Stmt mutate_stmt(const Gemm* op, const Stmt& self) override {
+    if (!o_.enabled || !op->stage.defined()) return self;
+    const TileAlloc *a = find_alloc(k_, op->a), *b = find_alloc(k_, op->b);
+    TR_CHECK(a && b && !a->shape.empty() && !b->shape.empty(), "gemm stacks");
+    const Expr& st = op->stage;
+    const int64_t stages = std::min(a->shape[0], b->shape[0]);
+    Expr inb = encodable(st) ? logical_and(le(make_i64(0), st), lt(st, make_i64(stages)))
+                             : make_bool(false);
+    const std::string what = "gemm stage " + to_string(st);
+    ProofResult pr = ask("in_bounds", op->a, what, inb, {st}, {make_i64(stages)});
+    if (pr.outcome != Outcome::Proved) {
+      std::string why = k_.sig.name + ": gemm into '" + op->c + "' at stage " + to_string(st) +
+                        ", not proved within the " + std::to_string(stages) + " tiles of '" +
+                        op->a + "' and '" + op->b + "'";
+      throw Error(why + model_text(pr));
+    }
+    return self;
+  }
+
+  // An async copy's shared destination (a whole tile, or a panel at a constant or run-time
+  // stage): in bounds, or no kernel (the copy has no guard on that side).
+  Stmt mutate_stmt(const AsyncCopy* op, const Stmt& self) override {
+    Stmt out = IRMutator::mutate_stmt(op, self);
+    const TileAlloc* dst = find_alloc(k_, op->dst);
+    if (!o_.enabled || !dst || dst->scope != MemScope::Shared ||
+        op->dst_indices.size() != dst->shape.size())
+      return out;
+    Expr inb = make_bool(true);
+    std::vector<Expr> shape;
+    for (size_t d = 0; d < op->dst_indices.size(); ++d) {
+      const Expr& i = op->dst_indices[d];
+      shape.push_back(make_i64(dst->shape[d]));
+      inb = encodable(i) ? logical_and(inb, logical_and(le(make_i64(0), i), lt(i, shape.back())))
+                         : make_bool(false);
+    }
+    std::string text = op->dst + "[";
+    for (size_t d = 0; d < op->dst_indices.size(); ++d)
+      text += (d ? ", " : "") + to_string(op->dst_indices[d]);
+    text += "]";
+    ProofResult pr =
+        ask("in_bounds", op->dst, "async copy to " + text, inb, op->dst_indices, shape);
+    if (pr.outcome != Outcome::Proved)
+      throw Error(k_.sig.name + ": async copy to " + text + " not proved inside '" + op->dst + "'" +
+                  model_text(pr));
     return out;
   }
 
@@ -464,6 +514,14 @@ class Analyzer : public IRMutator {
         v[n.substr(0, n.size() - suffix.size())] = x;
     }
     return v;
+  }
+
+  // ": counterexample n = 1, m = 2" from a disproof's model, or nothing.
+  static std::string model_text(const ProofResult& pr) {
+    std::string out;
+    for (const auto& [name, value] : pr.model)
+      out += (out.empty() ? ": counterexample " : ", ") + name + " = " + std::to_string(value);
+    return out;
   }
 
   std::string coord_text(const ProofResult& pr, const std::string& suffix) const {

@@ -328,6 +328,21 @@ class CpuCodegen {
   void emit_gemm(const Gemm* op) {
     const SimtArray *a = find_shared(k_, op->a), *b = find_shared(k_, op->b);
     TR_CHECK(a && b, "gemm operands are shared arrays");
+    // At a stage: tile `stage` of each stack, a row-major tile whose offsets swizzle as the
+    // stack's do (whole periods of the swizzle per tile).
+    const bool staged = op->stage.defined();
+    auto tile_shape = [&](const SimtArray* s) {
+      return staged ? std::vector<int64_t>(s->shape.begin() + 1, s->shape.end()) : s->shape;
+    };
+    auto tile_elems = [&](const SimtArray* s) {
+      int64_t n = 1;
+      for (int64_t e : tile_shape(s)) n *= e;
+      const Swizzle& sw = s->swizzle;
+      TR_CHECK(!staged || sw.none() || n % (int64_t{1} << (sw.bits + sw.base + sw.shift)) == 0,
+               "a stack's tiles are whole periods of its swizzle");
+      return n;
+    };
+    const std::vector<int64_t> sa = tile_shape(a), sb = tile_shape(b);
     GemmDesc d{.m = op->m,
                .n = op->n,
                .k = op->k,
@@ -336,11 +351,10 @@ class CpuCodegen {
                .trans_a = op->trans_a,
                .trans_b = op->trans_b,
                // Panels [m / 64, k, 64] as the row-major [m / 64 * k, 64] they are in memory.
-               .a_layout = a->shape.size() == 3
-                               ? compact_row_major({a->shape[0] * a->shape[1], a->shape[2]})
-                           : a->layout.rank() ? a->layout
-                                              : compact_row_major(a->shape),
-               .b_layout = b->layout.rank() ? b->layout : compact_row_major(b->shape),
+               .a_layout = sa.size() == 3                ? compact_row_major({sa[0] * sa[1], sa[2]})
+                           : staged || !a->layout.rank() ? compact_row_major(sa)
+                                                         : a->layout,
+               .b_layout = staged || !b->layout.rank() ? compact_row_major(sb) : b->layout,
                .a_swizzle = a->swizzle,
                .b_swizzle = b->swizzle};
     std::vector<int64_t> words = d.encode();
@@ -356,8 +370,13 @@ class CpuCodegen {
     const Type bits = storage_type(a->dtype);
     auto acc = array_ptr_.find(op->c);
     TR_CHECK(acc != array_ptr_.end(), "gemm accumulator '" + op->c + "'");
-    b_.CreateCall(fn, {acc->second, element_ptr(op->a, make_i64(0), bits),
-                       element_ptr(op->b, make_i64(0), bits), desc});
+    auto start = [&](const SimtArray* s) {
+      if (!staged) return make_i64(0);
+      Expr st = op->stage.type() == Type::I64 ? op->stage : Cast::make(Type::I64, op->stage);
+      return mul(st, make_i64(tile_elems(s)));
+    };
+    b_.CreateCall(fn, {acc->second, element_ptr(op->a, start(a), bits),
+                       element_ptr(op->b, start(b), bits), desc});
   }
 
   // ---- Memory.

@@ -588,7 +588,8 @@ class CudaEmitter {
           throw Error("kernel '" + k_.sig.name + "': gemm into '" + op->c +
                       "' has no CUDA lowering yet: " + why);
         for (const std::string& l :
-             wgmma_lines(k_, *op, buffer(op->c), buffer(op->a), buffer(op->b), lookup(kThreadIdx)))
+             wgmma_lines(k_, *op, buffer(op->c), buffer(op->a), buffer(op->b), lookup(kThreadIdx),
+                         op->stage.defined() ? expr(op->stage) : ""))
           line(l);
         return;
       }

@@ -33,11 +33,28 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
   const SimtArray *a = find_shared(k, g.a), *b = find_shared(k, g.b);
   if (!a || !b) return "the operands are not shared arrays";
   if (a->dtype != DType::BF16 && a->dtype != DType::F16) return "the operands are not bf16/f16";
+  // A stack of tiles at a stage: each tile as a whole array would be, one tile on from the last,
+  // so whole 1024-byte swizzle atoms (the hardware swizzles the address) and whole periods of
+  // the swizzle (the same pattern in every tile).
+  const bool staged = g.stage.defined();
+  auto tile_of = [&](const SimtArray* s, const std::vector<int64_t>& tile) {
+    std::vector<int64_t> shape = tile;
+    if (staged) shape.insert(shape.begin(), s->shape.empty() ? 0 : s->shape[0]);
+    return shape;
+  };
+  if (staged) {
+    for (const SimtArray* s : {a, b}) {
+      int64_t elems = 1;
+      for (size_t d = 1; d < s->shape.size(); ++d) elems *= s->shape[d];
+      if ((elems * 2) % 1024 != 0) return "a stack's tiles must be whole 1024-byte swizzle atoms";
+    }
+  }
   // A transposed a only as m's 64-wide panels [m / 64, k, 64]: each warpgroup's 64 rows of
   // op(a) are then one MN-major panel of 128-byte rows, as an N-major b tile of n = 64.
   // A 2-d transposed a of m = 64 ([k, 64]) is one such panel: the same bytes as [1, k, 64].
-  const bool one_panel = g.trans_a && a->shape.size() == 2 && g.m == 64;
-  if (g.trans_a && a->shape.size() != 3 && !one_panel)
+  const size_t a_rank = a->shape.size() - (staged ? 1 : 0);
+  const bool one_panel = g.trans_a && a_rank == 2 && g.m == 64;
+  if (g.trans_a && a_rank != 3 && !one_panel)
     return "the lowering takes a K-major a tile ([m, k]) or m's panels ([m / 64, k, 64], or "
            "[k, 64] when m = 64)";
   if (!g.trans_b && g.n != 64)
@@ -46,11 +63,11 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
   const Swizzle sw = tensor_core_swizzle(128, 2);
   const std::vector<int64_t> b_shape =
       g.trans_b ? std::vector<int64_t>{g.n, g.k} : std::vector<int64_t>{g.k, g.n};
-  const std::vector<int64_t> a_shape = one_panel ? std::vector<int64_t>{g.k, 64}
+  const std::vector<int64_t> a_shape = one_panel   ? std::vector<int64_t>{g.k, 64}
                                        : g.trans_a ? std::vector<int64_t>{g.m / 64, g.k, 64}
                                                    : std::vector<int64_t>{g.m, g.k};
-  if (!(a->layout == compact_row_major(a_shape)) || !(a->swizzle == sw) ||
-      !(b->layout == compact_row_major(b_shape)) || !(b->swizzle == sw))
+  if (!(a->layout == compact_row_major(tile_of(a, a_shape))) || !(a->swizzle == sw) ||
+      !(b->layout == compact_row_major(tile_of(b, b_shape))) || !(b->swizzle == sw))
     return "the tiles must be row-major under the 128B swizzle " + to_string(sw);
   if (g.n % 8 != 0 || g.n > 256 || k.sig.threads % 128 != 0 ||
       g.m % (64 * (k.sig.threads / 128)) != 0)
@@ -60,16 +77,31 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
 
 std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const std::string& acc,
                                      const std::string& a, const std::string& b,
-                                     const std::string& tid) {
+                                     const std::string& tid, const std::string& stage) {
   TR_CHECK(wgmma_unsupported(k, g).empty(), "wgmma lowering of an unsupported gemm");
+  TR_CHECK(g.stage.defined() == !stage.empty(), "a staged gemm's stage text");
   const int64_t groups = k.sig.threads / 128, blocks = g.m / (64 * groups), regs = g.n / 2;
   const char* in = k.shared.empty() || find_shared(k, g.a)->dtype == DType::BF16 ? "bf16" : "f16";
   std::vector<std::string> out;
   out.push_back("{  // gemm " + acc + " += " + a + " * " + b + "^T over [" + std::to_string(g.m) +
                 ", " + std::to_string(g.n) + ", " + std::to_string(g.k) + "]");
   out.push_back("  const unsigned tr_wg = (unsigned)(" + tid + " / 128);");
-  out.push_back("  const unsigned tr_a0 = tr_smem_addr(" + a + "), tr_b0 = tr_smem_addr(" + b +
-                ");");
+  // One tile of a stack is its bytes past the stage axis.
+  auto tile_bytes = [&](const std::string& name) {
+    const SimtArray* s = find_shared(k, name);
+    int64_t elems = 1;
+    for (size_t d = 1; d < s->shape.size(); ++d) elems *= s->shape[d];
+    return std::to_string(elems * 2) + "u";
+  };
+  if (stage.empty()) {
+    out.push_back("  const unsigned tr_a0 = tr_smem_addr(" + a + "), tr_b0 = tr_smem_addr(" + b +
+                  ");");
+  } else {
+    out.push_back("  const unsigned tr_stage = (unsigned)(" + stage + ");");
+    out.push_back("  const unsigned tr_a0 = tr_smem_addr(" + a + ") + tr_stage * " +
+                  tile_bytes(g.a) + ", tr_b0 = tr_smem_addr(" + b + ") + tr_stage * " +
+                  tile_bytes(g.b) + ";");
+  }
   out.push_back("  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");");
   // Row block r of this warpgroup is rows [64 (wg·blocks + r), +64) of a: 64 rows of 128
   // bytes. Step s of k starts 32 bytes (16 elements) further along the rows; the hardware

@@ -22,9 +22,11 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g);
 // The statements of one gemm: a fence, per 64-row block of this warpgroup and per 16 of k one
 // wgmma.mma_async m64nNk16 into the accumulator registers `acc`[...], then commit and wait until at
 // most the gemm's `pending` newest groups run.
-// `a`, `b` are the shared arrays' C names and `tid` the thread index's.
+// `a`, `b` are the shared arrays' C names, `tid` the thread index's and `stage` the C text of
+// the gemm's stage (empty when it reads whole arrays): tile `stage` of each stack is then
+// `stage` tiles past the array's start.
 std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const std::string& acc,
                                      const std::string& a, const std::string& b,
-                                     const std::string& tid);
+                                     const std::string& tid, const std::string& stage = "");
 
 }  // namespace tilerun::compiler::cuda

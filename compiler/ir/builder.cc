@@ -462,12 +462,23 @@ void Scope::barrier() { state_->append(Barrier::make()); }
 
 void Scope::gemm(const Buf& acc, const Buf& a, const Buf& b, bool trans_a, bool trans_b,
                  int pending) {
-  auto shape = [&](const Buf& x) -> const std::vector<int64_t>& {
-    for (const TileAlloc& t : state_->kernel.allocs)
-      if (t.name == x.name()) return t.shape;
+  gemm_at(Val(), acc, a, b, trans_a, trans_b, pending);
+}
+
+void Scope::gemm_at(const Val& stage, const Buf& acc, const Buf& a, const Buf& b, bool trans_a,
+                    bool trans_b, int pending) {
+  const bool staged = stage.defined();
+  // A stack's tile shape: its shape past the stage axis.
+  auto shape = [&](const Buf& x, bool stack) -> std::vector<int64_t> {
+    for (const TileAlloc& t : state_->kernel.allocs) {
+      if (t.name != x.name()) continue;
+      if (!stack) return t.shape;
+      if (t.shape.size() < 2) fail("gemm operand '" + x.name() + "' is not a stack of tiles");
+      return std::vector<int64_t>(t.shape.begin() + 1, t.shape.end());
+    }
     fail("gemm operand '" + x.name() + "' is not a tile of this kernel");
   };
-  const std::vector<int64_t>&sa = shape(a), &sb = shape(b), &sc = shape(acc);
+  const std::vector<int64_t> sa = shape(a, staged), sb = shape(b, staged), sc = shape(acc, false);
   const bool panels = trans_a && sa.size() == 3;  // a as m's 64-wide panels [m / 64, k, 64]
   if ((sa.size() != 2 && !panels) || sb.size() != 2 || sc.size() != 2)
     fail("gemm operands are 2-d tiles (a transposed one may be [m / 64, k, 64] panels)");
@@ -475,8 +486,8 @@ void Scope::gemm(const Buf& acc, const Buf& a, const Buf& b, bool trans_a, bool 
   if (pending < 0 || pending > Gemm::kMaxPending)
     fail("gemm pending count " + std::to_string(pending) + " is outside 0.." +
          std::to_string(Gemm::kMaxPending));
-  state_->append(
-      Gemm::make(acc.name(), a.name(), b.name(), trans_a, trans_b, sc[0], sc[1], k, pending));
+  state_->append(Gemm::make(acc.name(), a.name(), b.name(), trans_a, trans_b, sc[0], sc[1], k,
+                            pending, staged ? stage.expr() : Expr()));
 }
 
 // ---------------------------------------------------------------------------------------------

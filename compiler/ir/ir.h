@@ -485,14 +485,19 @@ struct WarpShuffle : StmtNode {
 // overwrite a tile that one of the last p + 1 gemms reads before a later gemm with pending 0:
 // a pipeline rotates at least p + 2 tile buffers when one barrier per step orders its stores
 // (the barrier proves the other warpgroups' waits of the step before, one step later).
+// `stage` (defined or not): a and b are stacks of S tiles ([S, ..tile], row-major under a
+// swizzle whose period divides one tile) and the gemm reads tile `stage` of each, a
+// block-uniform integer proved in [0, S). One gemm at a run-time stage, not one per buffer
+// under a branch: a pipeline's code is then written once.
 struct Gemm : StmtNode {
   static constexpr StmtKind kKind = StmtKind::Gemm;
   std::string c, a, b;
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
   int pending = 0;
+  Expr stage;
   Gemm(std::string c_, std::string a_, std::string b_, bool ta, bool tb, int64_t m_, int64_t n_,
-       int64_t k_, int pending_)
+       int64_t k_, int pending_, Expr stage_)
       : StmtNode(kKind),
         c(std::move(c_)),
         a(std::move(a_)),
@@ -502,10 +507,12 @@ struct Gemm : StmtNode {
         m(m_),
         n(n_),
         k(k_),
-        pending(pending_) {}
+        pending(pending_),
+        stage(std::move(stage_)) {}
   static constexpr int kMaxPending = 7;
   static Stmt make(const std::string& c, const std::string& a, const std::string& b, bool trans_a,
-                   bool trans_b, int64_t m, int64_t n, int64_t k, int pending = 0);
+                   bool trans_b, int64_t m, int64_t n, int64_t k, int pending = 0,
+                   Expr stage = Expr());
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -176,7 +176,8 @@ bool equal_stmt(const Stmt& a, const Stmt& b) {
       const Gemm *x = a.as<Gemm>(), *y = b.as<Gemm>();
       return x->c == y->c && x->a == y->a && x->b == y->b && x->trans_a == y->trans_a &&
              x->trans_b == y->trans_b && x->m == y->m && x->n == y->n && x->k == y->k &&
-             x->pending == y->pending;
+             x->pending == y->pending && x->stage.defined() == y->stage.defined() &&
+             (!x->stage.defined() || equal(x->stage, y->stage));
     }
   }
   return false;

@@ -424,6 +424,13 @@ class Parser {
       if (ext[i] <= 0) fail(t, "a gemm's tile extents are positive");
     }
     expect("]");
+    Expr stage;
+    if (is("stage") && is("(", 1)) {  // stage(EXPR): no statement starts so
+      expect("stage");
+      expect("(");
+      stage = expr();
+      expect(")");
+    }
     int pending = 0;
     if (is("pending") && peek(1).kind == TokKind::Int) {
       expect("pending");
@@ -433,7 +440,8 @@ class Parser {
         fail(t, "a gemm's pending count is 0 to " + std::to_string(Gemm::kMaxPending));
       pending = static_cast<int>(p);
     }
-    return Gemm::make(c, a, b, ta, tb, ext[0], ext[1], ext[2], pending);
+    if (stage.defined() && !is_int(stage.type())) fail(peek(), "a gemm's stage is an integer");
+    return Gemm::make(c, a, b, ta, tb, ext[0], ext[1], ext[2], pending, stage);
   }
 
   Stmt vector_move(const std::string& dst, Expr dst_index) {

@@ -132,6 +132,9 @@ void IRVisitor::visit_stmt(const VectorMove* op) {
   visit(op->dst_index);
   visit(op->src_index);
 }
+void IRVisitor::visit_stmt(const Gemm* op) {
+  if (op->stage.defined()) visit(op->stage);
+}
 void IRVisitor::visit_stmt(const AsyncCopy* op) {
   for (const Expr& e : op->dst_indices) visit(e);
   for (const Expr& e : op->src_indices) visit(e);
@@ -313,6 +316,14 @@ Stmt IRMutator::mutate_stmt(const Copy* op, const Stmt& self) {
   dst.origin = mutate_all(op->dst.origin, &changed);
   src.origin = mutate_all(op->src.origin, &changed);
   return changed ? Copy::make(std::move(dst), std::move(src), op->async) : self;
+}
+
+Stmt IRMutator::mutate_stmt(const Gemm* op, const Stmt& self) {
+  if (!op->stage.defined()) return self;
+  Expr st = mutate(op->stage);
+  if (st.same_as(op->stage)) return self;
+  return Gemm::make(op->c, op->a, op->b, op->trans_a, op->trans_b, op->m, op->n, op->k, op->pending,
+                    st);
 }
 
 Stmt IRMutator::mutate_stmt(const AsyncCopy* op, const Stmt& self) {

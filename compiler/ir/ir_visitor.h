@@ -42,7 +42,7 @@ class IRVisitor {
   virtual void visit_stmt(const Barrier*) {}
   virtual void visit_stmt(const VectorMove* op);
   virtual void visit_stmt(const WarpShuffle*) {}
-  virtual void visit_stmt(const Gemm*) {}
+  virtual void visit_stmt(const Gemm* op);
   virtual void visit_stmt(const AsyncCopy* op);
   virtual void visit_stmt(const AsyncCommit*) {}
   virtual void visit_stmt(const AsyncWait*) {}
@@ -80,7 +80,7 @@ class IRMutator {
   virtual Stmt mutate_stmt(const Barrier*, const Stmt& self) { return self; }
   virtual Stmt mutate_stmt(const VectorMove* op, const Stmt& self);
   virtual Stmt mutate_stmt(const WarpShuffle*, const Stmt& self) { return self; }
-  virtual Stmt mutate_stmt(const Gemm*, const Stmt& self) { return self; }
+  virtual Stmt mutate_stmt(const Gemm* op, const Stmt& self);
   virtual Stmt mutate_stmt(const AsyncCopy* op, const Stmt& self);
   virtual Stmt mutate_stmt(const AsyncCommit*, const Stmt& self) { return self; }
   virtual Stmt mutate_stmt(const AsyncWait*, const Stmt& self) { return self; }

@@ -176,6 +176,9 @@ class SimtVerifier : public IRVisitor {
         acc->size() * k_.sig.threads != op->m * op->n)
       fail("gemm into '" + op->c + "': shared operands of one dtype, an f32 local array of " +
            "m*n/threads elements");
+    if (op->stage.defined() && varying(op->stage))
+      fail("gemm into '" + op->c + "' at stage " + to_string(op->stage) +
+           ", which may differ between the threads of a block");
   }
   void visit_stmt(const VectorMove* op) override {
     if (form_ < SimtForm::StorageTyped) fail("vector move before lower_storage_types");

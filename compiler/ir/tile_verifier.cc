@@ -176,16 +176,17 @@ class TileVerifier : public IRVisitor {
     if (!dst || dst->scope != MemScope::Shared)
       fail(what + ": the destination must be a shared tile");
     if (dst->dtype != src->dtype) fail(what + ": it moves bits, so both need one dtype");
-    // The whole tile, or a whole panel of it: leading axes of extent 1 at constant origins
-    // inside the tile (builder.h copy_async; the source's matching axes, where it has them, are
-    // of extent 1 too, as the extents match), every later axis whole.
+    // The whole tile, or a whole panel of it: leading axes of extent 1 (builder.h copy_async;
+    // the source's matching axes, where it has them, are of extent 1 too, as the extents match),
+    // every later axis whole. A panel's origin is a constant inside the tile or, for a stack of
+    // tiles, a run-time stage that analyze_accesses proves inside it.
     bool leading = true;
     for (size_t d = 0; d < op.dst.origin.size(); ++d) {
       int64_t o;
-      const bool whole =
-          const_int(op.dst.origin[d], &o) && o == 0 && op.dst.extents[d] == dst->shape[d];
-      const bool panel = leading && const_int(op.dst.origin[d], &o) && o >= 0 &&
-                         o < dst->shape[d] && op.dst.extents[d] == 1;
+      const bool constant = const_int(op.dst.origin[d], &o);
+      const bool whole = constant && o == 0 && op.dst.extents[d] == dst->shape[d];
+      const bool panel =
+          leading && (!constant || (o >= 0 && o < dst->shape[d])) && op.dst.extents[d] == 1;
       if (!whole && !panel) fail(what + ": the destination is the whole tile or a whole panel");
       leading = leading && panel;
     }
@@ -276,13 +277,25 @@ class TileVerifier : public IRVisitor {
     auto shape = [](bool t, int64_t rows, int64_t cols) {
       return t ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols};
     };
-    const bool panels = op->trans_a && a->shape.size() == 3 && op->m % 64 == 0 &&
-                        a->shape == std::vector<int64_t>{op->m / 64, op->k, 64} &&
+    // At a stage: one tile of each stack, past its leading (stage) axis, and the stacks row-major
+    // (a tile is then one contiguous run, the swizzle's period checked by the lowering).
+    const bool staged = op->stage.defined();
+    auto tile = [&](const TileAlloc* t) {
+      if (!staged) return t->shape;
+      if (t->shape.size() < 3 || t->shape[0] < 1 ||
+          (t->layout.rank() && !(t->layout == compact_row_major(t->shape))))
+        fail(what + ": '" + t->name + "' is not a row-major stack of tiles [S, ..tile]");
+      return std::vector<int64_t>(t->shape.begin() + 1, t->shape.end());
+    };
+    if (staged && !is_int(op->stage.type())) fail(what + ": the stage is not an integer");
+    const std::vector<int64_t> a_tile = tile(a), b_tile = tile(b);
+    const bool panels = op->trans_a && a_tile.size() == 3 && op->m % 64 == 0 &&
+                        a_tile == std::vector<int64_t>{op->m / 64, op->k, 64} &&
                         (a->layout.rank() == 0 || a->layout == compact_row_major(a->shape));
-    if (!panels && a->shape != shape(op->trans_a, op->m, op->k))
+    if (!panels && a_tile != shape(op->trans_a, op->m, op->k))
       fail(what + ": '" + op->a + "' is not the " + std::to_string(op->m) + " x " +
            std::to_string(op->k) + " tile" + (op->trans_a ? " (transposed)" : ""));
-    if (b->shape != shape(op->trans_b, op->k, op->n))
+    if (b_tile != shape(op->trans_b, op->k, op->n))
       fail(what + ": '" + op->b + "' is not the " + std::to_string(op->k) + " x " +
            std::to_string(op->n) + " tile" + (op->trans_b ? " (transposed)" : ""));
     if (c->shape != std::vector<int64_t>{op->m, op->n})
@@ -295,6 +308,7 @@ class TileVerifier : public IRVisitor {
            " rows");
     if (op->n % 8 != 0 || op->n > 256 || op->k % 16 != 0)
       fail(what + ": the tile needs n a multiple of 8 up to 256 and k a multiple of 16");
+    IRVisitor::visit_stmt(op);  // the stage's names in scope
   }
 
   const Kernel& k_;

@@ -41,14 +41,34 @@ class Flattener : public IRMutator {
       // A shared tile follows its layout; row-major when it states none.
       const Layout l = s->layout.rank() > 0 ? s->layout : compact_row_major(s->shape);
       TR_CHECK(l.rank() == static_cast<int>(idx.size()), "index rank of '" + buffer + "'");
-      Expr offset = layout_index(l, idx);
-      if (s->swizzle.none()) return offset;
-      // layout.h Swizzle: x ^ ((x & (((1 << B) - 1) << (M + S))) >> S).
+      if (s->swizzle.none()) return layout_index(l, idx);
+      // layout.h Swizzle: x ^ ((x & (((1 << B) - 1) << (M + S))) >> S). It reads and writes
+      // the bits below its period P = 2^(B + M + S) only, so a mode whose stride is a multiple
+      // of P (a stack's stage, a tile's panel) adds its term outside: swizzle(o + i) =
+      // o + swizzle(i) for o ≡ 0 mod P and i >= 0. The swizzled part is then the same for
+      // every stage, which hoist_copy_invariants computes once per thread.
       const Swizzle& sw = s->swizzle;
+      const int64_t period = int64_t{1} << (sw.bits + sw.base + sw.shift);
+      std::vector<int64_t> in_shape, in_stride;
+      std::vector<Expr> in_idx;
+      Expr outer;
+      for (size_t d = 0; d < idx.size(); ++d) {
+        if (l.shape[d] > 1 && l.stride[d] % period == 0) {
+          Expr term = mul(idx[d], make_i64(l.stride[d]));
+          outer = outer.defined() ? add(outer, term) : term;
+        } else {
+          in_shape.push_back(l.shape[d]);
+          in_stride.push_back(l.stride[d]);
+          in_idx.push_back(idx[d]);
+        }
+      }
+      Expr offset =
+          in_idx.empty() ? make_i64(0) : layout_index(make_layout(in_shape, in_stride), in_idx);
       Expr mask = make_i64(((int64_t{1} << sw.bits) - 1) << (sw.base + sw.shift));
       Expr moved = Binary::make(BinaryOp::ShrL, Binary::make(BinaryOp::And, offset, mask),
                                 make_i64(sw.shift));
-      return Binary::make(BinaryOp::Xor, offset, moved);
+      Expr swizzled = Binary::make(BinaryOp::Xor, offset, moved);
+      return outer.defined() ? add(outer, swizzled) : swizzled;
     } else {
       TR_CHECK(find_local_array(k_, buffer), "unknown buffer '" + buffer + "'");
       TR_CHECK(idx.size() == 1, "local arrays are 1-d");
