@@ -281,7 +281,7 @@ cc::Kernel build_forward_tc(DType dt, const SparseAttentionShape& sh, bool with_
 }
 
 // Kernel A on the tensor cores. Parameters q, kv, idx, bias, sink, y, dy, dq, dbias, g,
-// sink_part; T, S, E; scale. dp^T = K·dy^T beside the scores, delta from the staged dy; then per
+// sink_part; T, S, E; scale. delta first; dp^T = K·dy^T beside the scores; then per
 // step of E, with the step's rows gathered again, dq^T = scale · K^T·ds^T and the rows of g.
 cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
   cc::KernelBuilder kb(kernel_name("sparse_attention_tc_grad_token", dt, sh));
@@ -304,20 +304,35 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
     for (int64_t b = 0; b < tok.blocks; ++b)
       dp.push_back(s.alloc_fragment("dp" + std::to_string(b), DType::F32, {kTcSlots, sh.h}));
     stage_token_ids(s, sh.k, tok.t, tok.ids, idx, sd);
+    // delta[hh] = y[t, hh, :]·dy[t, hh, :]: each head's columns in lanes() stretches, each
+    // stretch summed in column order by its own thread (unguarded loads the compiler can issue
+    // ahead), then the stretches in order. Computed once up front by every thread: inside the
+    // steps, H threads summed 64 columns each while the block waited at the barrier.
+    {
+      const int64_t g_n = tok.lanes();
+      cc::Val span = s.let(cc::ceildiv(cc::Val(e), i64(g_n)), "dspan");
+      cc::Buf dacc = s.alloc_fragment("dacc", DType::F32, {sh.h, g_n});
+      s.parallel(h, g_n, [&](cc::Idx hh, cc::Idx g) {
+        cc::Val lo = s.let(cc::min(g * span, e), "dlo");
+        cc::Val n = s.let(cc::min(lo + span, e) - lo, "dn");
+        dacc(hh, g) = 0.0f;
+        s.serial(n, [&](cc::Idx c) {
+          dacc(hh, g) = cc::fma(y(tok.t, hh, lo + c), dy(tok.t, hh, lo + c), dacc(hh, g));
+        });
+        tok.part(hh, g) = dacc(hh, g);
+      });
+      s.barrier();
+      s.parallel(h, [&](cc::Idx hh) {
+        delta(hh) = tok.part(hh, 0);
+        s.serial(i64(g_n - 1), [&](cc::Idx g) { delta(hh) = delta(hh) + tok.part(hh, g + 1); });
+      });
+      s.barrier();
+    }
     tok.zero(tok.acc);
     tok.zero(dp);
-    s.parallel(h, [&](cc::Idx hh) { delta(hh) = 0.0f; });
-    tok.steps(kv, {qs, dys}, e, [&](const cc::Val& e0) {
+    tok.steps(kv, {qs, dys}, e, [&](const cc::Val&) {
       tok.dot(tok.acc, qs.tile);
       tok.dot(dp, dys.tile);
-      // delta[hh] = y[t, hh, :] · dy[t, hh, :] in column order.
-      s.parallel(h, [&](cc::Idx hh) {
-        s.serial(i64(kTcCols), [&](cc::Idx c) {
-          cc::Idx col = e0 + c;
-          s.if_then(col < e,
-                    [&] { delta(hh) = cc::fma(y(tok.t, hh, col), dys.tile(hh, c), delta(hh)); });
-        });
-      });
     });
     tok.softmax(bias, sink, scale);
     // packed[b][gi][i, 16 part + r] for head hh = 16 gi + r (0 past H): parts 0 and 1 are

@@ -84,6 +84,38 @@ Val encode8(const Format8& f, const Val& x, const std::string& p) {
   });
 }
 
+// decode8(encode8(x)) on the f32 bits. A normal code is the magnitude's bits rounded to `man`
+// fraction bits (nearest even) and rebiased, so its value is those rounded bits with the
+// dropped ones cleared; a subnormal one is the f32 addition's rounding, so its value is that sum
+// minus the alignment; a code past the largest finite one is the overflow code's value, which is
+// monotonic in the bits. The sign is put back; NaN becomes the NaN code's value.
+Val round8(const Format8& f, const Val& x, const std::string& p) {
+  // A non-negative code's value as f32 bits, as decode8 gives it.
+  auto value_bits = [&](int code) {
+    const int e = (code >> f.man) & ((1 << f.exp_bits) - 1), m = code & ((1 << f.man) - 1);
+    const int all = (1 << (f.bits - 1)) - 1;
+    if ((f.has_inf && e == (1 << f.exp_bits) - 1) || (f.has_nan_code && code == all))
+      return f.has_inf && m == 0 ? int32_t{0x7f800000} : int32_t{0x7fc00000};
+    const float v = e == 0
+                        ? std::ldexp(static_cast<float>(m), 1 - f.bias - f.man)
+                        : std::ldexp(1.0f + std::ldexp(static_cast<float>(m), -f.man), e - f.bias);
+    return std::bit_cast<int32_t>(v);
+  };
+  return let_in(p + ".b", bits_of(x), [&](Val b) {
+    return let_in(p + ".a", b & I(0x7fffffff), [&](Val a) {
+      const int drop = 23 - f.man;
+      Val normal = (a + I((1 << (drop - 1)) - 1) + (shr_c(a, drop) & I(1))) & I(~((1 << drop) - 1));
+      const float align = std::ldexp(1.0f, 1 - f.bias - f.man + 23);
+      Val subnormal = bits_of(from_bits(a) + F(align) - F(align));
+      const int32_t smallest_normal = std::bit_cast<int32_t>(std::ldexp(1.0f, 1 - f.bias));
+      Val mag = select(a < I(smallest_normal), subnormal, normal);
+      mag = select(mag > I(value_bits(f.max_code)), I(value_bits(f.on_overflow)), mag);
+      return from_bits(select(a > I(0x7f800000), I(value_bits(f.nan)),
+                              mag | (b & I(static_cast<int32_t>(0x80000000u)))));
+    });
+  });
+}
+
 Val decode_e8m0(const Val& code) {
   Val c = code & I(0xff);
   return select(c == I(0xff), from_bits(I(0x7fc00000)),
@@ -124,6 +156,12 @@ Expr f32_to_narrow_float(DType d, const Expr& x, const std::string& prefix) {
                   return d == DType::E8M0 ? encode_e8m0(v, prefix)
                                           : encode8(format_of(d), v, prefix);
                 })
+      .expr();
+}
+
+Expr round_to_narrow_float(DType d, const Expr& x, const std::string& prefix) {
+  TR_CHECK(d != DType::E8M0, "round_to_narrow_float: e8m0 is a scale, not a value format");
+  return let_in(prefix + ".x", Val(x), [&](Val v) { return round8(format_of(d), v, prefix); })
       .expr();
 }
 

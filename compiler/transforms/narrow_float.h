@@ -28,5 +28,9 @@ bool is_small_float_code(DType dtype);
 Expr narrow_float_to_f32(DType dtype, const Expr& code, const std::string& prefix);
 // The f32 value's code (an i32 in 0..255).
 Expr f32_to_narrow_float(DType dtype, const Expr& x, const std::string& prefix);
+// narrow_float_to_f32(f32_to_narrow_float(x)) for f8e4m3, f8e5m2 and fp4e2m1, bit for bit,
+// without the code: the value rounded on f32's own bits (a fake-quant's round trip in about a
+// third of the operations).
+Expr round_to_narrow_float(DType dtype, const Expr& x, const std::string& prefix);
 
 }  // namespace tilerun::compiler

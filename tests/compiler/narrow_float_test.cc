@@ -190,5 +190,33 @@ TEST(NarrowFloat, Fp4CodesMatchTheHost) {
   EXPECT_EQ(hq, (std::vector<int32_t>{0x0, 0x2, 0x4, 0x6, 0x7, 0xF, 0x8}));
 }
 
+// round_to_narrow_float, the fake-quant's round trip on the f32 bits, against encoding then
+// decoding, bit for bit (NaNs too): every boundary of every format, fp4's ties and neighbours,
+// specials, and random bit patterns and values.
+TEST(NarrowFloat, RoundTripOnTheBitsIsEncodeThenDecode) {
+  static std::unique_ptr<CpuKernel> kernel = compile_cpu(testing::narrow_round_kernel());
+  std::vector<float> x = boundary_inputs();
+  for (int i = 0; i < 16; ++i) {
+    const float v = static_cast<float>(graph::fp4e2m1_to_double(uint8_t(i)));
+    for (float w : {v, v * 1.25f, v * 0.75f, v + 0.25f})
+      x.insert(x.end(), {w, std::nextafter(w, -kInf), std::nextafter(w, kInf)});
+  }
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<float> u(-600.0f, 600.0f);
+  for (int i = 0; i < (1 << 16); ++i) x.push_back(u(rng));
+  const size_t n = x.size();
+  std::vector<std::vector<float>> out(6, std::vector<float>(n, 0.0f));
+  kernel->launch({.buffers = {x.data(), out[0].data(), out[1].data(), out[2].data(), out[3].data(),
+                              out[4].data(), out[5].data()},
+                  .dims = {static_cast<int64_t>(n)},
+                  .scalars = {}});
+  const char* names[] = {"e4m3", "e5m2", "e2m1"};
+  for (int f = 0; f < 3; ++f)
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(out[2 * f][i]), std::bit_cast<uint32_t>(out[2 * f + 1][i]))
+          << names[f] << " of " << x[i] << " (bits " << std::hex << std::bit_cast<uint32_t>(x[i])
+          << ")";
+}
+
 }  // namespace
 }  // namespace tilerun::compiler

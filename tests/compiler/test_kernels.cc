@@ -99,6 +99,31 @@ Kernel fp4_kernel() {
   return kb.build();
 }
 
+Kernel narrow_round_kernel() {
+  KernelBuilder kb("narrow_round");
+  Dim N = kb.dim("N");
+  Buf x = kb.input("x", DType::F32, {N});
+  const DType formats[] = {DType::F8E4M3, DType::F8E5M2, DType::FP4E2M1};
+  std::vector<Buf> fast, slow;
+  for (int f = 0; f < 3; ++f) {
+    fast.push_back(kb.output("fast" + std::to_string(f), DType::F32, {N}));
+    slow.push_back(kb.output("slow" + std::to_string(f), DType::F32, {N}));
+  }
+  kb.body({ceildiv(N, 128)}, 128, [&](Scope& s) {
+    Idx base = s.block_idx(0) * 128;
+    s.parallel(128, [&](Idx i) {
+      s.if_then(base + i < N, [&] {
+        for (int f = 0; f < 3; ++f) {
+          fast[f](base + i) = Val(round_to_narrow_float(formats[f], x(base + i).expr(), "r"));
+          Val code(f32_to_narrow_float(formats[f], x(base + i).expr(), "enc"));
+          slow[f](base + i) = Val(narrow_float_to_f32(formats[f], code.expr(), "dec"));
+        }
+      });
+    });
+  });
+  return kb.build();
+}
+
 Kernel softmax_kernel() {
   KernelBuilder kb("softmax");
   Dim T = kb.dim("T"), D = kb.dim("D", {.min = 1, .max = 1 << 16});

@@ -14,6 +14,9 @@ Kernel mixed_dtype_kernel();
 // The 8-bit float formats: d4/d5/ds[i] = the f32 value of the f8e4m3/f8e5m2/e8m0 code c4/c5/cs[i],
 // and q4/q5/qs[i] = x[i] rounded to each format (narrow_float.h).
 Kernel narrow_float_kernel();
+// fastF[i] = round_to_narrow_float(x[i]) and slowF[i] = the code of x[i] decoded, for F = 0
+// (f8e4m3), 1 (f8e5m2), 2 (fp4e2m1).
+Kernel narrow_round_kernel();
 // fp4e2m1 as value codes: d = decode(c) (codes in i32), q = encode(x).
 Kernel fp4_kernel();
 // Row softmax over [T, D]: a max and a sum reduction per row.

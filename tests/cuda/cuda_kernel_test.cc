@@ -293,6 +293,9 @@ TEST_F(CudaKernelTest, MixedDtypes) {
 TEST_F(CudaKernelTest, NarrowFloats) {
   run_case({"narrow_float", testing::narrow_float_kernel(), {1 << 16}, {}, true});
 }
+TEST_F(CudaKernelTest, NarrowRoundTrip) {
+  run_case({"narrow_round", testing::narrow_round_kernel(), {1 << 16}, {}, true});
+}
 TEST_F(CudaKernelTest, Fp4Codes) {
   run_case({"fp4_codes", testing::fp4_kernel(), {1 << 16}, {}, true});
 }
