@@ -276,7 +276,11 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
   const int halves = static_cast<int>(st.acc.size());
   cc::Val steps = s.let(cc::max(cc::ceildiv(k, cc::Val(kTcK)), cc::Val(int64_t{1})), "steps");
   const cc::Val zero(int64_t{0});
-  auto slot = [&](const cc::Val& j) { return (steps - 1 - j) % kAsyncStages; };
+  // In 32 bits (steps - 1 - j < 2^31: K is at most 2^31 - 1): a 64-bit modulo by a constant
+  // is some twenty instructions on the step's critical path, a 32-bit one four.
+  auto slot = [&](const cc::Val& j) {
+    return cc::to_i64(cc::to_i32(steps - 1 - j) % cc::literal(cc::Type::I32, kAsyncStages));
+  };
   // Step j's copies into its stage, then one commit whether or not j exists, so that the group
   // count per step stays one.
   auto issue = [&](const cc::Val& j) {
