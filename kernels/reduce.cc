@@ -420,11 +420,16 @@ OpTests forward_tests(ReduceKind kind, std::vector<OpExample> examples) {
   double lo = kind == ReduceKind::L2 ? 0.25 : -2;  // keeps the L2 gradient off its kink at 0
   OpTests t;
   t.kernel = {
-      {{{7, 300}}, axes_attrs({-1})},           {{{1, 1}}, axes_attrs({1})},
-      {{{33, 5}}, axes_attrs({1}, true)},       {{{300, 9}}, axes_attrs({0})},
-      {{{1000, 3}}, axes_attrs({0}), 0.25, 2},  {{{3, 130, 17}}, axes_attrs({1})},
-      {{{4, 5, 6, 7}}, axes_attrs({0, 2})},     {{{4, 5, 66}}, axes_attrs({0, 1, 2}), 0.25, 2},
-      {{{5, 6, 7}}, axes_attrs({-3, -1}, true)}};
+      {{{7, 300}}, axes_attrs({-1})},
+      {{{1, 1}}, axes_attrs({1})},
+      {{{33, 5}}, axes_attrs({1}, true)},
+      {{{300, 9}}, axes_attrs({0})},
+      {{{1000, 3}}, axes_attrs({0}), 0.25, 2},
+      {{{3, 130, 17}}, axes_attrs({1})},
+      {{{4, 5, 6, 7}}, axes_attrs({0, 2})},
+      {{{4, 5, 66}}, axes_attrs({0, 1, 2}), 0.25, 2},
+      {{{5, 6, 7}}, axes_attrs({-3, -1}, true)},
+      {{{600, 2, 700}}, axes_attrs({0})}};  // sum, max and min: the lanes pass (reduce_kernel.cc)
   t.gradient = {{{{3, 4}}, axes_attrs({1}), lo, 2, 1e-3},
                 {{{4, 3}}, axes_attrs({0}, true), lo, 2, 1e-3},
                 {{{2, 3, 4}}, axes_attrs({0, 2}), lo, 2, 1e-3},

@@ -131,6 +131,84 @@ cc::Kernel build_col(ReduceKind kind, DType in, DType out, bool inner) {
   return kb.build();
 }
 
+// Pass 1 of a long strided axis with few outputs (use_lanes): part[p, g, r] = lane g's fold of
+// x[p, g, r], x[p, g + kLanes, r], ... in order, from its first element: the column kernel's
+// lanes, each on a thread of its own instead of one after another on the output's thread.
+// Blocks of 16 lanes by 32 consecutive r (coalesced), grid {R / 32, kLanes / 16, P}; parameters
+// x, part; P, K, R. Pass 2 is the column kernel over part [P, min(K, kLanes), R]: its lanes hold
+// one element each, so it folds the lanes in lane order, and the bits are the column kernel's.
+constexpr int64_t kLaneTileR = 32, kLaneTileG = 16;
+
+cc::Kernel build_lanes(ReduceKind kind, DType in) {
+  cc::KernelBuilder kb(kernel_name(kind, "lanes", in, DType::F32));
+  cc::Dim p = kb.dim("P"), k = kb.dim("K", {.min = 1}), r = kb.dim("R");
+  cc::Buf x = kb.input("x", in, {p, k, r});
+  cc::Buf part = kb.output("part", DType::F32, {p, cc::min(k, cc::Val(kLanes)), r});
+  kb.body(
+      {cc::ceildiv(r, kLaneTileR), cc::Val(kLanes / kLaneTileG), p}, kThreads, [&](cc::Scope& s) {
+        cc::Idx r0 = s.let(s.block_idx(0) * kLaneTileR, "r0");
+        cc::Idx g0 = s.let(s.block_idx(1) * kLaneTileG, "g0");
+        cc::Idx po = s.block_idx(2);
+        cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kLaneTileG, kLaneTileR});
+        const cc::Val none;
+        s.parallel(kLaneTileG, kLaneTileR, [&](cc::Idx gl, cc::Idx rr) {
+          cc::Idx g = g0 + gl, ro = r0 + rr;
+          s.if_then(g < k && ro < r, [&] {
+            acc(gl, rr) = map_of(kind, x(po, g, ro), none);
+            s.serial(cc::ceildiv(k - g, cc::Val(kLanes)) - 1, [&](cc::Idx i) {
+              acc(gl, rr) =
+                  fold_of(kind, acc(gl, rr), map_of(kind, x(po, g + (i + 1) * kLanes, ro), none));
+            });
+            part(po, g, ro) = acc(gl, rr);
+          });
+        });
+      });
+  return kb.build();
+}
+
+// Pass 2: y[p, r] = part[p, 0, r], then part[p, 1, r], ... folded in lane order (L = min(K,
+// kLanes) lanes), the column kernel's arithmetic. A block stages 32 outputs' lanes in shared
+// memory (independent, coalesced loads), then a thread per output folds them: the column kernel
+// itself would chain L dependent global loads per thread. Grid {R / 32, P}; parameters part, y;
+// P, L, R.
+cc::Kernel build_lanes_fold(ReduceKind kind, DType out) {
+  cc::KernelBuilder kb(kernel_name(kind, "lanes_fold", DType::F32, out));
+  cc::Dim p = kb.dim("P"), l = kb.dim("L", {.min = 1, .max = kLanes}), r = kb.dim("R");
+  cc::Buf part = kb.input("part", DType::F32, {p, l, r});
+  cc::Buf y = kb.output("y", out, {p, r});
+  kb.body({cc::ceildiv(r, kLaneTileR), p}, kThreads, [&](cc::Scope& s) {
+    cc::Idx r0 = s.let(s.block_idx(0) * kLaneTileR, "r0");
+    cc::Idx po = s.block_idx(1);
+    cc::Buf tile = s.alloc_shared("tile", DType::F32, {kLanes, kLaneTileR});
+    s.parallel(kLanes, kLaneTileR, [&](cc::Idx g, cc::Idx rr) {
+      s.if_then(g < l && r0 + rr < r, [&] { tile(g, rr) = part(po, g, r0 + rr); });
+    });
+    s.barrier();
+    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kLaneTileR});
+    s.parallel(kLaneTileR, [&](cc::Idx rr) {
+      s.if_then(r0 + rr < r, [&] {
+        acc(rr) = tile(0, rr);
+        s.serial(l - 1, [&](cc::Idx g) { acc(rr) = fold_of(kind, acc(rr), tile(g + 1, rr)); });
+        y(po, r0 + rr) = acc(rr);
+      });
+    });
+  });
+  return kb.build();
+}
+
+// The column kernel's one thread per output leaves the GPU idle when there are few outputs and
+// each folds a long axis (a bias gradient: [T, C] → [C]); the lanes pass then spreads each
+// output's lanes over threads. Only folds without a map or finish that depend on the extent
+// (pass 2 folds plain lane partials).
+constexpr int64_t kLanesMinExtent = 256, kLanesMaxOutputs = 16384, kMaxGridZ = 65535;
+
+bool use_lanes(ReduceKind kind, const AxisView& v) {
+  const bool plain = kind == ReduceKind::Sum || kind == ReduceKind::Max || kind == ReduceKind::Min;
+  // Fewer than kFewOutputs: the strided row kernel's block per output (reduce_call).
+  return plain && v.inner > 1 && v.extent >= kLanesMinExtent && v.outer * v.inner >= kFewOutputs &&
+         v.outer * v.inner <= kLanesMaxOutputs && v.outer <= kMaxGridZ;
+}
+
 }  // namespace
 
 AxisView axis_view(const std::vector<int64_t>& shape, int first, int last) {
@@ -170,9 +248,27 @@ OpExpansion reduce_over_axes(KernelCache& cache, ReduceKind kind, const TensorTy
     AxisView v = axis_view(shape, runs[j].first, runs[j].second);
     for (int i = runs[j].first; i < runs[j].second; ++i) shape[i] = 1;
     bool last = j + 1 == runs.size();
+    const bool lanes = use_lanes(kind, v);
+    KernelArg part = lanes ? scratch_slot(static_cast<int>(ex.scratch.size())) : KernelArg{};
+    const int64_t n_lanes = std::min(v.extent, kLanes);
+    if (lanes) {  // pass 1 into f32 lane partials [P, L, R]
+      ex.scratch.push_back({DType::F32, {v.outer, n_lanes, v.inner}});
+      ex.calls.push_back({.kernel = cache.get(kernel_name(kind, "lanes", dt, DType::F32),
+                                              [&] { return build_lanes(kind, dt); }),
+                          .buffers = {src, part},
+                          .dims = {v.outer, v.extent, v.inner}});
+    }
     KernelArg dst = last ? output_slot(0) : scratch_slot(static_cast<int>(ex.scratch.size()));
     if (!last) ex.scratch.push_back({DType::F32, shape});
-    ex.calls.push_back(reduce_call(cache, kind, dt, last ? out_dtype : DType::F32, v, src, dst));
+    const DType to = last ? out_dtype : DType::F32;
+    if (lanes) {  // pass 2: the lanes folded in lane order
+      ex.calls.push_back({.kernel = cache.get(kernel_name(kind, "lanes_fold", DType::F32, to),
+                                              [&] { return build_lanes_fold(kind, to); }),
+                          .buffers = {part, dst},
+                          .dims = {v.outer, n_lanes, v.inner}});
+    } else {
+      ex.calls.push_back(reduce_call(cache, kind, dt, to, v, src, dst));
+    }
     src = dst;
     dt = DType::F32;
   }

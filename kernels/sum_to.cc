@@ -90,7 +90,9 @@ void register_sum_to(OpRegistry& registry) {
                             {{{2, 3, 5, 7}}, {{"shape", std::vector<int64_t>{3, 1, 7}}}},
                             {{{1025}}, {{"shape", std::vector<int64_t>{}}}},
                             {{{3, 1, 7}}, {{"shape", std::vector<int64_t>{1, 1, 7}}}},
-                            {{{9, 4}}, {{"shape", std::vector<int64_t>{9, 4}}}}},
+                            {{{9, 4}}, {{"shape", std::vector<int64_t>{9, 4}}}},
+                            // A long axis, 1100 outputs: the lanes pass, then the lanes folded.
+                            {{{1030, 1100}}, {{"shape", std::vector<int64_t>{1100}}}}},
                  .examples = {{.inputs = {{{2, 3}, {1, 2, 3, 4, 5, 6}}},
                                .attrs = {{"shape", std::vector<int64_t>{3}}},
                                .outputs = {{{3}, {5, 7, 9}}}},
