@@ -67,7 +67,7 @@ std::string pattern_name(const Coalesced& c) {
 
 // 256 threads, 1 element per thread below 2^16 elements and 4 above, as the flat map kernel.
 constexpr int kThreads = 256;
-constexpr int64_t kMaxGridY = 65535;
+constexpr int64_t kMaxGridX = 2147483647, kMaxGridY = 65535;
 int64_t per_thread(int64_t n) { return n < (int64_t{1} << 16) ? 1 : 4; }
 
 // out[e] = fn(in0[idx0(e)], ...) with e's coordinates over the coalesced axes D0.. and each
@@ -76,8 +76,8 @@ int64_t per_thread(int64_t n) { return n < (int64_t{1} << 16) ? 1 : 4; }
 // `rows`: the same with a block per (row, run of per_block elements along the last axis), grid
 // {rows, ceil(D_last / per_block)}: the outer coordinates come from
 // the block's row (the same for all its elements) and the last one is the block's offset plus
-// the thread's, so no element divides by a dim (three 64-bit divisions an element made a
-// [16384, 1024] broadcast multiply run at a fifth of its memory floor on the H200).
+// the thread's, so no element divides by a dim (three 64-bit divisions an element kept V4-mini's
+// broadcast multiplies at a fifth of their memory floor on the H200, T = 4096).
 cc::Kernel build_broadcast(const MapOp& op, const Coalesced& c, DType dtype, int64_t ept,
                            const std::string& name, bool rows) {
   cc::KernelBuilder kb(name);
@@ -112,15 +112,15 @@ cc::Kernel build_broadcast(const MapOp& op, const Coalesced& c, DType dtype, int
       cc::Val e = rows ? s.let(row * last + col, "e") : cc::Val(col);
       s.if_then(rows ? col < last : col < total, [&] {
         // Coordinates from the last axis inward; every one taken modulo its extent, so its
-        // range is evident to the bounds analysis.
+        // range is evident to the bounds analysis. By rows, the last is the column and the
+        // others come from the row.
         std::vector<cc::Val> coord(rank);
+        if (rows) coord[rank - 1] = col;
+        const cc::Val flat = rows ? cc::Val(row) : e;
         cc::Val stride = cc::Val(1);
-        for (size_t d = rank; d-- > 0;) {
-          const cc::Val& flat = rows ? (d + 1 == rank ? cc::Val(col) : cc::Val(row)) : e;
-          coord[d] = rows && d + 1 == rank
-                         ? cc::Val(col)
-                         : s.let((flat / stride) % dims[d], "c" + std::to_string(d));
-          if (d > 0 && (!rows || d + 1 < rank)) stride = stride * dims[d];
+        for (size_t d = rows ? rank - 1 : rank; d-- > 0;) {
+          coord[d] = s.let((flat / stride) % dims[d], "c" + std::to_string(d));
+          stride = stride * dims[d];
         }
         std::vector<cc::Val> v;
         for (int k = 0; k < op.arity; ++k) {
@@ -226,11 +226,11 @@ ExpandFn expand_broadcast_map(std::shared_ptr<KernelCache> cache, MapOp op) {
     DType dtype = out[0].dtype;
     Coalesced c = coalesce(in, out[0].shape);
     int64_t ept = per_thread(numel(out[0]));
-    // A block per row when the last axis fills at least half a block.
+    // A block per row when the last axis fills at least half a block and the grid holds it.
     int64_t outer = 1;
     for (size_t d = 0; d + 1 < c.extents.size(); ++d) outer *= c.extents[d];
     const bool rows = c.extents.size() > 1 && c.extents.back() * 2 >= kThreads * ept &&
-                      c.extents.back() <= kMaxGridY * kThreads * ept;
+                      c.extents.back() <= kMaxGridY * kThreads * ept && outer <= kMaxGridX;
     std::string name = op.name + (ept == 1 ? "" : "_x" + std::to_string(ept)) +
                        (rows ? "_rows" : "") + pattern_name(c);
     KernelCall call{.kernel = cache->get(kernel_key(name, dtype),

@@ -334,14 +334,7 @@ class CpuCodegen {
     auto tile_shape = [&](const SimtArray* s) {
       return staged ? std::vector<int64_t>(s->shape.begin() + 1, s->shape.end()) : s->shape;
     };
-    auto tile_elems = [&](const SimtArray* s) {
-      int64_t n = 1;
-      for (int64_t e : tile_shape(s)) n *= e;
-      const Swizzle& sw = s->swizzle;
-      TR_CHECK(!staged || sw.none() || n % (int64_t{1} << (sw.bits + sw.base + sw.shift)) == 0,
-               "a stack's tiles are whole periods of its swizzle");
-      return n;
-    };
+
     const std::vector<int64_t> sa = tile_shape(a), sb = tile_shape(b);
     GemmDesc d{.m = op->m,
                .n = op->n,
@@ -372,8 +365,10 @@ class CpuCodegen {
     TR_CHECK(acc != array_ptr_.end(), "gemm accumulator '" + op->c + "'");
     auto start = [&](const SimtArray* s) {
       if (!staged) return make_i64(0);
+      TR_CHECK(tiles_whole_swizzle_periods(s->shape, s->swizzle),
+               "a stack's tiles are whole periods of its swizzle (tile_verifier)");
       Expr st = op->stage.type() == Type::I64 ? op->stage : Cast::make(Type::I64, op->stage);
-      return mul(st, make_i64(tile_elems(s)));
+      return mul(st, make_i64(stack_tile_elems(s->shape)));
     };
     b_.CreateCall(fn, {acc->second, element_ptr(op->a, start(a), bits),
                        element_ptr(op->b, start(b), bits), desc});

@@ -43,11 +43,9 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
     return shape;
   };
   if (staged) {
-    for (const SimtArray* s : {a, b}) {
-      int64_t elems = 1;
-      for (size_t d = 1; d < s->shape.size(); ++d) elems *= s->shape[d];
-      if ((elems * 2) % 1024 != 0) return "a stack's tiles must be whole 1024-byte swizzle atoms";
-    }
+    for (const SimtArray* s : {a, b})
+      if ((stack_tile_elems(s->shape) * 2) % 1024 != 0)
+        return "a stack's tiles must be whole 1024-byte swizzle atoms";
   }
   // A transposed a only as m's 64-wide panels [m / 64, k, 64]: each warpgroup's 64 rows of
   // op(a) are then one MN-major panel of 128-byte rows, as an N-major b tile of n = 64.
@@ -88,10 +86,7 @@ std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const s
   out.push_back("  const unsigned tr_wg = (unsigned)(" + tid + " / 128);");
   // One tile of a stack is its bytes past the stage axis.
   auto tile_bytes = [&](const std::string& name) {
-    const SimtArray* s = find_shared(k, name);
-    int64_t elems = 1;
-    for (size_t d = 1; d < s->shape.size(); ++d) elems *= s->shape[d];
-    return std::to_string(elems * 2) + "u";
+    return std::to_string(stack_tile_elems(find_shared(k, name)->shape) * 2) + "u";
   };
   if (stage.empty()) {
     out.push_back("  const unsigned tr_a0 = tr_smem_addr(" + a + "), tr_b0 = tr_smem_addr(" + b +

@@ -6,6 +6,16 @@ namespace tilerun::compiler {
 
 const char* mem_scope_name(MemScope s) { return s == MemScope::Shared ? "shared" : "fragment"; }
 
+int64_t stack_tile_elems(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (size_t d = 1; d < shape.size(); ++d) n *= shape[d];
+  return n;
+}
+
+bool tiles_whole_swizzle_periods(const std::vector<int64_t>& shape, const Swizzle& sw) {
+  return sw.none() || stack_tile_elems(shape) % (int64_t{1} << (sw.bits + sw.base + sw.shift)) == 0;
+}
+
 int64_t SimtArray::size() const {
   if (layout.rank() > 0) return layout.cosize();  // a padded or swizzled tile's whole footprint
   int64_t n = 1;

@@ -88,6 +88,12 @@ struct SimtArray {
   int64_t size() const;
 };
 
+// The elements of one tile of a stack [S, ..tile] (ir.h Gemm::stage): shape past its first axis.
+int64_t stack_tile_elems(const std::vector<int64_t>& shape);
+// Whether a swizzled stack's tiles are whole periods of its swizzle, so that every tile swizzles
+// alike and a tile's offsets may be swizzled from its own start (flatten_buffers, the gemm).
+bool tiles_whole_swizzle_periods(const std::vector<int64_t>& shape, const Swizzle& swizzle);
+
 struct SimtLocal {
   std::string name;
   Type type;

@@ -277,14 +277,17 @@ class TileVerifier : public IRVisitor {
     auto shape = [](bool t, int64_t rows, int64_t cols) {
       return t ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols};
     };
-    // At a stage: one tile of each stack, past its leading (stage) axis, and the stacks row-major
-    // (a tile is then one contiguous run, the swizzle's period checked by the lowering).
+    // At a stage: one tile of each stack, past its leading (stage) axis; the stacks row-major and
+    // each tile whole periods of the swizzle (a tile is one contiguous run, swizzled alike).
     const bool staged = op->stage.defined();
     auto tile = [&](const TileAlloc* t) {
       if (!staged) return t->shape;
       if (t->shape.size() < 3 || t->shape[0] < 1 ||
           (t->layout.rank() && !(t->layout == compact_row_major(t->shape))))
         fail(what + ": '" + t->name + "' is not a row-major stack of tiles [S, ..tile]");
+      if (!tiles_whole_swizzle_periods(t->shape, t->swizzle))
+        fail(what + ": the tiles of '" + t->name + "' are not whole periods of " +
+             to_string(t->swizzle) + " (each tile must swizzle alike)");
       return std::vector<int64_t>(t->shape.begin() + 1, t->shape.end());
     };
     if (staged && !is_int(op->stage.type())) fail(what + ": the stage is not an integer");
