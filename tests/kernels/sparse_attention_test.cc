@@ -29,6 +29,8 @@ struct Problem {
 // The dense computation's outputs.
 struct Dense {
   std::vector<double> y, dq, dkv, dbias, dsink;
+  // Per head, Σ over tokens of p_sink · Σ |y·dy|: the size of dsink's terms before they cancel.
+  std::vector<double> dsink_scale;
 };
 
 Dense dense_attention(const Problem& n, const std::vector<RefTensor>& in, const RefTensor& dy,
@@ -40,8 +42,11 @@ Dense dense_attention(const Problem& n, const std::vector<RefTensor>& in, const 
   for (int64_t t = 0; t < n.t; ++t)
     for (int64_t j = 0; j < n.k; ++j)
       mask[t * n.s + static_cast<int64_t>(idx.data[t * n.k + j])] = bias.data[t * n.k + j];
-  Dense out{std::vector<double>(n.t * n.h * n.e), std::vector<double>(n.t * n.h * n.e),
-            std::vector<double>(n.s * n.e), std::vector<double>(n.t * n.k),
+  Dense out{std::vector<double>(n.t * n.h * n.e),
+            std::vector<double>(n.t * n.h * n.e),
+            std::vector<double>(n.s * n.e),
+            std::vector<double>(n.t * n.k),
+            std::vector<double>(n.h),
             std::vector<double>(n.h)};
   std::vector<double> p(n.s), dp(n.s), dbias_dense(n.t * n.s, 0.0);
   for (int64_t t = 0; t < n.t; ++t)
@@ -62,9 +67,13 @@ Dense dense_attention(const Problem& n, const std::vector<RefTensor>& in, const 
       double* yr = &out.y[(t * n.h + h) * n.e];
       for (int64_t s = 0; s < n.s; ++s)
         for (int64_t c = 0; c < n.e; ++c) yr[c] += p[s] * kv.data[s * n.e + c];
-      double delta = 0;
-      for (int64_t c = 0; c < n.e; ++c) delta += yr[c] * dyr[c];
+      double delta = 0, delta_abs = 0;
+      for (int64_t c = 0; c < n.e; ++c) {
+        delta += yr[c] * dyr[c];
+        delta_abs += std::abs(yr[c] * dyr[c]);
+      }
       out.dsink[h] -= p_sink * delta;
+      out.dsink_scale[h] += p_sink * delta_abs;
       for (int64_t s = 0; s < n.s; ++s) {
         double dps = 0;
         for (int64_t c = 0; c < n.e; ++c) dps += dyr[c] * kv.data[s * n.e + c];
@@ -146,7 +155,12 @@ void expect_matches_dense(const Problem& n, DType dtype) {
   EXPECT_LE(rel_l2(testing::decode(grads[0]), want.dq), tol) << "dq";
   EXPECT_LE(rel_l2(testing::decode(grads[1]), want.dkv), tol) << "dkv";
   EXPECT_LE(rel_l2(testing::decode(grads[2]), want.dbias), tol) << "dbias";
-  EXPECT_LE(rel_l2(testing::decode(grads[3]), want.dsink), tol) << "dsink";
+  // dsink sums terms of both signs over the tokens (and delta over the columns): with one head
+  // it is one number that can nearly cancel, so its error is measured against its terms' size
+  // (a relative L2 of 1.5e-4 failed once in CI for T = 9, H = 1 at an f32 error of ~1e-7 a term).
+  const std::vector<double> dsink = testing::decode(grads[3]);
+  for (int64_t h = 0; h < n.h; ++h)
+    EXPECT_LE(std::abs(dsink[h] - want.dsink[h]), tol * want.dsink_scale[h]) << "dsink " << h;
 }
 
 TEST(SparseAttention, MatchesDenseAttentionForwardAndBackward) {
