@@ -38,33 +38,44 @@ constexpr int64_t kTcSlots = 64, kTcCols = 64, kTcGroup = 16;  // heads per cont
 
 int64_t head_groups(int64_t h) { return (h + kTcGroup - 1) / kTcGroup; }
 
-int64_t tc_shared_bytes(const SparseAttentionShape& sh) {
-  const int64_t tiles = sh.k * kTcCols * 2;     // the gathered rows
-  const int64_t rows = 2 * sh.h * kTcCols * 2;  // q and dy steps
-  const int64_t probs = sh.h * sh.k * 4;        // p (then ds) in f32
-  const int64_t parts = sh.h * sh.k * 2 * 2;    // p's two parts (forward)
-  const int64_t packed = head_groups(sh.h) * (sh.k + kTcCols) * kTcCols * 2 +  // backward
-                         kTcCols * (2 * kTcGroup + 1) * 4;
-  return tiles + rows + probs + std::max(parts, packed) + sh.k * 4 + (3 + 16) * sh.h * 4;
+// The shared bytes of the forward (or kernel A) with `stages` steps of E in flight.
+int64_t tc_shared_bytes(const SparseAttentionShape& sh, bool backward, int64_t stages) {
+  const int64_t tiles = stages * sh.k * kTcCols * 2;                      // the gathered rows
+  const int64_t rows = (backward ? 2 : 1) * stages * sh.h * kTcCols * 2;  // q (and dy) steps
+  const int64_t probs = sh.h * sh.k * 4;                                  // p (then ds) in f32
+  const int64_t extra =
+      backward ? head_groups(sh.h) * (sh.k + stages * kTcCols) * kTcCols * 2 +  // packed, rows
+                     kTcCols * (2 * kTcGroup + 1) * 4                           // osh
+               : sh.h * sh.k * 2 * 2;                                           // p's two parts
+  return tiles + rows + probs + extra + sh.k * 4 + (3 + 16) * sh.h * 4;
+}
+
+constexpr int64_t kTcSharedLimit = 200 * 1024;
+
+// Two steps of E in flight where they fit (the next step's gathers land while this one's gemms
+// run), else one.
+int64_t tc_stages(const SparseAttentionShape& sh, bool backward) {
+  return tc_shared_bytes(sh, backward, 2) <= kTcSharedLimit ? 2 : 1;
 }
 
 struct TcToken {
   cc::Scope& s;
   DType dt;
-  int64_t h, k, blocks;
+  int64_t h, k, blocks, stages;
   cc::Idx t;
   cc::Val s_dim;               // kv's rows
   cc::Buf ids, p, m, d, part;  // as Token's; part: the softmax's per-stretch maxima and sums
-  std::vector<cc::Buf> keys;   // per slot block: [64 slots, 64 columns]
-  std::vector<cc::Buf> regs;   // per slot block: the next step's rows in registers
+  std::vector<cc::Buf> keys;   // per slot block: stages × [64 slots, 64 columns]
   std::vector<cc::Buf> acc;    // per slot block: [64 slots, H] scores
 
-  TcToken(cc::Scope& scope, DType dtype, int64_t heads, int64_t slots, cc::Idx token, cc::Val rows)
+  TcToken(cc::Scope& scope, DType dtype, int64_t heads, int64_t slots, int64_t steps_in_flight,
+          cc::Idx token, cc::Val rows)
       : s(scope),
         dt(dtype),
         h(heads),
         k(slots),
         blocks(slots / kTcSlots),
+        stages(steps_in_flight),
         t(std::move(token)),
         s_dim(std::move(rows)) {
     const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
@@ -75,8 +86,7 @@ struct TcToken {
     part = s.alloc_shared("part", DType::F32, {h, lanes()});
     for (int64_t b = 0; b < blocks; ++b) {
       const std::string n = std::to_string(b);
-      keys.push_back(s.alloc_shared("keys" + n, dt, {kTcSlots, kTcCols}, sw));
-      regs.push_back(s.alloc_fragment("rk" + n, dt, {kTcSlots, kTcCols}));
+      keys.push_back(s.alloc_shared("keys" + n, dt, {stages, kTcSlots, kTcCols}, sw));
       acc.push_back(s.alloc_fragment("acc" + n, DType::F32, {kTcSlots, h}));
     }
   }
@@ -84,103 +94,73 @@ struct TcToken {
   // The softmax's stretches per head: K / lanes() slots each.
   int64_t lanes() const { return std::min<int64_t>(16, std::max<int64_t>(1, kTcTokThreads / h)); }
 
-  // A [H, 64] tile of x[t, :, step] staged beside the keys: its registers, its shared tile.
+  // A stack of [H, 64] tiles of x[t, :, step] staged beside the keys, a step per stage.
   struct Staged {
-    cc::Buf src, reg, tile;
+    cc::Buf src, tile;
   };
   Staged staged(const std::string& name, const cc::Buf& src) {
-    return {src, s.alloc_fragment("r" + name, dt, {h, kTcCols}),
-            s.alloc_shared(name, dt, {h, kTcCols}, cc::tensor_core_swizzle(128, 2))};
+    return {src, s.alloc_shared(name, dt, {stages, h, kTcCols}, cc::tensor_core_swizzle(128, 2))};
   }
 
-  // regs[b] = slot block b's rows of kv, columns [e0, e0 + 64), and each staged tile's rows of
-  // x. A step inside E loads without guards (16-byte loads: E is a multiple of 8), a bad id's
-  // row as row 0 (its scores are NaN whatever the row holds); the last, ragged step reads 0 past
-  // E and for a bad id.
-  void load(const cc::Buf& kv, const std::vector<Staged>& rows, const cc::Val& e0,
-            const cc::Val& e_dim) {
-    s.if_then_else(
-        e0 + kTcCols <= e_dim,
-        [&] {
-          for (int64_t b = 0; b < blocks; ++b) {
-            s.parallel(kTcSlots, kTcCols, [&](cc::Idx i, cc::Idx c) {
-              cc::Val id = s.let(
-                  cc::min(cc::max(cc::to_i64(ids(b * kTcSlots + i)), i64(0)), s_dim - 1), "id");
-              regs[b](i, c) = kv(id, e0 + c);
-            });
-          }
-          for (const Staged& r : rows)
-            s.parallel(h, kTcCols,
-                       [&](cc::Idx hh, cc::Idx c) { r.reg(hh, c) = r.src(t, hh, e0 + c); });
-        },
-        [&] {
-          for (int64_t b = 0; b < blocks; ++b) {
-            s.parallel(kTcSlots, kTcCols, [&](cc::Idx i, cc::Idx c) {
-              cc::Val id = s.let(cc::to_i64(ids(b * kTcSlots + i)), "id");
-              cc::Idx col = e0 + c;
-              s.if_then_else(
-                  id >= 0 && id < s_dim && col < e_dim, [&] { regs[b](i, c) = kv(id, col); },
-                  [&] { regs[b](i, c) = 0.0f; });
-            });
-          }
-          for (const Staged& r : rows)
-            s.parallel(h, kTcCols, [&](cc::Idx hh, cc::Idx c) {
-              s.if_then_else(
-                  e0 + c < e_dim, [&] { r.reg(hh, c) = r.src(t, hh, e0 + c); },
-                  [&] { r.reg(hh, c) = 0.0f; });
-            });
-        });
+  // Issues the async copies of one step into stage `st`: slot block b's rows of kv, columns
+  // [e0, e0 + 64), gathered by id straight into shared memory (16-byte pieces, no registers),
+  // and each staged tile's [H, 64] box of x. A bad id's row and the columns past E are zeros
+  // (a bad id's scores are NaN whatever its row holds).
+  void issue(const cc::Buf& kv, const std::vector<Staged>& rows, const cc::Val& st,
+             const cc::Val& e0) {
+    const int64_t lanes = 8;  // 16 bytes of bf16/f16
+    for (int64_t b = 0; b < blocks; ++b) {
+      s.parallel(kTcSlots, kTcCols / lanes, [&](cc::Idx i, cc::Idx c) {
+        cc::Val id = s.let(cc::to_i64(ids(b * kTcSlots + i)), "id");
+        s.copy_async_piece(keys[b], {st, i, c * lanes}, kv, {id, e0 + c * lanes});
+      });
+    }
+    for (const Staged& r : rows)
+      s.copy_async(r.tile.region({st, i64(0), i64(0)}, {1, h, kTcCols}),
+                   r.src.region({t, i64(0), e0}, {1, h, kTcCols}));
   }
 
-  // body(e0) for each step of 64 columns of E, with keys (and the staged tiles) holding the
-  // step's rows: step c + 1's loads are issued before step c's body runs its gemms, so the
-  // gather's latency hides behind them. A barrier after each body.
+  // body(st, e0) for each step of 64 columns of E, with stage st of keys (and of the staged
+  // tiles, and whatever `more` issued) holding the step's rows. With two stages, step c + 1's
+  // copies are issued before step c's body runs its gemms, so the gathers' latency hides behind
+  // them. A barrier after each body.
   void steps(const cc::Buf& kv, const std::vector<Staged>& rows, const cc::Val& e_dim,
-             const std::function<void(const cc::Val&)>& body) {
-    auto store = [&] {
-      for (int64_t b = 0; b < blocks; ++b)
-        s.parallel(kTcSlots, kTcCols, [&](cc::Idx i, cc::Idx c) { keys[b](i, c) = regs[b](i, c); });
-      for (const Staged& r : rows)
-        s.parallel(h, kTcCols, [&](cc::Idx hh, cc::Idx c) { r.tile(hh, c) = r.reg(hh, c); });
-      s.barrier();
-    };
+             const std::function<void(const cc::Val&, const cc::Val&)>& more,
+             const std::function<void(const cc::Val&, const cc::Val&)>& body) {
     cc::Val n = s.let(cc::ceildiv(e_dim, i64(kTcCols)), "steps");
-    load(kv, rows, i64(0), e_dim);
-    s.serial(cc::max(n - 1, i64(0)), [&](cc::Idx chunk) {
-      store();
-      load(kv, rows, (chunk + 1) * kTcCols, e_dim);
-      body(s.let(chunk * kTcCols, "e0"));
+    auto issue_step = [&](const cc::Val& st, const cc::Val& e0) {
+      issue(kv, rows, st, e0);
+      if (more) more(st, e0);
+    };
+    auto stage_of = [&](const cc::Val& step) {
+      return stages == 1 ? cc::Val(i64(0)) : s.let(step % stages, "st");
+    };
+    if (stages > 1) {  // E has at least one step
+      issue_step(i64(0), i64(0));
+      s.async_commit();
+    }
+    s.serial(n, [&](cc::Idx chunk) {
+      cc::Val ahead = stages == 1 ? cc::Val(chunk) : chunk + (stages - 1);
+      s.if_then(ahead < n, [&] { issue_step(stage_of(ahead), ahead * kTcCols); });
+      s.async_commit();
+      s.async_wait(static_cast<int>(stages - 1));
+      s.barrier();
+      body(stage_of(chunk), s.let(chunk * kTcCols, "e0"));
       s.barrier();
     });
-    store();
-    body(s.let((n - 1) * kTcCols, "e0"));
-    s.barrier();
   }
 
-  // rows[row0 + r, c] = x[t, head(r), e0 + c] for r < n_rows with head(r) < H, else 0; 0 past E.
-  void stage_rows(const cc::Buf& rows, int64_t row0, int64_t n_rows,
-                  const std::function<cc::Val(cc::Idx)>& head, const cc::Buf& x, const cc::Val& e0,
-                  const cc::Val& e_dim) {
-    auto row = [&](const cc::Idx& r) { return row0 == 0 ? cc::Val(r) : row0 + r; };
-    s.if_then_else(
-        e0 + kTcCols <= e_dim,
-        [&] {
-          s.parallel(n_rows, kTcCols, [&](cc::Idx r, cc::Idx c) {
-            cc::Val hh = s.let(head(r), "hh");
-            s.if_then_else(
-                hh < h, [&] { rows(row(r), c) = x(t, hh, e0 + c); },
-                [&] { rows(row(r), c) = 0.0f; });
-          });
-        },
-        [&] {
-          s.parallel(n_rows, kTcCols, [&](cc::Idx r, cc::Idx c) {
-            cc::Val hh = s.let(head(r), "hh");
-            cc::Idx col = e0 + c;
-            s.if_then_else(
-                hh < h && col < e_dim, [&] { rows(row(r), c) = x(t, hh, col); },
-                [&] { rows(row(r), c) = 0.0f; });
-          });
-        });
+  // rows[st, row0 + r, c] = x[t, head(r), e0 + c] for r < n_rows (0 where head(r) >= H or past
+  // E), as async pieces.
+  void stage_rows(const cc::Buf& rows, const cc::Val& st, int64_t row0, int64_t n_rows,
+                  const std::function<cc::Val(cc::Idx)>& head, const cc::Buf& x,
+                  const cc::Val& e0) {
+    const int64_t lanes = 8;
+    s.parallel(n_rows, kTcCols / lanes, [&](cc::Idx r, cc::Idx c) {
+      cc::Val hh = s.let(head(r), "hh");
+      s.copy_async_piece(rows, {st, row0 == 0 ? cc::Val(r) : row0 + r, c * lanes}, x,
+                         {t, hh, e0 + c * lanes});
+    });
   }
 
   void zero(const std::vector<cc::Buf>& frags) {
@@ -188,10 +168,10 @@ struct TcToken {
       s.parallel(kTcSlots, h, [&](cc::Idx i, cc::Idx hh) { f(i, hh) = 0.0f; });
   }
 
-  // frags[b][i, hh] += keys[b][i, :] · rows[hh, :] for this step's columns.
-  void dot(const std::vector<cc::Buf>& frags, const cc::Buf& rows) {
+  // frags[b][i, hh] += keys[b][i, :] · rows[hh, :] for this step's columns (stage st).
+  void dot(const std::vector<cc::Buf>& frags, const cc::Buf& rows, const cc::Val& st) {
     for (int64_t b = 0; b < blocks; ++b)
-      s.gemm(frags[b], keys[b], rows, /*trans_a=*/false, /*trans_b=*/true);
+      s.gemm_at(st, frags[b], keys[b], rows, /*trans_a=*/false, /*trans_b=*/true);
   }
 
   // p = the softmax with the sink of scale · acc + bias (NaN for a bad id): each head's row in
@@ -246,12 +226,13 @@ cc::Kernel build_forward_tc(DType dt, const SparseAttentionShape& sh, bool with_
   const cc::Buf y = fp.y, mass = fp.mass;
   const cc::Val scale = fp.scale;
   kb.body({t}, kTcTokThreads, [&](cc::Scope& s) {
-    TcToken tok(s, dt, sh.h, sh.k, s.block_idx(0), sd);
+    TcToken tok(s, dt, sh.h, sh.k, tc_stages(sh, /*backward=*/false), s.block_idx(0), sd);
     const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
     const TcToken::Staged qs = tok.staged("qs", q);
     stage_token_ids(s, sh.k, tok.t, tok.ids, idx, sd);
     tok.zero(tok.acc);
-    tok.steps(kv, {qs}, e, [&](const cc::Val&) { tok.dot(tok.acc, qs.tile); });
+    tok.steps(kv, {qs}, e, nullptr,
+              [&](const cc::Val& st, const cc::Val&) { tok.dot(tok.acc, qs.tile, st); });
     tok.softmax(bias, sink, scale);
     if (with_mass) write_mass(s, sh.h, sh.k, tok.t, tok.p, mass);
     // y^T = V^T·P^T: p as head and tail [H, 64] per slot block, a [64 columns, H] accumulator.
@@ -266,11 +247,11 @@ cc::Kernel build_forward_tc(DType dt, const SparseAttentionShape& sh, bool with_
       });
     }
     cc::Buf o = s.alloc_fragment("o", DType::F32, {kTcCols, sh.h});
-    tok.steps(kv, {}, e, [&](const cc::Val& e0) {
+    tok.steps(kv, {}, e, nullptr, [&](const cc::Val& st, const cc::Val& e0) {
       s.parallel(kTcCols, h, [&](cc::Idx c, cc::Idx hh) { o(c, hh) = 0.0f; });
       for (int64_t b = 0; b < tok.blocks; ++b) {
-        s.gemm(o, tok.keys[b], head[b], /*trans_a=*/true, /*trans_b=*/true);
-        s.gemm(o, tok.keys[b], tail[b], /*trans_a=*/true, /*trans_b=*/true);
+        s.gemm_at_a(st, o, tok.keys[b], head[b], /*trans_a=*/true, /*trans_b=*/true);
+        s.gemm_at_a(st, o, tok.keys[b], tail[b], /*trans_a=*/true, /*trans_b=*/true);
       }
       s.parallel(kTcCols, h, [&](cc::Idx c, cc::Idx hh) {
         s.if_then(e0 + c < e, [&] { y(tok.t, hh, e0 + c) = o(c, hh); });
@@ -295,7 +276,7 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
   cc::Buf sink_part = kb.output("sink_part", DType::F32, {t, h});
   cc::Val scale = kb.scalar_f32("scale");
   kb.body({t}, kTcTokThreads, [&](cc::Scope& s) {
-    TcToken tok(s, dt, sh.h, sh.k, s.block_idx(0), sd);
+    TcToken tok(s, dt, sh.h, sh.k, tc_stages(sh, /*backward=*/true), s.block_idx(0), sd);
     const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
     const int64_t groups = head_groups(sh.h);
     const TcToken::Staged qs = tok.staged("qs", q), dys = tok.staged("dys", dy);
@@ -330,9 +311,9 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
     }
     tok.zero(tok.acc);
     tok.zero(dp);
-    tok.steps(kv, {qs, dys}, e, [&](const cc::Val&) {
-      tok.dot(tok.acc, qs.tile);
-      tok.dot(dp, dys.tile);
+    tok.steps(kv, {qs, dys}, e, nullptr, [&](const cc::Val& st, const cc::Val&) {
+      tok.dot(tok.acc, qs.tile, st);
+      tok.dot(dp, dys.tile, st);
     });
     tok.softmax(bias, sink, scale);
     // packed[b][gi][i, 16 part + r] for head hh = 16 gi + r (0 past H): parts 0 and 1 are
@@ -381,25 +362,28 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
                                .sink_part = sink_part,
                                .dbias = dbias});
     pack(0, [&](cc::Val hh, cc::Val j) { return scale * tok.p(hh, j); });
-    // rows[gi][16 part + r, c]: q for parts 0 and 1, dy for 2 and 3, of head 16 gi + r.
+    // rows[gi][st, 16 part + r, c]: q for parts 0 and 1, dy for 2 and 3, of head 16 gi + r,
+    // a step per stage beside the keys.
     std::vector<cc::Buf> rows;
     for (int64_t gi = 0; gi < groups; ++gi)
-      rows.push_back(s.alloc_shared("rows" + std::to_string(gi), dt, {kTcCols, kTcCols}, sw));
+      rows.push_back(
+          s.alloc_shared("rows" + std::to_string(gi), dt, {tok.stages, kTcCols, kTcCols}, sw));
     cc::Buf o = s.alloc_fragment("o", DType::F32, {kTcCols, kTcCols});
     cc::Buf osh = s.alloc_shared("osh", DType::F32, {kTcCols, 2 * kTcGroup + 1});
     cc::Buf gacc = s.alloc_fragment("gacc", DType::F32, {kTcSlots, kTcCols});
-    tok.steps(kv, {}, e, [&](const cc::Val& e0) {
+    auto stage_q_dy = [&](const cc::Val& st, const cc::Val& e0) {
       for (int64_t gi = 0; gi < groups; ++gi) {
         auto head_of = [&](cc::Idx r) { return gi * kTcGroup + r % kTcGroup; };
-        tok.stage_rows(rows[gi], 0, 2 * kTcGroup, head_of, q, e0, e);
-        tok.stage_rows(rows[gi], 2 * kTcGroup, 2 * kTcGroup, head_of, dy, e0, e);
+        tok.stage_rows(rows[gi], st, 0, 2 * kTcGroup, head_of, q, e0);
+        tok.stage_rows(rows[gi], st, 2 * kTcGroup, 2 * kTcGroup, head_of, dy, e0);
       }
-      s.barrier();
+    };
+    tok.steps(kv, {}, e, stage_q_dy, [&](const cc::Val& st, const cc::Val& e0) {
       // dq^T: o[c, 16 part + r] = Σ_j kv[ids[j], e0 + c]·packed[j, 16 part + r]; parts 0 + 1.
       for (int64_t gi = 0; gi < groups; ++gi) {
         s.parallel(kTcCols, kTcCols, [&](cc::Idx c, cc::Idx n) { o(c, n) = 0.0f; });
         for (int64_t b = 0; b < tok.blocks; ++b)
-          s.gemm(o, tok.keys[b], packed[b][gi], /*trans_a=*/true, /*trans_b=*/false);
+          s.gemm_at_a(st, o, tok.keys[b], packed[b][gi], /*trans_a=*/true, /*trans_b=*/false);
         // Through shared memory: a thread holds either part of a head, not both.
         s.parallel(kTcCols, kTcCols, [&](cc::Idx c, cc::Idx n) {
           s.if_then(n < 2 * kTcGroup, [&] { osh(c, n) = o(c, n); });
@@ -416,7 +400,7 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
       for (int64_t b = 0; b < tok.blocks; ++b) {
         s.parallel(kTcSlots, kTcCols, [&](cc::Idx i, cc::Idx c) { gacc(i, c) = 0.0f; });
         for (int64_t gi = 0; gi < groups; ++gi)
-          s.gemm(gacc, packed[b][gi], rows[gi], /*trans_a=*/false, /*trans_b=*/false);
+          s.gemm_at_b(st, gacc, packed[b][gi], rows[gi], /*trans_a=*/false, /*trans_b=*/false);
         s.parallel(kTcSlots, kTcCols, [&](cc::Idx i, cc::Idx c) {
           s.if_then(e0 + c < e, [&] { g_out(tok.t * k + b * kTcSlots + i, e0 + c) = gacc(i, c); });
         });
@@ -428,7 +412,7 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
 
 bool use_tensor_cores(DType dt, const SparseAttentionShape& sh) {
   return (dt == DType::BF16 || dt == DType::F16) && sh.h % 8 == 0 && sh.h <= 256 && sh.e % 8 == 0 &&
-         sh.k % kTcSlots == 0 && tc_shared_bytes(sh) <= 200 * 1024;
+         sh.k % kTcSlots == 0 && tc_shared_bytes(sh, /*backward=*/true, 1) <= kTcSharedLimit;
 }
 
 }  // namespace tilerun::kernels::sparse_attention_detail

@@ -184,15 +184,18 @@ class Analyzer : public IRMutator {
     const TileAlloc *a = find_alloc(k_, op->a), *b = find_alloc(k_, op->b);
     TR_CHECK(a && b && !a->shape.empty() && !b->shape.empty(), "gemm stacks");
     const Expr& st = op->stage;
-    const int64_t stages = std::min(a->shape[0], b->shape[0]);
+    const int64_t stages = std::min(op->a_staged() ? a->shape[0] : b->shape[0],
+                                    op->b_staged() ? b->shape[0] : a->shape[0]);
     Expr inb = encodable(st) ? logical_and(le(make_i64(0), st), lt(st, make_i64(stages)))
                              : make_bool(false);
     const std::string what = "gemm stage " + to_string(st);
     ProofResult pr = ask("in_bounds", op->a, what, inb, {st}, {make_i64(stages)});
     if (pr.outcome != Outcome::Proved) {
+      const std::string stacks = op->a_staged() && op->b_staged()
+                                     ? "'" + op->a + "' and '" + op->b + "'"
+                                     : "'" + (op->a_staged() ? op->a : op->b) + "'";
       std::string why = k_.sig.name + ": gemm into '" + op->c + "' at stage " + to_string(st) +
-                        ", not proved within the " + std::to_string(stages) + " tiles of '" +
-                        op->a + "' and '" + op->b + "'";
+                        ", not proved within the " + std::to_string(stages) + " tiles of " + stacks;
       throw Error(why + model_text(pr));
     }
     return self;
@@ -223,6 +226,7 @@ class Analyzer : public IRMutator {
     if (pr.outcome != Outcome::Proved)
       throw Error(k_.sig.name + ": async copy to " + text + " not proved inside '" + op->dst + "'" +
                   model_text(pr));
+    check_async_source(*op);
     return out;
   }
 
@@ -233,6 +237,35 @@ class Analyzer : public IRMutator {
   }
 
  private:
+  // Where an async copy reads (valid > 0), its source piece lies inside the tensor: lower_copies
+  // and the builder's copy_async_piece build `valid` from the bounds themselves, so this holds
+  // for every piece they make; a hand-written one that reads outside is refused with a
+  // counterexample (the piece has no other guard).
+  void check_async_source(const AsyncCopy& op) {
+    const BufferParam* src = find_buffer(k_.sig, op.src);
+    if (!src || op.src_indices.size() != src->shape.size()) return;
+    std::string text = op.src + "[";
+    for (size_t d = 0; d < op.src_indices.size(); ++d)
+      text += (d ? ", " : "") + to_string(op.src_indices[d]);
+    text += "]";
+    Expr inb = encodable(op.valid) ? make_bool(true) : make_bool(false);
+    for (const Expr& i : op.src_indices) {
+      if (!encodable(i)) inb = make_bool(false);
+    }
+    if (encodable(op.valid)) {
+      for (size_t d = 0; d < op.src_indices.size() && encodable(op.src_indices[d]); ++d)
+        inb = logical_and(inb, logical_and(le(make_i64(0), op.src_indices[d]),
+                                           lt(op.src_indices[d], src->shape[d])));
+    }
+    Scope sc(this);
+    if (encodable(op.valid)) push(lt(make_i64(0), op.valid));
+    ProofResult pr =
+        ask("in_bounds", op.src, "async copy from " + text, inb, op.src_indices, src->shape);
+    if (pr.outcome != Outcome::Proved)
+      throw Error(k_.sig.name + ": async copy from " + text + " not proved inside '" + op.src +
+                  "' where it reads (valid " + to_string(op.valid) + " > 0)" + model_text(pr));
+  }
+
   // Restores facts and ranges on scope exit.
   struct Scope {
     explicit Scope(Analyzer* a) : a(a), n(a->facts_.size()), ranges(a->ranges_), lets(a->lets_) {}

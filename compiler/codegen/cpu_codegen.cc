@@ -330,12 +330,12 @@ class CpuCodegen {
     TR_CHECK(a && b, "gemm operands are shared arrays");
     // At a stage: tile `stage` of each stack, a row-major tile whose offsets swizzle as the
     // stack's do (whole periods of the swizzle per tile).
-    const bool staged = op->stage.defined();
-    auto tile_shape = [&](const SimtArray* s) {
+    auto tile_shape = [&](const SimtArray* s, bool staged) {
       return staged ? std::vector<int64_t>(s->shape.begin() + 1, s->shape.end()) : s->shape;
     };
 
-    const std::vector<int64_t> sa = tile_shape(a), sb = tile_shape(b);
+    const std::vector<int64_t> sa = tile_shape(a, op->a_staged()),
+                               sb = tile_shape(b, op->b_staged());
     GemmDesc d{.m = op->m,
                .n = op->n,
                .k = op->k,
@@ -344,10 +344,10 @@ class CpuCodegen {
                .trans_a = op->trans_a,
                .trans_b = op->trans_b,
                // Panels [m / 64, k, 64] as the row-major [m / 64 * k, 64] they are in memory.
-               .a_layout = sa.size() == 3                ? compact_row_major({sa[0] * sa[1], sa[2]})
-                           : staged || !a->layout.rank() ? compact_row_major(sa)
-                                                         : a->layout,
-               .b_layout = staged || !b->layout.rank() ? compact_row_major(sb) : b->layout,
+               .a_layout = sa.size() == 3 ? compact_row_major({sa[0] * sa[1], sa[2]})
+                           : op->a_staged() || !a->layout.rank() ? compact_row_major(sa)
+                                                                 : a->layout,
+               .b_layout = op->b_staged() || !b->layout.rank() ? compact_row_major(sb) : b->layout,
                .a_swizzle = a->swizzle,
                .b_swizzle = b->swizzle};
     std::vector<int64_t> words = d.encode();
@@ -363,15 +363,15 @@ class CpuCodegen {
     const Type bits = storage_type(a->dtype);
     auto acc = array_ptr_.find(op->c);
     TR_CHECK(acc != array_ptr_.end(), "gemm accumulator '" + op->c + "'");
-    auto start = [&](const SimtArray* s) {
+    auto start = [&](const SimtArray* s, bool staged) {
       if (!staged) return make_i64(0);
       TR_CHECK(tiles_whole_swizzle_periods(s->shape, s->swizzle),
                "a stack's tiles are whole periods of its swizzle (tile_verifier)");
       Expr st = op->stage.type() == Type::I64 ? op->stage : Cast::make(Type::I64, op->stage);
       return mul(st, make_i64(stack_tile_elems(s->shape)));
     };
-    b_.CreateCall(fn, {acc->second, element_ptr(op->a, start(a), bits),
-                       element_ptr(op->b, start(b), bits), desc});
+    b_.CreateCall(fn, {acc->second, element_ptr(op->a, start(a, op->a_staged()), bits),
+                       element_ptr(op->b, start(b, op->b_staged()), bits), desc});
   }
 
   // ---- Memory.

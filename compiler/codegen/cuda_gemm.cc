@@ -36,21 +36,19 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
   // A stack of tiles at a stage: each tile as a whole array would be, one tile on from the last,
   // so whole 1024-byte swizzle atoms (the hardware swizzles the address) and whole periods of
   // the swizzle (the same pattern in every tile).
-  const bool staged = g.stage.defined();
   auto tile_of = [&](const SimtArray* s, const std::vector<int64_t>& tile) {
     std::vector<int64_t> shape = tile;
-    if (staged) shape.insert(shape.begin(), s->shape.empty() ? 0 : s->shape[0]);
+    if (s == a ? g.a_staged() : g.b_staged())
+      shape.insert(shape.begin(), s->shape.empty() ? 0 : s->shape[0]);
     return shape;
   };
-  if (staged) {
-    for (const SimtArray* s : {a, b})
-      if ((stack_tile_elems(s->shape) * 2) % 1024 != 0)
-        return "a stack's tiles must be whole 1024-byte swizzle atoms";
-  }
+  if ((g.a_staged() && (stack_tile_elems(a->shape) * 2) % 1024 != 0) ||
+      (g.b_staged() && (stack_tile_elems(b->shape) * 2) % 1024 != 0))
+    return "a stack's tiles must be whole 1024-byte swizzle atoms";
   // A transposed a only as m's 64-wide panels [m / 64, k, 64]: each warpgroup's 64 rows of
   // op(a) are then one MN-major panel of 128-byte rows, as an N-major b tile of n = 64.
   // A 2-d transposed a of m = 64 ([k, 64]) is one such panel: the same bytes as [1, k, 64].
-  const size_t a_rank = a->shape.size() - (staged ? 1 : 0);
+  const size_t a_rank = a->shape.size() - (g.a_staged() ? 1 : 0);
   const bool one_panel = g.trans_a && a_rank == 2 && g.m == 64;
   if (g.trans_a && a_rank != 3 && !one_panel)
     return "the lowering takes a K-major a tile ([m, k]) or m's panels ([m / 64, k, 64], or "
@@ -93,9 +91,11 @@ std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const s
                   ");");
   } else {
     out.push_back("  const unsigned tr_stage = (unsigned)(" + stage + ");");
-    out.push_back("  const unsigned tr_a0 = tr_smem_addr(" + a + ") + tr_stage * " +
-                  tile_bytes(g.a) + ", tr_b0 = tr_smem_addr(" + b + ") + tr_stage * " +
-                  tile_bytes(g.b) + ";");
+    auto at_stage = [&](const std::string& text, const std::string& name, bool staged) {
+      return "tr_smem_addr(" + text + ")" + (staged ? " + tr_stage * " + tile_bytes(name) : "");
+    };
+    out.push_back("  const unsigned tr_a0 = " + at_stage(a, g.a, g.a_staged()) +
+                  ", tr_b0 = " + at_stage(b, g.b, g.b_staged()) + ";");
   }
   out.push_back("  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");");
   // Row block r of this warpgroup is rows [64 (wg·blocks + r), +64) of a: 64 rows of 128

@@ -449,6 +449,27 @@ void Scope::copy_async(const BufRegion& dst, const BufRegion& src) {
   state_->append(Copy::make(region(d), region(src), /*async=*/true));
 }
 
+void Scope::copy_async_piece(const Buf& dst, const std::vector<Val>& dst_idx, const Buf& src,
+                             const std::vector<Val>& src_idx) {
+  const std::string what = "copy_async_piece from '" + src.name() + "' to '" + dst.name() + "'";
+  const BufferParam* g = find_buffer(state_->kernel.sig, src.name());
+  if (!g || g->is_output) fail(what + ": the source must be a global input");
+  if (static_cast<int>(dst_idx.size()) != dst.rank() ||
+      static_cast<int>(src_idx.size()) != src.rank())
+    fail(what + ": wrong number of indices");
+  std::vector<Expr> di = index_exprs(dst_idx, dst.name()), si = index_exprs(src_idx, src.name());
+  const int lanes = static_cast<int>(16 / dtype_bytes(g->dtype, 1));
+  // Inside or not, piece by piece: the verifier makes a piece all in or all out.
+  Expr inside = make_bool(true);
+  for (size_t d = 0; d < si.size(); ++d) {
+    inside = logical_and(inside, Binary::make(BinaryOp::Le, make_i64(0), si[d]));
+    inside = logical_and(inside, lt(si[d], g->shape[d]));
+  }
+  Expr valid = Select::make(inside, make_i64(lanes), make_i64(0));
+  state_->append(AsyncCopy::make(dst.name(), std::move(di), src.name(), std::move(si), lanes,
+                                 std::move(valid)));
+}
+
 void Scope::async_commit() { state_->append(AsyncCommit::make()); }
 
 void Scope::async_wait(int pending) {
@@ -467,6 +488,21 @@ void Scope::gemm(const Buf& acc, const Buf& a, const Buf& b, bool trans_a, bool 
 
 void Scope::gemm_at(const Val& stage, const Buf& acc, const Buf& a, const Buf& b, bool trans_a,
                     bool trans_b, int pending) {
+  staged_gemm(stage, true, true, acc, a, b, trans_a, trans_b, pending);
+}
+
+void Scope::gemm_at_a(const Val& stage, const Buf& acc, const Buf& a, const Buf& b, bool trans_a,
+                      bool trans_b, int pending) {
+  staged_gemm(stage, true, false, acc, a, b, trans_a, trans_b, pending);
+}
+
+void Scope::gemm_at_b(const Val& stage, const Buf& acc, const Buf& a, const Buf& b, bool trans_a,
+                      bool trans_b, int pending) {
+  staged_gemm(stage, false, true, acc, a, b, trans_a, trans_b, pending);
+}
+
+void Scope::staged_gemm(const Val& stage, bool stage_a, bool stage_b, const Buf& acc, const Buf& a,
+                        const Buf& b, bool trans_a, bool trans_b, int pending) {
   const bool staged = stage.defined();
   // A stack's tile shape: its shape past the stage axis.
   auto shape = [&](const Buf& x, bool stack) -> std::vector<int64_t> {
@@ -478,7 +514,8 @@ void Scope::gemm_at(const Val& stage, const Buf& acc, const Buf& a, const Buf& b
     }
     fail("gemm operand '" + x.name() + "' is not a tile of this kernel");
   };
-  const std::vector<int64_t> sa = shape(a, staged), sb = shape(b, staged), sc = shape(acc, false);
+  const std::vector<int64_t> sa = shape(a, staged && stage_a), sb = shape(b, staged && stage_b),
+                             sc = shape(acc, false);
   const bool panels = trans_a && sa.size() == 3;  // a as m's 64-wide panels [m / 64, k, 64]
   if ((sa.size() != 2 && !panels) || sb.size() != 2 || sc.size() != 2)
     fail("gemm operands are 2-d tiles (a transposed one may be [m / 64, k, 64] panels)");
@@ -487,7 +524,7 @@ void Scope::gemm_at(const Val& stage, const Buf& acc, const Buf& a, const Buf& b
     fail("gemm pending count " + std::to_string(pending) + " is outside 0.." +
          std::to_string(Gemm::kMaxPending));
   state_->append(Gemm::make(acc.name(), a.name(), b.name(), trans_a, trans_b, sc[0], sc[1], k,
-                            pending, staged ? stage.expr() : Expr()));
+                            pending, staged ? stage.expr() : Expr(), stage_a, stage_b));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -276,6 +276,15 @@ class Scope {
   // side may have extra leading extents of 1 at constant origins: the source box one matrix of
   // a 3-d tensor (w[e]), the destination one panel of a tile ([p, rows, cols], panel p whole).
   void copy_async(const BufRegion& dst, const BufRegion& src);
+  // One 16-byte asynchronous piece (ir.h AsyncCopy), for gathers a box cannot describe: the
+  // elements dst[.., j + l] = src[.., i + l] for l < 16 / element bytes, where dst is a shared
+  // tile and src a global input of the same dtype; a piece outside src (any index out of range)
+  // is zero-filled and reads nothing. Inside parallel (each iteration one piece), waited for as
+  // copy_async is. The verifier asks both innermost indices and rows to be provably multiples of
+  // the lanes (so a piece is wholly inside or wholly outside), and analyze_accesses proves the
+  // source in bounds wherever the piece reads.
+  void copy_async_piece(const Buf& dst, const std::vector<Val>& dst_idx, const Buf& src,
+                        const std::vector<Val>& src_idx);
   // Closes the group of this thread's async copies since the last commit.
   void async_commit();
   // Waits until at most `pending` (0..7) of this thread's committed groups are still running.
@@ -296,7 +305,17 @@ class Scope {
   // The gemm on tile `stage` of stacks a [S, ..tile] and b [S, ..tile] (ir.h Gemm::stage).
   void gemm_at(const Val& stage, const Buf& acc, const Buf& a, const Buf& b, bool trans_a = false,
                bool trans_b = false, int pending = 0);
+  // The same with only a (or only b) a stack: the other operand one tile that stays.
+  void gemm_at_a(const Val& stage, const Buf& acc, const Buf& a, const Buf& b, bool trans_a = false,
+                 bool trans_b = false, int pending = 0);
+  void gemm_at_b(const Val& stage, const Buf& acc, const Buf& a, const Buf& b, bool trans_a = false,
+                 bool trans_b = false, int pending = 0);
 
+ private:
+  void staged_gemm(const Val& stage, bool stage_a, bool stage_b, const Buf& acc, const Buf& a,
+                   const Buf& b, bool trans_a, bool trans_b, int pending);
+
+ public:
  private:
   BuilderState* state_;
 };

@@ -345,13 +345,15 @@ Stmt WarpShuffle::make(const std::string& dst, const std::string& src, int lane_
 }
 
 Stmt Gemm::make(const std::string& c, const std::string& a, const std::string& b, bool trans_a,
-                bool trans_b, int64_t m, int64_t n, int64_t k, int pending, Expr stage) {
+                bool trans_b, int64_t m, int64_t n, int64_t k, int pending, Expr stage,
+                bool stage_a, bool stage_b) {
   TR_CHECK(!c.empty() && !a.empty() && !b.empty(), "Gemm operand names");
   TR_CHECK(m > 0 && n > 0 && k > 0, "Gemm tile extents");
   TR_CHECK(pending >= 0 && pending <= Gemm::kMaxPending, "Gemm pending count");
   TR_CHECK(!stage.defined() || is_int(stage.type()), "Gemm stage is an integer");
-  return Stmt(
-      std::make_shared<Gemm>(c, a, b, trans_a, trans_b, m, n, k, pending, std::move(stage)));
+  TR_CHECK(stage_a || stage_b, "a staged Gemm stages an operand");
+  return Stmt(std::make_shared<Gemm>(c, a, b, trans_a, trans_b, m, n, k, pending, std::move(stage),
+                                     stage_a, stage_b));
 }
 
 Stmt VectorMove::make(const std::string& dst, Expr dst_index, const std::string& src,

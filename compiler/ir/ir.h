@@ -488,7 +488,10 @@ struct WarpShuffle : StmtNode {
 // `stage` (defined or not): a and b are stacks of S tiles ([S, ..tile], row-major under a
 // swizzle whose period divides one tile) and the gemm reads tile `stage` of each, a
 // block-uniform integer proved in [0, S). One gemm at a run-time stage, not one per buffer
-// under a branch: a pipeline's code is then written once.
+// under a branch: a pipeline's code is then written once. `stage_a` / `stage_b` say which
+// operands are stacks (both by default; text `stage(E)`, `stage_a(E)`, `stage_b(E)`): one
+// operand streamed through a pipeline, the other a tile that stays (a gather's rows times a
+// token's probabilities).
 struct Gemm : StmtNode {
   static constexpr StmtKind kKind = StmtKind::Gemm;
   std::string c, a, b;
@@ -496,8 +499,9 @@ struct Gemm : StmtNode {
   int64_t m = 0, n = 0, k = 0;
   int pending = 0;
   Expr stage;
+  bool stage_a = true, stage_b = true;  // which operands `stage` indexes (when defined)
   Gemm(std::string c_, std::string a_, std::string b_, bool ta, bool tb, int64_t m_, int64_t n_,
-       int64_t k_, int pending_, Expr stage_)
+       int64_t k_, int pending_, Expr stage_, bool sa, bool sb)
       : StmtNode(kKind),
         c(std::move(c_)),
         a(std::move(a_)),
@@ -508,11 +512,16 @@ struct Gemm : StmtNode {
         n(n_),
         k(k_),
         pending(pending_),
-        stage(std::move(stage_)) {}
+        stage(std::move(stage_)),
+        stage_a(sa),
+        stage_b(sb) {}
   static constexpr int kMaxPending = 7;
   static Stmt make(const std::string& c, const std::string& a, const std::string& b, bool trans_a,
                    bool trans_b, int64_t m, int64_t n, int64_t k, int pending = 0,
-                   Expr stage = Expr());
+                   Expr stage = Expr(), bool stage_a = true, bool stage_b = true);
+  // Whether operand a (or b) is read as tile `stage` of a stack.
+  bool a_staged() const { return stage.defined() && stage_a; }
+  bool b_staged() const { return stage.defined() && stage_b; }
 };
 
 // ---------------------------------------------------------------------------------------------

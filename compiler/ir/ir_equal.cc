@@ -177,7 +177,8 @@ bool equal_stmt(const Stmt& a, const Stmt& b) {
       return x->c == y->c && x->a == y->a && x->b == y->b && x->trans_a == y->trans_a &&
              x->trans_b == y->trans_b && x->m == y->m && x->n == y->n && x->k == y->k &&
              x->pending == y->pending && x->stage.defined() == y->stage.defined() &&
-             (!x->stage.defined() || equal(x->stage, y->stage));
+             (!x->stage.defined() ||
+              (equal(x->stage, y->stage) && x->stage_a == y->stage_a && x->stage_b == y->stage_b));
     }
   }
   return false;

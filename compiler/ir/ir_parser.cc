@@ -425,8 +425,12 @@ class Parser {
     }
     expect("]");
     Expr stage;
-    if (is("stage") && is("(", 1)) {  // stage(EXPR): no statement starts so
-      expect("stage");
+    bool stage_a = true, stage_b = true;
+    // stage(EXPR), stage_a(EXPR), stage_b(EXPR): no statement starts so
+    if ((is("stage") || is("stage_a") || is("stage_b")) && is("(", 1)) {
+      stage_a = !is("stage_b");
+      stage_b = !is("stage_a");
+      next();
       expect("(");
       stage = expr();
       expect(")");
@@ -441,7 +445,7 @@ class Parser {
       pending = static_cast<int>(p);
     }
     if (stage.defined() && !is_int(stage.type())) fail(peek(), "a gemm's stage is an integer");
-    return Gemm::make(c, a, b, ta, tb, ext[0], ext[1], ext[2], pending, stage);
+    return Gemm::make(c, a, b, ta, tb, ext[0], ext[1], ext[2], pending, stage, stage_a, stage_b);
   }
 
   Stmt vector_move(const std::string& dst, Expr dst_index) {

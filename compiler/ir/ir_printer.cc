@@ -243,7 +243,11 @@ class Printer : public IRVisitor {
     line_start();
     os << "gemm " << op->c << " += " << op->a << (op->trans_a ? "^T" : "") << " * " << op->b
        << (op->trans_b ? "^T" : "") << " over [" << op->m << ", " << op->n << ", " << op->k << "]";
-    if (op->stage.defined()) os << " stage(" << to_string(op->stage) << ")";
+    if (op->stage.defined())
+      os << (op->stage_a && op->stage_b ? " stage("
+             : op->stage_a              ? " stage_a("
+                                        : " stage_b(")
+         << to_string(op->stage) << ")";
     if (op->pending) os << " pending " << op->pending;
     os << "\n";
   }

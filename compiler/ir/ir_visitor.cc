@@ -323,7 +323,7 @@ Stmt IRMutator::mutate_stmt(const Gemm* op, const Stmt& self) {
   Expr st = mutate(op->stage);
   if (st.same_as(op->stage)) return self;
   return Gemm::make(op->c, op->a, op->b, op->trans_a, op->trans_b, op->m, op->n, op->k, op->pending,
-                    st);
+                    st, op->stage_a, op->stage_b);
 }
 
 Stmt IRMutator::mutate_stmt(const AsyncCopy* op, const Stmt& self) {

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "compiler/ir/ir_printer.h"
 #include "compiler/ir/ir_visitor.h"
 #include "tilerun/error.h"
 
@@ -80,7 +81,9 @@ class TileVerifier : public IRVisitor {
   void visit_expr(const Let* op) override {
     visit(op->value);
     define(op->name, op->value.type());
+    lets_[op->name] = op->value;
     visit(op->body);
+    lets_.erase(op->name);
     undefine(op->name);
   }
   void visit_expr(const Load* op) override {
@@ -97,7 +100,9 @@ class TileVerifier : public IRVisitor {
     where_ = "a let";
     visit(op->value);
     define(op->name, op->value.type());
+    lets_[op->name] = op->value;
     visit(op->body);
+    lets_.erase(op->name);
     undefine(op->name);
   }
   void visit_stmt(const For* op) override {
@@ -205,14 +210,18 @@ class TileVerifier : public IRVisitor {
            std::to_string(lanes) + " elements (16-byte aligned pieces)");
     has_async_copy_ = true;
   }
-  // A constant, a dim declared divisible, or a sum/product/min/max built from them.
+  // A constant, a dim declared divisible, a let bound to one, or a sum/product/min/max built
+  // from them.
   bool multiple_of(const Expr& e, int64_t n) const {
     int64_t c;
     if (const_int(e, &c)) return c % n == 0;
     if (const Var* v = e.as<Var>()) {
       for (const DimParam& d : k_.sig.dims)
-        if (d.name == v->name) return d.bounds.divisible_by % n == 0;
-      return false;
+        if (d.name == v->name)  // declared so, or pinned to one value (analyze_accesses)
+          return d.bounds.divisible_by % n == 0 ||
+                 (d.bounds.min == d.bounds.max && d.bounds.min % n == 0);
+      auto let = lets_.find(v->name);
+      return let != lets_.end() && multiple_of(let->second, n);
     }
     if (const Binary* b = e.as<Binary>()) {
       if (b->op == BinaryOp::Mul) return multiple_of(b->a, n) || multiple_of(b->b, n);
@@ -229,6 +238,28 @@ class TileVerifier : public IRVisitor {
       fail("async copy from '" + op->src + "' to '" + op->dst +
            "': from a global input into a shared tile");
     if (op->lanes * dtype_bytes(src->dtype, 1) != 16) fail("async copy of other than 16 bytes");
+    auto text = [](const std::string& name, const std::vector<Expr>& idx) {
+      std::string out = name + "[";
+      for (size_t d = 0; d < idx.size(); ++d) out += (d ? ", " : "") + to_string(idx[d]);
+      return out + "]";
+    };
+    const std::string what = "async copy from " + text(op->src, op->src_indices) + " to " +
+                             text(op->dst, op->dst_indices);
+    if (dst->dtype != src->dtype) fail(what + ": it moves bits, so both need one dtype");
+    if (op->dst_indices.size() != dst->shape.size() || op->src_indices.size() != src->shape.size())
+      fail(what + " with the wrong rank");
+    // 16-byte pieces, aligned on both sides and wholly inside or outside the source: its rows
+    // and the piece's column multiples of the lanes; the tile row-major (under a swizzle that
+    // moves 16-byte chunks whole) with rows of whole pieces.
+    if (!multiple_of(src->shape.back(), op->lanes) ||
+        !multiple_of(op->src_indices.back(), op->lanes) || dst->shape.back() % op->lanes != 0 ||
+        !multiple_of(op->dst_indices.back(), op->lanes))
+      fail(what + ": the source's rows and both innermost indices must be provably multiples of " +
+           std::to_string(op->lanes) + " elements (16-byte aligned pieces)");
+    if (dst->layout.rank() > 0 && !(dst->layout == compact_row_major(dst->shape)))
+      fail(what + ": the tile must be row-major (under an optional swizzle)");
+    if (!dst->swizzle.none() && (int64_t{1} << dst->swizzle.base) % op->lanes != 0)
+      fail(what + ": " + to_string(dst->swizzle) + " splits a 16-byte piece");
     has_async_copy_ = true;
     where_ = "an async copy";
     IRVisitor::visit_stmt(op);
@@ -280,8 +311,8 @@ class TileVerifier : public IRVisitor {
     // At a stage: one tile of each stack, past its leading (stage) axis; the stacks row-major and
     // each tile whole periods of the swizzle (a tile is one contiguous run, swizzled alike).
     const bool staged = op->stage.defined();
-    auto tile = [&](const TileAlloc* t) {
-      if (!staged) return t->shape;
+    auto tile = [&](const TileAlloc* t, bool stack) {
+      if (!stack) return t->shape;
       if (t->shape.size() < 3 || t->shape[0] < 1 ||
           (t->layout.rank() && !(t->layout == compact_row_major(t->shape))))
         fail(what + ": '" + t->name + "' is not a row-major stack of tiles [S, ..tile]");
@@ -291,7 +322,7 @@ class TileVerifier : public IRVisitor {
       return std::vector<int64_t>(t->shape.begin() + 1, t->shape.end());
     };
     if (staged && !is_int(op->stage.type())) fail(what + ": the stage is not an integer");
-    const std::vector<int64_t> a_tile = tile(a), b_tile = tile(b);
+    const std::vector<int64_t> a_tile = tile(a, op->a_staged()), b_tile = tile(b, op->b_staged());
     const bool panels = op->trans_a && a_tile.size() == 3 && op->m % 64 == 0 &&
                         a_tile == std::vector<int64_t>{op->m / 64, op->k, 64} &&
                         (a->layout.rank() == 0 || a->layout == compact_row_major(a->shape));
@@ -316,6 +347,7 @@ class TileVerifier : public IRVisitor {
 
   const Kernel& k_;
   std::map<std::string, Type> scope_;
+  std::map<std::string, Expr> lets_;  // in scope, for multiple_of
   std::string where_ = "the kernel";
   int parallel_depth_ = 0, if_depth_ = 0;
   bool in_reduce_value_ = false;
