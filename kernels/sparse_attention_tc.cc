@@ -52,10 +52,16 @@ int64_t tc_shared_bytes(const SparseAttentionShape& sh, bool backward, int64_t s
 
 constexpr int64_t kTcSharedLimit = 200 * 1024;
 
-// Two steps of E in flight where they fit (the next step's gathers land while this one's gemms
-// run), else one.
+// Blocks an SM holds by shared memory (228 KiB an SM, 1 KiB of it reserved a block).
+int64_t blocks_per_sm(int64_t shared_bytes) { return 228 * 1024 / (shared_bytes + 1024); }
+
+// Two steps of E in flight (the next step's gathers land while this one's gemms run) only where
+// the SM still holds as many blocks as with one: measured on the H200 at H = 16, K = 256, another
+// resident block hides a step's gathers better than a second stage (kernel A 847 -> 745 us at
+// T = 1024 with one stage and two blocks an SM, the forward 793 -> 712 at T = 4096).
 int64_t tc_stages(const SparseAttentionShape& sh, bool backward) {
-  return tc_shared_bytes(sh, backward, 2) <= kTcSharedLimit ? 2 : 1;
+  const int64_t one = tc_shared_bytes(sh, backward, 1), two = tc_shared_bytes(sh, backward, 2);
+  return two <= kTcSharedLimit && blocks_per_sm(two) >= blocks_per_sm(one) ? 2 : 1;
 }
 
 struct TcToken {
