@@ -1,3 +1,5 @@
+// over 600 lines: the builder is one API surface (Val arithmetic, Buf, Scope, KernelBuilder) whose
+// methods each check their arguments and record one IR node; split, each part would need the rest.
 #include "compiler/ir/builder.h"
 
 #include <algorithm>
