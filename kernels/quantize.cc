@@ -165,8 +165,22 @@ cc::Kernel build_fake_quant_tiled(DType dtype, const Format& f, bool pow2, int64
     cc::Idx r0 = s.let(s.block_idx(0) * rows, "r0");
     cc::Buf xs = s.alloc_shared("xs", DType::F32, {rows, block + 1});
     cc::Buf scales = s.alloc_shared("scales", DType::F32, {rows});
-    s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
-      s.if_then(r0 + r < nb, [&] { xs(r, j) = x(r0 + r, j); });
+    // A whole tile (all but the last) moves without a guard, eight consecutive elements a thread
+    // (16 bytes of bf16) where a block divides by 8, so its global accesses go as vectors (a
+    // guard inside the loop keeps them scalar); the last tile keeps the row guard.
+    const int width = block % 8 == 0 ? 8 : 1;
+    auto whole_or_guarded = [&](const std::function<void(bool)>& part) {
+      s.if_then_else(
+          r0 + rows <= nb, [&] { part(false); }, [&] { part(true); });
+    };
+    whole_or_guarded([&](bool guarded) {
+      s.annotate_layout(width);
+      s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
+        if (guarded)
+          s.if_then(r0 + r < nb, [&] { xs(r, j) = x(r0 + r, j); });
+        else
+          xs(r, j) = x(r0 + r, j);
+      });
     });
     s.barrier();
     cc::Buf amax = s.alloc_fragment("amax", DType::F32, {rows});
@@ -178,10 +192,17 @@ cc::Kernel build_fake_quant_tiled(DType dtype, const Format& f, bool pow2, int64
       });
     });
     s.barrier();
-    s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
-      s.if_then(r0 + r < nb, [&] {
-        cc::Val scale = s.let(scales(r), "scale");
-        y(r0 + r, j) = quantize(f, s.let(xs(r, j) / scale, "v"), scale);
+    whole_or_guarded([&](bool guarded) {
+      s.annotate_layout(width);
+      s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
+        auto write = [&] {
+          cc::Val scale = s.let(scales(r), "scale");
+          y(r0 + r, j) = quantize(f, s.let(xs(r, j) / scale, "v"), scale);
+        };
+        if (guarded)
+          s.if_then(r0 + r < nb, write);
+        else
+          write();
       });
     });
   });
