@@ -209,18 +209,10 @@ class Analyzer : public IRMutator {
     if (!o_.enabled || !dst || dst->scope != MemScope::Shared ||
         op->dst_indices.size() != dst->shape.size())
       return out;
-    Expr inb = make_bool(true);
     std::vector<Expr> shape;
-    for (size_t d = 0; d < op->dst_indices.size(); ++d) {
-      const Expr& i = op->dst_indices[d];
-      shape.push_back(make_i64(dst->shape[d]));
-      inb = encodable(i) ? logical_and(inb, logical_and(le(make_i64(0), i), lt(i, shape.back())))
-                         : make_bool(false);
-    }
-    std::string text = op->dst + "[";
-    for (size_t d = 0; d < op->dst_indices.size(); ++d)
-      text += (d ? ", " : "") + to_string(op->dst_indices[d]);
-    text += "]";
+    for (int64_t e : dst->shape) shape.push_back(make_i64(e));
+    const Expr inb = inside(op->dst_indices, shape);
+    const std::string text = indexed(op->dst, op->dst_indices);
     ProofResult pr =
         ask("in_bounds", op->dst, "async copy to " + text, inb, op->dst_indices, shape);
     if (pr.outcome != Outcome::Proved)
@@ -244,19 +236,8 @@ class Analyzer : public IRMutator {
   void check_async_source(const AsyncCopy& op) {
     const BufferParam* src = find_buffer(k_.sig, op.src);
     if (!src || op.src_indices.size() != src->shape.size()) return;
-    std::string text = op.src + "[";
-    for (size_t d = 0; d < op.src_indices.size(); ++d)
-      text += (d ? ", " : "") + to_string(op.src_indices[d]);
-    text += "]";
-    Expr inb = encodable(op.valid) ? make_bool(true) : make_bool(false);
-    for (const Expr& i : op.src_indices) {
-      if (!encodable(i)) inb = make_bool(false);
-    }
-    if (encodable(op.valid)) {
-      for (size_t d = 0; d < op.src_indices.size() && encodable(op.src_indices[d]); ++d)
-        inb = logical_and(inb, logical_and(le(make_i64(0), op.src_indices[d]),
-                                           lt(op.src_indices[d], src->shape[d])));
-    }
+    const std::string text = indexed(op.src, op.src_indices);
+    const Expr inb = encodable(op.valid) ? inside(op.src_indices, src->shape) : make_bool(false);
     Scope sc(this);
     if (encodable(op.valid)) push(lt(make_i64(0), op.valid));
     ProofResult pr =
@@ -264,6 +245,22 @@ class Analyzer : public IRMutator {
     if (pr.outcome != Outcome::Proved)
       throw Error(k_.sig.name + ": async copy from " + text + " not proved inside '" + op.src +
                   "' where it reads (valid " + to_string(op.valid) + " > 0)" + model_text(pr));
+  }
+
+  // 0 <= indices < shape, or false where an index cannot be encoded.
+  static Expr inside(const std::vector<Expr>& indices, const std::vector<Expr>& shape) {
+    Expr ok = make_bool(true);
+    for (size_t d = 0; d < indices.size(); ++d) {
+      if (!encodable(indices[d])) return make_bool(false);
+      ok = logical_and(ok, logical_and(le(make_i64(0), indices[d]), lt(indices[d], shape[d])));
+    }
+    return ok;
+  }
+  // buffer[i, j, ..] as the text prints it.
+  static std::string indexed(const std::string& buffer, const std::vector<Expr>& indices) {
+    std::string text = buffer + "[";
+    for (size_t d = 0; d < indices.size(); ++d) text += (d ? ", " : "") + to_string(indices[d]);
+    return text + "]";
   }
 
   // Restores facts and ranges on scope exit.
