@@ -1,6 +1,8 @@
-// One element per thread, 256 threads per block, over the flat output; a coordinate comes from
-// the flat index by division and remainder, innermost axis first. Every store is to the
-// thread's own element (or its own element of one region), so uniqueness is a mixed radix.
+// strided_copy: one element per thread, 256 threads per block, over the flat output; a coordinate
+// comes from the flat index by division and remainder, innermost axis first. strided_rows: the
+// same copy a row of the last axis per grid y, for up to 65535 rows (no per-element division).
+// Every store is to the thread's own element (or its own element of one region), so uniqueness
+// is a mixed radix.
 #include "kernels/strided.h"
 
 #include "compiler/base/check.h"
@@ -57,6 +59,35 @@ cc::Kernel build_strided_copy(DType dtype, size_t rank) {
     s.parallel(kThreads, [&](cc::Idx i) {
       cc::Idx e = base + i;
       s.if_then(e < n, [&] { out(e) = x(in_x(off + strided_index(e, dims, strides), xn)); });
+    });
+  });
+  return kb.build();
+}
+
+// The same copy with out viewed as [ROWS, D_last] (ROWS the product of the outer sizes, at most
+// 65535): a block per (256 of the last axis, row), the row's coordinates taken apart once per
+// block, so no element pays a 64-bit division by a run-time size (strided_copy's per-element
+// division and remainder put it 8x off its floor). Parameters x [XN], out [ROWS, D_last]; XN,
+// D0.., S0.., OFF, ROWS.
+cc::Kernel build_strided_rows(DType dtype, size_t rank) {
+  TR_CHECK(rank >= 2, "the rows kernel copies rank 2 and more");
+  cc::KernelBuilder kb("strided_rows_r" + std::to_string(rank) + "_" +
+                       std::string(dtype_name(dtype)));
+  cc::Dim xn = kb.dim("XN");
+  std::vector<cc::Dim> dims, strides;
+  declare_axes(kb, "D", "S", rank, &dims, &strides);
+  cc::Dim off = kb.dim("OFF", {.min = 0}), rows = kb.dim("ROWS", {.min = 1, .max = 65535});
+  const cc::Dim& last = dims.back();
+  cc::Buf x = kb.input("x", dtype, {xn});
+  cc::Buf out = kb.output("out", dtype, {rows, last});
+  const std::vector<cc::Dim> outer_dims(dims.begin(), dims.end() - 1),
+      outer_strides(strides.begin(), strides.end() - 1);
+  kb.body({cc::ceildiv(last, kThreads), rows}, kThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(1), c0 = s.block_idx(0) * kThreads;
+    cc::Val row_at = s.let(off + strided_index(row, outer_dims, outer_strides), "row_at");
+    s.parallel(kThreads, [&](cc::Idx i) {
+      cc::Idx c = c0 + i;
+      s.if_then(c < last, [&] { out(row, c) = x(in_x(row_at + c * strides.back(), xn)); });
     });
   });
   return kb.build();
@@ -144,6 +175,18 @@ KernelCall strided_copy_call(KernelCache& cache, DType dtype, int64_t x_numel,
   const size_t rank = v.shape.size();
   int64_t n = 1;
   for (int64_t d : v.shape) n *= d;
+  const int64_t rows = n / v.shape.back();
+  if (rank >= 2 && rows <= 65535) {
+    KernelCall call{.kernel = cache.get(key("strided_rows_r" + std::to_string(rank), dtype),
+                                        [&] { return build_strided_rows(dtype, rank); }),
+                    .buffers = {x, out},
+                    .dims = {x_numel}};
+    call.dims.insert(call.dims.end(), v.shape.begin(), v.shape.end());
+    call.dims.insert(call.dims.end(), v.strides.begin(), v.strides.end());
+    call.dims.push_back(v.offset);
+    call.dims.push_back(rows);
+    return call;
+  }
   KernelCall call{.kernel = cache.get(key("strided_copy_r" + std::to_string(rank), dtype),
                                       [&] { return build_strided_copy(dtype, rank); }),
                   .buffers = {x, out},
