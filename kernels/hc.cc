@@ -343,7 +343,7 @@ cc::Kernel build_hc_post(int64_t n, const std::string& name) {
 }
 
 // hc_post's backward, one block per token: df and dx element-wise (sums over q in order), then
-// dpost and dcomb, one thread each, summing over D in index order. Parameters f, x, post, comb,
+// dpost and dcomb, a block-wide reduction over D each. Parameters f, x, post, comb,
 // dout, df, dx, dpost, dcomb; dims T, D.
 cc::Kernel build_hc_post_grad(int64_t n, const std::string& name) {
   cc::KernelBuilder kb(name);
@@ -370,17 +370,22 @@ cc::Kernel build_hc_post_grad(int64_t n, const std::string& name) {
         dx(tok, p, c) = w;
       }
     });
-    cc::Buf accp = s.alloc_fragment("accp", DType::F32, {n});
-    s.parallel(nv, [&](cc::Idx q) {
-      accp(q) = -0.0f;
-      s.serial(dd, [&](cc::Idx c) { accp(q) = accp(q) + dout(tok, q, c) * f(tok, c); });
-      dpost(tok, q) = accp(q);
-    });
-    cc::Buf accc = s.alloc_fragment("accc", DType::F32, {n, n});
-    s.parallel(nv, nv, [&](cc::Idx p, cc::Idx q) {
-      accc(p, q) = -0.0f;
-      s.serial(dd, [&](cc::Idx c) { accc(p, q) = accc(p, q) + x(tok, p, c) * dout(tok, q, c); });
-      dcomb(tok, p, q) = accc(p, q);
+    // dpost and dcomb: n + n² sums over D, each a block-wide reduction (every thread folds its
+    // columns, coalesced, then the shuffle tree in reduce_sum's fixed order). One thread per sum
+    // walking D alone left 108 of the 128 threads idle and each sum a chain of D dependent loads.
+    std::vector<cc::Val> sums;
+    for (int64_t q = 0; q < n; ++q) {
+      sums.push_back(s.reduce_sum(dd, [&](cc::Idx c) { return dout(tok, q, c) * f(tok, c); }));
+      s.barrier();  // the reduction's scratch is reused by the next one
+    }
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t q = 0; q < n; ++q) {
+        sums.push_back(s.reduce_sum(dd, [&](cc::Idx c) { return x(tok, p, c) * dout(tok, q, c); }));
+        s.barrier();
+      }
+    s.parallel(1, [&](cc::Idx) {
+      for (int64_t q = 0; q < n; ++q) dpost(tok, cc::Val(q)) = sums[q];
+      for (int64_t e = 0; e < n * n; ++e) dcomb(tok, cc::Val(e / n), cc::Val(e % n)) = sums[n + e];
     });
   });
   return kb.build();
