@@ -3,12 +3,13 @@
 //   q = softmax(x, rows) + eps
 //   q = q / (column sums + eps)                      (normalisation step 0)
 //   iters - 1 times: q = q / (row sums + eps), then q = q / (column sums + eps)
-// so 2·iters - 1 normalisation steps in all. Sums run in index order.
+// so 2·iters - 1 normalisation steps in all. Sums run in index order; the kernels divide once
+// per sum and multiply by the reciprocal (sinkhorn_kernel.cc), the reference divides.
 // Kernels: one thread per matrix, the n² entries in n² per-thread fragments (n <= 8), the whole
 // iteration fused. The backward op sinkhorn_grad recomputes instead of storing: for each
 // normalisation step from the last down, it runs the forward up to that step again (the step's
-// output q and divisors d = sums + eps) and applies the step's adjoint
-//   g = (g - Σ_axis g·q) / d     (Σ over the axis the step normalised)
+// output q and reciprocal divisors d = 1 / (sums + eps)) and applies the step's adjoint
+//   g = (g - Σ_axis g·q)·d     (Σ over the axis the step normalised)
 // then the softmax's: dx = p·(g - Σ_row g·p), p = softmax(x). About (2·iters)²/2 steps of n²
 // work per matrix — a few tens of thousands of flops, nothing beside the layer's GEMMs — and no
 // scratch memory, no atomics: every output has one owner and one order.

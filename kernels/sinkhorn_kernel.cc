@@ -6,7 +6,9 @@ namespace cc = tilerun::compiler;
 
 namespace {
 
-// Normalisation of q along columns (or rows); d[a] receives the sums + eps.
+// Normalisation of q along columns (or rows); d[a] receives 1 / (the sums + eps). One IEEE
+// division per sum and n multiplications, not n divisions: each division is a branch around a
+// slow path that the scheduler does not overlap, so n² of them a step were the serial chain.
 void normalize_into(cc::Scope& s, SinkhornFrags& q, std::vector<cc::Buf>& d, const cc::Idx& t,
                     const cc::Val& eps, bool cols) {
   const int64_t n = q.n;
@@ -16,10 +18,10 @@ void normalize_into(cc::Scope& s, SinkhornFrags& q, std::vector<cc::Buf>& d, con
       cc::Val v = cols ? q.at(b, a)(t) : q.at(a, b)(t);
       sum = b == 0 ? s.let(v, "sum") : s.let(sum + v, "sum");
     }
-    d[a](t) = sum + eps;
+    d[a](t) = 1.0f / (sum + eps);
   }
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) q.at(i, j)(t) = q.at(i, j)(t) / d[cols ? j : i](t);
+    for (int64_t j = 0; j < n; ++j) q.at(i, j)(t) = q.at(i, j)(t) * d[cols ? j : i](t);
 }
 
 // Normalisation step k (even: columns, odd: rows).
@@ -71,7 +73,8 @@ void sinkhorn_forward(cc::Scope& s, SinkhornFrags& q, std::vector<cc::Buf>& d,
 
 namespace {
 
-// Step k's adjoint, q and d holding that step's output and divisors: g = (g - Σ_axis g·q) / d.
+// Step k's adjoint, q and d holding that step's output and reciprocal divisors:
+// g = (g - Σ_axis g·q)·d.
 void adjoint_step(cc::Scope& s, SinkhornFrags& q, SinkhornFrags& g, std::vector<cc::Buf>& d,
                   std::vector<cc::Buf>& dot, const cc::Idx& t, const cc::Idx& k) {
   const int64_t n = q.n;
@@ -88,7 +91,7 @@ void adjoint_step(cc::Scope& s, SinkhornFrags& q, SinkhornFrags& g, std::vector<
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j) {
         const int64_t a = cols ? j : i;
-        g.at(i, j)(t) = (g.at(i, j)(t) - dot[a](t)) / d[a](t);
+        g.at(i, j)(t) = (g.at(i, j)(t) - dot[a](t)) * d[a](t);
       }
   };
   s.if_then_else(

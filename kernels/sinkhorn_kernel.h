@@ -1,7 +1,7 @@
 // Sinkhorn inside a tile program, one thread per n×n matrix (n <= 8), shared by the sinkhorn
 // family and the fused mHC ops (hc.cc), so that both run the very same arithmetic:
 //   q = softmax(logits, rows) + eps, then normalisation steps k = 0 .. steps - 1
-//   (even k: columns, odd k: rows), q = q / (sums + eps), sums in index order.
+//   (even k: columns, odd k: rows), q = q·(1 / (sums + eps)), sums in index order.
 // The backward recomputes the forward to each step instead of storing it (see sinkhorn.cc), or,
 // given a tape in scratch memory, stores each step once and reads it back: the same values in
 // the same order, so the same bits, with steps instead of steps²/2 normalisations of serial work.
@@ -35,7 +35,8 @@ std::vector<compiler::Buf> sinkhorn_vector(compiler::Scope& s, const std::string
 void sinkhorn_softmax(compiler::Scope& s, SinkhornFrags& q, const SinkhornLogit& logit,
                       const compiler::Idx& t, const compiler::Val& eps, bool plus_eps);
 
-// The forward: q = softmax + eps, then `steps` normalisations (d: the last step's divisors).
+// The forward: q = softmax + eps, then `steps` normalisations (d: the last step's reciprocal
+// divisors).
 void sinkhorn_forward(compiler::Scope& s, SinkhornFrags& q, std::vector<compiler::Buf>& d,
                       const SinkhornLogit& logit, const compiler::Idx& t, const compiler::Val& eps,
                       const compiler::Val& steps);
@@ -48,7 +49,8 @@ void sinkhorn_backward(compiler::Scope& s, SinkhornFrags& q, SinkhornFrags& g,
                        const compiler::Val& steps);
 
 // Where the taped backward keeps the forward's states: q(k, e) is entry e (= i·n + j) of q after
-// step k, d(k, a) that step's divisor a; each a location owned by the calling thread only.
+// step k, d(k, a) that step's reciprocal divisor a; each a location owned by the calling thread
+// only.
 struct SinkhornTape {
   std::function<compiler::Ref(const compiler::Val&k, int64_t e)> q, d;
 };
