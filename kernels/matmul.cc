@@ -131,9 +131,9 @@ std::vector<GradOp> grad_matmul(const std::vector<TensorType>& in, const Attrs& 
 // A small output with a long K (too few tiles to fill the GPU) splits K inside the block: G
 // groups of threads each compute the whole tile, group g over every k with (k / BK) % G == g,
 // then their tiles are added through shared memory in group order. G and the tiling are
-// functions of (M, N, K) and the constants below only, never of the grid or the device, so each
-// output is always the same G fma chains (each in ascending k, from +0) added in the same order,
-// on every backend. No second kernel, no scratch, no atomics.
+// functions of (N, K) and the constants below only (never of M), never of the grid or the device,
+// so each output is always the same G fma chains (each in ascending k, from +0) added in the same
+// order, on every backend. No second kernel, no scratch, no atomics.
 
 constexpr int64_t kBK = 16;  // K per group and step
 constexpr int64_t kRM = 4, kRN = 4;
@@ -155,9 +155,12 @@ constexpr int64_t kMinBlocks = 128;  // about one block per SM of a large GPU
 // K groups double while the block's groups stay under kTargetGroups over the grid and every
 // group keeps at least kMinGroupK of K, up to kMaxGroups (shared memory).
 constexpr int64_t kTargetGroups = 1024, kMinGroupK = 64, kMaxGroups = 8, kMaxGroupsBig = 4;
+// The tiling is planned for this many rows whatever M is: G sets each output's chains, so a plan
+// that followed M would give a row different bits in a different batch (batch invariance).
+constexpr int64_t kPlannedRows = 1024;
 
-Tiling plan_matmul(int64_t m, int64_t n, int64_t k) {
-  auto tiles = [&](int64_t t) { return ((m + t - 1) / t) * ((n + t - 1) / t); };
+Tiling plan_matmul(int64_t n, int64_t k) {
+  auto tiles = [&](int64_t t) { return ((kPlannedRows + t - 1) / t) * ((n + t - 1) / t); };
   bool big = tiles(32) >= kMinBlocks;
   Tiling t{.bm = big ? 32 : 16, .bn = big ? 32 : 16, .groups = 1};
   int64_t max_groups = big ? kMaxGroupsBig : kMaxGroups, blocks = tiles(t.bm);
@@ -451,11 +454,10 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
     }
     // The tiling depends on one matrix product's shape only: each batch element's bits are
     // those of the rank-2 matmul of its matrices.
-    Tiling t = plan_matmul(m, n, k);
+    const Tiling t = plan_matmul(n, k);
     if (mb.count == 1 || folds_into_rows(mb, ta)) {
       // One product: a's batch elements, when a is the only batched operand, stacked as rows.
       m *= mb.count;
-      t = plan_matmul(m, n, k);
       KernelCall call{.kernel = cache->get(kernel_key(matmul_name(ta, tb, t), dt),
                                            [&] { return build_matmul(dt, ta, tb, t); }),
                       .buffers = {input_slot(0), input_slot(1), output_slot(0)},

@@ -388,6 +388,31 @@ TEST(MatmulTensorCore, RowsDoNotDependOnM) {
   }
 }
 
+// The same for f32's SIMT kernels: their K groups set each output's chains, and the plan used to
+// follow M (a long K split into more groups for a short product), so these rows differed.
+TEST(MatmulSimt, RowsDoNotDependOnM) {
+  for (const int64_t k : {300, 2048}) {
+    const int64_t big = 4096, n = 24;
+    std::mt19937_64 rng(testing::test_seed());
+    RefTensor a = testing::random_tensor(rng, {big, k});
+    RefTensor b = testing::random_tensor(rng, {k, n});
+    std::vector<Bytes> all = runner().run("matmul", {a, b}, {}, DType::F32, kNaN);
+    ASSERT_EQ(all.size(), 1u);
+    for (int64_t m : {1, 7, 128, 1000}) {
+      const int64_t first = big - m - 3;
+      RefTensor part{
+          {m, k},
+          std::vector<double>(a.data.begin() + first * k, a.data.begin() + (first + m) * k)};
+      std::vector<Bytes> got = runner().run("matmul", {part, b}, {}, DType::F32, kNaN);
+      ASSERT_EQ(got.size(), 1u);
+      const size_t row_bytes = static_cast<size_t>(4 * n);
+      EXPECT_EQ(
+          0, std::memcmp(got[0].data.data(), all[0].data.data() + first * row_bytes, m * row_bytes))
+          << "f32 M=" << m << " K=" << k << ": rows differ from the M=4096 product's";
+    }
+  }
+}
+
 // The comparison must catch outputs a kernel never wrote: a copy kernel whose guard drops the
 // last element (an off-by-one), and one that writes nothing.
 TEST(PoisonDetection, UnwrittenElementsFail) {
