@@ -397,6 +397,16 @@ TcSplit plan_tc_split_rows(int64_t n, int64_t k) {
   return {.splits = (steps + per - 1) / per, .slice = per * kTcK};
 }
 
+// The async kernel's tile rows: 64 (one warpgroup a block) when 128-row tiles would leave more
+// than half of the H200's 132 SMs idle (V4-mini's projections at T = 1024: N = 512 is 32 tiles,
+// each block 16 latency-bound K steps), else 128. The rows set no output's chain, so this may
+// follow M: the bits are the same either way (MatmulTensorCore.RowsDoNotDependOnM).
+int64_t tc_tile_rows(int64_t m, int64_t n) {
+  constexpr int64_t kSms = 132;
+  const int64_t tiles = ((m + kTcM - 1) / kTcM) * ((n + kTcN - 1) / kTcN);
+  return 2 * tiles <= kSms ? 64 : kTcM;
+}
+
 // Split K's two kernels: the slices' partials into f32 scratch, then their sum in split order.
 OpExpansion tc_split_expansion(KernelCache& cache, DType dt, bool ta, bool tb, bool async,
                                int64_t m, int64_t n, int64_t k, const TcSplit& split) {
@@ -433,11 +443,13 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
       if (!ta && aligned) {
         if (const TcSplit split = plan_tc_split_rows(n, k); split.splits > 1)
           return tc_split_expansion(*cache, dt, false, tb, true, m * mb.count, n, k, split);
+        const int64_t rows = tc_tile_rows(m * mb.count, n);
         return OpExpansion{
-            .calls = {{.kernel = cache->get(kernel_key(tc_async_name(false, tb), dt),
-                                            [&] { return build_tc_matmul_async(dt, false, tb); }),
-                       .buffers = {input_slot(0), input_slot(1), output_slot(0)},
-                       .dims = {m * mb.count, n, k}}}};
+            .calls = {
+                {.kernel = cache->get(kernel_key(tc_async_name(false, tb, rows), dt),
+                                      [&] { return build_tc_matmul_async(dt, false, tb, rows); }),
+                 .buffers = {input_slot(0), input_slot(1), output_slot(0)},
+                 .dims = {m * mb.count, n, k}}}};
       }
       const bool ta_async = ta && mb.count == 1 && aligned && m % 8 == 0;
       if (ta && mb.count == 1)

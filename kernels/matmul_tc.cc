@@ -1,6 +1,7 @@
 // The tensor-core matmul kernels (matmul_tc.h): one tiling, two ways of staging the tiles.
 #include "kernels/matmul_tc.h"
 
+#include "compiler/base/check.h"
 #include "compiler/ir/builder.h"
 
 namespace tilerun::kernels {
@@ -246,19 +247,20 @@ cc::Kernel build_tc_splitk_sum(DType dtype) {
 // instruction cache did not hold). Zero-filled edges; at least one step, so K = 0 adds zeros to
 // +0. The chain of each output is the one of build_tc_matmul: the same bits, whatever M.
 
-std::string tc_async_name(bool ta, bool tb) {
-  return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_128x128x64_async" +
-         std::to_string(kAsyncStages);
+std::string tc_async_name(bool ta, bool tb, int64_t rows) {
+  return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_" +
+         std::to_string(rows) + "x128x64_async" + std::to_string(kAsyncStages);
 }
 
-TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb) {
+TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb, int64_t rows) {
+  TR_CHECK(rows == 64 || rows == 128, "a tensor-core tile of 64 or 128 rows");
   const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
   const int halves = tb ? 1 : 2;  // gemms (and accumulators) per step
-  TcAsyncStaging st{.ta = ta, .tb = tb};
-  // A transposed a as m's two panels [64 (k), 64 (m)]: 128-byte rows under the swizzle.
+  TcAsyncStaging st{.ta = ta, .tb = tb, .rows = rows};
+  // A transposed a as m's panels [64 (k), 64 (m)]: 128-byte rows under the swizzle.
   st.as = s.alloc_shared("As", dtype,
-                         ta ? std::vector<int64_t>{kAsyncStages, kTcM / 64, kTcK, 64}
-                            : std::vector<int64_t>{kAsyncStages, kTcM, kTcK},
+                         ta ? std::vector<int64_t>{kAsyncStages, rows / 64, kTcK, 64}
+                            : std::vector<int64_t>{kAsyncStages, rows, kTcK},
                          sw);
   for (int h = 0; h < halves; ++h)
     st.bs.push_back(s.alloc_shared("Bs" + (tb ? "" : "_" + std::to_string(h)), dtype,
@@ -267,7 +269,7 @@ TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb) {
                                    sw));
   for (int h = 0; h < halves; ++h)
     st.acc.push_back(
-        s.alloc_fragment("acc" + std::to_string(h), DType::F32, {kTcM, kTcN / halves}));
+        s.alloc_fragment("acc" + std::to_string(h), DType::F32, {rows, kTcN / halves}));
   return st;
 }
 
@@ -287,10 +289,10 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
     cc::Val sl = s.let(slot(j), "slot");
     s.if_then(j < steps, [&] {
       if (st.ta) {
-        for (int h = 0; h < kTcM / 64; ++h)
+        for (int h = 0; h < st.rows / 64; ++h)
           s.copy_async(st.as.region({sl, h, 0, 0}, {1, 1, kTcK, 64}), boxes.a(j, h));
       } else {
-        s.copy_async(st.as.region({sl, 0, 0}, {1, kTcM, kTcK}), boxes.a(j, 0));
+        s.copy_async(st.as.region({sl, 0, 0}, {1, st.rows, kTcK}), boxes.a(j, 0));
       }
       for (int h = 0; h < halves; ++h) {
         const std::vector<int64_t> tile =
@@ -331,11 +333,11 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
 // Step j's boxes of a ([m, k], or [k, m] read as m's panels) and b, from k_lo: the origins are
 // written out (not let-bound) so that the verifier sees them multiples of 8.
 TcAsyncBoxes tc_async_boxes(const cc::Buf& a, const cc::Buf& b, bool ta, bool tb, const cc::Val& m0,
-                            const cc::Val& n0, const cc::Val& k_lo) {
+                            const cc::Val& n0, const cc::Val& k_lo, int64_t rows = kTcM) {
   return {.a =
               [=](const cc::Val& j, int h) {
                 return ta ? a.region({k_lo + j * kTcK, m0 + h * 64}, {kTcK, 64})
-                          : a.region({m0, k_lo + j * kTcK}, {kTcM, kTcK});
+                          : a.region({m0, k_lo + j * kTcK}, {rows, kTcK});
               },
           .b =
               [=](const cc::Val& j, int h) {
@@ -354,22 +356,24 @@ AsyncDims async_dims(cc::KernelBuilder& kb, bool ta, bool tb) {
           kb.dim("K", {.min = 0, .divisible_by = 8})};
 }
 
-cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb) {
-  cc::KernelBuilder kb(tc_async_name(ta, tb) + "_" + std::string(dtype_name(dtype)));
+cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows) {
+  cc::KernelBuilder kb(tc_async_name(ta, tb, rows) + "_" + std::string(dtype_name(dtype)));
   const auto [m, n, k] = async_dims(kb, ta, tb);
   cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
   cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
   cc::Buf c = kb.output("c", dtype, {m, n});
-  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, kTcM)}, kTcThreads, [&](cc::Scope& s) {
-    cc::Idx m0 = s.block_idx(1) * kTcM, n0 = s.block_idx(0) * kTcN;
-    TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb);
-    const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
-    for (const cc::Buf& acc : st.acc)
-      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
-    tc_async_steps(s, st, tc_async_boxes(a, b, ta, tb, m0, n0, cc::Val(int64_t{0})), k);
-    for (size_t h = 0; h < st.acc.size(); ++h)
-      s.copy(c.region({m0, n0 + static_cast<int64_t>(h) * width}, {kTcM, width}), st.acc[h]);
-  });
+  // Two threads a row: a warpgroup per 64 rows.
+  kb.body(
+      {cc::ceildiv(n, kTcN), cc::ceildiv(m, rows)}, static_cast<int>(2 * rows), [&](cc::Scope& s) {
+        cc::Idx m0 = s.block_idx(1) * rows, n0 = s.block_idx(0) * kTcN;
+        TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows);
+        const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
+        for (const cc::Buf& acc : st.acc)
+          s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+        tc_async_steps(s, st, tc_async_boxes(a, b, ta, tb, m0, n0, cc::Val(int64_t{0}), rows), k);
+        for (size_t h = 0; h < st.acc.size(); ++h)
+          s.copy(c.region({m0, n0 + static_cast<int64_t>(h) * width}, {rows, width}), st.acc[h]);
+      });
   return kb.build();
 }
 

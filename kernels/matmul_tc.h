@@ -33,8 +33,11 @@ compiler::Kernel build_tc_splitk_sum(DType dtype);
 // Tiles staged by copy_async (cp.async), five buffers deep: K, M when a is transposed and N
 // when b is not, multiples of 8 (16-byte rows); a transposed a lands as m's MN-major panels.
 // The same bits as build_tc_matmul; the split-K variant those of build_tc_matmul_splitk.
-std::string tc_async_name(bool ta, bool tb);
-compiler::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb);
+// `rows` = 64: a 64 x 128 tile for one warpgroup (128 threads), twice the blocks of a product
+// with few 128-row tiles; the tile's rows set no output's chain (each output's K loop is the
+// same), so the bits are the same whichever tile runs.
+std::string tc_async_name(bool ta, bool tb, int64_t rows = kTcM);
+compiler::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows = kTcM);
 std::string tc_async_splitk_name(bool ta, bool tb);
 compiler::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb);
 
@@ -84,13 +87,16 @@ struct TcAsyncBoxes {
 // The kAsyncStages buffers of both operands, each a stack [kAsyncStages, ..tile] (a transposed
 // a's tile as [2, 64 (k), 64 (m)] panels), and the accumulators (f32, zeroed by the caller):
 // one [128, 128], or two [128, 64] (n's halves) for an N-major b.
+// `rows`: the tile's rows of a (128, or 64 for one warpgroup).
 struct TcAsyncStaging {
   compiler::Buf as;
   std::vector<compiler::Buf> bs;  // per half
   std::vector<compiler::Buf> acc;
   bool ta = false, tb = false;
+  int64_t rows = kTcM;
 };
-TcAsyncStaging tc_async_staging(compiler::Scope& s, DType dtype, bool ta, bool tb);
+TcAsyncStaging tc_async_staging(compiler::Scope& s, DType dtype, bool ta, bool tb,
+                                int64_t rows = kTcM);
 
 // acc += a's tile times b's over k in [0, k), 64 at a time, at least one step (K = 0 adds
 // zeros to +0): build_tc_matmul's chains. Block-uniform; ends with every copy and gemm done,

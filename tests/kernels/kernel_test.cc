@@ -358,14 +358,17 @@ TEST(MatmulTensorCore, TransposedAAsyncCopyGivesTheModelsDotProducts) {
   expect_models_dot_products(DType::F16, true, true, 8, 24, 64);
 }
 
-// Batch invariance: the tensor-core tiling is a constant, so a row's bits do not depend on how
-// many rows the product has or where the row sits in it. Rows of an M = 4096 product against the
+// Batch invariance: the tensor-core K chain is a constant (the tile's rows may follow M, but
+// they set no output's chain), so a row's bits do not depend on how many rows the product has
+// or where the row sits in it. Rows of an M = 4096 product against the
 // same rows computed in products of M = 1, 7, 128 and 1000 rows (placed off the 128-row tiles).
 TEST(MatmulTensorCore, RowsDoNotDependOnM) {
   for (DType dt : {DType::BF16, DType::F16}) {
     // k = 40: the asynchronous-copy kernel (rows 16-byte aligned), k = 44 the register one.
-    for (const int64_t k : {40, 44}) {
-      const int64_t big = 4096, n = 24;
+    // n = 296 at M = 4096 runs 128-row tiles, and 64-row ones at M <= 1000 (tc_tile_rows).
+    for (const auto& [k, n] :
+         std::vector<std::pair<int64_t, int64_t>>{{40, 24}, {44, 24}, {40, 296}}) {
+      const int64_t big = 4096;
       std::mt19937_64 rng(testing::test_seed());
       RefTensor a = testing::rounded(dt, testing::random_tensor(rng, {big, k}));
       RefTensor b = testing::rounded(dt, testing::random_tensor(rng, {k, n}));
