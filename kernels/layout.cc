@@ -227,7 +227,10 @@ void register_layout(OpRegistry& registry) {
        .view = view_permute("permute"),
        .tests = {.kernel = {{{{2, 3, 4, 5}}, {{"perm", Ints{0, 2, 1, 3}}}},
                             {{{7, 33, 130}}, {{"perm", Ints{2, 0, 1}}}},
-                            {{{5, 1, 3}}, {{"perm", Ints{1, 2, 0}}}}},
+                            {{{5, 1, 3}}, {{"perm", Ints{1, 2, 0}}}},
+                            // Long rows: 8 and 2 elements a thread (strided_rows), partial chunks.
+                            {{{3, 5, 2100}}, {{"perm", Ints{1, 0, 2}}}},
+                            {{{4, 3, 700}}, {{"perm", Ints{1, 0, 2}}}}},
                  .gradient = {{{{2, 3, 4}}, {{"perm", Ints{1, 2, 0}}}}},
                  .examples = {{.inputs = {{{2, 3}, {1, 2, 3, 4, 5, 6}}},
                                .attrs = {{"perm", Ints{1, 0}}},

@@ -64,15 +64,20 @@ cc::Kernel build_strided_copy(DType dtype, size_t rank) {
   return kb.build();
 }
 
+std::string rows_name(size_t rank, int64_t per) {
+  return "strided_rows_r" + std::to_string(rank) + (per > 1 ? "_x" + std::to_string(per) : "");
+}
+
 // The same copy with out viewed as [ROWS, D_last] (ROWS the product of the outer sizes, at most
 // 65535): a block per (256 of the last axis, row), the row's coordinates taken apart once per
 // block, so no element pays a 64-bit division by a run-time size (strided_copy's per-element
-// division and remainder put it 8x off its floor). Parameters x [XN], out [ROWS, D_last]; XN,
-// D0.., S0.., OFF, ROWS.
-cc::Kernel build_strided_rows(DType dtype, size_t rank) {
+// division and remainder put it 8x off its floor). `per` elements a thread, 256 apart (its loads
+// in flight together): one element a thread left a block of 256 threads 512 bytes to move, and
+// the copy bound by the blocks' latency, not by bandwidth. Parameters x [XN], out [ROWS, D_last];
+// XN, D0.., S0.., OFF, ROWS.
+cc::Kernel build_strided_rows(DType dtype, size_t rank, int64_t per) {
   TR_CHECK(rank >= 2, "the rows kernel copies rank 2 and more");
-  cc::KernelBuilder kb("strided_rows_r" + std::to_string(rank) + "_" +
-                       std::string(dtype_name(dtype)));
+  cc::KernelBuilder kb(rows_name(rank, per) + "_" + std::string(dtype_name(dtype)));
   cc::Dim xn = kb.dim("XN");
   std::vector<cc::Dim> dims, strides;
   declare_axes(kb, "D", "S", rank, &dims, &strides);
@@ -82,10 +87,11 @@ cc::Kernel build_strided_rows(DType dtype, size_t rank) {
   cc::Buf out = kb.output("out", dtype, {rows, last});
   const std::vector<cc::Dim> outer_dims(dims.begin(), dims.end() - 1),
       outer_strides(strides.begin(), strides.end() - 1);
-  kb.body({cc::ceildiv(last, kThreads), rows}, kThreads, [&](cc::Scope& s) {
-    cc::Idx row = s.block_idx(1), c0 = s.block_idx(0) * kThreads;
+  const int64_t chunk = kThreads * per;
+  kb.body({cc::ceildiv(last, chunk), rows}, kThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(1), c0 = s.block_idx(0) * chunk;
     cc::Val row_at = s.let(off + strided_index(row, outer_dims, outer_strides), "row_at");
-    s.parallel(kThreads, [&](cc::Idx i) {
+    s.parallel(chunk, [&](cc::Idx i) {
       cc::Idx c = c0 + i;
       s.if_then(c < last, [&] { out(row, c) = x(in_x(row_at + c * strides.back(), xn)); });
     });
@@ -177,8 +183,11 @@ KernelCall strided_copy_call(KernelCache& cache, DType dtype, int64_t x_numel,
   for (int64_t d : v.shape) n *= d;
   const int64_t rows = n / v.shape.back();
   if (rank >= 2 && rows <= 65535) {
-    KernelCall call{.kernel = cache.get(key("strided_rows_r" + std::to_string(rank), dtype),
-                                        [&] { return build_strided_rows(dtype, rank); }),
+    // Up to 8 elements a thread, as many as the row fills (256 threads a block).
+    int64_t per = 1;
+    while (per < 8 && 2 * per * kThreads <= v.shape.back()) per *= 2;
+    KernelCall call{.kernel = cache.get(key(rows_name(rank, per), dtype),
+                                        [&] { return build_strided_rows(dtype, rank, per); }),
                     .buffers = {x, out},
                     .dims = {x_numel}};
     call.dims.insert(call.dims.end(), v.shape.begin(), v.shape.end());
