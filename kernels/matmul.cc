@@ -153,11 +153,11 @@ struct Tiling {
 };
 constexpr int64_t kMinBlocks = 128;  // about one block per SM of a large GPU
 // K groups double while the block's groups stay under kTargetGroups over the grid and every
-// group keeps at least kMinGroupK of K, up to kMaxGroups (shared memory: 32 groups of 16x16
-// tiles double-buffered are 130 KB). A block's K step waits on its loads' latency (one step
-// of register prefetch), so a skinny product with a long K (mHC's x·fn: N = 24, K = 4096, 128
-// blocks) runs as many steps as K / (G·BK): more groups, fewer steps.
-constexpr int64_t kTargetGroups = 4096, kMinGroupK = 64, kMaxGroups = 32, kMaxGroupsBig = 4;
+// group keeps at least kMinGroupK of K, up to kMaxGroups (shared memory). Measured on the H200
+// (2026-12-01): up to 32 groups took mHC's x·fn (N = 24, K = 4096) from 34 to 31 us at T = 1024
+// but from 95 to 118 at T = 4096 (the 16x16 kernel is bound by its shared loads, not by its K
+// steps' latency), so 8.
+constexpr int64_t kTargetGroups = 1024, kMinGroupK = 64, kMaxGroups = 8, kMaxGroupsBig = 4;
 // The tiling is planned for this many rows whatever M is: G sets each output's chains, so a plan
 // that followed M would give a row different bits in a different batch (batch invariance).
 constexpr int64_t kPlannedRows = 1024;
