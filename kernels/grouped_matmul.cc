@@ -24,6 +24,7 @@
 #include "kernels/expand_util.h"
 #include "kernels/grouped_matmul_tc.h"
 #include "kernels/kernel_cache.h"
+#include "kernels/matmul_tc.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
@@ -348,11 +349,15 @@ ExpandFn expand_grouped(std::shared_ptr<KernelCache> cache) {
     const int64_t e = in[2].shape[0];
     // copy_async staging where the rows are 16-byte aligned (as matmul: a choice by K and N).
     const bool async = k % 8 == 0 && (tb || n % 8 == 0);
+    // 64-row tiles where the segments are short (R / E < 256 rows an expert on average: MoE's
+    // top-k rows): a tile runs the whole K loop once per expert it meets, so shorter tiles meet
+    // fewer experts each and compute fewer dropped rows. The rows set no output's chain.
+    const int64_t rows = e > 0 && r / e < 256 ? 64 : kTcM;
     KernelCache::KernelPtr kernel =
         !tensor_cores(dt) ? cache->get(std::string("grouped_") + (tb ? "nt" : "nn") + suffix(dt),
                                        [&] { return build_grouped(dt, tb); })
-        : async           ? cache->get(kernel_key(grouped_tc_async_name(tb), dt),
-                                       [&] { return build_grouped_tc_async(dt, tb); })
+        : async           ? cache->get(kernel_key(grouped_tc_async_name(tb, rows), dt),
+                                       [&] { return build_grouped_tc_async(dt, tb, rows); })
                           : cache->get(kernel_key(grouped_tc_name(tb), dt),
                                        [&] { return build_grouped_tc(dt, tb); });
     return OpExpansion{
