@@ -7,7 +7,8 @@
 //    one restages the shared tiles another warpgroup may still be reading.
 //    Where K (and N, b not transposed) are multiples of 8, the same pass on the copy_async K loop
 //    (matmul_tc.h tc_async_steps): the same chains, so the same bits.
-//  - wgrad: a block per (128 of K, 128 of N, expert): the K loop of the gemm runs over the
+//  - wgrad: a block per (128 of K, 128 of N, expert; 64 of K on the copy_async loop): the K loop of
+//  the gemm runs over the
 //    segment's rows, 64 at a time from its first (x^T and dy both staged from [rows, ..]
 //    tensors), zeros past its end, so dw[e] depends only on the segment's rows; empty: zeros.
 //    Where K and N are multiples of 8, the same on the copy_async K loop (x as a transposed a in
@@ -19,6 +20,12 @@
 namespace tilerun::kernels {
 
 namespace cc = tilerun::compiler;
+
+namespace {
+// The async wgrad's tile of dw's K rows and its buffers (build_grouped_wgrad_tc_async).
+constexpr int64_t kWgradRows = 64;
+constexpr int kWgradStages = 3;
+}  // namespace
 
 std::pair<cc::Val, cc::Val> grouped_segment(cc::Scope& s, const cc::Buf& offsets, const cc::Val& e,
                                             const cc::Dim& experts, const cc::Dim& rows) {
@@ -168,9 +175,16 @@ cc::Kernel build_grouped_wgrad_tc(DType dtype, bool tb) {
   return kb.build();
 }
 
-std::string grouped_wgrad_tc_async_name(bool tb) { return grouped_wgrad_tc_name(tb) + "_async"; }
+std::string grouped_wgrad_tc_async_name(bool tb) {
+  return std::string("grouped_matmul_wgrad_tc_") + (tb ? "t" : "n") + "_64x128x64_async" +
+         std::to_string(kWgradStages);
+}
 
-// The wgrad's scheme on the copy_async K loop: step j's boxes are the segment's rows
+// The wgrad's scheme on the copy_async K loop, 64 of K by 128 of N per block (one warpgroup) and
+// three stages: a segment is ~2 steps of 64 rows on average (MoE at T = 1024), so the block's
+// time is its prologue and epilogue, and 128 x 128 tiles with five stages (160 KB, 170
+// registers) held an SM to one block at a time; these take 72 KB, so two or three blocks an SM
+// overlap. Step j's boxes are the segment's rows
 // [lo + 64 j, +64) of x (read as a transposed a: k0's two 64-wide panels) and of dy (N-major b).
 // Rows past the segment's end land too (up to R; zeros after), so the last step's tiles are
 // zeroed from row hi on before its gemm: every product past the end is +0 * +0, as the
@@ -184,49 +198,53 @@ cc::Kernel build_grouped_wgrad_tc_async(DType dtype, bool tb) {
   cc::Buf offsets = kb.input("offsets", DType::I32, {experts});
   cc::Buf dw = kb.output(
       "dw", dtype, tb ? std::vector<cc::Val>{experts, n, k} : std::vector<cc::Val>{experts, k, n});
-  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(k, kTcM), experts}, kTcThreads, [&](cc::Scope& s) {
-    // Not let-bound: the copies' origins must show themselves multiples of 8 (tile_verifier).
-    cc::Idx n0 = s.block_idx(0) * kTcN, k0 = s.block_idx(1) * kTcM;
-    cc::Idx e = s.block_idx(2);
-    const auto [lo_v, hi_v] = grouped_segment(s, offsets, e, experts, r);
-    const cc::Val lo = lo_v, hi = hi_v;  // plain names, captured by the lambdas
-    TcAsyncStaging st = tc_async_staging(s, dtype, /*ta=*/true, /*tb=*/false);
-    const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
-    for (const cc::Buf& acc : st.acc)
-      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
-    cc::Val steps =
-        s.let(cc::max(cc::ceildiv(hi - lo, cc::Val(kTcK)), cc::Val(int64_t{1})), "wsteps");
-    // Rows of the last step still inside the segment.
-    cc::Val valid = s.let(hi - (lo + (steps - 1) * kTcK), "valid");
-    tc_async_steps(s, st,
-                   {.a =
-                        [&](const cc::Val& j, int h) {
-                          return x.region({lo + j * kTcK, k0 + h * 64}, {kTcK, 64});
-                        },
-                    .b =
-                        [&](const cc::Val& j, int h) {
-                          return dy.region({lo + j * kTcK, n0 + h * width}, {kTcK, width});
-                        }},
-                   hi - lo, [&] {
-                     s.parallel(kTcM / 64, kTcK, 64, [&](cc::Idx p, cc::Idx kk, cc::Idx c) {
-                       s.if_then(kk >= valid, [&] { st.as(0, p, kk, c) = 0.0f; });
-                     });
-                     for (size_t h = 0; h < st.bs.size(); ++h)
-                       s.parallel(kTcK, width, [&](cc::Idx kk, cc::Idx c) {
-                         s.if_then(kk >= valid, [&] { st.bs[h](0, kk, c) = 0.0f; });
-                       });
-                   });
-    for (size_t h = 0; h < st.acc.size(); ++h)
-      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) {
-        cc::Idx kc = k0 + i, nc = n0 + static_cast<int64_t>(h) * width + j;
-        s.if_then(kc < k && nc < n, [&] {
-          if (tb)
-            dw(e, nc, kc) = st.acc[h](i, j);
-          else
-            dw(e, kc, nc) = st.acc[h](i, j);
-        });
-      });
-  });
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(k, kWgradRows), experts},
+          static_cast<int>(2 * kWgradRows), [&](cc::Scope& s) {
+            // Not let-bound: the copies' origins must show themselves multiples of 8
+            // (tile_verifier).
+            cc::Idx n0 = s.block_idx(0) * kTcN, k0 = s.block_idx(1) * kWgradRows;
+            cc::Idx e = s.block_idx(2);
+            const auto [lo_v, hi_v] = grouped_segment(s, offsets, e, experts, r);
+            const cc::Val lo = lo_v, hi = hi_v;  // plain names, captured by the lambdas
+            TcAsyncStaging st =
+                tc_async_staging(s, dtype, /*ta=*/true, /*tb=*/false, kWgradRows, kWgradStages);
+            const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
+            for (const cc::Buf& acc : st.acc)
+              s.parallel(kWgradRows, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+            cc::Val steps =
+                s.let(cc::max(cc::ceildiv(hi - lo, cc::Val(kTcK)), cc::Val(int64_t{1})), "wsteps");
+            // Rows of the last step still inside the segment.
+            cc::Val valid = s.let(hi - (lo + (steps - 1) * kTcK), "valid");
+            tc_async_steps(s, st,
+                           {.a =
+                                [&](const cc::Val& j, int h) {
+                                  return x.region({lo + j * kTcK, k0 + h * 64}, {kTcK, 64});
+                                },
+                            .b =
+                                [&](const cc::Val& j, int h) {
+                                  return dy.region({lo + j * kTcK, n0 + h * width}, {kTcK, width});
+                                }},
+                           hi - lo, [&] {
+                             s.parallel(
+                                 kWgradRows / 64, kTcK, 64, [&](cc::Idx p, cc::Idx kk, cc::Idx c) {
+                                   s.if_then(kk >= valid, [&] { st.as(0, p, kk, c) = 0.0f; });
+                                 });
+                             for (size_t h = 0; h < st.bs.size(); ++h)
+                               s.parallel(kTcK, width, [&](cc::Idx kk, cc::Idx c) {
+                                 s.if_then(kk >= valid, [&] { st.bs[h](0, kk, c) = 0.0f; });
+                               });
+                           });
+            for (size_t h = 0; h < st.acc.size(); ++h)
+              s.parallel(kWgradRows, width, [&](cc::Idx i, cc::Idx j) {
+                cc::Idx kc = k0 + i, nc = n0 + static_cast<int64_t>(h) * width + j;
+                s.if_then(kc < k && nc < n, [&] {
+                  if (tb)
+                    dw(e, nc, kc) = st.acc[h](i, j);
+                  else
+                    dw(e, kc, nc) = st.acc[h](i, j);
+                });
+              });
+          });
   return kb.build();
 }
 

@@ -27,7 +27,7 @@ namespace {
 // (kTcM, kTcN, kTcK and kTcThreads: matmul_tc.h.)
 constexpr int kTcStages = 3, kGemmsInFlight = 0;
 // The asynchronous kernel's buffers, and how many steps its copies run ahead of the gemms.
-constexpr int kAsyncStages = 5, kAhead = kAsyncStages - 2;
+constexpr int kAsyncStages = kTcAsyncStages;
 
 }  // namespace
 
@@ -238,9 +238,9 @@ cc::Kernel build_tc_splitk_sum(DType dtype) {
 //
 // Step ko reads stage slot(ko) = (steps - 1 - ko) % S of the stacks (counted from the end, so
 // the last step, peeled off with pending 0, is stage 0). Each thread commits one group of copies
-// per step, kAhead = S - 2 steps ahead of the gemms: at step ko it waits until its group of step
-// ko is done (async_wait kAhead - 1), a barrier makes every thread's copies visible and proves
-// every warpgroup past the wait of gemm ko - 2, then it issues the copies of step ko + kAhead
+// per step, A = S - 2 steps ahead of the gemms: at step ko it waits until its group of step
+// ko is done (async_wait A - 1), a barrier makes every thread's copies visible and proves
+// every warpgroup past the wait of gemm ko - 2, then it issues the copies of step ko + A
 // into the stage of step ko - 2, and gemm ko runs on while the next step waits (`gemms` below).
 // The copies and the gemms name their stage at run time (ir.h Gemm::stage), so the loop is
 // written once, not once per buffer under a branch (five times the code, which the H200's
@@ -252,20 +252,22 @@ std::string tc_async_name(bool ta, bool tb, int64_t rows) {
          std::to_string(rows) + "x128x64_async" + std::to_string(kAsyncStages);
 }
 
-TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb, int64_t rows) {
+TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb, int64_t rows,
+                                int stages) {
   TR_CHECK(rows == 64 || rows == 128, "a tensor-core tile of 64 or 128 rows");
+  TR_CHECK(stages >= 3, "at least three stages (the copies run stages - 2 steps ahead)");
   const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
   const int halves = tb ? 1 : 2;  // gemms (and accumulators) per step
-  TcAsyncStaging st{.ta = ta, .tb = tb, .rows = rows};
+  TcAsyncStaging st{.ta = ta, .tb = tb, .rows = rows, .stages = stages};
   // A transposed a as m's panels [64 (k), 64 (m)]: 128-byte rows under the swizzle.
   st.as = s.alloc_shared("As", dtype,
-                         ta ? std::vector<int64_t>{kAsyncStages, rows / 64, kTcK, 64}
-                            : std::vector<int64_t>{kAsyncStages, rows, kTcK},
+                         ta ? std::vector<int64_t>{stages, rows / 64, kTcK, 64}
+                            : std::vector<int64_t>{stages, rows, kTcK},
                          sw);
   for (int h = 0; h < halves; ++h)
     st.bs.push_back(s.alloc_shared("Bs" + (tb ? "" : "_" + std::to_string(h)), dtype,
-                                   tb ? std::vector<int64_t>{kAsyncStages, kTcN, kTcK}
-                                      : std::vector<int64_t>{kAsyncStages, kTcK, kTcN / 2},
+                                   tb ? std::vector<int64_t>{stages, kTcN, kTcK}
+                                      : std::vector<int64_t>{stages, kTcK, kTcN / 2},
                                    sw));
   for (int h = 0; h < halves; ++h)
     st.acc.push_back(
@@ -280,8 +282,9 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
   const cc::Val zero(int64_t{0});
   // In 32 bits (steps - 1 - j < 2^31: K is at most 2^31 - 1): a 64-bit modulo by a constant
   // is some twenty instructions on the step's critical path, a 32-bit one four.
+  const int ahead = st.stages - 2;  // steps the copies run ahead of the gemms
   auto slot = [&](const cc::Val& j) {
-    return cc::to_i64(cc::to_i32(steps - 1 - j) % cc::literal(cc::Type::I32, kAsyncStages));
+    return cc::to_i64(cc::to_i32(steps - 1 - j) % cc::literal(cc::Type::I32, st.stages));
   };
   // Step j's copies into its stage, then one commit whether or not j exists, so that the group
   // count per step stays one.
@@ -314,11 +317,11 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
                 : h == 0      ? 2
                               : 0);
   };
-  for (int d = 0; d < kAhead; ++d) issue(cc::Val(int64_t{d}));
+  for (int d = 0; d < ahead; ++d) issue(cc::Val(int64_t{d}));
   s.serial(steps - 1, [&](cc::Idx ko) {
-    s.async_wait(kAhead - 1);
+    s.async_wait(ahead - 1);
     s.barrier();
-    issue(ko + kAhead);
+    issue(ko + ahead);
     gemms(s.let(slot(ko), "cur"), true);
   });
   s.async_wait(0);

@@ -84,19 +84,22 @@ struct TcAsyncBoxes {
   std::function<compiler::BufRegion(const compiler::Val&j, int h)> a, b;
 };
 
-// The kAsyncStages buffers of both operands, each a stack [kAsyncStages, ..tile] (a transposed
+// The stages' buffers of both operands, each a stack [stages, ..tile] (a transposed
 // a's tile as [2, 64 (k), 64 (m)] panels), and the accumulators (f32, zeroed by the caller):
 // one [128, 128], or two [128, 64] (n's halves) for an N-major b.
-// `rows`: the tile's rows of a (128, or 64 for one warpgroup).
+// `rows`: the tile's rows of a (128, or 64 for one warpgroup); `stages`: the buffers (at least
+// 3; the copies run stages - 2 steps ahead of the gemms).
+constexpr int kTcAsyncStages = 5;
 struct TcAsyncStaging {
   compiler::Buf as;
   std::vector<compiler::Buf> bs;  // per half
   std::vector<compiler::Buf> acc;
   bool ta = false, tb = false;
   int64_t rows = kTcM;
+  int stages = kTcAsyncStages;
 };
 TcAsyncStaging tc_async_staging(compiler::Scope& s, DType dtype, bool ta, bool tb,
-                                int64_t rows = kTcM);
+                                int64_t rows = kTcM, int stages = kTcAsyncStages);
 
 // acc += a's tile times b's over k in [0, k), 64 at a time, at least one step (K = 0 adds
 // zeros to +0): build_tc_matmul's chains. Block-uniform; ends with every copy and gemm done,

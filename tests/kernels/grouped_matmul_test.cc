@@ -377,7 +377,7 @@ TEST(GroupedMatmulTensorCore, AsyncWgradIgnoresTheRowsAfterTheSegment) {
 TEST(GroupedMatmulTensorCore, AsyncWgradChosenForAlignedRows) {
   const OpSchema& schema = testing::schema_of("grouped_matmul_wgrad");
   for (const auto& [k, n, name] : std::vector<std::tuple<int64_t, int64_t, std::string>>{
-           {1024, 1024, "grouped_matmul_wgrad_tc_t_128x128x64_async_bf16"},
+           {1024, 1024, "grouped_matmul_wgrad_tc_t_64x128x64_async3_bf16"},
            {1024, 1020, "grouped_matmul_wgrad_tc_t_128x128x64_bf16"},
            {1020, 1024, "grouped_matmul_wgrad_tc_t_128x128x64_bf16"}}) {
     const Attrs attrs{{"transpose_b", true}};
