@@ -4,6 +4,7 @@
 // backward op rmsnorm_grad, dx fused with per-RB-row dgamma partial sums (RB = 1 up to 256 rows,
 // doubling to 16), then a column sum in 16 fixed row groups (layernorm.cc follows the same plan).
 #include <cmath>
+#include <optional>
 
 #include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
@@ -114,16 +115,23 @@ cc::Val inv_rms_of(cc::Scope& s, const cc::Buf& x, const cc::Idx& row, const cc:
   return s.let(1.0f / cc::sqrt(ss / cc::to_f32(d) + eps), "inv");
 }
 
+// With `vec` (D a multiple of 8) a thread's elements of the elementwise passes are 16 bytes
+// of a row at a time: the dims' divisibility proves the vectors aligned, so their global
+// accesses move as vectors. The reductions keep their order (each thread its columns t, t + T,
+// ...), so the bits do not change.
+std::string vec_name(const std::string& name, bool vec) { return vec ? name + "_vec" : name; }
+
 // One block per row. Parameters: x, gamma, y; R, D; eps.
-cc::Kernel build_rmsnorm(DType dtype) {
-  cc::KernelBuilder kb("rmsnorm_" + std::string(dtype_name(dtype)));
-  cc::Dim r = kb.dim("R"), d = kb.dim("D");
+cc::Kernel build_rmsnorm(DType dtype, bool vec) {
+  cc::KernelBuilder kb(vec_name("rmsnorm", vec) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim r = kb.dim("R"), d = kb.dim("D", {.divisible_by = vec ? 8 : 1});
   cc::Buf x = kb.input("x", dtype, {r, d}), g = kb.input("gamma", dtype, {d});
   cc::Buf y = kb.output("y", dtype, {r, d});
   cc::Val eps = kb.scalar_f32("eps");
   kb.body({r}, kThreads, [&](cc::Scope& s) {
     cc::Idx row = s.block_idx(0);
     cc::Val inv = inv_rms_of(s, x, row, d, eps);
+    if (vec) s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
     s.parallel(d, [&](cc::Idx j) { y(row, j) = x(row, j) * inv * g(j); });
   });
   return kb.build();
@@ -132,13 +140,13 @@ cc::Kernel build_rmsnorm(DType dtype) {
 // dx for `rb` rows per block, fused with those rows' dgamma partial sums (f32, in row order),
 // written owner-computes: the thread of column j owns partial[block, j]. A constant rb keeps
 // the row index linear in the block index. Parameters: x, gamma, dy, dx, partial; R, D; eps.
-std::string rmsnorm_grad_dx_name(int64_t rb) {
-  return rb == 1 ? "rmsnorm_grad_dx" : "rmsnorm_grad_dx_rb" + std::to_string(rb);
+std::string rmsnorm_grad_dx_name(int64_t rb, bool vec) {
+  return vec_name(rb == 1 ? "rmsnorm_grad_dx" : "rmsnorm_grad_dx_rb" + std::to_string(rb), vec);
 }
 
-cc::Kernel build_rmsnorm_grad_dx(DType dtype, int64_t rb) {
-  cc::KernelBuilder kb(rmsnorm_grad_dx_name(rb) + "_" + std::string(dtype_name(dtype)));
-  cc::Dim r = kb.dim("R"), d = kb.dim("D");
+cc::Kernel build_rmsnorm_grad_dx(DType dtype, int64_t rb, bool vec) {
+  cc::KernelBuilder kb(rmsnorm_grad_dx_name(rb, vec) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim r = kb.dim("R"), d = kb.dim("D", {.divisible_by = vec ? 8 : 1});
   cc::Buf x = kb.input("x", dtype, {r, d}), g = kb.input("gamma", dtype, {d});
   cc::Buf dy = kb.input("dy", dtype, {r, d});
   cc::Buf dx = kb.output("dx", dtype, {r, d});
@@ -179,17 +187,31 @@ cc::Kernel build_rmsnorm_grad_dx(DType dtype, int64_t rb) {
       s.barrier();  // every thread has read the sums before the next row rewrites `tree`
       // dx = inv * g * dy - inv^3 * x * dot / D.
       cc::Val k = s.let(inv * inv * inv * dot / cc::to_f32(d), "k");
-      s.parallel(d, [&](cc::Idx j) {
-        cc::Val xv = s.let(x(row, j), "x"), dyv = s.let(dy(row, j), "dy");
-        dx(row, j) = inv * g(j) * dyv - k * xv;
-        cc::Val term = s.let(dyv * xv * inv, "term");
-        if (rb == 1)
-          partial(blk, j) = term;
-        else
-          s.if_then_else(
-              t == 0, [&] { partial(blk, j) = term; },
-              [&] { partial(blk, j) = partial(blk, j) + term; });
-      });
+      // first: whether this row starts the block's partial sums (false: adds to them; unset:
+      // decided per element, as the scalar kernel does).
+      auto dx_and_partial = [&](std::optional<bool> first) {
+        s.parallel(d, [&](cc::Idx j) {
+          cc::Val xv = s.let(x(row, j), "x"), dyv = s.let(dy(row, j), "dy");
+          dx(row, j) = inv * g(j) * dyv - k * xv;
+          cc::Val term = s.let(dyv * xv * inv, "term");
+          if (rb == 1 || first == true)
+            partial(blk, j) = term;
+          else if (first == false)
+            partial(blk, j) = partial(blk, j) + term;
+          else
+            s.if_then_else(
+                t == 0, [&] { partial(blk, j) = term; },
+                [&] { partial(blk, j) = partial(blk, j) + term; });
+        });
+      };
+      if (rb == 1 || !vec) {
+        dx_and_partial(std::nullopt);
+        return;
+      }
+      // The row choice outside the loop (a branch inside it keeps the accesses scalar). The
+      // f32 partials cap the vectors at 4 elements: 8 bytes of bf16 a thread.
+      s.if_then_else(
+          t == 0, [&] { dx_and_partial(true); }, [&] { dx_and_partial(false); });
     };
     if (rb == 1)
       one_row(cc::Idx(0));
@@ -204,11 +226,12 @@ ExpandFn expand_rmsnorm(std::shared_ptr<KernelCache> cache) {
                  const Attrs& attrs) {
     DType dt = out[0].dtype;
     auto [rows, cols] = norm_rows(in[0], attrs);
-    KernelCall call{
-        .kernel = cache->get(kernel_key("rmsnorm", dt), [&] { return build_rmsnorm(dt); }),
-        .buffers = {input_slot(0), input_slot(1), output_slot(0)},
-        .dims = {rows, cols},
-        .scalars = {attr_float(attrs, "eps")}};
+    const bool vec = cols % 8 == 0;
+    KernelCall call{.kernel = cache->get(kernel_key(vec_name("rmsnorm", vec), dt),
+                                         [&] { return build_rmsnorm(dt, vec); }),
+                    .buffers = {input_slot(0), input_slot(1), output_slot(0)},
+                    .dims = {rows, cols},
+                    .scalars = {attr_float(attrs, "eps")}};
     return OpExpansion{.calls = {call}};
   };
 }
@@ -219,9 +242,10 @@ ExpandFn expand_rmsnorm_grad(std::shared_ptr<KernelCache> cache) {
     DType dt = out[0].dtype;
     auto [rows, cols] = norm_rows(in[0], attrs);
     int64_t rb = rows_per_block(rows), blocks = (rows + rb - 1) / rb;
+    const bool vec = cols % 8 == 0;
     KernelCall dx{
-        .kernel = cache->get(kernel_key(rmsnorm_grad_dx_name(rb), dt),
-                             [&] { return build_rmsnorm_grad_dx(dt, rb); }),
+        .kernel = cache->get(kernel_key(rmsnorm_grad_dx_name(rb, vec), dt),
+                             [&] { return build_rmsnorm_grad_dx(dt, rb, vec); }),
         .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0), scratch_slot(0)},
         .dims = {rows, cols},
         .scalars = {attr_float(attrs, "eps")}};
@@ -251,7 +275,8 @@ void register_norm(OpRegistry& registry) {
                             {{{7, 33}, {33}}},
                             {{{130, 7}, {7}}, {{"eps", 1e-5}}},
                             {{{2, 3, 130}, {130}}},
-                            {{{5, 64}, {16}}, {{"group", int64_t{16}}}}},  // per-head: 4 groups
+                            {{{5, 64}, {16}}, {{"group", int64_t{16}}}},  // per-head: 4 groups
+                            {{{3, 1032}, {1032}}}},  // vectors: 8 rounds and a partial one
                  .gradient = {{{{5, 7}, {7}}},
                               {{{2, 8}, {4}}, {{"group", int64_t{4}}, {"eps", 0.1}}},
                               {{{2, 3, 9}, {9}}, {{"eps", 0.5}}},
@@ -277,6 +302,8 @@ void register_norm(OpRegistry& registry) {
                          {{{130, 7}, {7}, {130, 7}}, {{"eps", 1e-5}}},
                          {{{1001, 33}, {33}, {1001, 33}}},  // 4 rows per partial, last ragged
                          {{{6, 32}, {8}, {6, 32}}, {{"group", int64_t{8}}}},
+                         {{{1001, 40}, {40}, {1001, 40}}},  // vectors, 4 rows per partial
+                         {{{5, 1032}, {1032}, {5, 1032}}},  // vectors, a partial round
                      },
                  // x = [3, 4], i = 1/sqrt(12.5): dx = [16/25, -12/25] i, dgamma = [3i, 0].
                  .examples = {{.inputs = {{{1, 2}, {3, 4}}, {{2}, {1, 1}}, {{1, 2}, {1, 0}}},

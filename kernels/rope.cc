@@ -163,14 +163,20 @@ cc::Val rotated(cc::Scope& s, const std::function<cc::Val(cc::Val)>& value, cons
 
 // The rows are D = D0 + 2·R2 long (D0 dims copied, R2 pairs), written so that the analysis
 // knows the pairs fit in the row.
+// With `vec` (D0 a multiple of 8, R2 of 4) the copied dims have a loop of their own with no
+// branch in it, 16 bytes a thread at a time, so their global accesses move as vectors (a branch
+// inside the loop keeps them scalar); the rotated pairs read each other's element, which no
+// vector covers, and stay scalar.
+std::string rope_name(const std::string& name, bool vec) { return vec ? name + "_vec" : name; }
+
 // One block per row (t, h). Parameters x [T, H, D], (gamma [D],) cos, sin [T, R2], y; dims T, H,
 // D0, R2; (scalar eps).
-cc::Kernel build_rope(DType dtype, bool norm) {
-  cc::KernelBuilder kb(std::string(norm ? "rmsnorm_rope_" : "rope_") +
+cc::Kernel build_rope(DType dtype, bool norm, bool vec) {
+  cc::KernelBuilder kb(rope_name(norm ? "rmsnorm_rope" : "rope", vec) + "_" +
                        std::string(dtype_name(dtype)));
   cc::Dim t = kb.dim("T"), h = kb.dim("H");
-  cc::Dim d0 = kb.dim("D0", {.min = 0});  // 0: every dim rotated
-  cc::Dim r2 = kb.dim("R2");
+  cc::Dim d0 = kb.dim("D0", {.min = 0, .divisible_by = vec ? 8 : 1});  // 0: every dim rotated
+  cc::Dim r2 = kb.dim("R2", {.divisible_by = vec ? 4 : 1});
   cc::Val d = d0 + 2 * r2;
   cc::Buf x = kb.input("x", dtype, {t, h, d});
   cc::Buf g = norm ? kb.input("gamma", dtype, {d}) : cc::Buf();
@@ -191,6 +197,16 @@ cc::Kernel build_rope(DType dtype, bool norm) {
       return norm ? cc::Val(x(tok, head, k) * inv * g(k)) : cc::Val(x(tok, head, k));
     };
     cc::Val base = d0;
+    if (vec) {
+      s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
+      s.parallel(d0, [&](cc::Idx j) { y(tok, head, j) = value(j); });
+      s.parallel(2 * r2, [&](cc::Idx k) {
+        cc::Idx j = s.let(base + k, "j");
+        cc::Idx i = s.let((j - base) / 2, "pair");
+        y(tok, head, j) = rotated(s, value, j, base, cos(tok, i), sin(tok, i));
+      });
+      return;
+    }
     s.parallel(d, [&](cc::Idx j) {
       s.if_then_else(
           j < base, [&] { y(tok, head, j) = value(j); },
@@ -205,11 +221,12 @@ cc::Kernel build_rope(DType dtype, bool norm) {
 
 // One block per token: dx rotated back; then one thread per pair i, its table gradients summed
 // over the heads in order (f32). Parameters x, cos, sin, dy, dx, dcos, dsin; dims T, H, D0, R2.
-cc::Kernel build_rope_grad(DType dtype) {
-  cc::KernelBuilder kb("rope_grad_" + std::string(dtype_name(dtype)));
+// `vec` as for build_rope.
+cc::Kernel build_rope_grad(DType dtype, bool vec) {
+  cc::KernelBuilder kb(rope_name("rope_grad", vec) + "_" + std::string(dtype_name(dtype)));
   cc::Dim t = kb.dim("T"), h = kb.dim("H");
-  cc::Dim d0 = kb.dim("D0", {.min = 0});  // 0: every dim rotated
-  cc::Dim r2 = kb.dim("R2");
+  cc::Dim d0 = kb.dim("D0", {.min = 0, .divisible_by = vec ? 8 : 1});  // 0: every dim rotated
+  cc::Dim r2 = kb.dim("R2", {.divisible_by = vec ? 4 : 1});
   cc::Val d = d0 + 2 * r2;
   cc::Buf x = kb.input("x", dtype, {t, h, d});
   cc::Buf cos = kb.input("cos", dtype, {t, r2}), sin = kb.input("sin", dtype, {t, r2});
@@ -220,15 +237,22 @@ cc::Kernel build_rope_grad(DType dtype) {
     cc::Idx tok = s.block_idx(0);
     cc::Val base = d0;
     // The rotation back is the rotation by -θ.
-    s.parallel(h, d, [&](cc::Idx head, cc::Idx j) {
-      s.if_then_else(
-          j < base, [&] { dx(tok, head, j) = dy(tok, head, j); },
-          [&] {
-            cc::Idx i = s.let((j - base) / 2, "pair");
-            auto value = [&](cc::Val k) { return cc::Val(dy(tok, head, k)); };
-            dx(tok, head, j) = rotated(s, value, j, base, cos(tok, i), -sin(tok, i));
-          });
-    });
+    auto rotate_back = [&](const cc::Idx& head, const cc::Idx& j) {
+      cc::Idx i = s.let((j - base) / 2, "pair");
+      auto value = [&](cc::Val k) { return cc::Val(dy(tok, head, k)); };
+      dx(tok, head, j) = rotated(s, value, j, base, cos(tok, i), -sin(tok, i));
+    };
+    if (vec) {
+      s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
+      s.parallel(h, d0, [&](cc::Idx head, cc::Idx j) { dx(tok, head, j) = dy(tok, head, j); });
+      s.parallel(h, 2 * r2,
+                 [&](cc::Idx head, cc::Idx k) { rotate_back(head, s.let(base + k, "j")); });
+    } else {
+      s.parallel(h, d, [&](cc::Idx head, cc::Idx j) {
+        s.if_then_else(
+            j < base, [&] { dx(tok, head, j) = dy(tok, head, j); }, [&] { rotate_back(head, j); });
+      });
+    }
     cc::Buf ac = s.alloc_fragment("ac", DType::F32, {kThreads});
     cc::Buf as = s.alloc_fragment("as", DType::F32, {kThreads});
     s.parallel(kThreads, [&](cc::Idx th) {
@@ -260,11 +284,15 @@ ExpandFn expand(std::shared_ptr<KernelCache> cache, int kind) {
     const DType dt = in[0].dtype;
     const int64_t t = in[0].shape[0], d = in[0].shape.back(), h = numel(in[0]) / (t * d);
     const int64_t r2 = in[kind == 1 ? 2 : 1].shape[1];
-    const std::string name = kind == 0 ? "rope" : kind == 1 ? "rmsnorm_rope" : "rope_grad";
+    const bool vec = (d - 2 * r2) % 8 == 0 && r2 % 4 == 0;
+    const std::string name = rope_name(kind == 0   ? "rope"
+                                       : kind == 1 ? "rmsnorm_rope"
+                                                   : "rope_grad",
+                                       vec);
     KernelCall call{
-        .kernel =
-            cache->get(kernel_key(name, dt),
-                       [&] { return kind == 2 ? build_rope_grad(dt) : build_rope(dt, kind == 1); }),
+        .kernel = cache->get(
+            kernel_key(name, dt),
+            [&] { return kind == 2 ? build_rope_grad(dt, vec) : build_rope(dt, kind == 1, vec); }),
         .dims = {t, h, d - 2 * r2, r2}};
     if (kind == 0) call.buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)};
     if (kind == 1) {
@@ -292,7 +320,10 @@ OpTests tests_of(int kind) {
   OpTests t{.kernel = {{.shapes = rope_shapes({5, 3, 16}, 4, kind)},
                        {.shapes = rope_shapes({7, 64}, 32, kind)},
                        {.shapes = rope_shapes({2, 2, 130}, 32, kind)},
-                       {.shapes = rope_shapes({33, 1, 1, 2}, 1, kind)}}};
+                       {.shapes = rope_shapes({33, 1, 1, 2}, 1, kind)},
+                       // vectors: 1032 copied dims (a partial round), 4 pairs; every dim rotated
+                       {.shapes = rope_shapes({3, 2, 1040}, 4, kind)},
+                       {.shapes = rope_shapes({2, 3, 16}, 8, kind)}}};
   if (kind != 2)
     t.gradient = {{.shapes = rope_shapes({2, 3, 6}, 2, kind)},
                   {.shapes = rope_shapes({3, 4}, 2, kind)}};

@@ -103,33 +103,58 @@ std::vector<GradOp> grad_swiglu(const std::vector<TensorType>&, const Attrs& att
 
 // One thread per output column j of a row (grid rows × ceil(F / kThreads)): it reads g and u,
 // the two halves' j-th elements, and writes y[j] (forward) or dx[j] and dx[F + j] (backward).
-cc::Kernel build_swiglu(DType dtype, bool backward) {
-  cc::KernelBuilder kb(std::string(backward ? "swiglu_grad_" : "swiglu_") +
-                       std::string(dtype_name(dtype)));
-  cc::Dim p = kb.dim("P"), f = kb.dim("F");
+// With `vec` (F a multiple of 8) a block takes a tile of kThreads·8 columns and each thread 16
+// bytes of each tensor at a time: a whole tile needs no column guard, so its accesses move as
+// vectors (a guard inside the loop keeps them scalar), and the row's last, partial tile runs
+// over the F - base columns left, whose count is a multiple of 8, vectors too.
+constexpr int64_t kVecTile = kThreads * 8;
+
+std::string swiglu_name(bool backward, bool vec) {
+  return std::string(backward ? "swiglu_grad" : "swiglu") + (vec ? "_vec" : "");
+}
+
+cc::Kernel build_swiglu(DType dtype, bool backward, bool vec) {
+  cc::KernelBuilder kb(swiglu_name(backward, vec) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim p = kb.dim("P"), f = kb.dim("F", {.divisible_by = vec ? 8 : 1});
   cc::Buf x = kb.input("x", dtype, {p, f * 2});
   cc::Buf dy = backward ? kb.input("dy", dtype, {p, f}) : cc::Buf{};
   cc::Buf out = kb.output(backward ? "dx" : "y", dtype, {p, backward ? f * 2 : cc::Val(f)});
   cc::Val limit = kb.scalar_f32("limit");
-  kb.body({p, cc::ceildiv(f, kThreads)}, kThreads, [&](cc::Scope& s) {
+  const int64_t tile = vec ? kVecTile : kThreads;
+  kb.body({p, cc::ceildiv(f, tile)}, kThreads, [&](cc::Scope& s) {
     cc::Idx row = s.block_idx(0);
-    cc::Idx base = s.block_idx(1) * kThreads;
-    s.parallel(kThreads, [&](cc::Idx i) {
-      cc::Idx j = base + i;
-      s.if_then(j < f, [&] {
-        cc::Val g0 = s.let(x(row, j), "g0"), u0 = s.let(x(row, f + j), "u0");
-        cc::Val g = s.let(cc::select(g0 > limit, limit, g0), "g");
-        cc::Val u = s.let(cc::select(u0 > limit, limit, cc::select(u0 < -limit, -limit, u0)), "u");
-        cc::Val sg = s.let(cc::sigmoid(g), "sig");
-        if (!backward) {
-          out(row, j) = g * sg * u;
-          return;
-        }
-        cc::Val d = s.let(dy(row, j), "d");
-        out(row, j) = cc::select(g0 <= limit, d * u * (sg * (1.0f + g * (1.0f - sg))), 0.0f);
-        out(row, f + j) = cc::select(u0 >= -limit && u0 <= limit, d * (g * sg), 0.0f);
+    cc::Idx base = vec ? s.let(s.block_idx(1) * tile, "base") : s.block_idx(1) * tile;
+    auto column = [&](const cc::Idx& j) {
+      cc::Val g0 = s.let(x(row, j), "g0"), u0 = s.let(x(row, f + j), "u0");
+      cc::Val g = s.let(cc::select(g0 > limit, limit, g0), "g");
+      cc::Val u = s.let(cc::select(u0 > limit, limit, cc::select(u0 < -limit, -limit, u0)), "u");
+      cc::Val sg = s.let(cc::sigmoid(g), "sig");
+      if (!backward) {
+        out(row, j) = g * sg * u;
+        return;
+      }
+      cc::Val d = s.let(dy(row, j), "d");
+      out(row, j) = cc::select(g0 <= limit, d * u * (sg * (1.0f + g * (1.0f - sg))), 0.0f);
+      out(row, f + j) = cc::select(u0 >= -limit && u0 <= limit, d * (g * sg), 0.0f);
+    };
+    if (!vec) {
+      s.parallel(kThreads, [&](cc::Idx i) {
+        cc::Idx j = base + i;
+        s.if_then(j < f, [&] { column(j); });
       });
-    });
+      return;
+    }
+    const int lanes = static_cast<int>(16 / dtype_bytes(dtype, 1));
+    s.if_then_else(
+        base + tile <= f,
+        [&] {
+          s.annotate_layout(lanes);
+          s.parallel(tile, [&](cc::Idx i) { column(base + i); });
+        },
+        [&] {
+          s.annotate_layout(lanes);
+          s.parallel(f - base, [&](cc::Idx i) { column(base + i); });
+        });
   });
   return kb.build();
 }
@@ -139,8 +164,9 @@ ExpandFn expand_swiglu(std::shared_ptr<KernelCache> cache, bool backward) {
                            const Attrs& attrs) {
     const DType dt = in[0].dtype;
     const auto [rows, f2] = rows_cols(in[0].shape);
-    KernelCall call{.kernel = cache->get(kernel_key(backward ? "swiglu_grad" : "swiglu", dt),
-                                         [&] { return build_swiglu(dt, backward); }),
+    const bool vec = (f2 / 2) % 8 == 0;
+    KernelCall call{.kernel = cache->get(kernel_key(swiglu_name(backward, vec), dt),
+                                         [&] { return build_swiglu(dt, backward, vec); }),
                     .buffers = {input_slot(0), output_slot(0)},
                     .dims = {rows, f2 / 2},
                     .scalars = {attr_float(attrs, "limit")}};
@@ -179,7 +205,10 @@ void register_swiglu(OpRegistry& registry) {
        .tests = {
            .kernel = {{.shapes = {{33, 260}}, .lo = -6, .hi = 6},
                       {.shapes = {{3, 5, 2}}, .attrs = clamped, .lo = -3, .hi = 3},
-                      {.shapes = {{7, 300}}, .attrs = loose, .lo = -20, .hi = 20}},
+                      {.shapes = {{7, 300}}, .attrs = loose, .lo = -20, .hi = 20},
+                      // F a multiple of 8: a whole tile of 1024 columns and a partial one.
+                      {.shapes = {{3, 2064}}, .attrs = clamped, .lo = -3, .hi = 3},
+                      {.shapes = {{5, 48}}, .lo = -6, .hi = 6}},
            .gradient = {{.shapes = {{7, 10}}, .lo = -3, .hi = 3},
                         {.shapes = {{2, 3, 8}}, .attrs = loose, .lo = -3, .hi = 3}},
            // silu(1) = 1·σ(1) = 0.7310585786300049; a clamped gate and up, NaN kept.
@@ -199,14 +228,15 @@ void register_swiglu(OpRegistry& registry) {
        .infer = infer_swiglu_grad,
        .reference = ref_swiglu_grad,
        .expand = expand_swiglu(cache, true),
-       .tests = {
-           .kernel = {{.shapes = {{33, 260}, {33, 130}}, .lo = -6, .hi = 6},
-                      {.shapes = {{3, 5, 2}, {3, 5, 1}}, .attrs = clamped, .lo = -3, .hi = 3}},
-           // At g = 0: dg = dy·u·silu'(0) = dy·u/2, du = dy·silu(0) = 0; a clamped gate
-           // and up pass nothing.
-           .examples = {{.inputs = {{{1, 4}, {0, 5, 3, -6}}, {{1, 2}, {2, 1}}},
-                         .attrs = {{"limit", 4.0}},
-                         .outputs = {{{1, 4}, {3, 0, 0, 0}}}}}}});
+       .tests = {.kernel = {{.shapes = {{33, 260}, {33, 130}}, .lo = -6, .hi = 6},
+                            {.shapes = {{3, 5, 2}, {3, 5, 1}}, .attrs = clamped, .lo = -3, .hi = 3},
+                            {.shapes = {{3, 2064}, {3, 1032}}, .attrs = clamped, .lo = -3, .hi = 3},
+                            {.shapes = {{5, 48}, {5, 24}}, .lo = -6, .hi = 6}},
+                 // At g = 0: dg = dy·u·silu'(0) = dy·u/2, du = dy·silu(0) = 0; a clamped gate
+                 // and up pass nothing.
+                 .examples = {{.inputs = {{{1, 4}, {0, 5, 3, -6}}, {{1, 2}, {2, 1}}},
+                               .attrs = {{"limit", 4.0}},
+                               .outputs = {{{1, 4}, {3, 0, 0, 0}}}}}}});
 }
 
 }  // namespace tilerun::kernels
