@@ -490,10 +490,12 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
     const bool tc_batch = (dt == DType::BF16 || dt == DType::F16) && k % 8 == 0 &&
                           (tb || n % 8 == 0) && (!ta || m % 8 == 0);
     if (tc_batch) {
+      // The tile's rows by the blocks of all the batch's products together (bits unchanged).
+      const int64_t rows = tc_tile_rows(m * mb.count, n);
       ex.calls.push_back(
           {.kernel = cache->get(
-               kernel_key(tc_async_batch_name(ta, tb, a.batched, b.batched), dt),
-               [&] { return build_tc_matmul_async_batch(dt, ta, tb, a.batched, b.batched); }),
+               kernel_key(tc_async_batch_name(ta, tb, a.batched, b.batched, rows), dt),
+               [&] { return build_tc_matmul_async_batch(dt, ta, tb, a.batched, b.batched, rows); }),
            .buffers = {a.arg, b.arg, output_slot(0)},
            .dims = {m, n, k, mb.count}});
       return ex;

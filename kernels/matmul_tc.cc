@@ -383,13 +383,13 @@ cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows) {
 // Batched: grid axis z over c's batch elements, each the product build_tc_matmul_async computes
 // from its own matrices (a and b each [B, .., ..], or [1, .., ..] when shared), so the same
 // chains and the same bits as the rank-2 product of each element.
-std::string tc_async_batch_name(bool ta, bool tb, bool a_batched, bool b_batched) {
-  return tc_async_name(ta, tb) + "_batch_" + (a_batched ? "a" : "") + (b_batched ? "b" : "");
+std::string tc_async_batch_name(bool ta, bool tb, bool a_batched, bool b_batched, int64_t rows) {
+  return tc_async_name(ta, tb, rows) + "_batch_" + (a_batched ? "a" : "") + (b_batched ? "b" : "");
 }
 
 cc::Kernel build_tc_matmul_async_batch(DType dtype, bool ta, bool tb, bool a_batched,
-                                       bool b_batched) {
-  cc::KernelBuilder kb(tc_async_batch_name(ta, tb, a_batched, b_batched) + "_" +
+                                       bool b_batched, int64_t rows) {
+  cc::KernelBuilder kb(tc_async_batch_name(ta, tb, a_batched, b_batched, rows) + "_" +
                        std::string(dtype_name(dtype)));
   const auto [m, n, k] = async_dims(kb, ta, tb);
   cc::Dim batch = kb.dim("B", {.min = 1});
@@ -400,34 +400,35 @@ cc::Kernel build_tc_matmul_async_batch(DType dtype, bool ta, bool tb, bool a_bat
   cc::Buf b =
       kb.input("b", dtype, tb ? std::vector<cc::Val>{nb, n, k} : std::vector<cc::Val>{nb, k, n});
   cc::Buf c = kb.output("c", dtype, {batch, m, n});
-  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, kTcM), batch}, kTcThreads, [&](cc::Scope& s) {
-    cc::Idx m0 = s.block_idx(1) * kTcM, n0 = s.block_idx(0) * kTcN, z = s.block_idx(2);
-    const cc::Val za = a_batched ? cc::Val(z) : cc::Val(int64_t{0});
-    const cc::Val zb = b_batched ? cc::Val(z) : cc::Val(int64_t{0});
-    TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb);
-    const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
-    for (const cc::Buf& acc : st.acc)
-      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
-    // tc_async_boxes' boxes, as the matrix of a 3-d tensor.
-    tc_async_steps(s, st,
-                   {.a =
-                        [&](const cc::Val& j, int h) {
-                          return ta ? a.region({za, j * kTcK, m0 + h * 64}, {1, kTcK, 64})
-                                    : a.region({za, m0, j * kTcK}, {1, kTcM, kTcK});
-                        },
-                    .b =
-                        [&](const cc::Val& j, int h) {
-                          return tb ? b.region({zb, n0, j * kTcK}, {1, kTcN, kTcK})
-                                    : b.region({zb, j * kTcK, n0 + h * (kTcN / 2)},
-                                               {1, kTcK, kTcN / 2});
-                        }},
-                   k);
-    for (size_t h = 0; h < st.acc.size(); ++h)
-      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) {
-        cc::Idx row = m0 + i, col = n0 + static_cast<int64_t>(h) * width + j;
-        s.if_then(row < m && col < n, [&] { c(z, row, col) = st.acc[h](i, j); });
-      });
-  });
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, rows), batch}, static_cast<int>(2 * rows),
+          [&](cc::Scope& s) {
+            cc::Idx m0 = s.block_idx(1) * rows, n0 = s.block_idx(0) * kTcN, z = s.block_idx(2);
+            const cc::Val za = a_batched ? cc::Val(z) : cc::Val(int64_t{0});
+            const cc::Val zb = b_batched ? cc::Val(z) : cc::Val(int64_t{0});
+            TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows);
+            const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
+            for (const cc::Buf& acc : st.acc)
+              s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+            // tc_async_boxes' boxes, as the matrix of a 3-d tensor.
+            tc_async_steps(s, st,
+                           {.a =
+                                [&](const cc::Val& j, int h) {
+                                  return ta ? a.region({za, j * kTcK, m0 + h * 64}, {1, kTcK, 64})
+                                            : a.region({za, m0, j * kTcK}, {1, rows, kTcK});
+                                },
+                            .b =
+                                [&](const cc::Val& j, int h) {
+                                  return tb ? b.region({zb, n0, j * kTcK}, {1, kTcN, kTcK})
+                                            : b.region({zb, j * kTcK, n0 + h * (kTcN / 2)},
+                                                       {1, kTcK, kTcN / 2});
+                                }},
+                           k);
+            for (size_t h = 0; h < st.acc.size(); ++h)
+              s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) {
+                cc::Idx row = m0 + i, col = n0 + static_cast<int64_t>(h) * width + j;
+                s.if_then(row < m && col < n, [&] { c(z, row, col) = st.acc[h](i, j); });
+              });
+          });
   return kb.build();
 }
 

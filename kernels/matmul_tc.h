@@ -44,9 +44,10 @@ compiler::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb);
 // Batched on the copy_async loop (K, M for a transposed a, N for a plain b multiples of 8): grid
 // axis z over c's B batch elements; a [B or 1, .., ..], b likewise, c [B, M, N]. Each element's
 // bits are build_tc_matmul_async's for its matrices.
-std::string tc_async_batch_name(bool ta, bool tb, bool a_batched, bool b_batched);
+std::string tc_async_batch_name(bool ta, bool tb, bool a_batched, bool b_batched,
+                                int64_t rows = kTcM);
 compiler::Kernel build_tc_matmul_async_batch(DType dtype, bool ta, bool tb, bool a_batched,
-                                             bool b_batched);
+                                             bool b_batched, int64_t rows = kTcM);
 
 // ---- The register-staged K loop, for other kernels on the same tiling (grouped_matmul) ----------
 

@@ -70,6 +70,25 @@ TEST(MatmulBatch, EachElementIsTheRank2ProductBitForBit) {
     }
 }
 
+// bf16 on the tensor cores: the batch of three runs 128-row tiles (96 tiles in all) while each
+// element alone runs 64-row ones (32 tiles; matmul.cc tc_tile_rows): the same bits.
+TEST(MatmulBatch, TensorCoreTileRowsDoNotChangeTheBits) {
+  std::mt19937_64 rng(testing::test_seed());
+  const DType dtype = DType::BF16;
+  RefTensor a = testing::rounded(dtype, testing::random_tensor(rng, {3, 500, 16}));
+  RefTensor b = testing::rounded(dtype, testing::random_tensor(rng, {3, 16, 1000}));
+  std::vector<Bytes> got = runner().run("matmul", {a, b}, {}, dtype, std::nan(""));
+  ASSERT_EQ(got.size(), 1u);
+  const size_t per = got[0].data.size() / 3;
+  for (int64_t z = 0; z < 3; ++z) {
+    std::vector<Bytes> want =
+        runner().run("matmul", {matrix(a, z), matrix(b, z)}, {}, dtype, std::nan(""));
+    ASSERT_EQ(want[0].data.size(), per);
+    EXPECT_EQ(std::memcmp(got[0].data.data() + z * per, want[0].data.data(), per), 0)
+        << "batch element " << z;
+  }
+}
+
 // a [B, M, K] @ b [K, N]: one matmul over B·M rows, bit for bit.
 TEST(MatmulBatch, SharedRightOperandFoldsIntoRows) {
   std::mt19937_64 rng(testing::test_seed());
