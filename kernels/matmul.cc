@@ -435,7 +435,8 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
     int64_t k = ta ? as[as.size() - 2] : as.back();
     const MatmulBatch mb = matmul_batch(in[0], in[1]);
     // bf16/f16 on the tensor cores when the product is one matrix product (a's batch folded into
-    // its rows): the tiling never depends on M, so a row's bits do not depend on the batch.
+    // its rows): the K chain never depends on M (only the tile's rows may), so a row's bits do
+    // not depend on the batch.
     if ((dt == DType::BF16 || dt == DType::F16) && (mb.count == 1 || folds_into_rows(mb, ta))) {
       // Asynchronous copies where the rows are 16-byte aligned: a choice by K and N only for a
       // not transposed a; a transposed one (one product, K over the tokens) needs M too.

@@ -227,9 +227,9 @@ cc::Kernel build_tc_splitk_sum(DType dtype) {
 }
 
 // ---- Staged by copy_async (a not transposed) --------------------------------------------------
-// The same 128 x 128 output tile, two warpgroups and 64-wide K steps, but the tiles go from
-// global to shared memory by copy_async (cp.async.cg, 16 bytes a thread, never through the
-// registers), kAsyncStages buffers deep. a [m, k] lands K-major in a [128, 64] tile; b as given:
+// The same output tile (128 x 128 on two warpgroups, or 64 x 128 on one: `rows`) and 64-wide
+// K steps, but the tiles go from global to shared memory by copy_async (cp.async.cg, 16 bytes a
+// thread, never through the registers), kAsyncStages buffers deep. a [m, k] lands K-major in a [128, 64] tile; b as given:
 // transposed ([n, k]) K-major in a [128, 64] tile and one gemm, else ([k, n], rows of N) as two
 // N-major [64 (k), 64 (n)] tiles, 128-byte rows under the same swizzle, and two gemms of 64
 // columns each (wgmma reads N-major bf16/f16 B tiles; a 128-wide N-major tile is two atoms

@@ -1,6 +1,8 @@
-// The bf16/f16 matmul kernels on the tensor cores (ir.h Gemm): a constant 128 x 128 x 64 tiling
-// (two warpgroups), so a row's bits never depend on M. kernels/matmul.cc picks one by the
-// transposes and the operands' row alignment (K and N), never by M.
+// The bf16/f16 matmul kernels on the tensor cores (ir.h Gemm): 128 x 128 x 64 tiles (two
+// warpgroups), or 64 x 128 x 64 (one) for the copy_async kernels. Every output is the same chain
+// of 16-wide tensor-core steps in k order whatever the tile, so a row's bits never depend on M.
+// kernels/matmul.cc picks a kernel by the transposes and the operands' row alignment (K and N),
+// and the copy_async tile's rows by how many tiles the product has.
 #pragma once
 
 #include <functional>
