@@ -2,7 +2,7 @@
 // the CUDA cores, 32x32 (or, below 128 such tiles, 16x16) tiles, 4x4 outputs per thread, K split
 // over up to 8 thread groups of the block (group g takes every k with (k / 16) % G == g), their
 // tiles added in group order; double-buffered shared tiles, the next step prefetched into
-// registers. bf16/f16: the tensor cores (a `gemm` per 64 of K over 128x128 tiles, below).
+// registers. bf16/f16: the tensor cores (a `gemm` per 64 of K over 128x128 or 64x128 tiles).
 // Batched (rank >= 3, matmul_batch.h): the same kernels with a grid axis over the batch, or one
 // matmul when the batch folds into a's rows.
 #include <algorithm>
@@ -153,13 +153,10 @@ struct Tiling {
 };
 constexpr int64_t kMinBlocks = 128;  // about one block per SM of a large GPU
 // K groups double while the block's groups stay under kTargetGroups over the grid and every
-// group keeps at least kMinGroupK of K, up to kMaxGroups (shared memory). Measured on the H200
-// (2026-12-01): up to 32 groups took mHC's x·fn (N = 24, K = 4096) from 34 to 31 us at T = 1024
-// but from 95 to 118 at T = 4096 (the 16x16 kernel is bound by its shared loads, not by its K
-// steps' latency), so 8.
+// group keeps at least kMinGroupK of K, up to kMaxGroups (shared memory; 32 groups measured
+// worse at T = 4096: the 16x16 kernel is bound by its shared loads, bench/RESULTS.md).
 constexpr int64_t kTargetGroups = 1024, kMinGroupK = 64, kMaxGroups = 8, kMaxGroupsBig = 4;
-// The tiling is planned for this many rows whatever M is: G sets each output's chains, so a plan
-// that followed M would give a row different bits in a different batch (batch invariance).
+// Planned for this many rows whatever M is: G sets each output's chains (batch invariance).
 constexpr int64_t kPlannedRows = 1024;
 
 Tiling plan_matmul(int64_t n, int64_t k) {
@@ -397,10 +394,8 @@ TcSplit plan_tc_split_rows(int64_t n, int64_t k) {
   return {.splits = (steps + per - 1) / per, .slice = per * kTcK};
 }
 
-// The async kernel's tile rows: 64 (one warpgroup a block) when 128-row tiles would leave more
-// than half of the H200's 132 SMs idle (V4-mini's projections at T = 1024: N = 512 is 32 tiles,
-// each block 16 latency-bound K steps), else 128. The rows set no output's chain, so this may
-// follow M: the bits are the same either way (MatmulTensorCore.RowsDoNotDependOnM).
+// The async kernel's tile rows: 64 (one warpgroup) when 128-row tiles would leave half of the 132
+// SMs idle, else 128; they set no output's chain, so may follow M (RowsDoNotDependOnM).
 int64_t tc_tile_rows(int64_t m, int64_t n) {
   constexpr int64_t kSms = 132;
   const int64_t tiles = ((m + kTcM - 1) / kTcM) * ((n + kTcN - 1) / kTcN);
@@ -435,8 +430,7 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
     int64_t k = ta ? as[as.size() - 2] : as.back();
     const MatmulBatch mb = matmul_batch(in[0], in[1]);
     // bf16/f16 on the tensor cores when the product is one matrix product (a's batch folded into
-    // its rows): the K chain never depends on M (only the tile's rows may), so a row's bits do
-    // not depend on the batch.
+    // its rows): the K chain never depends on M, so neither do a row's bits.
     if ((dt == DType::BF16 || dt == DType::F16) && (mb.count == 1 || folds_into_rows(mb, ta))) {
       // Asynchronous copies where the rows are 16-byte aligned: a choice by K and N only for a
       // not transposed a; a transposed one (one product, K over the tokens) needs M too.
