@@ -24,7 +24,6 @@
 #include "kernels/expand_util.h"
 #include "kernels/grouped_matmul_tc.h"
 #include "kernels/kernel_cache.h"
-#include "kernels/matmul_tc.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
@@ -348,16 +347,14 @@ ExpandFn expand_grouped(std::shared_ptr<KernelCache> cache) {
     const int64_t r = in[0].shape[0], k = in[0].shape[1], n = out[0].shape[1];
     const int64_t e = in[2].shape[0];
     // copy_async staging where the rows are 16-byte aligned (as matmul: a choice by K and N).
+    // (128-row tiles: 64-row ones re-read each expert's weights twice as often and measured
+    // slower, bench/RESULTS.md thirteenth session.)
     const bool async = k % 8 == 0 && (tb || n % 8 == 0);
-    // 128-row tiles: 64-row ones (tried where the experts average fewer than 256 rows) meet
-    // fewer experts each but re-read each expert's weights twice as often, and the weights are
-    // the traffic: 245 -> 329 us forward at T = 1024 on the H200 (2026-12-01).
-    const int64_t rows = kTcM;
     KernelCache::KernelPtr kernel =
         !tensor_cores(dt) ? cache->get(std::string("grouped_") + (tb ? "nt" : "nn") + suffix(dt),
                                        [&] { return build_grouped(dt, tb); })
-        : async           ? cache->get(kernel_key(grouped_tc_async_name(tb, rows), dt),
-                                       [&] { return build_grouped_tc_async(dt, tb, rows); })
+        : async           ? cache->get(kernel_key(grouped_tc_async_name(tb), dt),
+                                       [&] { return build_grouped_tc_async(dt, tb); })
                           : cache->get(kernel_key(grouped_tc_name(tb), dt),
                                        [&] { return build_grouped_tc(dt, tb); });
     return OpExpansion{

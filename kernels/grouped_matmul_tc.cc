@@ -7,12 +7,12 @@
 //    one restages the shared tiles another warpgroup may still be reading.
 //    Where K (and N, b not transposed) are multiples of 8, the same pass on the copy_async K loop
 //    (matmul_tc.h tc_async_steps): the same chains, so the same bits.
-//  - wgrad: a block per (128 of K, 128 of N, expert; 64 of K on the copy_async loop): the K loop of
-//  the gemm runs over the
-//    segment's rows, 64 at a time from its first (x^T and dy both staged from [rows, ..]
-//    tensors), zeros past its end, so dw[e] depends only on the segment's rows; empty: zeros.
-//    Where K and N are multiples of 8, the same on the copy_async K loop (x as a transposed a in
-//    MN-major panels), the rows past the segment's end zeroed in the last step's tiles.
+//  - wgrad: a block per (128 of K, 128 of N, expert; 64 of K on the copy_async loop): the K
+//    loop of the gemm runs over the segment's rows, 64 at a time from its first (x^T and dy both
+//    staged from [rows, ..] tensors), zeros past its end, so dw[e] depends only on the segment's
+//    rows; empty: zeros. Where K and N are multiples of 8, the same on the copy_async K loop (x as
+//    a transposed a in MN-major panels), the rows past the segment's end zeroed in the last step's
+//    tiles.
 #include "kernels/grouped_matmul_tc.h"
 
 #include "kernels/matmul_tc.h"
@@ -76,16 +76,15 @@ cc::Kernel build_grouped_tc(DType dtype, bool tb) {
   return kb.build();
 }
 
-std::string grouped_tc_async_name(bool tb, int64_t rows) {
-  return std::string("grouped_matmul_tc_") + (tb ? "nt" : "nn") + "_" + std::to_string(rows) +
-         "x128x64_async";
+std::string grouped_tc_async_name(bool tb) {
+  return std::string("grouped_matmul_tc_") + (tb ? "nt" : "nn") + "_128x128x64_async";
 }
 
-// The forward's scheme on matmul_tc.h's copy_async K loop, `rows` (64 or 128) of y per block (a
-// warpgroup per 64): x's boxes are rows [r0, r0 + rows) of x, which may run past the segment (those
-// rows are computed and dropped) but read zeros past R; w's are boxes of the matrix w[e].
-cc::Kernel build_grouped_tc_async(DType dtype, bool tb, int64_t rows) {
-  cc::KernelBuilder kb(grouped_tc_async_name(tb, rows) + "_" + std::string(dtype_name(dtype)));
+// The forward's scheme on matmul_tc.h's copy_async K loop: x's boxes are rows [r0, r0 + 128) of
+// x, which may run past the segment (those rows are computed and dropped) but read zeros past
+// R; w's are boxes of the matrix w[e].
+cc::Kernel build_grouped_tc_async(DType dtype, bool tb) {
+  cc::KernelBuilder kb(grouped_tc_async_name(tb) + "_" + std::string(dtype_name(dtype)));
   cc::Dim r = kb.dim("R"), n = kb.dim("N", {.min = 1, .divisible_by = tb ? 1 : 8}),
           k = kb.dim("K", {.min = 0, .divisible_by = 8}), experts = kb.dim("E");
   cc::Buf x = kb.input("x", dtype, {r, k});
@@ -93,50 +92,47 @@ cc::Kernel build_grouped_tc_async(DType dtype, bool tb, int64_t rows) {
       "w", dtype, tb ? std::vector<cc::Val>{experts, n, k} : std::vector<cc::Val>{experts, k, n});
   cc::Buf offsets = kb.input("offsets", DType::I32, {experts});
   cc::Buf y = kb.output("y", dtype, {r, n});
-  kb.body(
-      {cc::ceildiv(n, kTcN), cc::ceildiv(r, rows)}, static_cast<int>(2 * rows), [&](cc::Scope& s) {
-        // n0 not let-bound: the copies' origins must show themselves multiples of 8
-        // (tile_verifier).
-        cc::Idx n0 = s.block_idx(0) * kTcN, r0 = s.let(s.block_idx(1) * rows, "r0");
-        TcAsyncStaging st = tc_async_staging(s, dtype, /*ta=*/false, tb, rows);
-        const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
-        std::vector<cc::Buf> out;
-        for (size_t h = 0; h < st.acc.size(); ++h) {
-          out.push_back(s.alloc_fragment("out" + std::to_string(h), DType::F32, {rows, width}));
-          s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) { out[h](i, j) = 0.0f; });
-        }
-        s.serial(experts, [&](cc::Idx e) {
-          const auto [lo_v, hi_v] = grouped_segment(s, offsets, e, experts, r);
-          const cc::Val lo = lo_v, hi = hi_v;  // plain names, captured by the lambdas
-          cc::Val meets = s.let(lo < hi && lo < r0 + rows && hi > r0, "meets");
-          // A 0-or-1-trip loop, not an if: the pass holds barriers and gemms.
-          s.serial(cc::select(meets, cc::Val(1), cc::Val(0)), [&](cc::Idx) {
-            for (const cc::Buf& acc : st.acc)
-              s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
-            tc_async_steps(s, st,
-                           {.a =
-                                [&](const cc::Val& j, int) {
-                                  return x.region({r0, j * kTcK}, {rows, kTcK});
-                                },
-                            .b =
-                                [&](const cc::Val& j, int h) {
-                                  return tb ? w.region({e, n0, j * kTcK}, {1, kTcN, kTcK})
-                                            : w.region({e, j * kTcK, n0 + h * width},
-                                                       {1, kTcK, width});
-                                }},
-                           k);
-            for (size_t h = 0; h < st.acc.size(); ++h)
-              s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) {
-                cc::Idx row = r0 + i;
-                out[h](i, j) =
-                    cc::select(row >= lo && row < hi, out[h](i, j) + st.acc[h](i, j), out[h](i, j));
-              });
-            s.barrier();  // the next pass refills the tiles
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(r, kTcM)}, kTcThreads, [&](cc::Scope& s) {
+    // n0 not let-bound: the copies' origins must show themselves multiples of 8 (tile_verifier).
+    cc::Idx n0 = s.block_idx(0) * kTcN, r0 = s.let(s.block_idx(1) * kTcM, "r0");
+    TcAsyncStaging st = tc_async_staging(s, dtype, /*ta=*/false, tb);
+    const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
+    std::vector<cc::Buf> out;
+    for (size_t h = 0; h < st.acc.size(); ++h) {
+      out.push_back(s.alloc_fragment("out" + std::to_string(h), DType::F32, {kTcM, width}));
+      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) { out[h](i, j) = 0.0f; });
+    }
+    s.serial(experts, [&](cc::Idx e) {
+      const auto [lo_v, hi_v] = grouped_segment(s, offsets, e, experts, r);
+      const cc::Val lo = lo_v, hi = hi_v;  // plain names, captured by the lambdas
+      cc::Val meets = s.let(lo < hi && lo < r0 + kTcM && hi > r0, "meets");
+      // A 0-or-1-trip loop, not an if: the pass holds barriers and gemms.
+      s.serial(cc::select(meets, cc::Val(1), cc::Val(0)), [&](cc::Idx) {
+        for (const cc::Buf& acc : st.acc)
+          s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+        tc_async_steps(s, st,
+                       {.a =
+                            [&](const cc::Val& j, int) {
+                              return x.region({r0, j * kTcK}, {kTcM, kTcK});
+                            },
+                        .b =
+                            [&](const cc::Val& j, int h) {
+                              return tb ? w.region({e, n0, j * kTcK}, {1, kTcN, kTcK})
+                                        : w.region({e, j * kTcK, n0 + h * width}, {1, kTcK, width});
+                            }},
+                       k);
+        for (size_t h = 0; h < st.acc.size(); ++h)
+          s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) {
+            cc::Idx row = r0 + i;
+            out[h](i, j) =
+                cc::select(row >= lo && row < hi, out[h](i, j) + st.acc[h](i, j), out[h](i, j));
           });
-        });
-        for (size_t h = 0; h < out.size(); ++h)
-          s.copy(y.region({r0, n0 + static_cast<int64_t>(h) * width}, {rows, width}), out[h]);
+        s.barrier();  // the next pass refills the tiles
       });
+    });
+    for (size_t h = 0; h < out.size(); ++h)
+      s.copy(y.region({r0, n0 + static_cast<int64_t>(h) * width}, {kTcM, width}), out[h]);
+  });
   return kb.build();
 }
 

@@ -24,8 +24,8 @@ compiler::Kernel build_grouped_tc(DType dtype, bool tb);
 
 // The same on copy_async (cp.async) staging, five buffers deep: K, and N when w is not
 // transposed, multiples of 8 (16-byte rows); the same bits as build_grouped_tc.
-std::string grouped_tc_async_name(bool tb, int64_t rows);
-compiler::Kernel build_grouped_tc_async(DType dtype, bool tb, int64_t rows);
+std::string grouped_tc_async_name(bool tb);
+compiler::Kernel build_grouped_tc_async(DType dtype, bool tb);
 
 // dw[e] = x[seg e]^T dy[seg e] (parameters x, dy, offsets, dw; R, K, N, E), as the SIMT wgrad.
 std::string grouped_wgrad_tc_name(bool tb);

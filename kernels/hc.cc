@@ -393,14 +393,11 @@ cc::Kernel build_hc_post_grad(int64_t n, const std::string& name) {
       for (int64_t o = 0; o < count; ++o) part(cc::Val(o), t) = acc[o](t);
     });
     s.barrier();
-    // The partials of sum o in thread order, from -0.
-    auto total = [&](cc::Buf& into, const cc::Idx& at, const cc::Val& o) {
-      into(at) = -0.0f;
-      s.serial(cc::Val(int64_t{kThreads}), [&](cc::Idx j) { into(at) = into(at) + part(o, j); });
-    };
+    // Each sum: its partials in thread order, from -0.
     cc::Buf totp = s.alloc_fragment("totp", DType::F32, {n});
     s.parallel(nv, [&](cc::Idx q) {
-      total(totp, q, q);
+      totp(q) = -0.0f;
+      s.serial(cc::Val(int64_t{kThreads}), [&](cc::Idx j) { totp(q) = totp(q) + part(q, j); });
       dpost(tok, q) = totp(q);
     });
     cc::Buf totc = s.alloc_fragment("totc", DType::F32, {n, n});
