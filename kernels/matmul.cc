@@ -365,11 +365,12 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
 // for a transposed a (the caller's condition): there K runs over the tokens and no output is a
 // token's row, so the choice may depend on every dim; with a not transposed, a row's bits must
 // not depend on M (batch invariance): plan_tc_split_rows decides from N and K alone.
+constexpr int64_t kSms = 132;  // the H200's SMs, which the tensor-core plans below fill
 struct TcSplit {
   int64_t splits = 1, slice = 0;  // slice: in elements, a multiple of kTcK
 };
 TcSplit plan_tc_split(int64_t m, int64_t n, int64_t k) {
-  constexpr int64_t kSms = 132, kMinSlice = 1024;
+  constexpr int64_t kMinSlice = 1024;
   const int64_t tiles = ((m + kTcM - 1) / kTcM) * ((n + kTcN - 1) / kTcN);
   if (tiles >= kSms || k < 2 * kMinSlice) return {};
   const int64_t splits = std::min(2 * kSms / tiles, k / kMinSlice);
@@ -385,7 +386,7 @@ TcSplit plan_tc_split(int64_t m, int64_t n, int64_t k) {
 // 2048, as many as would bring such an M to two blocks per SM. A larger M gets more blocks and
 // more f32 partials (splits · M · N · 4 bytes, small against a's M · K · 2).
 TcSplit plan_tc_split_rows(int64_t n, int64_t k) {
-  constexpr int64_t kSms = 132, kMinSlice = 2048, kPlannedRowTiles = 8;
+  constexpr int64_t kMinSlice = 2048, kPlannedRowTiles = 8;
   const int64_t col_tiles = (n + kTcN - 1) / kTcN;
   if (k < 2 * kMinSlice) return {};
   const int64_t splits = std::min(2 * kSms / (col_tiles * kPlannedRowTiles), k / kMinSlice);
@@ -397,7 +398,6 @@ TcSplit plan_tc_split_rows(int64_t n, int64_t k) {
 // The async kernel's tile rows: 64 (one warpgroup) when 128-row tiles would leave half of the 132
 // SMs idle, else 128; they set no output's chain, so may follow M (RowsDoNotDependOnM).
 int64_t tc_tile_rows(int64_t m, int64_t n) {
-  constexpr int64_t kSms = 132;
   const int64_t tiles = ((m + kTcM - 1) / kTcM) * ((n + kTcN - 1) / kTcN);
   return 2 * tiles <= kSms ? 64 : kTcM;
 }
