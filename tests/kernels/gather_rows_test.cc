@@ -1,8 +1,9 @@
 // gather_rows_grad with counting_sort's inverses gives embedding_grad's sums: the MoE's three
 // gathers (the tokens into expert-major routes by row, each route's weight by order, the expert
 // outputs back by position) on fresh random routings, bit for bit the f32 sums in the inverse's
-// order and within rounding of the double reference; past kMaxSortedIds ids too, where
-// embedding_grad scans every id for every table row.
+// order and within rounding of the double reference; with D a multiple of 8 (8 columns a
+// thread) and not, and past kMaxSortedIds ids too, where embedding_grad scans every id for every
+// table row.
 #include <algorithm>
 #include <numeric>
 #include <random>
@@ -86,6 +87,8 @@ TEST(GatherRows, MoeGathersSumTheirInverseRows) {
   for (DType dtype : {DType::F32, DType::BF16})
     for (auto [tokens, k, experts, d] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{9, 2, 4, 5},
                                          {37, 6, 16, 33},
+                                         {24, 3, 8, 16},       // 8 columns a thread
+                                         {40, 6, 16, 1040},    // and a column tile's tail
                                          {3000, 6, 64, 3}}) {  // 18000 ids > kMaxSortedIds
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " T=" + std::to_string(tokens));
       const Routing r = route(rng, tokens, k, experts);
