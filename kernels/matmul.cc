@@ -12,6 +12,7 @@
 #include "kernels/expand_util.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/matmul_batch.h"
+#include "kernels/matmul_simt.h"
 #include "kernels/matmul_tc.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
@@ -122,239 +123,6 @@ std::vector<GradOp> grad_matmul(const std::vector<TensorType>& in, const Attrs& 
 
 // ---- Tile kernels --------------------------------------------------------------------------
 //
-// One kernel per transpose pair and tiling: a BM x BN output tile per block, and per thread an
-// RM x RN micro tile of outputs in registers (one single-element fragment per output, so the
-// fma loop is written out with every a and b value loaded from shared memory once). K goes in
-// steps through double-buffered shared tiles, the next step's tiles loaded into registers while
-// the current ones are used.
-//
-// A small output with a long K (too few tiles to fill the GPU) splits K inside the block: G
-// groups of threads each compute the whole tile, group g over every k with (k / BK) % G == g,
-// then their tiles are added through shared memory in group order. G and the tiling are
-// functions of (N, K) and the constants below only (never of M), never of the grid or the device,
-// so each output is always the same G fma chains (each in ascending k, from +0) added in the same
-// order, on every backend. No second kernel, no scratch, no atomics.
-
-constexpr int64_t kBK = 16;  // K per group and step
-constexpr int64_t kRM = 4, kRN = 4;
-// A shared tile whose fastest axis is K gets this many pad columns, so that a warp's 16-byte
-// reads of 4 consecutive k from different rows fall in distinct banks (and rows stay 16-byte
-// aligned).
-constexpr int64_t kPad = 4;
-
-// The two tilings: 32x32 tiles (8x8 threads per group), and 16x16 tiles (4x4 threads per
-// group) for outputs with fewer than kMinBlocks 32x32 tiles. With G groups, each K step of the
-// block covers G * BK of K and group g takes the g-th BK of it.
-struct Tiling {
-  int64_t bm, bn, groups;
-  int64_t ty() const { return bm / kRM; }
-  int64_t tx() const { return bn / kRN; }
-  int threads() const { return static_cast<int>(groups * ty() * tx()); }
-};
-constexpr int64_t kMinBlocks = 128;  // about one block per SM of a large GPU
-// K groups double while the block's groups stay under kTargetGroups over the grid and every
-// group keeps at least kMinGroupK of K, up to kMaxGroups (shared memory; 32 groups measured
-// worse at T = 4096: the 16x16 kernel is bound by its shared loads, bench/RESULTS.md).
-constexpr int64_t kTargetGroups = 1024, kMinGroupK = 64, kMaxGroups = 8, kMaxGroupsBig = 4;
-// Planned for this many rows whatever M is: G sets each output's chains (batch invariance).
-constexpr int64_t kPlannedRows = 1024;
-
-Tiling plan_matmul(int64_t n, int64_t k) {
-  auto tiles = [&](int64_t t) { return ((kPlannedRows + t - 1) / t) * ((n + t - 1) / t); };
-  bool big = tiles(32) >= kMinBlocks;
-  Tiling t{.bm = big ? 32 : 16, .bn = big ? 32 : 16, .groups = 1};
-  int64_t max_groups = big ? kMaxGroupsBig : kMaxGroups, blocks = tiles(t.bm);
-  while (2 * t.groups <= max_groups && blocks * t.groups < kTargetGroups &&
-         k >= 2 * t.groups * kMinGroupK)
-    t.groups *= 2;
-  return t;
-}
-
-// A batched kernel's third grid axis runs over c's batch elements; a and b each hold one
-// matrix per element (batched) or one for all.
-struct BatchMode {
-  bool on = false, a = false, b = false;
-};
-
-// "matmul_nt_16x16g8": transposes of a and b as BLAS spells them (n: as stored, t: transposed),
-// the block tile and the K groups; "_batch_ab" etc. when batched (which operands are).
-std::string matmul_name(bool ta, bool tb, const Tiling& t, BatchMode batch = {}) {
-  return std::string("matmul_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_" + std::to_string(t.bm) +
-         "x" + std::to_string(t.bn) + "g" + std::to_string(t.groups) +
-         (batch.on ? std::string("_batch_") + (batch.a ? "a" : "") + (batch.b ? "b" : "") : "");
-}
-
-// c = op(a) op(b) for one pair of transpose flags. Parameters: a, b, c; M, N, K.
-//
-// Step ko loads the K range [ko * G * BK, (ko + 1) * G * BK) of a and b (tiles past K read as
-// zeros) into registers while the fma loop works on the previous step's shared tiles; group g
-// uses k in [g * BK, (g + 1) * BK) of each step, so its fma chain runs over its k in ascending
-// order. Tiles are kept in the operands' stored orientation (global reads run along memory
-// rows whatever the flags), k-contiguous ones with kPad more columns. Within its group, thread
-// (ty, tx) owns rows ty * RM + i when a is transposed (its tile is k-major, so the RM values
-// are adjacent: one 16-byte read) and ty + TY * i otherwise, and likewise columns tx * RN + j
-// when b is k-major (not transposed) and tx + TX * j otherwise. Every loop over the block's
-// threads is a parallel over (group, ty, tx) with one trip, so a thread's coordinates are
-// plain loop indices and every index map is linear. At the end the groups' tiles go through
-// shared memory (the a tiles' space, free by then), and one pass adds them in group order and
-// writes c row-contiguously.
-//
-// Batched (BatchMode::on): one more dim B and grid axis z over c's batch elements; a, b and c get
-// a leading axis (B for a batched operand, 1 for a shared one), and a partial tile is read with
-// explicit guards, as `copy` would, but within the batch element's matrix.
-cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMode batch = {}) {
-  cc::KernelBuilder kb(matmul_name(ta, tb, tl, batch) + "_" + std::string(dtype_name(dtype)));
-  cc::Dim m = kb.dim("M"), n = kb.dim("N"), k = kb.dim("K");
-  cc::Dim nb = batch.on ? kb.dim("B") : cc::Dim();
-  auto shape = [&](bool batched, std::vector<cc::Val> dims) {
-    if (batch.on) dims.insert(dims.begin(), batched ? cc::Val(nb) : cc::Val(1));
-    return dims;
-  };
-  cc::Buf a = kb.input(
-      "a", dtype, shape(batch.a, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k}));
-  cc::Buf b = kb.input(
-      "b", dtype, shape(batch.b, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n}));
-  cc::Buf c = kb.output("c", dtype, shape(true, {m, n}));
-  const int64_t bm = tl.bm, bn = tl.bn, ty_n = tl.ty(), tx_n = tl.tx(), G = tl.groups;
-  const int64_t kstep = G * kBK;  // K per step of the block
-  std::vector<cc::Val> grid = {cc::ceildiv(n, bn), cc::ceildiv(m, bm)};
-  if (batch.on) grid.push_back(nb);
-  kb.body(grid, tl.threads(), [&](cc::Scope& s) {
-    cc::Idx bx = s.block_idx(0), by = s.block_idx(1);
-    cc::Idx bz = batch.on ? s.block_idx(2) : cc::Val(0);
-    // Element (i, j) of an operand's matrix for this block's batch element.
-    auto at = [&](const cc::Buf& buf, bool batched, const cc::Val& i, const cc::Val& j) {
-      return batch.on ? buf(batched ? bz : cc::Val(0), i, j) : buf(i, j);
-    };
-    cc::Val steps = s.let(cc::ceildiv(k, cc::Val(kstep)), "steps");
-
-    // A step's tiles in stored orientation: a [BM, G*BK] or [G*BK, BM], b [G*BK, BN] or
-    // [BN, G*BK]; in shared memory two buffers of each, k-contiguous rows padded.
-    std::vector<int64_t> a_tile = ta ? std::vector{kstep, bm} : std::vector{bm, kstep};
-    std::vector<int64_t> b_tile = tb ? std::vector{bn, kstep} : std::vector{kstep, bn};
-    int64_t a_cols = a_tile[1] + (ta ? 0 : kPad), b_cols = b_tile[1] + (tb ? kPad : 0);
-    const int64_t a_buf = a_tile[0] * a_cols, b_buf = b_tile[0] * b_cols;
-    TR_CHECK(2 * a_buf >= G * bm * bn, "the a tiles hold the groups' output tiles");
-    cc::Buf as = s.alloc_shared("As", DType::F32, {2 * a_buf});  // flat: [buf][row][col]
-    cc::Buf bs = s.alloc_shared("Bs", DType::F32, {2 * b_buf});
-    auto a_sh = [&](const cc::Val& buf, const cc::Val& r0, const cc::Val& r1) {
-      return as(buf * a_buf + r0 * a_cols + r1);
-    };
-    auto b_sh = [&](const cc::Val& buf, const cc::Val& r0, const cc::Val& r1) {
-      return bs(buf * b_buf + r0 * b_cols + r1);
-    };
-    // After the K loop: group g's output tile, [g][row][col] in the a tiles' space.
-    auto red_at = [&](const cc::Val& g, const cc::Val& r, const cc::Val& cl) {
-      return as(g * (bm * bn) + r * bn + cl);
-    };
-    cc::Buf ra = s.alloc_fragment("ra", dtype, a_tile);  // the next step's tiles
-    cc::Buf rb = s.alloc_fragment("rb", dtype, b_tile);
-    // The micro tile, one fragment per output.
-    std::vector<std::vector<cc::Buf>> acc(kRM);
-    for (int64_t i = 0; i < kRM; ++i)
-      for (int64_t j = 0; j < kRN; ++j)
-        acc[i].push_back(s.alloc_fragment("acc" + std::to_string(i) + std::to_string(j), DType::F32,
-                                          {G, ty_n, tx_n}));
-    auto per_thread = [&](const std::function<void(cc::Idx, cc::Idx, cc::Idx)>& body) {
-      s.parallel(G, ty_n, tx_n, body);
-    };
-    // Thread (g, ty, tx)'s rows and columns within the block tile.
-    auto row_of = [&](const cc::Idx& ty, int64_t i) { return ta ? ty * kRM + i : ty + ty_n * i; };
-    auto col_of = [&](const cc::Idx& tx, int64_t j) { return tb ? tx + tx_n * j : tx * kRN + j; };
-
-    // Step ko's tiles into registers. A tile wholly inside its tensor (every tile but the
-    // ragged edges') is read without per-element guards, so its loads issue back to back; an
-    // edge tile goes through copy, which reads zeros outside.
-    auto load_tile = [&](const cc::Buf& frag, const cc::Buf& src, bool batched,
-                         const std::vector<int64_t>& tile, bool k_major, const cc::Val& k0,
-                         const cc::Val& o, const cc::Val& extent) {
-      int64_t k_len = k_major ? tile[0] : tile[1], o_len = k_major ? tile[1] : tile[0];
-      std::vector<cc::Val> origin = k_major ? std::vector{k0, o} : std::vector{o, k0};
-      std::vector<cc::Val> rows_cols =
-          k_major ? std::vector<cc::Val>{k, extent} : std::vector<cc::Val>{extent, k};
-      s.if_then_else(
-          k0 + k_len <= k && o + o_len <= extent,
-          [&] {
-            s.parallel(tile[0], tile[1], [&](cc::Idx r0, cc::Idx r1) {
-              frag(r0, r1) = at(src, batched, origin[0] + r0, origin[1] + r1);
-            });
-          },
-          [&] {
-            if (!batch.on) return s.copy(frag, src.region(origin, tile));
-            s.parallel(tile[0], tile[1], [&](cc::Idx r0, cc::Idx r1) {
-              cc::Idx i = origin[0] + r0, j = origin[1] + r1;
-              s.if_then_else(
-                  i < rows_cols[0] && j < rows_cols[1],
-                  [&] { frag(r0, r1) = at(src, batched, i, j); }, [&] { frag(r0, r1) = 0.0f; });
-            });
-          });
-    };
-    auto load = [&](const cc::Val& ko) {
-      cc::Val k0 = ko * kstep;
-      load_tile(ra, a, batch.a, a_tile, ta, k0, by * bm, m);
-      load_tile(rb, b, batch.b, b_tile, !tb, k0, bx * bn, n);
-    };
-    auto store = [&](const cc::Val& buf) {  // the registers into shared buffer `buf`
-      s.parallel(a_tile[0], a_tile[1],
-                 [&](cc::Idx r0, cc::Idx r1) { a_sh(buf, r0, r1) = ra(r0, r1); });
-      s.parallel(b_tile[0], b_tile[1],
-                 [&](cc::Idx r0, cc::Idx r1) { b_sh(buf, r0, r1) = rb(r0, r1); });
-    };
-
-    per_thread([&](cc::Idx g, cc::Idx ty, cc::Idx tx) {
-      for (auto& row : acc)
-        for (cc::Buf& f : row) f(g, ty, tx) = 0.0f;
-    });
-    // Iteration ko loads step ko's tiles into registers, runs the fma loop on step ko - 1's
-    // shared tiles meanwhile, then stores step ko's into the other buffer: one load, one fma
-    // loop and one store in the program, and one barrier per step.
-    s.serial(steps + 1, [&](cc::Idx ko) {
-      cc::Val cur = s.let(ko % 2, "cur");  // the buffer step ko goes to
-      cc::Val more = s.let(ko < steps, "more");
-      s.if_then(more, [&] { load(ko); });
-      s.if_then(ko > 0, [&] {
-        cc::Val prev = s.let(1 - cur, "prev");
-        per_thread([&](cc::Idx g, cc::Idx ty, cc::Idx tx) {
-          for (int64_t kk = 0; kk < kBK; ++kk) {  // unrolled: constant shared offsets
-            cc::Idx kq = g * kBK + kk;            // k within the step
-            std::vector<cc::Val> av, bv;
-            for (int64_t i = 0; i < kRM; ++i) {
-              cc::Idx r = row_of(ty, i);
-              av.push_back(s.let(ta ? a_sh(prev, kq, r) : a_sh(prev, r, kq), "a"));
-            }
-            for (int64_t j = 0; j < kRN; ++j) {
-              cc::Idx cl = col_of(tx, j);
-              bv.push_back(s.let(tb ? b_sh(prev, cl, kq) : b_sh(prev, kq, cl), "b"));
-            }
-            for (int64_t i = 0; i < kRM; ++i)
-              for (int64_t j = 0; j < kRN; ++j)
-                acc[i][j](g, ty, tx) = cc::fma(av[i], bv[j], acc[i][j](g, ty, tx));
-          }
-        });
-      });
-      s.if_then(more, [&] { store(cur); });
-      s.barrier();  // the next step reads what was stored, and overwrites what was read
-    });
-
-    // Every group's output tile into red_at, then c = their sum in group order.
-    per_thread([&](cc::Idx g, cc::Idx ty, cc::Idx tx) {
-      for (int64_t i = 0; i < kRM; ++i)
-        for (int64_t j = 0; j < kRN; ++j)
-          red_at(g, row_of(ty, i), col_of(tx, j)) = acc[i][j](g, ty, tx);
-    });
-    s.barrier();
-    s.parallel(bm, bn, [&](cc::Idx r, cc::Idx cl) {
-      cc::Idx row = s.let(by * bm + r, "row"), col = s.let(bx * bn + cl, "col");
-      s.if_then(row < m && col < n, [&] {
-        cc::Val sum = red_at(cc::Val(0), r, cl);
-        for (int64_t g = 1; g < G; ++g) sum = s.let(sum + red_at(cc::Val(g), r, cl), "sum");
-        at(c, true, row, col) = sum;
-      });
-    });
-  });
-  return kb.build();
-}
-
 // Split K for the tensor-core kernel (matmul_tc.h): a product with few 128 x 128 output tiles
 // and a long K leaves most of the GPU's 132 SMs idle while each block walks K alone (the
 // attention backward's p^T dO: 40 tiles, K = 16384, 256 steps per block). Below 132 tiles and
@@ -468,6 +236,17 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
     if (mb.count == 1 || folds_into_rows(mb, ta)) {
       // One product: a's batch elements, when a is the only batched operand, stacked as rows.
       m *= mb.count;
+      if (t.splits > 1) {
+        KernelCall part{.kernel = cache->get(kernel_key(matmul_name(ta, tb, t), dt),
+                                             [&] { return build_matmul(dt, ta, tb, t); }),
+                        .buffers = {input_slot(0), input_slot(1), scratch_slot(0)},
+                        .dims = {m, n, k, t.slice, t.splits}};
+        KernelCall sum{.kernel = cache->get(kernel_key(tc_splitk_sum_name(), dt),
+                                            [&] { return build_tc_splitk_sum(dt); }),
+                       .buffers = {scratch_slot(0), output_slot(0)},
+                       .dims = {m, n, t.splits}};
+        return OpExpansion{.scratch = {{DType::F32, {t.splits, m, n}}}, .calls = {part, sum}};
+      }
       KernelCall call{.kernel = cache->get(kernel_key(matmul_name(ta, tb, t), dt),
                                            [&] { return build_matmul(dt, ta, tb, t); }),
                       .buffers = {input_slot(0), input_slot(1), output_slot(0)},
@@ -496,8 +275,9 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
       return ex;
     }
     BatchMode mode{.on = true, .a = a.batched, .b = b.batched};
-    ex.calls.push_back({.kernel = cache->get(kernel_key(matmul_name(ta, tb, t, mode), dt),
-                                             [&] { return build_matmul(dt, ta, tb, t, mode); }),
+    const Tiling whole{.bm = t.bm, .bn = t.bn, .groups = t.groups};  // grid z is the batch's
+    ex.calls.push_back({.kernel = cache->get(kernel_key(matmul_name(ta, tb, whole, mode), dt),
+                                             [&] { return build_matmul(dt, ta, tb, whole, mode); }),
                         .buffers = {a.arg, b.arg, output_slot(0)},
                         .dims = {m, n, k, mb.count}});
     return ex;
@@ -521,6 +301,9 @@ std::vector<OpTestCase> matmul_kernel_cases() {
       {{{33, 700}, {40, 700}}, {{"transpose_b", true}}},
       {{{700, 33}, {40, 700}}, {{"transpose_a", true}, {"transpose_b", true}}},
       {{{20, 1100}, {1100, 18}}},
+      // f32 with a long K over few outputs: K split over grid z too (the last slice ragged).
+      {{{40, 4100}, {4100, 24}}},
+      {{{9, 2300}, {24, 2300}}, {{"transpose_b", true}}},
       // Enough 32x32 tiles: the large tiling, one K group and four.
       {{{130, 33}, {33, 1000}}},
       {{{130, 300}, {1000, 300}}, {{"transpose_b", true}}},

@@ -226,14 +226,18 @@ TEST(CudaCompile, EveryKernelCompilesToCubin) {
 // A matmul's summation order depends only on the shape (never the grid): the kernel the
 // expansion picks ("matmul_nn_16x16g4_f32") splits K over G groups, group g taking every k with
 // (k / 16) % G == g, each group one fma chain in k order from +0, and the groups' chains added
-// in group order. Emulated here in float, bit for bit.
+// in group order; a long K over few outputs ("_splitk") first cuts K into slices of L (the
+// expansion's dims), each slice such chains from +0, the slices added in slice order. Emulated
+// here in float, bit for bit.
 TEST(MatmulOrder, FmaChainsAddedInGroupOrder) {
   struct Shape {
     int64_t m, n, k;
     bool ta, tb;
   };
+  int split_shapes = 0;
   for (Shape sh : {Shape{33, 40, 700, false, false}, Shape{20, 18, 1100, false, true},
-                   Shape{130, 1000, 300, true, false}, Shape{7, 33, 130, true, true}}) {
+                   Shape{130, 1000, 300, true, false}, Shape{7, 33, 130, true, true},
+                   Shape{40, 24, 4100, false, false}, Shape{9, 24, 2300, false, true}}) {
     std::mt19937_64 rng(testing::test_seed());
     RefTensor a =
         testing::random_tensor(rng, sh.ta ? std::vector{sh.k, sh.m} : std::vector{sh.m, sh.k});
@@ -246,8 +250,12 @@ TEST(MatmulOrder, FmaChainsAddedInGroupOrder) {
     Attrs full = testing::with_defaults(schema, attrs);
     std::vector<TensorType> in = {{DType::F32, a.shape}, {DType::F32, b.shape}};
     OpExpansion ex = schema.expand(in, schema.infer(in, full), full);
-    ASSERT_EQ(ex.calls.size(), 1u);
     const std::string& name = ex.calls[0].kernel->sig.name;
+    const bool split = name.find("_splitk") != std::string::npos;
+    ASSERT_EQ(ex.calls.size(), split ? 2u : 1u) << name;
+    split_shapes += split;
+    const int64_t slice = split ? ex.calls[0].dims[3] : sh.k;  // (M, N, K, L, S)
+    ASSERT_TRUE(!split || (slice > 0 && slice < sh.k)) << name;
     size_t gpos = name.rfind('g');
     ASSERT_NE(gpos, std::string::npos) << name;
     const int64_t groups = std::stoll(name.substr(gpos + 1)), bk = 16;
@@ -265,11 +273,15 @@ TEST(MatmulOrder, FmaChainsAddedInGroupOrder) {
     for (int64_t i = 0; i < sh.m; ++i)
       for (int64_t j = 0; j < sh.n; ++j) {
         float total = 0;
-        for (int64_t g = 0; g < groups; ++g) {
-          float chain = 0.0f;
-          for (int64_t p = 0; p < sh.k; ++p)
-            if (p / bk % groups == g) chain = std::fmaf(av(i, p), bv(p, j), chain);
-          total = g == 0 ? chain : total + chain;
+        for (int64_t lo = 0; lo < sh.k; lo += slice) {
+          float part = 0;
+          for (int64_t g = 0; g < groups; ++g) {
+            float chain = 0.0f;
+            for (int64_t p = lo; p < std::min(sh.k, lo + slice); ++p)
+              if (p / bk % groups == g) chain = std::fmaf(av(i, p), bv(p, j), chain);
+            part = g == 0 ? chain : part + chain;
+          }
+          total = lo == 0 ? part : total + part;
         }
         uint32_t want, have;
         std::memcpy(&want, &total, 4);
@@ -280,6 +292,7 @@ TEST(MatmulOrder, FmaChainsAddedInGroupOrder) {
       }
     EXPECT_EQ(mismatches, 0) << name << " " << sh.m << "x" << sh.n << "x" << sh.k;
   }
+  EXPECT_EQ(split_shapes, 2) << "the two long-K shapes split K over the grid";
 }
 
 // bf16/f16 matmuls run on the tensor cores (kernels/matmul.cc, ir.h Gemm): every output is the
