@@ -293,12 +293,14 @@ OpTests grad_tests() {
                                  {{1}, {0}}},
                       .attrs = {{"scale", 1.0}},
                       .outputs = {{{1, 1, 1}, {3}}, {{1, 1}, {3}}, {{1, 1}, {1.5}}, {{1}, {-1.5}}}};
-  // The last three take the tensor-core kernels in 16-bit dtypes; the last two give keys runs
-  // across several of kernel B's 128-position windows (3 keys over 512 slots; 2 over 2560).
+  // The last four take the tensor-core kernels in 16-bit dtypes; the last three give keys runs
+  // across several of kernel B's 128-position windows (3 keys over 512 slots; 2 over 2560), and
+  // the last E = 520: kernel B's columns as one whole 512-wide block and a ragged one.
   return {.kernel = {grad_case(3, 1, 8, 5, 1, 0.5), grad_case(7, 2, 64, 20, 5, 0.125),
                      grad_case(24, 3, 70, 40, 16, 0.125), grad_case(5, 2, 8, 3, 16, 0.35),
                      grad_case(6, 8, 72, 100, 64, 0.125), grad_case(3, 16, 136, 90, 128, 0.09),
-                     grad_case(8, 8, 72, 3, 64, 0.2), grad_case(40, 8, 16, 2, 64, 0.3)},
+                     grad_case(8, 8, 72, 3, 64, 0.2), grad_case(40, 8, 16, 2, 64, 0.3),
+                     grad_case(5, 8, 520, 4, 64, 0.04)},
           .examples = {one}};
 }
 

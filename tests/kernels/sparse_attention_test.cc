@@ -170,6 +170,8 @@ TEST(SparseAttention, MatchesDenseAttentionForwardAndBackward) {
   // The tensor-core kernels (16-bit, H a multiple of 8, K of 64, E of 8), E ragged past 64.
   expect_matches_dense({.t = 40, .h = 16, .e = 136, .s = 300, .k = 128}, DType::BF16);
   expect_matches_dense({.t = 21, .h = 8, .e = 72, .s = 150, .k = 64}, DType::F16);
+  // E = 520: kernel B's columns as one whole 512-wide block (vectors) and a ragged one.
+  expect_matches_dense({.t = 10, .h = 8, .e = 520, .s = 80, .k = 64}, DType::BF16);
 }
 
 // An order entry that names a slot whose id is not its key (a wrong inverse) makes that key's
