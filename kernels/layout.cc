@@ -235,20 +235,23 @@ void register_layout(OpRegistry& registry) {
                  .examples = {{.inputs = {{{2, 3}, {1, 2, 3, 4, 5, 6}}},
                                .attrs = {{"perm", Ints{1, 0}}},
                                .outputs = {{{3, 2}, {1, 4, 2, 5, 3, 6}}}}}}});
-  registry.add({.name = "transpose",
-                .doc = "y = x with axes dim0 and dim1 swapped; a copy kernel",
-                .inputs = {"x"},
-                .outputs = {"y"},
-                .attrs = {axis_attr("dim0", -2, "one axis"), axis_attr("dim1", -1, "the other")},
-                .infer = infer_permute("transpose"),
-                .reference = ref_permute("transpose"),
-                .gradient = grad_permute("transpose"),
-                .expand = expand_permute(cache, "transpose"),
-                .view = view_permute("transpose"),
-                .tests = {.kernel = {{{{33, 130}}}, {{{3, 7, 5}}, {{"dim0", int64_t{0}}}}},
-                          .gradient = {{{{2, 3, 4}}, {{"dim0", int64_t{0}}}}},
-                          .examples = {{.inputs = {{{1, 2, 2}, {1, 2, 3, 4}}},
-                                        .outputs = {{{1, 2, 2}, {1, 3, 2, 4}}}}}}});
+  registry.add(
+      {.name = "transpose",
+       .doc = "y = x with axes dim0 and dim1 swapped; a copy kernel",
+       .inputs = {"x"},
+       .outputs = {"y"},
+       .attrs = {axis_attr("dim0", -2, "one axis"), axis_attr("dim1", -1, "the other")},
+       .infer = infer_permute("transpose"),
+       .reference = ref_permute("transpose"),
+       .gradient = grad_permute("transpose"),
+       .expand = expand_permute(cache, "transpose"),
+       .view = view_permute("transpose"),
+       // The first two on the tiled transpose (strided.cc): ragged tiles, and several
+       // whole ones.
+       .tests = {.kernel = {{{{33, 130}}}, {{{70, 100}}}, {{{3, 7, 5}}, {{"dim0", int64_t{0}}}}},
+                 .gradient = {{{{2, 3, 4}}, {{"dim0", int64_t{0}}}}},
+                 .examples = {{.inputs = {{{1, 2, 2}, {1, 2, 3, 4}}},
+                               .outputs = {{{1, 2, 2}, {1, 3, 2, 4}}}}}}});
   registry.add(
       {.name = "broadcast_to",
        .doc = "y = x repeated along the axes where x has size 1 or none (NumPy rules) to shape; "
