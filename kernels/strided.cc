@@ -6,6 +6,8 @@
 // is a mixed radix.
 #include "kernels/strided.h"
 
+#include <functional>
+
 #include "compiler/base/check.h"
 #include "compiler/ir/builder.h"
 
@@ -101,12 +103,12 @@ cc::Kernel build_strided_rows(DType dtype, size_t rank, int64_t per) {
 }
 
 // A transpose: out [D0, D1] with out[r, c] = x[OFF + r + c·S1] (the view's first axis has
-// stride 1, its last S1). Through a shared tile of kTile x kTile, so that both the loads (along r)
-// and the stores (along c) run along memory: strided_rows read such a view one element every S1
-// (56 us for V4-mini's 34 MB einsum-gradient transpose at T = 1024, a 7 us floor). Parameters
-// x [XN], out [D0, D1]; XN, D0, D1, S1, OFF. Grid (D1 / kTile, D0 / kTile), up to 65535 rows of
-// tiles.
-constexpr int64_t kTile = 32;
+// stride 1, its last S1). Through a shared tile of kTile x kTile (16 elements a thread), so that
+// both the loads (along r) and the stores (along c) run along memory: strided_rows read such a view
+// one element every S1 (56 us for V4-mini's 34 MB einsum-gradient transpose at T = 1024, a 7 us
+// floor). Parameters x [XN], out [D0, D1]; XN, D0, D1, S1, OFF. Grid (D1 / kTile, D0 / kTile), up
+// to 65535 rows of tiles.
+constexpr int64_t kTile = 64;
 
 cc::Kernel build_strided_transpose(DType dtype) {
   cc::KernelBuilder kb("strided_transpose_r2_" + std::string(dtype_name(dtype)));
@@ -117,13 +119,29 @@ cc::Kernel build_strided_transpose(DType dtype) {
   kb.body({cc::ceildiv(d1, kTile), cc::ceildiv(d0, kTile)}, kThreads, [&](cc::Scope& s) {
     cc::Idx c0 = s.let(s.block_idx(0) * kTile, "c0"), r0 = s.let(s.block_idx(1) * kTile, "r0");
     cc::Buf tile = s.alloc_shared("tile", DType::F32, {kTile, kTile + 1});  // [c][r], padded
-    s.parallel(kTile, kTile, [&](cc::Idx c, cc::Idx r) {
-      s.if_then(r0 + r < d0 && c0 + c < d1,
-                [&] { tile(c, r) = x(in_x(off + (r0 + r) + (c0 + c) * s1, xn)); });
+    // A whole tile (all but the ragged edges') moves without guards, its loads back to back.
+    cc::Val whole = s.let(r0 + kTile <= d0 && c0 + kTile <= d1, "whole");
+    auto both = [&](const std::function<void(bool)>& part) {
+      s.if_then_else(
+          whole, [&] { part(false); }, [&] { part(true); });
+    };
+    auto at = [&](bool guarded, const cc::Idx& r, const cc::Idx& c,
+                  const std::function<void()>& body) {
+      if (guarded)
+        s.if_then(r0 + r < d0 && c0 + c < d1, body);
+      else
+        body();
+    };
+    both([&](bool guarded) {
+      s.parallel(kTile, kTile, [&](cc::Idx c, cc::Idx r) {
+        at(guarded, r, c, [&] { tile(c, r) = x(in_x(off + (r0 + r) + (c0 + c) * s1, xn)); });
+      });
     });
     s.barrier();
-    s.parallel(kTile, kTile, [&](cc::Idx r, cc::Idx c) {
-      s.if_then(r0 + r < d0 && c0 + c < d1, [&] { out(r0 + r, c0 + c) = tile(c, r); });
+    both([&](bool guarded) {
+      s.parallel(kTile, kTile, [&](cc::Idx r, cc::Idx c) {
+        at(guarded, r, c, [&] { out(r0 + r, c0 + c) = tile(c, r); });
+      });
     });
   });
   return kb.build();
