@@ -359,21 +359,26 @@ cc::Kernel build_gather_rows_grad_checked(DType dtype, int64_t j_n, bool vec) {
 }
 
 // The general form, for any J: each thread walks its column's J entries, each checked in turn.
-cc::Kernel build_gather_rows_grad(DType dtype) {
-  cc::KernelBuilder kb("gather_rows_grad" + suffix(dtype));
+// `flat`: a thread per element of the flat [V, D] table instead of a block per row (narrow rows:
+// the route weights' D = 1 left 127 of a block's 128 threads idle, 31 us at T = 4096).
+cc::Kernel build_gather_rows_grad(DType dtype, bool flat) {
+  cc::KernelBuilder kb(std::string("gather_rows_grad") + (flat ? "_flat" : "") + suffix(dtype));
   cc::Dim n = kb.dim("N"), v = kb.dim("V"), j = kb.dim("J"), d = kb.dim("D");
   cc::Buf ids = kb.input("ids", DType::I32, {n});
   cc::Buf inv = kb.input("inverse", DType::I32, {v, j});
   cc::Buf dy = kb.input("dy", dtype, {n, d});
   cc::Buf dt = kb.output("dtable", dtype, {v, d});
-  kb.body({v, cc::ceildiv(d, kThreads)}, kThreads, [&](cc::Scope& s) {
-    cc::Idx row = s.block_idx(0);
-    cc::Idx base = s.block_idx(1) * kThreads;
+  std::vector<cc::Val> grid = {v, cc::ceildiv(d, kThreads)};
+  if (flat) grid = {cc::ceildiv(v * d, kThreads)};
+  kb.body(grid, kThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(flat ? 0 : 1) * kThreads;
     cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kThreads});
     cc::Buf bad = s.alloc_fragment("bad", DType::F32, {kThreads});  // 1: an entry failed
     s.parallel(kThreads, [&](cc::Idx i) {
-      cc::Idx col = base + i;
-      s.if_then(col < d, [&] {
+      cc::Val e = s.let(base + i, "e");
+      cc::Val row = flat ? s.let(e / d, "row") : cc::Val(s.block_idx(0));
+      cc::Val col = flat ? s.let(e % d, "col") : e;
+      s.if_then(flat ? e < v * d : col < d, [&] {
         acc(i) = 0.0f;
         bad(i) = 0.0f;
         s.serial(j, [&](cc::Idx p) {
@@ -445,7 +450,8 @@ ExpandFn expand_gather_rows_grad(std::shared_ptr<KernelCache> cache) {
     const int64_t j = inverse_width(in), d = in[0].shape[1];
     const std::vector<KernelArg> buffers = {input_slot(1), input_slot(2), input_slot(3),
                                             output_slot(0)};
-    if (j >= 1 && j <= kMaxInverseWidth && ids_count(in[1]) >= 1) {
+    const bool narrow = d < 32;  // a thread per element
+    if (j >= 1 && j <= kMaxInverseWidth && ids_count(in[1]) >= 1 && !narrow) {
       const bool vec = d % 8 == 0;
       const std::string name = "gather_rows_grad_j" + std::to_string(j) + (vec ? "_vec" : "");
       return OpExpansion{.calls = {{.kernel = cache->get(
@@ -454,10 +460,11 @@ ExpandFn expand_gather_rows_grad(std::shared_ptr<KernelCache> cache) {
                                     .buffers = buffers,
                                     .dims = {ids_count(in[1]), in[0].shape[0], d}}}};
     }
-    KernelCall call{.kernel = cache->get(kernel_key("gather_rows_grad", dt),
-                                         [&] { return build_gather_rows_grad(dt); }),
-                    .buffers = buffers,
-                    .dims = {ids_count(in[1]), in[0].shape[0], j, d}};
+    KernelCall call{
+        .kernel = cache->get(kernel_key(narrow ? "gather_rows_grad_flat" : "gather_rows_grad", dt),
+                             [&] { return build_gather_rows_grad(dt, narrow); }),
+        .buffers = buffers,
+        .dims = {ids_count(in[1]), in[0].shape[0], j, d}};
     return OpExpansion{.calls = {call}};
   };
 }

@@ -87,7 +87,7 @@ TEST(GatherRows, MoeGathersSumTheirInverseRows) {
   for (DType dtype : {DType::F32, DType::BF16})
     for (auto [tokens, k, experts, d] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{9, 2, 4, 5},
                                          {37, 6, 16, 33},
-                                         {24, 3, 8, 16},       // 8 columns a thread
+                                         {24, 3, 8, 64},       // 8 columns a thread
                                          {40, 6, 16, 1040},    // and a column tile's tail
                                          {3000, 6, 64, 3}}) {  // 18000 ids > kMaxSortedIds
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " T=" + std::to_string(tokens));
@@ -114,16 +114,19 @@ TEST(GatherRows, AWrongInverseGivesNaNRows) {
   std::vector<int64_t> bad = r.position;
   std::swap(bad[0], bad[2]);  // tokens 0 and 1 trade a route
   bad[7] = 40;                // token 3: past the 40 ids
-  const RefTensor table = testing::random_tensor(rng, {20, 4}),
-                  dy = testing::random_tensor(rng, {40, 4});
-  std::vector<double> got = testing::decode(
-      runner().run("gather_rows_grad", {table, ints({40}, r.row), ints({20, 2}, bad), dy}, {},
-                   DType::F32, 7.0)[0]);
-  for (int64_t t = 0; t < 20; ++t)
-    for (int64_t c = 0; c < 4; ++c) {
-      const bool wrong = t == 0 || t == 1 || t == 3;
-      EXPECT_EQ(std::isnan(got[t * 4 + c]), wrong) << "token " << t;
-    }
+  // A thread per element (narrow rows), a block per row, and 8 columns a thread.
+  for (int64_t d : {4, 40, 64}) {
+    const RefTensor table = testing::random_tensor(rng, {20, d}),
+                    dy = testing::random_tensor(rng, {40, d});
+    std::vector<double> got = testing::decode(
+        runner().run("gather_rows_grad", {table, ints({40}, r.row), ints({20, 2}, bad), dy}, {},
+                     DType::F32, 7.0)[0]);
+    for (int64_t t = 0; t < 20; ++t)
+      for (int64_t c = 0; c < d; ++c) {
+        const bool wrong = t == 0 || t == 1 || t == 3;
+        EXPECT_EQ(std::isnan(got[t * d + c]), wrong) << "token " << t << " D = " << d;
+      }
+  }
 }
 
 }  // namespace
