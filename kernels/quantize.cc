@@ -6,14 +6,16 @@
 //   s    = amax / max_finite(format) in f32 (1 when amax = 0); with scale: ue8m0 the smallest
 //          power of two >= that quotient, so no element can overflow the format
 //   y    = decode(encode(x / s)) · s, encode rounding to nearest even (compiler/transforms/
-//          narrow_float.h: e4m3 and e2m1 saturate, e5m2 overflows to inf)
+//          narrow_float.h: e4m3 and e2m1 saturate, e5m2 overflows to inf; e2m1 has no NaN, so a
+//          NaN quotient gives +6)
 // Each step is one IEEE f32 operation, so the double reference rounds to f32 at the same points
-// and the kernel matches it bit for bit. The gradient is straight-through: dx = dy.
+// and the kernel matches it bit for bit (x / s of a power-of-two s is computed as multiplies that
+// give the same bits: Divisor below). The gradient is straight-through: dx = dy.
 // Layout: for a block size up to kTileElems, a CUDA block takes a tile of R = kTileElems / block
-// consecutive blocks: x is staged coalesced into a padded shared tile (rows B + 1 apart, so the
-// per-row scans below hit distinct banks), one thread per row folds its amax in element order
-// from shared memory, and the rounding is spread over every element of the tile, coalesced.
-// Larger blocks fall back to one thread per block (two passes over it). amax is a max, exact and
+// consecutive blocks, loaded coalesced (16-byte vectors) into registers; their magnitudes go to a
+// padded shared tile, where each thread folds a span of 8 of them, one thread per row folds the
+// spans' maxima and computes the scale, and every element is rounded from its registers. Larger
+// blocks fall back to one thread per block (two passes over it). amax is a max, exact and
 // order-independent, so both give the same bits.
 #include <cmath>
 
@@ -77,8 +79,10 @@ std::vector<TensorType> infer_fake_quant(const std::vector<TensorType>& in, cons
 
 double f32(double v) { return static_cast<double>(static_cast<float>(v)); }
 
-// v (an f32 value) rounded to the format: nearest even, subnormals below 2^emin.
+// v (an f32 value) rounded to the format: nearest even, subnormals below 2^emin. e2m1 has no
+// NaN: a NaN gives +max, as the kernel's rounding (narrow_float.h) and the fp4 store do.
 double round_format(double v, const Format& f) {
+  if (std::isnan(v) && f.dtype == DType::FP4E2M1) return f.max;
   if (!std::isfinite(v) || v == 0) {
     if (std::isinf(v) && f.saturates) return std::copysign(f.max, v);
     return v;
@@ -141,9 +145,26 @@ cc::Val block_scale(cc::Scope& s, const cc::Val& amax, const Format& f, bool pow
   return pow2 ? s.let(ceil_pow2(s, scale), "scale2") : scale;
 }
 
-// NaN sticks: once amax is NaN it stays; a NaN element replaces it.
-cc::Val fold_amax(const cc::Val& m, const cc::Val& a) {
-  return cc::select(m != m, m, cc::select(!(a <= m), a, m));
+// |x| as i32 bits. Non-negative floats order as their bits and a NaN's bits are above every one
+// of them, so an integer max of these is max |x| with NaN sticking (any NaN gives a NaN).
+cc::Val magnitude(const cc::Val& x) { return bits(x) & i32(0x7fffffff); }
+
+// A row's x / scale. With a power-of-two scale it is (x * pre) * post, one rounding, the same
+// bits, two multiplies instead of a division per element: for a normal scale, pre = 1 and post =
+// 1/scale is exact (2^-127, a subnormal, for 2^127); for a subnormal one (its reciprocal beyond
+// f32), pre = 2^64 is exact on x (|x| <= amax < 2^-117 there) and post = 1/(scale * 2^64) is
+// exact; a scale of 0, inf or NaN gives post = inf, 0 or NaN, so x * post is x / scale.
+struct Divisor {
+  cc::Val scale, pre, post;
+  bool pow2;
+  cc::Val divide(const cc::Val& x) const { return pow2 ? x * pre * post : x / scale; }
+};
+
+Divisor divisor(cc::Scope& s, const cc::Val& scale, bool pow2) {
+  if (!pow2) return {scale, cc::Val(), cc::Val(), false};
+  cc::Val subnormal = (bits(scale) & i32(0x7f800000)) == i32(0);
+  cc::Val pre = s.let(cc::select(subnormal, cc::Val(0x1p64f), cc::Val(1.0f)), "pre");
+  return {scale, pre, s.let(1.0f / (scale * pre), "post"), true};
 }
 
 cc::Val quantize(const Format& f, const cc::Val& v, const cc::Val& scale) {
@@ -153,51 +174,80 @@ cc::Val quantize(const Format& f, const cc::Val& v, const cc::Val& scale) {
 }
 
 // Parameters x, y [NB, block] with `block` fixed (<= kTileElems): R = kTileElems / block rows of
-// the tile per CUDA block.
+// the tile per CUDA block. x stays in registers (a fragment) from its load to the rounding; only
+// its magnitudes go through shared memory, folded in spans (of 8) by every thread, then a row's
+// spans by one thread, which computes the row's scale (and, for power-of-two scales, the
+// multipliers that stand for the division). Folding in spans, the dependent chain is 8 + B / 8
+// steps long, not B, with every thread busy.
 cc::Kernel build_fake_quant_tiled(DType dtype, const Format& f, bool pow2, int64_t block,
                                   const std::string& name) {
   const int64_t rows = kTileElems / block;
+  // Eight consecutive elements a thread (16 bytes of bf16) where a block divides by 8, so the
+  // global accesses of a whole tile (all but the last) go as vectors (a guard inside the loop
+  // keeps them scalar); the last tile keeps the row guard. A span of the amax fold is 8 elements
+  // then, unless a tile has a row for every thread (block <= 32): a whole row a thread is as
+  // short a chain and skips the spans' shared round trip.
+  const int width = block % 8 == 0 ? 8 : 1;
+  const int64_t span = block % 8 == 0 && rows < kThreads ? 8 : block, spans = block / span;
   cc::KernelBuilder kb(name);
   cc::Dim nb = kb.dim("NB");
   cc::Buf x = kb.input("x", dtype, {nb, cc::Val(block)});
   cc::Buf y = kb.output("y", dtype, {nb, cc::Val(block)});
   kb.body({cc::ceildiv(nb, rows)}, kThreads, [&](cc::Scope& s) {
     cc::Idx r0 = s.let(s.block_idx(0) * rows, "r0");
-    cc::Buf xs = s.alloc_shared("xs", DType::F32, {rows, block + 1});
+    // Rows B + 1 apart: the 8-element runs of a warp's threads start in distinct banks.
+    cc::Buf mag = s.alloc_shared("mag", DType::I32, {rows, block + 1});
+    cc::Buf span_max = s.alloc_shared("span_max", DType::I32, {rows, spans});
     cc::Buf scales = s.alloc_shared("scales", DType::F32, {rows});
-    // A whole tile (all but the last) moves without a guard, eight consecutive elements a thread
-    // (16 bytes of bf16) where a block divides by 8, so its global accesses go as vectors (a
-    // guard inside the loop keeps them scalar); the last tile keeps the row guard.
-    const int width = block % 8 == 0 ? 8 : 1;
+    cc::Buf pres = s.alloc_shared("pres", DType::F32, {rows});
+    cc::Buf posts = s.alloc_shared("posts", DType::F32, {rows});
+    cc::Buf xf = s.alloc_fragment("xf", DType::F32, {rows, block});
     auto whole_or_guarded = [&](const std::function<void(bool)>& part) {
       s.if_then_else(
           r0 + rows <= nb, [&] { part(false); }, [&] { part(true); });
     };
+    // Rows past the tensor's end get magnitude 0, so the folds below need no guard.
     whole_or_guarded([&](bool guarded) {
       s.annotate_layout(width);
       s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
+        auto load = [&] {
+          xf(r, j) = x(r0 + r, j);
+          mag(r, j) = magnitude(xf(r, j));
+        };
         if (guarded)
-          s.if_then(r0 + r < nb, [&] { xs(r, j) = x(r0 + r, j); });
+          s.if_then_else(r0 + r < nb, load, [&] { mag(r, j) = i32(0); });
         else
-          xs(r, j) = x(r0 + r, j);
+          load();
       });
     });
     s.barrier();
-    cc::Buf amax = s.alloc_fragment("amax", DType::F32, {rows});
+    cc::Buf m = s.alloc_fragment("m", DType::I32, {rows, spans});
+    s.annotate_layout(1);
+    s.parallel(rows, spans, [&](cc::Idx r, cc::Idx g) {
+      m(r, g) = i32(0);
+      s.serial(span, [&](cc::Idx k) { m(r, g) = cc::max(m(r, g), mag(r, g * span + k)); });
+      span_max(r, g) = m(r, g);
+    });
+    s.barrier();
+    cc::Buf amax = s.alloc_fragment("amax", DType::I32, {rows});
+    s.annotate_layout(1);
     s.parallel(rows, [&](cc::Idx r) {
-      s.if_then(r0 + r < nb, [&] {
-        amax(r) = 0.0f;
-        s.serial(block, [&](cc::Idx j) { amax(r) = fold_amax(amax(r), cc::abs(xs(r, j))); });
-        scales(r) = block_scale(s, amax(r), f, pow2);
-      });
+      amax(r) = i32(0);
+      s.serial(spans, [&](cc::Idx g) { amax(r) = cc::max(amax(r), span_max(r, g)); });
+      Divisor d = divisor(s, block_scale(s, from_bits(amax(r)), f, pow2), pow2);
+      scales(r) = d.scale;
+      if (pow2) {
+        pres(r) = d.pre;
+        posts(r) = d.post;
+      }
     });
     s.barrier();
     whole_or_guarded([&](bool guarded) {
       s.annotate_layout(width);
       s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
         auto write = [&] {
-          cc::Val scale = s.let(scales(r), "scale");
-          y(r0 + r, j) = quantize(f, s.let(xs(r, j) / scale, "v"), scale);
+          const Divisor d{s.let(scales(r), "scale"), pres(r), posts(r), pow2};
+          y(r0 + r, j) = quantize(f, s.let(d.divide(xf(r, j)), "v"), d.scale);
         };
         if (guarded)
           s.if_then(r0 + r < nb, write);
@@ -217,14 +267,15 @@ cc::Kernel build_fake_quant(DType dtype, const Format& f, bool pow2, const std::
   cc::Buf y = kb.output("y", dtype, {nb, b});
   kb.body({cc::ceildiv(nb, kThreads)}, kThreads, [&](cc::Scope& s) {
     cc::Idx base = s.block_idx(0) * kThreads;
-    cc::Buf amax = s.alloc_fragment("amax", DType::F32, {kThreads});
+    cc::Buf amax = s.alloc_fragment("amax", DType::I32, {kThreads});
     s.parallel(kThreads, [&](cc::Idx t) {
       cc::Idx r = base + t;
       s.if_then(r < nb, [&] {
-        amax(t) = 0.0f;
-        s.serial(b, [&](cc::Idx j) { amax(t) = fold_amax(amax(t), s.let(cc::abs(x(r, j)), "a")); });
-        cc::Val scale = block_scale(s, amax(t), f, pow2);
-        s.serial(b, [&](cc::Idx j) { y(r, j) = quantize(f, s.let(x(r, j) / scale, "v"), scale); });
+        amax(t) = i32(0);
+        s.serial(b, [&](cc::Idx j) { amax(t) = cc::max(amax(t), magnitude(x(r, j))); });
+        Divisor d = divisor(s, block_scale(s, from_bits(amax(t)), f, pow2), pow2);
+        s.serial(b,
+                 [&](cc::Idx j) { y(r, j) = quantize(f, s.let(d.divide(x(r, j)), "v"), d.scale); });
       });
     });
   });

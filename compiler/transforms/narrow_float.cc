@@ -108,10 +108,12 @@ Val round8(const Format8& f, const Val& x, const std::string& p) {
       const float align = std::ldexp(1.0f, 1 - f.bias - f.man + 23);
       Val subnormal = bits_of(from_bits(a) + F(align) - F(align));
       const int32_t smallest_normal = std::bit_cast<int32_t>(std::ldexp(1.0f, 1 - f.bias));
-      Val mag = select(a < I(smallest_normal), subnormal, normal);
-      mag = select(mag > I(value_bits(f.max_code)), I(value_bits(f.on_overflow)), mag);
-      return from_bits(select(a > I(0x7f800000), I(value_bits(f.nan)),
-                              mag | (b & I(static_cast<int32_t>(0x80000000u)))));
+      // Named once: written out twice, the CUDA compiler branched around both copies.
+      return let_in(p + ".m", select(a < I(smallest_normal), subnormal, normal), [&](Val r) {
+        Val mag = select(r > I(value_bits(f.max_code)), I(value_bits(f.on_overflow)), r);
+        return from_bits(select(a > I(0x7f800000), I(value_bits(f.nan)),
+                                mag | (b & I(static_cast<int32_t>(0x80000000u)))));
+      });
     });
   });
 }

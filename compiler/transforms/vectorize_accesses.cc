@@ -44,6 +44,11 @@ class LaneLoop : public IRMutator {
     Expr v = mutate(op->value);
     bool index_let = is_int(op->value.type());
     if (uses_var(op->value, loop_->var)) lins_.insert(op->name);
+    if (index_let && aligned_lin(op->value)) aligned_.insert(op->name);
+    if (index_let) {
+      Expr split = lane_split(op->value);
+      if (split.defined()) v = split;
+    }
     // An outer parallel var is the same in every lane: it stands for its lane-0 value, so an
     // access through it alone (post[t, i] beside x[t, i, j]) stays a scalar load instead of
     // being read as lanes of consecutive elements.
@@ -108,6 +113,37 @@ class LaneLoop : public IRMutator {
     return lin && lins_.count(lin->name);
   }
 
+  // lin = e·W + lane (lower_parallel's Horner chain for a compact W-lane layout).
+  bool aligned_lin(const Expr& value) const {
+    const Binary* b = value.as<Binary>();
+    if (!b || b->op != BinaryOp::Add) return false;
+    const Var* lane = b->b.as<Var>();
+    const Binary* m = b->a.as<Binary>();
+    int64_t w = 0;
+    return lane && lane->name == loop_->var && m && m->op == BinaryOp::Mul && const_int(m->b, &w) &&
+           w == lanes_;
+  }
+
+  // A coordinate of an aligned lin, with its divisor (S, or E) a constant multiple of W, peeled
+  // from the lane-0 lin: floordiv(lin, S) (floormod'ed or not) is the same in every lane and
+  // floormod(lin, E) is its lane-0 value plus the lane. The lanes' arithmetic then differs by
+  // the lane alone, so the backends' compilers see one row index per vector instead of one per
+  // lane (kernels/quantize.cc read a row's scale once per 8 elements instead of per element).
+  // An undefined Expr for anything else.
+  Expr lane_split(const Expr& value) const {
+    const Binary* b = value.as<Binary>();
+    if (!b || (b->op != BinaryOp::Div && b->op != BinaryOp::Mod)) return Expr();
+    const Binary* div = b->op == BinaryOp::Mod ? b->a.as<Binary>() : b;
+    const bool innermost = !div || div->op != BinaryOp::Div;  // floormod(lin, E)
+    if (innermost) div = b;
+    const Var* lin = div->a.as<Var>();
+    int64_t d = 0;
+    if (!lin || !aligned_.count(lin->name) || !const_int(div->b, &d) || d <= 0 || d % lanes_ != 0)
+      return Expr();
+    if (!innermost) return at_lane0(value);
+    return add(at_lane0(value), Var::make(Type::I64, loop_->var));
+  }
+
   Expr at_lane0(const Expr& value) const {
     std::map<std::string, Expr> first{{loop_->var, make_i64(0)}};
     return Substitute(first).mutate(Substitute(lets_).mutate(value));
@@ -117,7 +153,8 @@ class LaneLoop : public IRMutator {
   NameGen* names_;
   const For* loop_;
   int lanes_ = 1;
-  std::set<std::string> lins_;  // lets whose value reads the lane var itself
+  std::set<std::string> lins_;     // lets whose value reads the lane var itself
+  std::set<std::string> aligned_;  // lins of the form e·W + lane
   std::set<std::string> inner_;
   std::set<std::string> stored_;  // buffers the loop body writes
   std::map<std::string, Expr> lets_;
