@@ -133,7 +133,8 @@ std::vector<GradOp> grad_matmul(const std::vector<TensorType>& in, const Attrs& 
 // for a transposed a (the caller's condition): there K runs over the tokens and no output is a
 // token's row, so the choice may depend on every dim; with a not transposed, a row's bits must
 // not depend on M (batch invariance): plan_tc_split_rows decides from N and K alone.
-constexpr int64_t kSms = 132;  // the H200's SMs, which the tensor-core plans below fill
+constexpr int64_t kSms = 132;           // the H200's SMs, which the tensor-core plans below fill
+constexpr int64_t kSumFlatBelow = 256;  // the split sum a thread per element below this N
 struct TcSplit {
   int64_t splits = 1, slice = 0;  // slice: in elements, a multiple of kTcK
 };
@@ -180,8 +181,8 @@ OpExpansion tc_split_expansion(KernelCache& cache, DType dt, bool ta, bool tb, b
                                   [&] { return build_tc_matmul_splitk(dt, ta, tb); }),
       .buffers = {input_slot(0), input_slot(1), scratch_slot(0)},
       .dims = {m, n, k, split.slice, split.splits}};
-  KernelCall sum{.kernel = cache.get(kernel_key(tc_splitk_sum_name(), dt),
-                                     [&] { return build_tc_splitk_sum(dt); }),
+  KernelCall sum{.kernel = cache.get(kernel_key(tc_splitk_sum_name(n < kSumFlatBelow), dt),
+                                     [&] { return build_tc_splitk_sum(dt, n < kSumFlatBelow); }),
                  .buffers = {scratch_slot(0), output_slot(0)},
                  .dims = {m, n, split.splits}};
   return OpExpansion{.scratch = {{DType::F32, {split.splits, m, n}}}, .calls = {part, sum}};
@@ -241,10 +242,11 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
                                              [&] { return build_matmul(dt, ta, tb, t); }),
                         .buffers = {input_slot(0), input_slot(1), scratch_slot(0)},
                         .dims = {m, n, k, t.slice, t.splits}};
-        KernelCall sum{.kernel = cache->get(kernel_key(tc_splitk_sum_name(), dt),
-                                            [&] { return build_tc_splitk_sum(dt); }),
-                       .buffers = {scratch_slot(0), output_slot(0)},
-                       .dims = {m, n, t.splits}};
+        KernelCall sum{
+            .kernel = cache->get(kernel_key(tc_splitk_sum_name(n < kSumFlatBelow), dt),
+                                 [&] { return build_tc_splitk_sum(dt, n < kSumFlatBelow); }),
+            .buffers = {scratch_slot(0), output_slot(0)},
+            .dims = {m, n, t.splits}};
         return OpExpansion{.scratch = {{DType::F32, {t.splits, m, n}}}, .calls = {part, sum}};
       }
       KernelCall call{.kernel = cache->get(kernel_key(matmul_name(ta, tb, t), dt),
@@ -310,6 +312,7 @@ std::vector<OpTestCase> matmul_kernel_cases() {
       {{{300, 1000}, {300, 130}}, {{"transpose_a", true}}},
       // bf16/f16: split K (plan_tc_split), the second slice ragged.
       {{{2148, 33}, {2148, 40}}, {{"transpose_a", true}}},
+      {{{2148, 33}, {2148, 260}}, {{"transpose_a", true}}},  // the sum a block per row
       // bf16/f16 with a transposed a on copy_async (M, K, N multiples of 8): two
       // row tiles, b both ways, and split K.
       {{{136, 40}, {136, 24}}, {{"transpose_a", true}}},

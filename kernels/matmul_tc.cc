@@ -199,29 +199,45 @@ cc::Kernel build_tc_matmul_splitk(DType dtype, bool ta, bool tb) {
   return kb.build();
 }
 
-std::string tc_splitk_sum_name() { return "matmul_splitk_sum"; }
+std::string tc_splitk_sum_name(bool flat) {
+  return flat ? "matmul_splitk_sum_flat" : "matmul_splitk_sum";
+}
 
 // c[r, j] = ((part[0] + part[1]) + ..) + part[S - 1] at [r, j], f32 adds in split order, rounded
 // once to c's dtype. A block per 256 columns of a row, the rows on grid x (up to 2^31 - 1; grid y
-// stops at 65535, which a batch folded into the rows passes).
-cc::Kernel build_tc_splitk_sum(DType dtype) {
+// stops at 65535, which a batch folded into the rows passes); `flat`, for narrow rows, a thread
+// per element of the flat [M, N] (N = 24 left 232 of a block's 256 threads idle).
+cc::Kernel build_tc_splitk_sum(DType dtype, bool flat) {
   constexpr int64_t kThreads = 256;
-  cc::KernelBuilder kb(tc_splitk_sum_name() + "_" + std::string(dtype_name(dtype)));
+  cc::KernelBuilder kb(tc_splitk_sum_name(flat) + "_" + std::string(dtype_name(dtype)));
   cc::Dim m = kb.dim("M"), n = kb.dim("N"), splits = kb.dim("S", {.min = 1});
   cc::Buf part = kb.input("part", DType::F32, {splits, m, n});
   cc::Buf c = kb.output("c", dtype, {m, n});
-  kb.body({m, cc::ceildiv(n, kThreads)}, kThreads, [&](cc::Scope& s) {
-    cc::Idx row = s.block_idx(0), c0 = s.let(s.block_idx(1) * kThreads, "c0");
+  std::vector<cc::Val> grid = {m, cc::ceildiv(n, kThreads)};
+  if (flat) grid = {cc::ceildiv(m * n, kThreads)};
+  kb.body(grid, kThreads, [&](cc::Scope& s) {
+    cc::Idx c0 = s.let(s.block_idx(flat ? 0 : 1) * kThreads, "c0");
+    // Thread t's element: (row, col), inside the output when `in`.
+    auto at = [&](const cc::Idx& t) {
+      cc::Val e = c0 + t;
+      return flat ? std::vector<cc::Val>{e / n, e % n, e < m * n}
+                  : std::vector<cc::Val>{s.block_idx(0), e, e < n};
+    };
     cc::Buf sum = s.alloc_fragment("sum", DType::F32, {kThreads});
-    s.parallel(kThreads,
-               [&](cc::Idx t) { s.if_then(c0 + t < n, [&] { sum(t) = part(0, row, c0 + t); }); });
+    s.parallel(kThreads, [&](cc::Idx t) {
+      const std::vector<cc::Val> rc = at(t);
+      s.if_then(rc[2], [&] { sum(t) = part(0, rc[0], rc[1]); });
+    });
     s.serial(splits - 1, [&](cc::Idx z) {
       s.parallel(kThreads, [&](cc::Idx t) {
-        s.if_then(c0 + t < n, [&] { sum(t) = sum(t) + part(z + 1, row, c0 + t); });
+        const std::vector<cc::Val> rc = at(t);
+        s.if_then(rc[2], [&] { sum(t) = sum(t) + part(z + 1, rc[0], rc[1]); });
       });
     });
-    s.parallel(kThreads,
-               [&](cc::Idx t) { s.if_then(c0 + t < n, [&] { c(row, c0 + t) = sum(t); }); });
+    s.parallel(kThreads, [&](cc::Idx t) {
+      const std::vector<cc::Val> rc = at(t);
+      s.if_then(rc[2], [&] { c(rc[0], rc[1]) = sum(t); });
+    });
   });
   return kb.build();
 }
@@ -229,12 +245,12 @@ cc::Kernel build_tc_splitk_sum(DType dtype) {
 // ---- Staged by copy_async (a not transposed) --------------------------------------------------
 // The same output tile (128 x 128 on two warpgroups, or 64 x 128 on one: `rows`) and 64-wide
 // K steps, but the tiles go from global to shared memory by copy_async (cp.async.cg, 16 bytes a
-// thread, never through the registers), kAsyncStages buffers deep. a [m, k] lands K-major in a [128, 64] tile; b as given:
-// transposed ([n, k]) K-major in a [128, 64] tile and one gemm, else ([k, n], rows of N) as two
-// N-major [64 (k), 64 (n)] tiles, 128-byte rows under the same swizzle, and two gemms of 64
-// columns each (wgmma reads N-major bf16/f16 B tiles; a 128-wide N-major tile is two atoms
-// apart, which one 2-d tile cannot state). Needs K, and N when b is not transposed, multiples
-// of 8 (16-byte aligned rows); the kernel states it with its dims' divisibility.
+// thread, never through the registers), kAsyncStages buffers deep. a [m, k] lands K-major in a
+// [128, 64] tile; b as given: transposed ([n, k]) K-major in a [128, 64] tile and one gemm, else
+// ([k, n], rows of N) as two N-major [64 (k), 64 (n)] tiles, 128-byte rows under the same swizzle,
+// and two gemms of 64 columns each (wgmma reads N-major bf16/f16 B tiles; a 128-wide N-major tile
+// is two atoms apart, which one 2-d tile cannot state). Needs K, and N when b is not transposed,
+// multiples of 8 (16-byte aligned rows); the kernel states it with its dims' divisibility.
 //
 // Step ko reads stage slot(ko) = (steps - 1 - ko) % S of the stacks (counted from the end, so
 // the last step, peeled off with pending 0, is stage 0). Each thread commits one group of copies

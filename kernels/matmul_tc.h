@@ -29,8 +29,8 @@ compiler::Kernel build_tc_matmul(DType dtype, bool ta, bool tb);
 // order from part[0] (no atomics) and rounds once to c's dtype. Same bits on every backend.
 std::string tc_splitk_name(bool ta, bool tb);
 compiler::Kernel build_tc_matmul_splitk(DType dtype, bool ta, bool tb);
-std::string tc_splitk_sum_name();
-compiler::Kernel build_tc_splitk_sum(DType dtype);
+std::string tc_splitk_sum_name(bool flat);
+compiler::Kernel build_tc_splitk_sum(DType dtype, bool flat);
 
 // Tiles staged by copy_async (cp.async), five buffers deep: K, M when a is transposed and N
 // when b is not, multiples of 8 (16-byte rows); a transposed a lands as m's MN-major panels.
