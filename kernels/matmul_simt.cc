@@ -42,7 +42,8 @@ Tiling plan_matmul(int64_t n, int64_t k) {
     t.groups *= 2;
   // Still few blocks for a long K (the mHC projections, N = 24, K = 4096: 128 blocks of 128
   // threads, one an SM, 45 us under ncu for 4 us of bytes): K also splits into slices over grid
-  // z, up to kSplitBlocks blocks, each slice at least kMinSplitK, then summed in slice order.
+  // z, up to kSplitBlocks blocks, each slice at least kMinSplitK, then summed in slice order
+  // (45 -> 26 us a kernel at T = 1024; a wash at T = 4096, whose grid was full: RESULTS.md).
   const int64_t kstep = t.groups * kBK;
   const int64_t splits = std::min(kSplitBlocks / blocks, k / kMinSplitK);
   if (!big && splits >= 2) {
