@@ -32,7 +32,7 @@ namespace cc = tilerun::compiler;
 namespace {
 
 constexpr int64_t kWindow = 128;  // order positions per window block
-constexpr int64_t kCols = 128;    // columns per block (one per thread)
+constexpr int64_t kCols = 128;    // threads per block (key_sums: a column each)
 constexpr int kLanes = 8;         // partial sums per segment and column
 constexpr int kWidth = 4;         // key_windows' columns per thread (16 bytes of f32)
 constexpr int kSearchSteps = 32;  // halvings of the offsets search: any S below 2^31
