@@ -217,26 +217,28 @@ cc::Kernel build_tc_splitk_sum(DType dtype, bool flat) {
   if (flat) grid = {cc::ceildiv(m * n, kThreads)};
   kb.body(grid, kThreads, [&](cc::Scope& s) {
     cc::Idx c0 = s.let(s.block_idx(flat ? 0 : 1) * kThreads, "c0");
-    // Thread t's element: (row, col), inside the output when `in`.
+    // Thread t's element of c, and whether it lies inside c.
+    struct Element {
+      cc::Val row, col, inside;
+    };
     auto at = [&](const cc::Idx& t) {
       cc::Val e = c0 + t;
-      return flat ? std::vector<cc::Val>{e / n, e % n, e < m * n}
-                  : std::vector<cc::Val>{s.block_idx(0), e, e < n};
+      return flat ? Element{e / n, e % n, e < m * n} : Element{s.block_idx(0), e, e < n};
     };
     cc::Buf sum = s.alloc_fragment("sum", DType::F32, {kThreads});
     s.parallel(kThreads, [&](cc::Idx t) {
-      const std::vector<cc::Val> rc = at(t);
-      s.if_then(rc[2], [&] { sum(t) = part(0, rc[0], rc[1]); });
+      const Element x = at(t);
+      s.if_then(x.inside, [&] { sum(t) = part(0, x.row, x.col); });
     });
     s.serial(splits - 1, [&](cc::Idx z) {
       s.parallel(kThreads, [&](cc::Idx t) {
-        const std::vector<cc::Val> rc = at(t);
-        s.if_then(rc[2], [&] { sum(t) = sum(t) + part(z + 1, rc[0], rc[1]); });
+        const Element x = at(t);
+        s.if_then(x.inside, [&] { sum(t) = sum(t) + part(z + 1, x.row, x.col); });
       });
     });
     s.parallel(kThreads, [&](cc::Idx t) {
-      const std::vector<cc::Val> rc = at(t);
-      s.if_then(rc[2], [&] { c(rc[0], rc[1]) = sum(t); });
+      const Element x = at(t);
+      s.if_then(x.inside, [&] { c(x.row, x.col) = sum(t); });
     });
   });
   return kb.build();
