@@ -3,6 +3,7 @@
 #include "compiler/codegen/cuda_codegen.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -347,6 +348,21 @@ class CudaEmitter {
 
   std::string binary(const Binary* op) {
     const Type t = op->a.type();
+    // Floor division and modulo by a positive power of two are, in two's complement, an
+    // arithmetic shift and a mask, for every sign: exactly the values tr_div and tr_mod give.
+    // nvcc cannot see it through their truncating division and sign fix-up (some ten SASS
+    // instructions for a 64-bit index, where a shift is one or two), and the index math of
+    // every lowered parallel divides by its constant extents.
+    if (is_int(t) && (op->op == BinaryOp::Div || op->op == BinaryOp::Mod))
+      if (const IntImm* d = op->b.as<IntImm>();
+          d && d->value > 1 && (d->value & (d->value - 1)) == 0) {
+        const Expr same =
+            op->op == BinaryOp::Div
+                ? Binary::make(BinaryOp::ShrA, op->a,
+                               make_const(t, std::countr_zero(static_cast<uint64_t>(d->value))))
+                : Binary::make(BinaryOp::And, op->a, make_const(t, d->value - 1));
+        return binary(same.as<Binary>());
+      }
     // && and || whose right side must stay conditional (needs_lazy): evaluate it only when
     // needed, as C would.
     if (t == Type::Bool && (op->op == BinaryOp::And || op->op == BinaryOp::Or) &&
