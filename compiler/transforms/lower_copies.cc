@@ -45,11 +45,30 @@ class CopyLowerer : public IRMutator {
   // AsyncCopy per piece of the innermost axis, its valid count the piece's elements inside the
   // tensor (all or none when the rows are multiples of the lanes, which the verifier asks). The
   // side of higher rank leads with extents of 1 (builder.h): those axes stay at their origins.
+  // The box's origin is block-uniform (a copy is a block statement), so whether the whole box
+  // lies inside the tensor is one block-uniform test: then the pieces copy with no per-piece
+  // test (valid = lanes), else each piece tests its own bounds. In a K loop every box but the
+  // edges' is whole, and the per-piece 64-bit bounds were most of a step's instructions.
   Stmt lower_async(const Copy& op) {
     const BufferParam* src = find_buffer(k_.sig, op.src.buffer);
     const int lanes = static_cast<int>(16 / dtype_bytes(src->dtype, 1));
     const size_t rank = std::min(op.dst.extents.size(), op.src.extents.size());
     const size_t dst_lead = op.dst.extents.size() - rank, src_lead = op.src.extents.size() - rank;
+    Expr whole = make_bool(true);
+    for (size_t d = 0; d < op.src.extents.size(); ++d) {
+      const Expr& at = op.src.origin[d];
+      whole = logical_and(whole, Binary::make(BinaryOp::Le, make_i64(0), at));
+      whole = logical_and(
+          whole, Binary::make(BinaryOp::Le, add(at, make_i64(op.src.extents[d])), src->shape[d]));
+    }
+    Stmt fast = pieces(op, lanes, rank, dst_lead, src_lead, true);
+    return IfThenElse::make(whole, fast, pieces(op, lanes, rank, dst_lead, src_lead, false));
+  }
+
+  // The box's pieces; `whole`: the box is known inside, so every piece is valid.
+  Stmt pieces(const Copy& op, int lanes, size_t rank, size_t dst_lead, size_t src_lead,
+              bool whole) {
+    const BufferParam* src = find_buffer(k_.sig, op.src.buffer);
     std::vector<std::string> vars;
     std::vector<Expr> extents;
     std::vector<Expr> dst_idx(op.dst.origin.begin(), op.dst.origin.begin() + dst_lead);
@@ -79,8 +98,9 @@ class CopyLowerer : public IRMutator {
     }
     // The verifier asks the source's rows and the box's innermost origin to be multiples of the
     // lanes, so a piece is all inside or all outside: one comparison, not a clamp.
-    Expr inside = logical_and(outer_ok, inner_ok);
-    Expr valid = Select::make(inside, make_i64(lanes), make_i64(0));
+    Expr valid = whole
+                     ? make_i64(lanes)
+                     : Select::make(logical_and(outer_ok, inner_ok), make_i64(lanes), make_i64(0));
     return Parallel::make(
         std::move(vars), std::move(extents),
         AsyncCopy::make(op.dst.buffer, dst_idx, op.src.buffer, src_idx, lanes, valid));
