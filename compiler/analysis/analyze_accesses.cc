@@ -83,12 +83,41 @@ class Analyzer : public IRMutator {
       ranges_[kBlockIdx[d]] = {0, interval_of(k.sig.grid[d], ranges_).hi - 1};
       block_vars_.push_back(kBlockIdx[d]);
     }
+    // The fragments that take a gemm accumulator's layout (infer_layouts step 0): the
+    // accumulators, and every fragment sharing a parallel with one of them, transitively.
     struct Gemms : IRVisitor {
+      const Kernel* k;
       std::set<std::string> acc;
+      std::vector<std::set<std::string>> parallels;  // the fragments each parallel touches
       void visit_stmt(const Gemm* op) override { acc.insert(op->c); }
+      void visit_stmt(const Parallel* op) override {
+        parallels.emplace_back();
+        IRVisitor::visit_stmt(op);
+      }
+      void visit_expr(const Load* op) override {
+        note(op->buffer);
+        IRVisitor::visit_expr(op);
+      }
+      void visit_stmt(const Store* op) override {
+        note(op->buffer);
+        IRVisitor::visit_stmt(op);
+      }
+      void note(const std::string& b) {
+        const TileAlloc* a = find_alloc(*k, b);
+        if (!parallels.empty() && a && a->scope == MemScope::Fragment) parallels.back().insert(b);
+      }
     } gemms;
+    gemms.k = &k;
     gemms.visit(k.body);
     accumulators_ = gemms.acc;
+    for (bool grew = !accumulators_.empty(); grew;) {
+      grew = false;
+      for (const std::set<std::string>& fs : gemms.parallels) {
+        if (std::none_of(fs.begin(), fs.end(), [&](auto& f) { return accumulators_.count(f); }))
+          continue;
+        for (const std::string& f : fs) grew = accumulators_.insert(f).second || grew;
+      }
+    }
   }
 
  protected:
@@ -718,7 +747,7 @@ class Analyzer : public IRMutator {
     return true;
   }
 
-  // Whether a parallel body reads or writes a gemm accumulator.
+  // Whether a parallel body reads or writes a fragment of a gemm accumulator's layout.
   bool touches_accumulator(const Stmt& body) const {
     struct V : IRVisitor {
       const std::set<std::string>* acc;
@@ -806,7 +835,7 @@ class Analyzer : public IRMutator {
   std::set<std::string> shared_vars_, opaque_;
   std::vector<std::string> block_vars_;
   const Parallel* parallel_ = nullptr;
-  std::set<std::string> accumulators_;  // fragments a gemm accumulates into
+  std::set<std::string> accumulators_;  // fragments of a gemm accumulator's layout
   bool pairs_ = false;                  // parallel_ touches one: its vectors are pairs
   // What the accesses of the Parallel being visited allow (ParallelLayout::provable).
   struct ParallelFinding {
