@@ -83,6 +83,41 @@ class Analyzer : public IRMutator {
       ranges_[kBlockIdx[d]] = {0, interval_of(k.sig.grid[d], ranges_).hi - 1};
       block_vars_.push_back(kBlockIdx[d]);
     }
+    // The fragments that take a gemm accumulator's layout (infer_layouts step 0): the
+    // accumulators, and every fragment sharing a parallel with one of them, transitively.
+    struct Gemms : IRVisitor {
+      const Kernel* k;
+      std::set<std::string> acc;
+      std::vector<std::set<std::string>> parallels;  // the fragments each parallel touches
+      void visit_stmt(const Gemm* op) override { acc.insert(op->c); }
+      void visit_stmt(const Parallel* op) override {
+        parallels.emplace_back();
+        IRVisitor::visit_stmt(op);
+      }
+      void visit_expr(const Load* op) override {
+        note(op->buffer);
+        IRVisitor::visit_expr(op);
+      }
+      void visit_stmt(const Store* op) override {
+        note(op->buffer);
+        IRVisitor::visit_stmt(op);
+      }
+      void note(const std::string& b) {
+        const TileAlloc* a = find_alloc(*k, b);
+        if (!parallels.empty() && a && a->scope == MemScope::Fragment) parallels.back().insert(b);
+      }
+    } gemms;
+    gemms.k = &k;
+    gemms.visit(k.body);
+    accumulators_ = gemms.acc;
+    for (bool grew = !accumulators_.empty(); grew;) {
+      grew = false;
+      for (const std::set<std::string>& fs : gemms.parallels) {
+        if (std::none_of(fs.begin(), fs.end(), [&](auto& f) { return accumulators_.count(f); }))
+          continue;
+        for (const std::string& f : fs) grew = accumulators_.insert(f).second || grew;
+      }
+    }
   }
 
  protected:
@@ -107,8 +142,10 @@ class Analyzer : public IRMutator {
     }
     const Parallel* saved = parallel_;
     ParallelFinding saved_par = par_;
+    const bool saved_pairs = pairs_;
     parallel_ = op;
     par_ = {};
+    pairs_ = touches_accumulator(op->body);
     Stmt out = IRMutator::mutate_stmt(op, self);
     const Parallel* p = out.as<Parallel>();
     ParallelLayout layout = p->layout;
@@ -116,6 +153,7 @@ class Analyzer : public IRMutator {
     out = Parallel::make(p->vars, p->extents, p->body, layout);
     parallel_ = saved;
     par_ = saved_par;
+    pairs_ = saved_pairs;
     return out;
   }
 
@@ -154,7 +192,11 @@ class Analyzer : public IRMutator {
       r_->stats.guards_kept++;
       r_->verdicts.back().note = "guard kept";
     }
-    if (parallel_) par_.blocked = true;  // a kept guard: its accesses cannot be hoisted
+    // A kept guard: its accesses cannot be hoisted, except the pairs of an accumulator's
+    // parallel when the guard has one value over each pair (it then guards the pair's vector).
+    const bool uniform = parallel_ && pairs_ && enc && o_.enabled && pair_uniform(cond);
+    if (uniform) r_->verdicts.back().note += " (uniform over pairs)";
+    if (parallel_ && !uniform) par_.blocked = true;
     Stmt then_case, else_case;
     {
       Scope s(this);
@@ -602,7 +644,8 @@ class Analyzer : public IRMutator {
       if (mentions_opaque(i)) return -1;
     int64_t bytes = dtype_bytes(dtype, 1);
     if (bytes <= 0 || 16 % bytes != 0 || bytes >= 16) return uses_inner(idx) ? -1 : 0;
-    const int64_t w = 16 / bytes;
+    // An accumulator's parallel moves pairs (infer_layouts, layout.h value_pairs).
+    const int64_t w = pairs_ ? 2 : 16 / bytes;
     const std::string& inner = parallel_->vars.back();
     Expr v = Var::make(Type::I64, inner);
     Expr flat = idx[0];
@@ -704,6 +747,60 @@ class Analyzer : public IRMutator {
     return true;
   }
 
+  // Whether a parallel body reads or writes a fragment of a gemm accumulator's layout.
+  bool touches_accumulator(const Stmt& body) const {
+    struct V : IRVisitor {
+      const std::set<std::string>* acc;
+      bool found = false;
+      void visit_expr(const Load* op) override {
+        found = found || acc->count(op->buffer);
+        IRVisitor::visit_expr(op);
+      }
+      void visit_stmt(const Store* op) override {
+        found = found || acc->count(op->buffer);
+        IRVisitor::visit_stmt(op);
+      }
+    } v;
+    v.acc = &accumulators_;
+    v.visit(body);
+    return v.found;
+  }
+
+  // Whether a guard has the same value at the innermost var's v and v + 1 for every even v
+  // (the lanes of an accumulator's pair; the vector proofs make the pair's first element even).
+  // Affine, without Z3: the guard is a conjunction of comparisons a < b or a <= b; in each,
+  // d = b - a either does not move with v, or moves as -v in `<` (x + v < N) or as +v in `<=`
+  // (0 <= x + v) with every other term (dims by their divisibility, or else their concrete
+  // values, which pins the kernel) and the innermost extent even: then d at v is even, and
+  // d > 0 <=> d - 1 > 0, d >= 0 <=> d + 1 >= 0. Anything else: not uniform.
+  bool pair_uniform(const Expr& cond) {
+    const Binary* b = cond.as<Binary>();
+    if (b && b->op == BinaryOp::And && b->a.type() == Type::Bool)
+      return pair_uniform(b->a) && pair_uniform(b->b);
+    if (!b || (b->op != BinaryOp::Lt && b->op != BinaryOp::Le) || mentions_opaque(cond))
+      return false;
+    Poly pa, pb;
+    if (!to_poly(b->a, lets_, &pa) || !to_poly(b->b, lets_, &pb)) return false;
+    Poly d = pb;
+    for (auto& [m, c] : pa) d[m] -= c;
+    const std::string& inner = parallel_->vars.back();
+    int64_t coef = 0;
+    for (auto& [m, c] : d) {
+      if (c == 0 || !std::count(m.begin(), m.end(), inner)) continue;
+      if (m.size() != 1) return false;
+      coef = c;
+    }
+    if (coef == 0) return true;
+    if (coef != (b->op == BinaryOp::Lt ? -1 : 1)) return false;
+    Poly rest;
+    for (auto& [m, c] : d)
+      if (c != 0) rest[m] = c;
+    if (aligned(rest, inner, 2, /*concrete=*/false)) return true;
+    if (o_.concrete.empty() || !aligned(rest, inner, 2, /*concrete=*/true)) return false;
+    pin_ = true;
+    return true;
+  }
+
   // Every term but 1·v a multiple of w, and the innermost extent too. A dim contributes its
   // divisibility, or with `concrete` its value; other vars (blocks, loops) contribute nothing.
   bool aligned(const Poly& p, const std::string& inner, int64_t w, bool concrete) const {
@@ -738,6 +835,8 @@ class Analyzer : public IRMutator {
   std::set<std::string> shared_vars_, opaque_;
   std::vector<std::string> block_vars_;
   const Parallel* parallel_ = nullptr;
+  std::set<std::string> accumulators_;  // fragments of a gemm accumulator's layout
+  bool pairs_ = false;                  // parallel_ touches one: its vectors are pairs
   // What the accesses of the Parallel being visited allow (ParallelLayout::provable).
   struct ParallelFinding {
     bool moving = false;   // some global access moves with the innermost var

@@ -274,7 +274,9 @@ struct ParallelLayout {
   bool annotated = false;  // the author's annotate_layout: inference keeps the width
   // analyze_accesses' finding: the largest width at which every global access that moves with
   // the innermost var is proved in bounds, contiguous and aligned to width·bytes, with no
-  // guard or loop between it and the Parallel; 1 when none, 0 when nothing moves with it.
+  // guard or loop between it and the Parallel; 1 when none, 0 when nothing moves with it. A
+  // Parallel touching a gemm accumulator is asked for pairs (width 2) only, and there a guard
+  // with one value over each pair does not count (infer_layouts, lower_parallel lower_general).
   int provable = -1;       // -1: not analysed
   bool vectorize = false;  // infer_layouts: width >= 2 and provable >= width
   // infer_layouts: the thread-value layout lower_parallel follows (layout.h

@@ -246,4 +246,14 @@ Layout wgmma_accumulator_layout(int64_t m, int64_t n, int64_t threads) {
                      {2, n, 16 * n, 64 * n, 1, 8 * n, 8, 64 * w * n});
 }
 
+bool value_pairs(const Layout& tv, int64_t threads) {
+  int m = 0;
+  for (int64_t t = 1; m < tv.rank() && t < threads; ++m) t *= tv.shape[m];
+  while (m < tv.rank() && tv.shape[m] == 1) ++m;  // a mode of one (wgmma's single warpgroup)
+  if (m >= tv.rank() || tv.shape[m] != 2 || tv.stride[m] != 1) return false;
+  for (int i = 0; i < tv.rank(); ++i)
+    if (i != m && tv.shape[i] > 1 && tv.stride[i] % 2 != 0) return false;
+  return true;
+}
+
 }  // namespace tilerun::compiler

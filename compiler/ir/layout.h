@@ -85,6 +85,13 @@ Swizzle tensor_core_swizzle(int row_bytes, int elem_bytes);
 // Value v of a thread is register v of its wgmma fragment (row block v / (n/2)).
 Layout wgmma_accumulator_layout(int64_t m, int64_t n, int64_t threads);
 
+// Whether a thread-value layout over `threads` threads (thread modes first, sizes multiplying
+// to `threads`, then value modes) deals each thread its values in pairs of consecutive elements
+// starting at an even one: the first value mode is (2):(1) and every other stride is even, so
+// values 2u and 2u+1 are elements e and e+1 with e even. wgmma's accumulator is such a layout
+// for any n (a multiple of 8); lower_parallel then moves a pair as one 2-lane vector.
+bool value_pairs(const Layout& tv, int64_t threads);
+
 // The thread mapping lower_parallel uses for a Parallel of `numel` elements at `width` (ir.h's
 // ParallelLayout), as a fragment layout: (thread, local index) → the row-major linear element.
 // Width 1: (threads, ceil(numel/threads)):(1, threads). Width W: the local index splits into

@@ -181,7 +181,10 @@ Kernel infer_layouts(const Kernel& kernel) {
   };
   for (auto& [root, group] : groups) {
     // 0. A gemm's accumulator: every member follows the tensor core's layout (one round of
-    // T x values, scalar moves), whatever the proofs or annotations say.
+    // T x values), whatever the proofs or annotations say. Its values come in pairs of
+    // consecutive elements (layout.h value_pairs): a member whose global accesses are proved
+    // 2-lane vectors (analyze_accesses asks pairs of an accumulator's parallels, guards uniform
+    // over a pair allowed) moves each pair as one vector; the fragment's placement is the same.
     const Layout* acc = nullptr;
     std::string acc_name;
     for (int i : group)
@@ -199,7 +202,7 @@ Kernel infer_layouts(const Kernel& kernel) {
                       "' must cover its " + std::to_string(acc->size()) + " elements exactly");
         ParallelLayout& l = ms[i].layout;
         l.width = 1;
-        l.vectorize = false;
+        l.vectorize = l.provable >= 2 && value_pairs(*acc, threads);
         l.tv = *acc;
       }
       continue;

@@ -4,6 +4,7 @@
 #include <climits>
 #include <map>
 
+#include "compiler/base/check.h"
 #include "compiler/ir/ir_printer.h"
 #include "compiler/ir/ir_visitor.h"
 #include "compiler/ir/layout_index.h"
@@ -138,7 +139,11 @@ class ParallelLowerer : public IRMutator {
 
   // Any other thread-value layout that covers the elements once in one round (a gemm
   // accumulator's, layout.h wgmma_accumulator_layout): thread t's value v is element tv(t, v)
-  // and its fragment local index is v, in a plain loop over v.
+  // and its fragment local index is v, in a plain loop over v. When the layout moves vectors
+  // (infer_layouts: the values come in pairs of consecutive elements, layout.h value_pairs, and
+  // the accesses are proved 2-lane vectors), v = 2u + lane with lane innermost as a `vectorized`
+  // loop: lin = h·2 + lane, h = tv(t, 2u) / 2 (every stride but the pair's is even), the form
+  // vectorize_accesses reads, and the same element and local index for every (t, v).
   Stmt lower_general(const Parallel* op, const Layout& tv) {
     const int64_t threads = k_.sig.threads;
     ModeSplit split;
@@ -162,10 +167,15 @@ class ParallelLowerer : public IRMutator {
       throw Error("kernel '" + k_.sig.name + "': thread-value layout " + to_string(tv) + " for " +
                   std::to_string(threads) + " threads does not cover the parallel's elements " +
                   "once in one round");
-    std::string v = names_->fresh("v"), lin = names_->fresh("lin");
+    int64_t inner;
+    const bool pairs = op->layout.vectorize && value_pairs(tv, threads) &&
+                       const_int(op->extents.back(), &inner) && inner % 2 == 0;
+    std::string v = names_->fresh(pairs ? "u" : "v"), lin = names_->fresh("lin");
+    std::string lane = pairs ? names_->fresh("lane") : "";
     Expr v_v = Var::make(Type::I64, v);
+    Expr lane_v = pairs ? Var::make(Type::I64, lane) : Expr();
     current_ = op;
-    iteration_ = v_v;
+    iteration_ = pairs ? add(mul(v_v, make_i64(2)), lane_v) : v_v;
     Stmt body = mutate(op->body);
     current_ = nullptr;
     Expr lin_v = Var::make(Type::I64, lin);
@@ -175,6 +185,29 @@ class ParallelLowerer : public IRMutator {
       if (d > 0) idx = floormod(idx, op->extents[d]);
       body = LetStmt::make(op->vars[d], idx, body);
       stride = mul(stride, op->extents[d]);
+    }
+    if (pairs) {
+      // The pair mode (the first value mode of more than one value) dropped and every other
+      // stride halved: h = tv(t, 2u) / 2.
+      Layout rest;
+      bool dropped = false;
+      for (int i = 0; i < split.values.rank(); ++i) {
+        if (split.values.shape[i] == 1) continue;
+        if (!dropped) {
+          TR_CHECK(split.values.shape[i] == 2 && split.values.stride[i] == 1, "pair mode");
+          dropped = true;
+          continue;
+        }
+        rest.shape.push_back(split.values.shape[i]);
+        rest.stride.push_back(split.values.stride[i] / 2);
+      }
+      for (int64_t& d : split.threads.stride) d /= 2;
+      Expr half =
+          layout_index(split.threads, coords(split.threads, Var::make(Type::I64, kThreadIdx)));
+      if (rest.rank() > 0) half = add(half, layout_index(rest, coords(rest, v_v)));
+      body = LetStmt::make(lin, add(mul(half, make_i64(2)), lane_v), body);
+      body = For::make(lane, make_i64(0), make_i64(2), body, /*vectorized=*/true);
+      return For::make(v, make_i64(0), make_i64(split.width / 2), body);
     }
     Expr thread_part =
         layout_index(split.threads, coords(split.threads, Var::make(Type::I64, kThreadIdx)));

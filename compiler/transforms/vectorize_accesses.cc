@@ -65,6 +65,28 @@ class LaneLoop : public IRMutator {
     return Load::make(op->type, tmp, {Var::make(Type::I64, loop_->var)});
   }
 
+  // A guard inside the lane loop (only an accumulator's pairs have one: analyze_accesses proved
+  // it has one value over the lanes): the vector moves of the accesses under it go under its
+  // lane-0 value. One whose lane-0 value still names something bound inside the loop keeps the
+  // accesses under it scalar.
+  Stmt mutate_stmt(const IfThenElse* op, const Stmt& self) override {
+    Expr cond = mutate(op->cond);
+    Expr c0 = at_lane0(op->cond);
+    const bool known = !mentions_any(c0, inner_);
+    guards_.push_back(known ? c0 : Expr());
+    Stmt then_case = mutate(op->then_case);
+    Stmt else_case;
+    if (op->else_case.defined()) {
+      guards_.back() = known ? Unary::make(UnaryOp::Not, c0) : Expr();
+      else_case = mutate(op->else_case);
+    }
+    guards_.pop_back();
+    if (cond.same_as(op->cond) && then_case.same_as(op->then_case) &&
+        else_case.same_as(op->else_case))
+      return self;
+    return IfThenElse::make(cond, then_case, else_case);
+  }
+
   Stmt mutate_stmt(const Store* op, const Stmt& self) override {
     Expr v = mutate(op->value);
     std::string tmp = vector_of(op->buffer, op->indices[0], /*store=*/true);
@@ -88,15 +110,21 @@ class LaneLoop : public IRMutator {
     // before a barrier): hoisted before the loop, it reads what every lane would.
     for (const std::string& buf : reads.loaded)
       if (!find_shared(*k_, buf) || stored_.count(buf)) return "";
-    std::string key = (store ? "store " : "load ") + buffer + "[" + to_string(base) + "]";
+    Expr guard;
+    for (const Expr& g : guards_) {
+      if (!g.defined()) return "";
+      guard = guard.defined() ? logical_and(guard, g) : g;
+    }
+    std::string key = (store ? "store " : "load ") + buffer + "[" + to_string(base) + "]" +
+                      (guard.defined() ? " if " + to_string(guard) : "");
     auto it = arrays_.find(key);
     if (it != arrays_.end()) return it->second;
     std::string tmp = names_->fresh(buffer + (store ? ".out" : ".in"));
     k_->local_arrays.push_back({tmp, b->dtype, {lanes_}});
-    if (store)
-      after.push_back(VectorMove::make(buffer, base, tmp, make_i64(0), lanes_));
-    else
-      before.push_back(VectorMove::make(tmp, make_i64(0), buffer, base, lanes_));
+    Stmt move = store ? VectorMove::make(buffer, base, tmp, make_i64(0), lanes_)
+                      : VectorMove::make(tmp, make_i64(0), buffer, base, lanes_);
+    if (guard.defined()) move = IfThenElse::make(guard, move);
+    (store ? after : before).push_back(move);
     arrays_.emplace(key, tmp);
     return tmp;
   }
@@ -159,6 +187,7 @@ class LaneLoop : public IRMutator {
   std::set<std::string> stored_;  // buffers the loop body writes
   std::map<std::string, Expr> lets_;
   std::map<std::string, std::string> arrays_;  // access key → local array
+  std::vector<Expr> guards_;  // lane-0 values of the enclosing guards (undefined: unknown)
 };
 
 class Vectorizer : public IRMutator {

@@ -5,10 +5,12 @@
 //
 // Sound because infer_layouts marks a loop vectorized only where analyze_accesses proved every
 // such access in bounds, contiguous along the innermost var (so along the lane), aligned to
-// lanes·bytes, and not under a guard or inner loop: the index at lane l is index(0) + l, and
-// each lane touches its own element, so hoisting the reads and sinking the writes changes no
-// value. An access whose first-lane index still names something bound inside the loop stays
-// scalar (never expected; kept as a safe fallback).
+// lanes·bytes, and not under a guard or inner loop (a gemm accumulator's 2-lane pairs: not
+// under a guard unless the guard has one value over the pair, and then the vector moves under
+// its lane-0 value): the index at lane l is index(0) + l, and each lane touches its own
+// element, so hoisting the reads and sinking the writes changes no value. An access whose
+// first-lane index still names something bound inside the loop stays scalar (never expected; kept
+// as a safe fallback).
 #pragma once
 
 #include "compiler/ir/kernel.h"
