@@ -644,7 +644,12 @@ class Analyzer : public IRMutator {
       if (mentions_opaque(i)) return -1;
     int64_t bytes = dtype_bytes(dtype, 1);
     if (bytes <= 0 || 16 % bytes != 0 || bytes >= 16) return uses_inner(idx) ? -1 : 0;
-    // An accumulator's parallel moves pairs (infer_layouts, layout.h value_pairs).
+    // An accumulator's parallel moves pairs (infer_layouts, layout.h value_pairs) of 4-byte
+    // elements only: 2-byte pairs (bf16x2 stores of a matmul's output) made NVRTC build the
+    // tensor-core matmuls with fewer registers and more instructions a K step (the 64 x 128
+    // matmul at T = 1024: 17.4 -> 27.5 us, H200), while float2 rows (sparse attention's
+    // contribution rows g) gained a third.
+    if (pairs_ && bytes < 4) return uses_inner(idx) ? -1 : 0;
     const int64_t w = pairs_ ? 2 : 16 / bytes;
     const std::string& inner = parallel_->vars.back();
     Expr v = Var::make(Type::I64, inner);
