@@ -83,41 +83,7 @@ class Analyzer : public IRMutator {
       ranges_[kBlockIdx[d]] = {0, interval_of(k.sig.grid[d], ranges_).hi - 1};
       block_vars_.push_back(kBlockIdx[d]);
     }
-    // The fragments that take a gemm accumulator's layout (infer_layouts step 0): the
-    // accumulators, and every fragment sharing a parallel with one of them, transitively.
-    struct Gemms : IRVisitor {
-      const Kernel* k;
-      std::set<std::string> acc;
-      std::vector<std::set<std::string>> parallels;  // the fragments each parallel touches
-      void visit_stmt(const Gemm* op) override { acc.insert(op->c); }
-      void visit_stmt(const Parallel* op) override {
-        parallels.emplace_back();
-        IRVisitor::visit_stmt(op);
-      }
-      void visit_expr(const Load* op) override {
-        note(op->buffer);
-        IRVisitor::visit_expr(op);
-      }
-      void visit_stmt(const Store* op) override {
-        note(op->buffer);
-        IRVisitor::visit_stmt(op);
-      }
-      void note(const std::string& b) {
-        const TileAlloc* a = find_alloc(*k, b);
-        if (!parallels.empty() && a && a->scope == MemScope::Fragment) parallels.back().insert(b);
-      }
-    } gemms;
-    gemms.k = &k;
-    gemms.visit(k.body);
-    accumulators_ = gemms.acc;
-    for (bool grew = !accumulators_.empty(); grew;) {
-      grew = false;
-      for (const std::set<std::string>& fs : gemms.parallels) {
-        if (std::none_of(fs.begin(), fs.end(), [&](auto& f) { return accumulators_.count(f); }))
-          continue;
-        for (const std::string& f : fs) grew = accumulators_.insert(f).second || grew;
-      }
-    }
+    accumulators_ = accumulator_fragments(k);
   }
 
  protected:

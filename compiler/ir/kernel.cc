@@ -1,6 +1,9 @@
 #include "compiler/ir/kernel.h"
 
+#include <algorithm>
+
 #include "compiler/base/check.h"
+#include "compiler/ir/ir_visitor.h"
 
 namespace tilerun::compiler {
 
@@ -37,6 +40,43 @@ const BufferParam* find_buffer(const KernelSignature& sig, const std::string& na
 }
 const TileAlloc* find_alloc(const Kernel& k, const std::string& name) {
   return find_named(k.allocs, name);
+}
+
+std::set<std::string> accumulator_fragments(const Kernel& k) {
+  struct Touches : IRVisitor {
+    const Kernel* k = nullptr;
+    std::set<std::string> acc;
+    std::vector<std::set<std::string>> parallels;  // the fragments each Parallel touches
+    void visit_stmt(const Gemm* op) override { acc.insert(op->c); }
+    void visit_stmt(const Parallel* op) override {
+      parallels.emplace_back();
+      IRVisitor::visit_stmt(op);
+    }
+    void visit_expr(const Load* op) override {
+      note(op->buffer);
+      IRVisitor::visit_expr(op);
+    }
+    void visit_stmt(const Store* op) override {
+      note(op->buffer);
+      IRVisitor::visit_stmt(op);
+    }
+    void note(const std::string& b) {
+      const TileAlloc* a = find_alloc(*k, b);
+      if (!parallels.empty() && a && a->scope == MemScope::Fragment) parallels.back().insert(b);
+    }
+  } t;
+  t.k = &k;
+  t.visit(k.body);
+  std::set<std::string> out = t.acc;
+  for (bool grew = !out.empty(); grew;) {
+    grew = false;
+    for (const std::set<std::string>& fs : t.parallels) {
+      if (std::none_of(fs.begin(), fs.end(), [&](const std::string& f) { return out.count(f); }))
+        continue;
+      for (const std::string& f : fs) grew = out.insert(f).second || grew;
+    }
+  }
+  return out;
 }
 const SimtArray* find_shared(const SimtKernel& k, const std::string& name) {
   return find_named(k.shared, name);

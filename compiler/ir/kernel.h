@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,11 @@ struct SimtKernel {
 // Lookups by name (nullptr when absent).
 const BufferParam* find_buffer(const KernelSignature& sig, const std::string& name);
 const TileAlloc* find_alloc(const Kernel& k, const std::string& name);
+
+// The fragments that take a gemm accumulator's layout (infer_layouts step 0 groups the
+// Parallels that share fragments): every gemm's accumulator, and every fragment touched by a
+// Parallel that touches one of them, transitively.
+std::set<std::string> accumulator_fragments(const Kernel& k);
 const SimtArray* find_shared(const SimtKernel& k, const std::string& name);
 const SimtArray* find_local_array(const SimtKernel& k, const std::string& name);
 // The local-array side of a vector move (its dtype is the move's); an internal error if neither
