@@ -1,0 +1,291 @@
+// weighted_relu_sum and its backward op weighted_relu_sum_grad: the lightning indexer's score
+// from its per-head logits, for x [.., H, C] and w [.., H]:
+//   y[.., c] = Σ_h w[.., h] · relu(x[.., h, c])
+// One kernel each way instead of relu, a broadcast mul and a sum over the heads (three passes over
+// the [T, H, C] logits forward, four backward, each writing or reading an intermediate as large):
+// the forward reads the logits once, the backward reads them once and writes their gradient.
+//
+// Strict arithmetic in f32, in a fixed order that depends on H and C only (never on the rows):
+//   y:  the heads' terms w·relu(x) added in head order, starting from head 0's term;
+//   dx[.., h, c] = dy[.., c]·w[.., h] where x > 0, else 0 (NaN and 0 pass nothing, as relu_grad);
+//   dw[.., h] = Σ_c dy[.., c]·relu(x[.., h, c]): thread t of the row's block folds its columns
+//       c = t, t + 128, ... in order from -0, then the 128 partials meet in a halving tree
+//       (partial t + half into partial t), the order of rmsnorm_grad's row sums.
+// relu is the IR's max(x, +0): NaN stays NaN (a NaN logit makes its score and dw NaN).
+#include <cmath>
+#include <string>
+
+#include "compiler/ir/builder.h"
+#include "kernels/expand_util.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/op_registry.h"
+#include "kernels/ref_util.h"
+#include "kernels/ref_values.h"
+#include "kernels/schema_util.h"
+
+namespace tilerun::kernels {
+
+namespace {
+
+namespace cc = tilerun::compiler;
+
+constexpr int kThreads = 128;
+// The heads are written out in the kernels (each head's w a value in registers, each term a
+// statement): a bound on the kernel's size.
+constexpr int64_t kMaxHeads = 256;
+
+// x [.., H, C] as (rows, H, C).
+struct Shape {
+  int64_t rows = 1, h = 1, c = 1;
+};
+
+Shape shape_of(const TensorType& x) {
+  Shape s;
+  const size_t r = x.shape.size();
+  s.h = x.shape[r - 2];
+  s.c = x.shape[r - 1];
+  for (size_t i = 0; i + 2 < r; ++i) s.rows *= x.shape[i];
+  return s;
+}
+
+// (x [.., H, C], w [.., H]) -> y [.., C].
+std::vector<TensorType> infer_forward(const std::vector<TensorType>& in, const Attrs&) {
+  expect_float(in[0], "x");
+  if (in[0].shape.size() < 2)
+    throw ShapeError("input 'x' is " + to_string(in[0]) +
+                     ", expected rank >= 2 ([.., H, C]: the heads, then the scored columns)");
+  const int64_t h = in[0].shape[in[0].shape.size() - 2];
+  if (h > kMaxHeads)
+    throw ShapeError("input 'x' is " + to_string(in[0]) + ": " + std::to_string(h) +
+                     " heads (axis -2), expected at most " + std::to_string(kMaxHeads));
+  TensorType w{in[0].dtype, {in[0].shape.begin(), in[0].shape.end() - 1}};
+  expect_same(in[1], "w", w, "x without its last axis");
+  TensorType y = in[0];
+  y.shape.erase(y.shape.end() - 2);
+  return {y};
+}
+
+// (x, w, dy) -> (dx, dw).
+std::vector<TensorType> infer_backward(const std::vector<TensorType>& in, const Attrs& attrs) {
+  TensorType y = infer_forward({in[0], in[1]}, attrs)[0];
+  expect_same(in[2], "dy", y, "the output");
+  return {in[0], in[1]};
+}
+
+// ---- References ----------------------------------------------------------------------------
+
+double strict_relu(double v) { return std::isnan(v) ? v : (v > 0 ? v : 0.0); }
+
+std::vector<RefTensor> ref_forward(const std::vector<RefTensor>& in, const Attrs&) {
+  const Shape sh = shape_of({DType::F32, in[0].shape});
+  std::vector<int64_t> shape = in[0].shape;
+  shape.erase(shape.end() - 2);
+  RefTensor y = ref_zeros(shape);
+  for (int64_t r = 0; r < sh.rows; ++r)
+    for (int64_t c = 0; c < sh.c; ++c) {
+      double acc = 0;
+      for (int64_t h = 0; h < sh.h; ++h) {
+        const double term =
+            in[1].data[r * sh.h + h] * strict_relu(in[0].data[(r * sh.h + h) * sh.c + c]);
+        acc = h == 0 ? term : acc + term;
+      }
+      y.data[r * sh.c + c] = acc;
+    }
+  return {y};
+}
+
+std::vector<RefTensor> ref_backward(const std::vector<RefTensor>& in, const Attrs&) {
+  const Shape sh = shape_of({DType::F32, in[0].shape});
+  RefTensor dx = ref_zeros(in[0].shape), dw = ref_zeros(in[1].shape);
+  for (int64_t r = 0; r < sh.rows; ++r)
+    for (int64_t h = 0; h < sh.h; ++h) {
+      const double w = in[1].data[r * sh.h + h];
+      double acc = -0.0;
+      for (int64_t c = 0; c < sh.c; ++c) {
+        const double x = in[0].data[(r * sh.h + h) * sh.c + c], dy = in[2].data[r * sh.c + c];
+        dx.data[(r * sh.h + h) * sh.c + c] = x > 0 ? dy * w : 0.0;
+        acc += dy * strict_relu(x);
+      }
+      dw.data[r * sh.h + h] = acc;
+    }
+  return {dx, dw};
+}
+
+std::vector<GradOp> grad_forward(const std::vector<TensorType>&, const Attrs&,
+                                 const std::vector<bool>& needs) {
+  if (!needs[0] && !needs[1]) return {};
+  return {{"weighted_relu_sum_grad",
+           {"x0", "x1", "dy0"},
+           {needs[0] ? "dx0" : "unused_dx", needs[1] ? "dx1" : "unused_dw"},
+           {}}};
+}
+
+// ---- Kernels -------------------------------------------------------------------------------
+// Both see x as [P, H, C] with H a constant of the kernel (kernel names carry it).
+
+std::string kernel_name(bool backward, int64_t h, bool vec) {
+  return std::string(backward ? "weighted_relu_sum_grad" : "weighted_relu_sum") + "_h" +
+         std::to_string(h) + (vec ? "_vec" : "");
+}
+
+// The forward: a block per row and tile of kThreads·8 columns, a thread per column (with `vec`,
+// C a multiple of 8: 16 bytes of a row a thread at a time, the whole tile unguarded and the
+// last, partial one over the columns left, as swiglu's kernel). w's row is read once a block.
+// Parameters: x, w, y; P, C.
+constexpr int64_t kTile = kThreads * 8;
+
+cc::Kernel build_forward(DType dtype, int64_t heads, bool vec) {
+  cc::KernelBuilder kb(kernel_name(false, heads, vec) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim p = kb.dim("P"), c = kb.dim("C", {.divisible_by = vec ? 8 : 1});
+  const cc::Val h(heads);
+  cc::Buf x = kb.input("x", dtype, {p, h, c}), w = kb.input("w", dtype, {p, h});
+  cc::Buf y = kb.output("y", dtype, {p, c});
+  const int64_t tile = vec ? kTile : kThreads;
+  kb.body({p, cc::ceildiv(c, tile)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(0);
+    cc::Idx base = s.let(s.block_idx(1) * tile, "base");
+    std::vector<cc::Val> wv;
+    for (int64_t i = 0; i < heads; ++i) wv.push_back(s.let(w(row, i), "w"));
+    auto column = [&](const cc::Idx& j) {
+      cc::Val acc;
+      for (int64_t i = 0; i < heads; ++i) {
+        cc::Val term = wv[i] * cc::max(x(row, i, j), 0.0f);
+        acc = i == 0 ? s.let(term, "acc") : s.let(acc + term, "acc");
+      }
+      y(row, j) = acc;
+    };
+    if (!vec) {
+      s.parallel(kThreads, [&](cc::Idx i) {
+        cc::Idx j = base + i;
+        s.if_then(j < c, [&] { column(j); });
+      });
+      return;
+    }
+    const int lanes = static_cast<int>(16 / dtype_bytes(dtype, 1));
+    s.if_then_else(
+        base + tile <= c,
+        [&] {
+          s.annotate_layout(lanes);
+          s.parallel(tile, [&](cc::Idx i) { column(base + i); });
+        },
+        [&] {
+          s.annotate_layout(lanes);
+          s.parallel(c - base, [&](cc::Idx i) { column(base + i); });
+        });
+  });
+  return kb.build();
+}
+
+// The backward: a block per row. Thread t walks its columns c = t, t + kThreads, ... once: dx for
+// every head, and each head's dw partial; then the partials' halving tree. Parameters: x, w, dy,
+// dx, dw; P, C.
+cc::Kernel build_backward(DType dtype, int64_t heads) {
+  cc::KernelBuilder kb(kernel_name(true, heads, false) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim p = kb.dim("P"), c = kb.dim("C");
+  const cc::Val h(heads);
+  cc::Buf x = kb.input("x", dtype, {p, h, c}), w = kb.input("w", dtype, {p, h});
+  cc::Buf dy = kb.input("dy", dtype, {p, c});
+  cc::Buf dx = kb.output("dx", dtype, {p, h, c}), dw = kb.output("dw", dtype, {p, h});
+  kb.body({p}, kThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(0);
+    std::vector<cc::Val> wv;
+    std::vector<cc::Buf> part;
+    for (int64_t i = 0; i < heads; ++i) {
+      wv.push_back(s.let(w(row, i), "w"));
+      part.push_back(s.alloc_fragment("part" + std::to_string(i), DType::F32, {kThreads}));
+    }
+    cc::Buf tree = s.alloc_shared("tree", DType::F32, {heads, kThreads});
+    s.parallel(kThreads, [&](cc::Idx t) {
+      for (int64_t i = 0; i < heads; ++i) part[i](t) = -0.0f;
+      s.serial(cc::ceildiv(c, cc::Val(kThreads)), [&](cc::Idx it) {
+        cc::Idx j = it * kThreads + t;
+        s.if_then(j < c, [&] {
+          cc::Val d = s.let(dy(row, j), "dy");
+          for (int64_t i = 0; i < heads; ++i) {
+            cc::Val xv = s.let(x(row, i, j), "x");
+            dx(row, i, j) = cc::select(xv > 0.0f, d * wv[i], 0.0f);
+            part[i](t) = part[i](t) + d * cc::max(xv, 0.0f);
+          }
+        });
+      });
+      for (int64_t i = 0; i < heads; ++i) tree(i, t) = part[i](t);
+    });
+    s.barrier();
+    for (int64_t half = kThreads / 2; half >= 1; half /= 2) {
+      s.parallel(h, half,
+                 [&](cc::Idx i, cc::Idx t) { tree(i, t) = tree(i, t) + tree(i, t + half); });
+      s.barrier();
+    }
+    s.parallel(h, [&](cc::Idx i) { dw(row, i) = tree(i, 0); });
+  });
+  return kb.build();
+}
+
+ExpandFn expand(std::shared_ptr<KernelCache> cache, bool backward) {
+  return [cache, backward](const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                           const Attrs&) {
+    const DType dt = in[0].dtype;
+    const Shape sh = shape_of(in[0]);
+    const bool vec = !backward && sh.c % 8 == 0;
+    const std::string name = kernel_name(backward, sh.h, vec);
+    KernelCall call{
+        .kernel = cache->get(
+            kernel_key(name, dt),
+            [&] { return backward ? build_backward(dt, sh.h) : build_forward(dt, sh.h, vec); }),
+        .buffers = {input_slot(0), input_slot(1), output_slot(0)},
+        .dims = {sh.rows, sh.c},
+        .scalars = {}};
+    if (backward)
+      call.buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0), output_slot(1)};
+    return OpExpansion{.scratch = {}, .calls = {call}};
+  };
+}
+
+}  // namespace
+
+void register_weighted_relu_sum(OpRegistry& registry) {
+  auto cache = std::make_shared<KernelCache>();
+  const double nan = kNaN();
+  registry.add(
+      {.name = "weighted_relu_sum",
+       .doc = "y[.., c] = Σ_h w[.., h]·relu(x[.., h, c]) for x [.., H, C], w [.., H] (the "
+              "lightning indexer's score from its per-head logits), heads added in order in f32; "
+              "gradient weighted_relu_sum_grad",
+       .inputs = {"x", "w"},
+       .outputs = {"y"},
+       .attrs = {},
+       .infer = infer_forward,
+       .reference = ref_forward,
+       .gradient = grad_forward,
+       .expand = expand(cache, false),
+       .tests = {
+           .kernel = {{.shapes = {{3, 16, 1040}, {3, 16}}, .lo = -3, .hi = 3},  // vec, 2 tiles
+                      {.shapes = {{2, 3, 4, 37}, {2, 3, 4}}, .lo = -3, .hi = 3},
+                      {.shapes = {{5, 1, 8}, {5, 1}}, .lo = -3, .hi = 3},
+                      {.shapes = {{7, 130}, {7}}, .lo = -3, .hi = 3}},
+           .gradient = {{.shapes = {{2, 3, 5}, {2, 3}}, .lo = -3, .hi = 3, .min_abs = 0.05},
+                        {.shapes = {{4, 6}, {4}}, .lo = -3, .hi = 3, .min_abs = 0.05}},
+           // Heads 2·relu(1) + (-1)·relu(-2) + 0.5·relu(4) = 4; a NaN logit gives NaN.
+           .examples = {{.inputs = {{{3, 2}, {1, 0, -2, nan, 4, 1}}, {{3}, {2, -1, 0.5}}},
+                         .outputs = {{{2}, {4, nan}}}}}}});
+  registry.add(
+      {.name = "weighted_relu_sum_grad",
+       .doc = "dx[.., h, c] = dy[.., c]·w[.., h]·[x > 0], dw[.., h] = Σ_c dy[.., c]·relu(x[.., h, "
+              "c]) in a fixed order (the backward op of weighted_relu_sum)",
+       .inputs = {"x", "w", "dy"},
+       .outputs = {"dx", "dw"},
+       .attrs = {},
+       .infer = infer_backward,
+       .reference = ref_backward,
+       .gradient = {},
+       .expand = expand(cache, true),
+       .tests = {.kernel = {{.shapes = {{3, 16, 1040}, {3, 16}, {3, 1040}}, .lo = -3, .hi = 3},
+                            {.shapes = {{2, 3, 4, 37}, {2, 3, 4}, {2, 3, 37}}, .lo = -3, .hi = 3},
+                            {.shapes = {{7, 130}, {7}, {130}}, .lo = -3, .hi = 3},
+                            {.shapes = {{2, 5, 100}, {2, 5}, {2, 100}}, .lo = -3, .hi = 3}},
+                 // dx = dy·w where x > 0; dw = Σ dy·relu(x): head 0 3·1 + 2·0 = 3, head 1 3·5 = 15.
+                 .examples = {{.inputs = {{{2, 2}, {1, -1, 5, 0}}, {{2}, {2, -1}}, {{2}, {3, 2}}},
+                               .outputs = {{{2, 2}, {6, 0, -3, 0}}, {{2}, {3, 15}}}}}}});
+}
+
+}  // namespace tilerun::kernels
