@@ -654,6 +654,31 @@ class CudaEmitter {
           line("}");
           return;
         }
+        if (bytes >= 8 && find_local_array(k_, op->src) && !find_local_array(k_, op->dst)) {
+          // From registers as an explicit st.global.v* / st.shared.v*: written as a uint4 copy
+          // out of the local array, NVRTC split the store into four 4-byte stores (st.global.u32,
+          // or v2.u16 pairs for 16-bit lanes), four store instructions and partial sectors where
+          // one 16-byte transaction was proved possible. The "memory" clobber keeps the store
+          // in program order with the kernel's other accesses.
+          const int words = static_cast<int>(bytes / 4);
+          const char* fields[] = {".x", ".y", ".z", ".w"};
+          const bool to_shared = find_shared(k_, op->dst) != nullptr;
+          std::string regs, ins;
+          for (int w = 0; w < words; ++w) {
+            regs += ", %" + std::to_string(w + 1);
+            ins += std::string(", \"r\"(tr_v") + fields[w] + ")";
+          }
+          line("{");
+          line("  const " + std::string(vt) + " tr_v = *reinterpret_cast<const " + vt + "*>(" +
+               src + ");");
+          line("  asm volatile(\"st." + std::string(to_shared ? "shared" : "global") + ".v" +
+               std::to_string(words) + ".u32 [%0], {" + regs.substr(2) + "};\" :: " +
+               (to_shared ? "\"r\"((unsigned)__cvta_generic_to_shared(" + d + "))"
+                          : "\"l\"(" + d + ")") +
+               ins + " : \"memory\");");
+          line("}");
+          return;
+        }
         line("*reinterpret_cast<" + std::string(vt) + "*>(" + d + ") = *reinterpret_cast<const " +
              vt + "*>(" + src + ");");
         return;
