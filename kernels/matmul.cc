@@ -277,7 +277,8 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
       return ex;
     }
     BatchMode mode{.on = true, .a = a.batched, .b = b.batched};
-    const Tiling whole{.bm = t.bm, .bn = t.bn, .groups = t.groups};  // grid z is the batch's
+    const Tiling whole{
+        .bm = t.bm, .bn = t.bn, .groups = t.groups, .bk = t.bk};  // grid z is the batch's
     ex.calls.push_back({.kernel = cache->get(kernel_key(matmul_name(ta, tb, whole, mode), dt),
                                              [&] { return build_matmul(dt, ta, tb, whole, mode); }),
                         .buffers = {a.arg, b.arg, output_slot(0)},

@@ -51,13 +51,22 @@ Tiling plan_matmul(int64_t n, int64_t k) {
     t.splits = (steps + per - 1) / per;
     t.slice = per * kstep;
   }
+  // The shape of the tiles sets no output's order (G and the slices above do), so it may
+  // follow N and K further. A short K with one group (K <= kSimtShortK, the mHC data gradient
+  // dmix fn^T: K = 24 over N = 4096) is one step of the whole K (no ragged second step of
+  // zeros, no second pass through the pipeline), and with enough blocks 64x64 tiles: half the
+  // global loads per output and a quarter of the blocks, each 256 threads.
+  if (t.groups == 1 && k <= kSimtShortK) {
+    t.bk = (k + 3) / 4 * 4;
+    if (big && tiles(64) >= kMinBlocks) t.bm = t.bn = 64;
+  }
   return t;
 }
 
 std::string matmul_name(bool ta, bool tb, const Tiling& t, BatchMode batch) {
   return std::string("matmul_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_" + std::to_string(t.bm) +
          "x" + std::to_string(t.bn) + "g" + std::to_string(t.groups) +
-         (t.splits > 1 ? "_splitk" : "") +
+         (t.bk != kBK ? "k" + std::to_string(t.bk) : "") + (t.splits > 1 ? "_splitk" : "") +
          (batch.on ? std::string("_batch_") + (batch.a ? "a" : "") + (batch.b ? "b" : "") : "");
 }
 
@@ -65,9 +74,13 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
   cc::KernelBuilder kb(matmul_name(ta, tb, tl, batch) + "_" + std::string(dtype_name(dtype)));
   const bool split = tl.splits > 1;
   TR_CHECK(!(split && batch.on), "a batched matmul does not split K");
-  cc::Dim m = kb.dim("M"), n = kb.dim("N"), k = kb.dim("K");
+  TR_CHECK(tl.bk % 4 == 0 && (tl.groups == 1 || tl.bk == kBK), "K per group and step");
+  // A short K's kernel (bk not 16, one group) is one step of its whole K: K <= bk.
+  const bool one_step = !split && tl.groups == 1 && tl.bk != kBK;
+  cc::Dim m = kb.dim("M"), n = kb.dim("N"),
+          k = one_step ? kb.dim("K", {.max = tl.bk}) : kb.dim("K");
   cc::Dim nb = batch.on ? kb.dim("B") : cc::Dim();
-  cc::Dim slice = split ? kb.dim("L", {.divisible_by = tl.groups * kBK}) : cc::Dim();
+  cc::Dim slice = split ? kb.dim("L", {.divisible_by = tl.groups * tl.bk}) : cc::Dim();
   cc::Dim splits = split ? kb.dim("S") : cc::Dim();
   auto shape = [&](bool batched, std::vector<cc::Val> dims) {
     if (batch.on) dims.insert(dims.begin(), batched ? cc::Val(nb) : cc::Val(1));
@@ -80,7 +93,7 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
   cc::Buf c = split ? kb.output("part", DType::F32, {splits, m, n})
                     : kb.output("c", dtype, shape(true, {m, n}));
   const int64_t bm = tl.bm, bn = tl.bn, ty_n = tl.ty(), tx_n = tl.tx(), G = tl.groups;
-  const int64_t kstep = G * kBK;  // K per step of the block
+  const int64_t bk = tl.bk, kstep = G * bk;  // K per group and step, per step of the block
   std::vector<cc::Val> grid = {cc::ceildiv(n, bn), cc::ceildiv(m, bm)};
   if (batch.on) grid.push_back(nb);
   if (split) grid.push_back(splits);
@@ -102,8 +115,8 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
     std::vector<int64_t> b_tile = tb ? std::vector{bn, kstep} : std::vector{kstep, bn};
     int64_t a_cols = a_tile[1] + (ta ? 0 : kPad), b_cols = b_tile[1] + (tb ? kPad : 0);
     const int64_t a_buf = a_tile[0] * a_cols, b_buf = b_tile[0] * b_cols;
-    TR_CHECK(2 * a_buf >= G * bm * bn, "the a tiles hold the groups' output tiles");
-    cc::Buf as = s.alloc_shared("As", DType::F32, {2 * a_buf});  // flat: [buf][row][col]
+    // Flat: [buf][row][col]; afterwards also the groups' output tiles.
+    cc::Buf as = s.alloc_shared("As", DType::F32, {std::max(2 * a_buf, G * bm * bn)});
     cc::Buf bs = s.alloc_shared("Bs", DType::F32, {2 * b_buf});
     auto a_sh = [&](const cc::Val& buf, const cc::Val& r0, const cc::Val& r1) {
       return as(buf * a_buf + r0 * a_cols + r1);
@@ -176,33 +189,41 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
     // Iteration ko loads step ko's tiles into registers, runs the fma loop on step ko - 1's
     // shared tiles meanwhile, then stores step ko's into the other buffer: one load, one fma
     // loop and one store in the program, and one barrier per step.
-    s.serial(steps + 1, [&](cc::Idx ko) {
-      cc::Val cur = s.let(ko % 2, "cur");  // the buffer step ko goes to
-      cc::Val more = s.let(ko < steps, "more");
-      s.if_then(more, [&] { load(ko); });
-      s.if_then(ko > 0, [&] {
-        cc::Val prev = s.let(1 - cur, "prev");
-        per_thread([&](cc::Idx g, cc::Idx ty, cc::Idx tx) {
-          for (int64_t kk = 0; kk < kBK; ++kk) {  // unrolled: constant shared offsets
-            cc::Idx kq = g * kBK + kk;            // k within the step
-            std::vector<cc::Val> av, bv;
-            for (int64_t i = 0; i < kRM; ++i) {
-              cc::Idx r = row_of(ty, i);
-              av.push_back(s.let(ta ? a_sh(prev, kq, r) : a_sh(prev, r, kq), "a"));
-            }
-            for (int64_t j = 0; j < kRN; ++j) {
-              cc::Idx cl = col_of(tx, j);
-              bv.push_back(s.let(tb ? b_sh(prev, cl, kq) : b_sh(prev, kq, cl), "b"));
-            }
-            for (int64_t i = 0; i < kRM; ++i)
-              for (int64_t j = 0; j < kRN; ++j)
-                acc[i][j](g, ty, tx) = cc::fma(av[i], bv[j], acc[i][j](g, ty, tx));
+    auto fma_step = [&](const cc::Val& prev) {  // the fma loop over shared buffer `prev`
+      per_thread([&](cc::Idx g, cc::Idx ty, cc::Idx tx) {
+        for (int64_t kk = 0; kk < bk; ++kk) {  // unrolled: constant shared offsets
+          cc::Idx kq = g * bk + kk;            // k within the step
+          std::vector<cc::Val> av, bv;
+          for (int64_t i = 0; i < kRM; ++i) {
+            cc::Idx r = row_of(ty, i);
+            av.push_back(s.let(ta ? a_sh(prev, kq, r) : a_sh(prev, r, kq), "a"));
           }
-        });
+          for (int64_t j = 0; j < kRN; ++j) {
+            cc::Idx cl = col_of(tx, j);
+            bv.push_back(s.let(tb ? b_sh(prev, cl, kq) : b_sh(prev, kq, cl), "b"));
+          }
+          for (int64_t i = 0; i < kRM; ++i)
+            for (int64_t j = 0; j < kRN; ++j)
+              acc[i][j](g, ty, tx) = cc::fma(av[i], bv[j], acc[i][j](g, ty, tx));
+        }
       });
-      s.if_then(more, [&] { store(cur); });
-      s.barrier();  // the next step reads what was stored, and overwrites what was read
-    });
+    };
+    if (one_step) {  // K <= BK: no pipeline, nothing held in registers across the fma loop
+      load(cc::Val(0));
+      store(cc::Val(0));
+      s.barrier();
+      fma_step(cc::Val(0));
+      s.barrier();  // red_at below overwrites the a tile
+    } else {
+      s.serial(steps + 1, [&](cc::Idx ko) {
+        cc::Val cur = s.let(ko % 2, "cur");  // the buffer step ko goes to
+        cc::Val more = s.let(ko < steps, "more");
+        s.if_then(more, [&] { load(ko); });
+        s.if_then(ko > 0, [&] { fma_step(s.let(1 - cur, "prev")); });
+        s.if_then(more, [&] { store(cur); });
+        s.barrier();  // the next step reads what was stored, and overwrites what was read
+      });
+    }
 
     // Every group's output tile into red_at, then c = their sum in group order.
     per_thread([&](cc::Idx g, cc::Idx ty, cc::Idx tx) {
@@ -211,17 +232,30 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
           red_at(g, row_of(ty, i), col_of(tx, j)) = acc[i][j](g, ty, tx);
     });
     s.barrier();
-    s.parallel(bm, bn, [&](cc::Idx r, cc::Idx cl) {
-      cc::Idx row = s.let(by * bm + r, "row"), col = s.let(bx * bn + cl, "col");
-      s.if_then(row < m && col < n, [&] {
-        cc::Val sum = red_at(cc::Val(0), r, cl);
-        for (int64_t g = 1; g < G; ++g) sum = s.let(sum + red_at(cc::Val(g), r, cl), "sum");
-        if (split)
-          c(bz, row, col) = sum;
-        else
-          at(c, true, row, col) = sum;
-      });
-    });
+    auto write = [&](const cc::Idx& r, const cc::Idx& cl, const cc::Idx& row, const cc::Idx& col) {
+      cc::Val sum = red_at(cc::Val(0), r, cl);
+      for (int64_t g = 1; g < G; ++g) sum = s.let(sum + red_at(cc::Val(g), r, cl), "sum");
+      if (split)
+        c(bz, row, col) = sum;
+      else
+        at(c, true, row, col) = sum;
+    };
+    // A tile wholly inside c (all but the ragged edges') is written without guards, 4
+    // consecutive columns a thread (16-byte stores where N is a multiple of 4); an edge tile
+    // element by element under its guard.
+    s.if_then_else((by + 1) * bm <= m && (bx + 1) * bn <= n,
+                   [&] {
+                     s.annotate_layout(4);
+                     s.parallel(bm, bn, [&](cc::Idx r, cc::Idx cl) {
+                       write(r, cl, s.let(by * bm + r, "row"), s.let(bx * bn + cl, "col"));
+                     });
+                   },
+                   [&] {
+                     s.parallel(bm, bn, [&](cc::Idx r, cc::Idx cl) {
+                       cc::Idx row = s.let(by * bm + r, "row"), col = s.let(bx * bn + cl, "col");
+                       s.if_then(row < m && col < n, [&] { write(r, cl, row, col); });
+                     });
+                   });
   });
   return kb.build();
 }

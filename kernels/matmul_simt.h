@@ -15,6 +15,11 @@
 // order, on every backend. Where that still leaves few blocks for a long K, K also splits into
 // slices over the grid, the slices' partial tiles then added in slice order by a second kernel
 // (build_matmul below). No atomics.
+//
+// The tile's shape sets no output's order, so it follows N and K too: a short K (at most
+// kSimtShortK) with one group is one step of the whole K, over 64x64 tiles where there are
+// enough of them. A tile wholly inside c is written 4 consecutive columns a thread (16-byte
+// stores where N is a multiple of 4), an edge tile element by element under guards.
 #pragma once
 
 #include <cstdint>
@@ -26,13 +31,18 @@
 namespace tilerun::kernels {
 
 constexpr int64_t kSimtRM = 4, kSimtRN = 4;  // a thread's micro tile
+constexpr int64_t kSimtShortK = 32;          // up to this K one step of the whole K
 
-// The two tilings: 32x32 tiles (8x8 threads per group), and 16x16 tiles (4x4 threads per
-// group) for outputs with fewer than kMinBlocks 32x32 tiles. With G groups, each K step of the
-// block covers G * BK of K and group g takes the g-th BK of it.
+// The tilings: 32x32 tiles (8x8 threads per group), and 16x16 tiles (4x4 threads per group)
+// for outputs with fewer than kMinBlocks 32x32 tiles; 64x64 (16x16 threads) for a short K
+// (plan_matmul). With G groups, each K step of the block covers G * BK of K and group g takes
+// the g-th BK of it.
 struct Tiling {
   int64_t bm, bn, groups;
   int64_t splits = 1, slice = 0;  // K slices over grid z (slice: a multiple of groups * 16)
+  // K per group and step: 16, or with one group (where the step sets no output's order) the
+  // whole of a short K rounded up to 4, so K <= kSimtShortK is one step without a ragged one.
+  int64_t bk = 16;
   int64_t ty() const { return bm / kSimtRM; }
   int64_t tx() const { return bn / kSimtRN; }
   int threads() const { return static_cast<int>(groups * ty() * tx()); }
@@ -65,6 +75,9 @@ std::string matmul_name(bool ta, bool tb, const Tiling& t, BatchMode batch = {})
 // plain loop indices and every index map is linear. At the end the groups' tiles go through
 // shared memory (the a tiles' space, free by then), and one pass adds them in group order and
 // writes c row-contiguously.
+//
+// A short K's kernel (Tiling::bk not 16, one group; its K at most bk) has no pipeline: one
+// load, one store into shared buffer 0, one fma loop (nothing held in registers across it).
 //
 // Batched (BatchMode::on): one more dim B and grid axis z over c's batch elements; a, b and c get
 // a leading axis (B for a batched operand, 1 for a shared one), and a partial tile is read with
