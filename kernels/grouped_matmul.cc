@@ -349,7 +349,8 @@ ExpandFn expand_grouped(std::shared_ptr<KernelCache> cache) {
     // copy_async staging where the rows are 16-byte aligned (as matmul: a choice by K and N).
     // (128-row tiles: 64-row ones re-read each expert's weights twice as often and measured
     // slower, bench/RESULTS.md thirteenth session.)
-    const bool async = k % 8 == 0 && (tb || n % 8 == 0);
+    // (N a multiple of 8 for a transposed w too: the epilogue's 16-byte rows.)
+    const bool async = k % 8 == 0 && n % 8 == 0;
     KernelCache::KernelPtr kernel =
         !tensor_cores(dt) ? cache->get(std::string("grouped_") + (tb ? "nt" : "nn") + suffix(dt),
                                        [&] { return build_grouped(dt, tb); })

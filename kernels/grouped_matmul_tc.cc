@@ -85,7 +85,8 @@ std::string grouped_tc_async_name(bool tb) {
 // R; w's are boxes of the matrix w[e].
 cc::Kernel build_grouped_tc_async(DType dtype, bool tb) {
   cc::KernelBuilder kb(grouped_tc_async_name(tb) + "_" + std::string(dtype_name(dtype)));
-  cc::Dim r = kb.dim("R"), n = kb.dim("N", {.min = 1, .divisible_by = tb ? 1 : 8}),
+  // N a multiple of 8 either way: y's rows 16-byte aligned for the epilogue's vectors.
+  cc::Dim r = kb.dim("R"), n = kb.dim("N", {.min = 1, .divisible_by = 8}),
           k = kb.dim("K", {.min = 0, .divisible_by = 8}), experts = kb.dim("E");
   cc::Buf x = kb.input("x", dtype, {r, k});
   cc::Buf w = kb.input(
@@ -130,8 +131,8 @@ cc::Kernel build_grouped_tc_async(DType dtype, bool tb) {
         s.barrier();  // the next pass refills the tiles
       });
     });
-    for (size_t h = 0; h < out.size(); ++h)
-      s.copy(y.region({r0, n0 + static_cast<int64_t>(h) * width}, {kTcM, width}), out[h]);
+    tc_store_through_shared(s, dtype, out, kTcM, r0, n0, r, n,
+                            [&](const cc::Val& row, const cc::Val& col) { return y(row, col); });
   });
   return kb.build();
 }

@@ -209,11 +209,11 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
           return tc_split_expansion(*cache, dt, false, tb, true, m * mb.count, n, k, split);
         const int64_t rows = tc_tile_rows(m * mb.count, n);
         return OpExpansion{
-            .calls = {
-                {.kernel = cache->get(kernel_key(tc_async_name(false, tb, rows), dt),
-                                      [&] { return build_tc_matmul_async(dt, false, tb, rows); }),
-                 .buffers = {input_slot(0), input_slot(1), output_slot(0)},
-                 .dims = {m * mb.count, n, k}}}};
+            .calls = {{.kernel = cache->get(
+                           kernel_key(tc_async_name(false, tb, rows, n % 8 == 0), dt),
+                           [&] { return build_tc_matmul_async(dt, false, tb, rows, n % 8 == 0); }),
+                       .buffers = {input_slot(0), input_slot(1), output_slot(0)},
+                       .dims = {m * mb.count, n, k}}}};
       }
       const bool ta_async = ta && mb.count == 1 && aligned && m % 8 == 0;
       if (ta && mb.count == 1)
@@ -221,8 +221,9 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
           return tc_split_expansion(*cache, dt, ta, tb, ta_async, m, n, k, split);
       if (ta_async)
         return OpExpansion{
-            .calls = {{.kernel = cache->get(kernel_key(tc_async_name(ta, tb), dt),
-                                            [&] { return build_tc_matmul_async(dt, ta, tb); }),
+            .calls = {{.kernel = cache->get(
+                           kernel_key(tc_async_name(ta, tb, kTcM, n % 8 == 0), dt),
+                           [&] { return build_tc_matmul_async(dt, ta, tb, kTcM, n % 8 == 0); }),
                        .buffers = {input_slot(0), input_slot(1), output_slot(0)},
                        .dims = {m, n, k}}}};
       KernelCall tc{.kernel = cache->get(kernel_key(tc_matmul_name(ta, tb), dt),
@@ -270,8 +271,11 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
       const int64_t rows = tc_tile_rows(m * mb.count, n);
       ex.calls.push_back(
           {.kernel = cache->get(
-               kernel_key(tc_async_batch_name(ta, tb, a.batched, b.batched, rows), dt),
-               [&] { return build_tc_matmul_async_batch(dt, ta, tb, a.batched, b.batched, rows); }),
+               kernel_key(tc_async_batch_name(ta, tb, a.batched, b.batched, rows, n % 8 == 0), dt),
+               [&] {
+                 return build_tc_matmul_async_batch(dt, ta, tb, a.batched, b.batched, rows,
+                                                    n % 8 == 0);
+               }),
            .buffers = {a.arg, b.arg, output_slot(0)},
            .dims = {m, n, k, mb.count}});
       return ex;
@@ -310,6 +314,9 @@ std::vector<OpTestCase> matmul_kernel_cases() {
       // Enough 32x32 tiles: the large tiling, one K group and four.
       {{{130, 33}, {33, 1000}}},
       {{{130, 300}, {1000, 300}}, {{"transpose_b", true}}},
+      // bf16/f16 with a transposed b and N not a multiple of 8: the "_n1" copy_async kernel (c's
+      // rows not 16-byte aligned, its epilogue's stores scalar).
+      {{{70, 64}, {30, 64}}, {{"transpose_b", true}}},
       {{{300, 1000}, {300, 130}}, {{"transpose_a", true}}},
       // bf16/f16: split K (plan_tc_split), the second slice ragged.
       {{{2148, 33}, {2148, 40}}, {{"transpose_a", true}}},

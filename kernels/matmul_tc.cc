@@ -265,9 +265,10 @@ cc::Kernel build_tc_splitk_sum(DType dtype, bool flat) {
 // instruction cache did not hold). Zero-filled edges; at least one step, so K = 0 adds zeros to
 // +0. The chain of each output is the one of build_tc_matmul: the same bits, whatever M.
 
-std::string tc_async_name(bool ta, bool tb, int64_t rows) {
+std::string tc_async_name(bool ta, bool tb, int64_t rows, bool n8) {
   return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_" +
-         std::to_string(rows) + "x128x64_async" + std::to_string(kAsyncStages);
+         std::to_string(rows) + "x128x64_async" + std::to_string(kAsyncStages) +
+         (tb && !n8 ? "_n1" : "");
 }
 
 TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb, int64_t rows,
@@ -371,15 +372,49 @@ TcAsyncBoxes tc_async_boxes(const cc::Buf& a, const cc::Buf& b, bool ta, bool tb
 struct AsyncDims {
   cc::Dim m, n, k;
 };
-AsyncDims async_dims(cc::KernelBuilder& kb, bool ta, bool tb) {
+// `n8`: N a multiple of 8 with a transposed b too, so that c's rows are 16-byte aligned for the
+// epilogue's vectors (tc_async_store; without it, its stores stay scalar).
+AsyncDims async_dims(cc::KernelBuilder& kb, bool ta, bool tb, bool n8) {
   return {kb.dim("M", {.min = 0, .divisible_by = ta ? 8 : 1}),
-          kb.dim("N", {.min = 1, .divisible_by = tb ? 1 : 8}),
+          kb.dim("N", {.min = 1, .divisible_by = tb && !n8 ? 1 : 8}),
           kb.dim("K", {.min = 0, .divisible_by = 8})};
 }
 
-cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows) {
-  cc::KernelBuilder kb(tc_async_name(ta, tb, rows) + "_" + std::string(dtype_name(dtype)));
-  const auto [m, n, k] = async_dims(kb, ta, tb);
+// The epilogue through shared memory. Written straight from the fragments, c's elements went
+// out as 2-byte stores (each thread's pairs of columns in 8 rows), 64 store instructions a
+// thread, each warp's touching 8 rows; here each accumulator is rounded to c's dtype into a
+// [rows, 128 + 8] tile (the pad of 16 bytes a row puts the 8 rows of a warp's fragment stores
+// on distinct banks), and after a barrier a tile wholly inside c goes out as 16-byte vectors,
+// 8 columns a thread along c's rows (N is a multiple of 8); an edge tile element by element
+// under guards. The same one rounding of the same f32, so the same bits.
+void tc_store_through_shared(cc::Scope& s, DType dtype, const std::vector<cc::Buf>& frags,
+                             int64_t rows, const cc::Val& m0, const cc::Val& n0, const cc::Val& m,
+                             const cc::Val& n,
+                             const std::function<cc::Ref(const cc::Val&, const cc::Val&)>& c_at) {
+  cc::Buf cs = s.alloc_shared("cs", dtype, {rows, kTcN + 8});
+  const int64_t width = kTcN / static_cast<int64_t>(frags.size());
+  for (size_t h = 0; h < frags.size(); ++h)
+    s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) {
+      cs(i, static_cast<int64_t>(h) * width + j) = frags[h](i, j);
+    });
+  s.barrier();
+  s.if_then_else(
+      m0 + rows <= m && n0 + kTcN <= n,
+      [&] {
+        s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
+        s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) { c_at(m0 + i, n0 + j) = cs(i, j); });
+      },
+      [&] {
+        s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) {
+          cc::Idx row = m0 + i, col = n0 + j;
+          s.if_then(row < m && col < n, [&] { c_at(row, col) = cs(i, j); });
+        });
+      });
+}
+
+cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bool n8) {
+  cc::KernelBuilder kb(tc_async_name(ta, tb, rows, n8) + "_" + std::string(dtype_name(dtype)));
+  const auto [m, n, k] = async_dims(kb, ta, tb, n8);
   cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
   cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
   cc::Buf c = kb.output("c", dtype, {m, n});
@@ -392,8 +427,8 @@ cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows) {
         for (const cc::Buf& acc : st.acc)
           s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
         tc_async_steps(s, st, tc_async_boxes(a, b, ta, tb, m0, n0, cc::Val(int64_t{0}), rows), k);
-        for (size_t h = 0; h < st.acc.size(); ++h)
-          s.copy(c.region({m0, n0 + static_cast<int64_t>(h) * width}, {rows, width}), st.acc[h]);
+        tc_store_through_shared(s, dtype, st.acc, st.rows, m0, n0, m, n,
+                                [&](const cc::Val& r, const cc::Val& col) { return c(r, col); });
       });
   return kb.build();
 }
@@ -401,15 +436,17 @@ cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows) {
 // Batched: grid axis z over c's batch elements, each the product build_tc_matmul_async computes
 // from its own matrices (a and b each [B, .., ..], or [1, .., ..] when shared), so the same
 // chains and the same bits as the rank-2 product of each element.
-std::string tc_async_batch_name(bool ta, bool tb, bool a_batched, bool b_batched, int64_t rows) {
-  return tc_async_name(ta, tb, rows) + "_batch_" + (a_batched ? "a" : "") + (b_batched ? "b" : "");
+std::string tc_async_batch_name(bool ta, bool tb, bool a_batched, bool b_batched, int64_t rows,
+                                bool n8) {
+  return tc_async_name(ta, tb, rows, n8) + "_batch_" + (a_batched ? "a" : "") +
+         (b_batched ? "b" : "");
 }
 
 cc::Kernel build_tc_matmul_async_batch(DType dtype, bool ta, bool tb, bool a_batched,
-                                       bool b_batched, int64_t rows) {
-  cc::KernelBuilder kb(tc_async_batch_name(ta, tb, a_batched, b_batched, rows) + "_" +
+                                       bool b_batched, int64_t rows, bool n8) {
+  cc::KernelBuilder kb(tc_async_batch_name(ta, tb, a_batched, b_batched, rows, n8) + "_" +
                        std::string(dtype_name(dtype)));
-  const auto [m, n, k] = async_dims(kb, ta, tb);
+  const auto [m, n, k] = async_dims(kb, ta, tb, n8);
   cc::Dim batch = kb.dim("B", {.min = 1});
   const cc::Val na = a_batched ? cc::Val(batch) : cc::Val(int64_t{1});
   const cc::Val nb = b_batched ? cc::Val(batch) : cc::Val(int64_t{1});
@@ -441,22 +478,22 @@ cc::Kernel build_tc_matmul_async_batch(DType dtype, bool ta, bool tb, bool a_bat
                                                        {1, kTcK, kTcN / 2});
                                 }},
                            k);
-            for (size_t h = 0; h < st.acc.size(); ++h)
-              s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) {
-                cc::Idx row = m0 + i, col = n0 + static_cast<int64_t>(h) * width + j;
-                s.if_then(row < m && col < n, [&] { c(z, row, col) = st.acc[h](i, j); });
-              });
+            tc_store_through_shared(
+                s, dtype, st.acc, st.rows, m0, n0, m, n,
+                [&](const cc::Val& r, const cc::Val& col) { return c(z, r, col); });
           });
   return kb.build();
 }
 
 // Split K on the copy_async loop: build_tc_matmul_splitk's slices (L a multiple of kTcK, so a
 // slice's boxes never reach into the next one; past K they read zeros).
-std::string tc_async_splitk_name(bool ta, bool tb) { return tc_async_name(ta, tb) + "_splitk"; }
+std::string tc_async_splitk_name(bool ta, bool tb) {
+  return tc_async_name(ta, tb, kTcM, true) + "_splitk";
+}
 
 cc::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb) {
   cc::KernelBuilder kb(tc_async_splitk_name(ta, tb) + "_" + std::string(dtype_name(dtype)));
-  const auto [m, n, k] = async_dims(kb, ta, tb);
+  const auto [m, n, k] = async_dims(kb, ta, tb, false);
   cc::Dim slice = kb.dim("L", {.min = kTcK, .divisible_by = kTcK}), splits = kb.dim("S");
   cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
   cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});

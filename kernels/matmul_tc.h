@@ -38,8 +38,12 @@ compiler::Kernel build_tc_splitk_sum(DType dtype, bool flat);
 // `rows` = 64: a 64 x 128 tile for one warpgroup (128 threads), twice the blocks of a product
 // with few 128-row tiles; the tile's rows set no output's chain (each output's K loop is the
 // same), so the bits are the same whichever tile runs.
-std::string tc_async_name(bool ta, bool tb, int64_t rows = kTcM);
-compiler::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows = kTcM);
+// `n8`: N is a multiple of 8 (always so when b is not transposed), so c's rows are 16-byte
+// aligned and the epilogue writes them as vectors; a transposed b with N not a multiple of 8
+// runs the "_n1" kernels. The bits are the same either way.
+std::string tc_async_name(bool ta, bool tb, int64_t rows = kTcM, bool n8 = true);
+compiler::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows = kTcM,
+                                       bool n8 = true);
 std::string tc_async_splitk_name(bool ta, bool tb);
 compiler::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb);
 
@@ -47,9 +51,9 @@ compiler::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb);
 // axis z over c's B batch elements; a [B or 1, .., ..], b likewise, c [B, M, N]. Each element's
 // bits are build_tc_matmul_async's for its matrices.
 std::string tc_async_batch_name(bool ta, bool tb, bool a_batched, bool b_batched,
-                                int64_t rows = kTcM);
+                                int64_t rows = kTcM, bool n8 = true);
 compiler::Kernel build_tc_matmul_async_batch(DType dtype, bool ta, bool tb, bool a_batched,
-                                             bool b_batched, int64_t rows = kTcM);
+                                             bool b_batched, int64_t rows = kTcM, bool n8 = true);
 
 // ---- The register-staged K loop, for other kernels on the same tiling (grouped_matmul) ----------
 
@@ -111,5 +115,16 @@ TcAsyncStaging tc_async_staging(compiler::Scope& s, DType dtype, bool ta, bool t
 // landed and before its gemm, between barriers: it may overwrite them (zero rows past an end).
 void tc_async_steps(compiler::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& boxes,
                     const compiler::Val& k, const std::function<void()>& mask_last = {});
+
+// The epilogue through shared memory: the fragments (f32 [rows, 128 / frags.size()] each, side by
+// side along n) rounded to `dtype` into a padded shared tile, a barrier, then a tile wholly inside
+// c ([m, n] from (m0, n0)) as 16-byte vectors where c_at's rows are proved 16-byte aligned (N a
+// multiple of 8), an edge tile element by element. c_at(row, col) names c's element. Block-uniform;
+// the same one rounding of each value as a direct store, so the same bits.
+void tc_store_through_shared(
+    compiler::Scope& s, DType dtype, const std::vector<compiler::Buf>& frags, int64_t rows,
+    const compiler::Val& m0, const compiler::Val& n0, const compiler::Val& m,
+    const compiler::Val& n,
+    const std::function<compiler::Ref(const compiler::Val&, const compiler::Val&)>& c_at);
 
 }  // namespace tilerun::kernels

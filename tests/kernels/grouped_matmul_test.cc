@@ -293,7 +293,9 @@ TEST(GroupedMatmulTensorCore, AsyncKernelChosenForAlignedRows) {
   } cases[] = {
       {DType::BF16, true, 6144, 1024, 1024, "grouped_matmul_tc_nt_128x128x64_async_bf16"},
       {DType::BF16, false, 7, 1024, 1024, "grouped_matmul_tc_nn_128x128x64_async_bf16"},
-      {DType::F16, true, 100, 64, 30, "grouped_matmul_tc_nt_128x128x64_async_f16"},
+      {DType::F16, true, 100, 64, 40, "grouped_matmul_tc_nt_128x128x64_async_f16"},
+      // N not a multiple of 8: y's rows are not 16-byte aligned for the async epilogue.
+      {DType::F16, true, 100, 64, 30, "grouped_matmul_tc_nt_128x128x64_f16"},
       {DType::BF16, false, 100, 64, 30, "grouped_matmul_tc_nn_128x128x64_bf16"},
       {DType::BF16, true, 100, 100, 32, "grouped_matmul_tc_nt_128x128x64_bf16"},
       {DType::F32, true, 100, 64, 64, "grouped_matmul_nt_f32"},
