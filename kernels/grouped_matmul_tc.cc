@@ -234,16 +234,13 @@ cc::Kernel build_grouped_wgrad_tc_async(DType dtype, bool tb) {
                                  st.bs[h](0, valid + q, c) = 0.0f;
                                });
                            });
-            for (size_t h = 0; h < st.acc.size(); ++h)
-              s.parallel(kWgradRows, width, [&](cc::Idx i, cc::Idx j) {
-                cc::Idx kc = k0 + i, nc = n0 + static_cast<int64_t>(h) * width + j;
-                s.if_then(kc < k && nc < n, [&] {
-                  if (tb)
-                    dw(e, nc, kc) = st.acc[h](i, j);
-                  else
-                    dw(e, kc, nc) = st.acc[h](i, j);
-                });
-              });
+            // dw's rows run along N, or transposed along K: either way 16-byte vectors.
+            tc_store_through_shared(
+                s, dtype, st.acc, kWgradRows, k0, n0, k, n,
+                [&](const cc::Val& kc, const cc::Val& nc) {
+                  return tb ? dw(e, nc, kc) : dw(e, kc, nc);
+                },
+                tb);
           });
   return kb.build();
 }

@@ -390,26 +390,44 @@ AsyncDims async_dims(cc::KernelBuilder& kb, bool ta, bool tb, bool n8) {
 void tc_store_through_shared(cc::Scope& s, DType dtype, const std::vector<cc::Buf>& frags,
                              int64_t rows, const cc::Val& m0, const cc::Val& n0, const cc::Val& m,
                              const cc::Val& n,
-                             const std::function<cc::Ref(const cc::Val&, const cc::Val&)>& c_at) {
-  cc::Buf cs = s.alloc_shared("cs", dtype, {rows, kTcN + 8});
+                             const std::function<cc::Ref(const cc::Val&, const cc::Val&)>& c_at,
+                             bool transposed) {
+  const int lanes = static_cast<int>(16 / dtype_bytes(dtype, 1));
   const int64_t width = kTcN / static_cast<int64_t>(frags.size());
-  for (size_t h = 0; h < frags.size(); ++h)
-    s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) {
-      cs(i, static_cast<int64_t>(h) * width + j) = frags[h](i, j);
-    });
-  s.barrier();
-  s.if_then_else(
-      m0 + rows <= m && n0 + kTcN <= n,
-      [&] {
-        s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
-        s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) { c_at(m0 + i, n0 + j) = cs(i, j); });
-      },
-      [&] {
-        s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) {
-          cc::Idx row = m0 + i, col = n0 + j;
-          s.if_then(row < m && col < n, [&] { c_at(row, col) = cs(i, j); });
-        });
+  cc::Val whole = s.let(m0 + rows <= m && n0 + kTcN <= n, "whole");
+  // Transposed, the tile is [128 (n), rows + 8 (m)] and c's rows run along m. A warp's fragment
+  // stores then touch 4 column pairs x 8 rows, 16 distinct words on 16 banks.
+  cc::Buf cs = transposed ? s.alloc_shared("cs", dtype, {kTcN, rows + 8})
+                          : s.alloc_shared("cs", dtype, {rows, kTcN + 8});
+  // A tile wholly inside c: through the shared tile (a 0-or-1-trip loop, not an if: the pass
+  // holds a barrier).
+  s.serial(cc::select(whole, cc::Val(int64_t{1}), cc::Val(int64_t{0})), [&](cc::Idx) {
+    for (size_t h = 0; h < frags.size(); ++h)
+      s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) {
+        cc::Val col = static_cast<int64_t>(h) * width + j;
+        if (transposed)
+          cs(col, i) = frags[h](i, j);
+        else
+          cs(i, col) = frags[h](i, j);
       });
+    s.barrier();
+    s.annotate_layout(lanes);
+    // The innermost loop index runs along c's rows.
+    if (transposed)
+      s.parallel(kTcN, rows, [&](cc::Idx j, cc::Idx i) { c_at(m0 + i, n0 + j) = cs(j, i); });
+    else
+      s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) { c_at(m0 + i, n0 + j) = cs(i, j); });
+  });
+  // An edge tile straight from the fragments, element by element under guards. (Through the
+  // shared tile with scalar reads, NVRTC allocated the edge loop's registers differently from
+  // one compilation to the next in one process: two cubins for one source.)
+  s.if_then(!whole, [&] {
+    for (size_t h = 0; h < frags.size(); ++h)
+      s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) {
+        cc::Idx row = m0 + i, col = n0 + static_cast<int64_t>(h) * width + j;
+        s.if_then(row < m && col < n, [&] { c_at(row, col) = frags[h](i, j); });
+      });
+  });
 }
 
 cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bool n8) {

@@ -118,13 +118,15 @@ void tc_async_steps(compiler::Scope& s, const TcAsyncStaging& st, const TcAsyncB
 
 // The epilogue through shared memory: the fragments (f32 [rows, 128 / frags.size()] each, side by
 // side along n) rounded to `dtype` into a padded shared tile, a barrier, then a tile wholly inside
-// c ([m, n] from (m0, n0)) as 16-byte vectors where c_at's rows are proved 16-byte aligned (N a
-// multiple of 8), an edge tile element by element. c_at(row, col) names c's element. Block-uniform;
-// the same one rounding of each value as a direct store, so the same bits.
+// c ([m, n] from (m0, n0)) as 16-byte vectors where c_at's rows are proved 16-byte aligned, an
+// edge tile element by element. c_at(i, j) names c's element at m-index i, n-index j; c's rows run
+// along n, or with `transposed` along m (c stored [n, m]: a weight gradient written transposed).
+// Block-uniform; the same one rounding of each value as a direct store, so the same bits.
 void tc_store_through_shared(
     compiler::Scope& s, DType dtype, const std::vector<compiler::Buf>& frags, int64_t rows,
     const compiler::Val& m0, const compiler::Val& n0, const compiler::Val& m,
     const compiler::Val& n,
-    const std::function<compiler::Ref(const compiler::Val&, const compiler::Val&)>& c_at);
+    const std::function<compiler::Ref(const compiler::Val&, const compiler::Val&)>& c_at,
+    bool transposed = false);
 
 }  // namespace tilerun::kernels

@@ -340,7 +340,11 @@ class CudaEmitter {
         const Load* op = e.as<Load>();
         TR_CHECK(op->indices.size() == 1,
                  "multi-dimensional load of '" + op->buffer + "' in CUDA codegen");
-        return buffer(op->buffer) + "[" + expr(op->indices[0]) + "]";
+        const std::string at = buffer(op->buffer) + "[" + expr(op->indices[0]) + "]";
+        // Inside a lane loop a shared element is read by an explicit ld.shared (the prelude's
+        // tr_lds says why).
+        if (lane_loops_ > 0 && find_shared(k_, op->buffer)) return "tr_lds(&" + at + ")";
+        return at;
       }
     }
     TR_CHECK(false, "unknown expression kind");
@@ -554,7 +558,9 @@ class CudaEmitter {
         line("for (long long " + v + " = " + mn + "; " + v + " < " + end + "; ++" + v + ") {");
         bind(op->var, v);
         ++indent_;
+        if (op->vectorized) ++lane_loops_;
         stmt(op->body);
+        if (op->vectorized) --lane_loops_;
         --indent_;
         unbind();
         line("}");
@@ -722,8 +728,9 @@ class CudaEmitter {
   const SimtKernel& k_;
   std::ostringstream out_;
   int indent_ = 0;
-  std::set<std::string> taken_;            // C names in use, function-wide
-  std::set<std::string> accumulators_;     // the gemms' accumulator arrays
+  int lane_loops_ = 0;                  // vectorized lane loops around the statement being written
+  std::set<std::string> taken_;         // C names in use, function-wide
+  std::set<std::string> accumulators_;  // the gemms' accumulator arrays
   std::set<std::string> unrolled_arrays_;  // local arrays whose constant loops are unrolled
   std::vector<std::pair<std::string, std::string>> scope_;  // IR name → C name, innermost last
   std::map<std::string, std::string> buffers_;              // IR buffer → C array/pointer

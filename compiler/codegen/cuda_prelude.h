@@ -43,6 +43,32 @@ TR_INT_OPS(short, unsigned short, unsigned int)
 TR_INT_OPS(int, unsigned int, unsigned int)
 TR_INT_OPS(long long, unsigned long long, unsigned long long)
 #undef TR_INT_OPS
+// A scalar shared-memory load inside a lane loop, as an explicit ld.shared: written as a
+// generic-pointer load into a lane's element of a local array, NVRTC gave two different cubins
+// for one source in one process (a tensor-core epilogue reading its shared tile lane by lane).
+template <typename T>
+static __device__ __forceinline__ T tr_lds(const T* p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  if constexpr (sizeof(T) == 1) {
+    unsigned short v;
+    asm volatile("ld.shared.u8 %0, [%1];" : "=h"(v) : "r"(a));
+    union { unsigned char u; T t; } c = {(unsigned char)v};
+    return c.t;
+  } else if constexpr (sizeof(T) == 2) {
+    union { unsigned short u; T t; } c;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(c.u) : "r"(a));
+    return c.t;
+  } else if constexpr (sizeof(T) == 4) {
+    union { unsigned u; T t; } c;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(c.u) : "r"(a));
+    return c.t;
+  } else {
+    static_assert(sizeof(T) == 8, "a shared element of 1, 2, 4 or 8 bytes");
+    union { unsigned long long u; T t; } c;
+    asm volatile("ld.shared.b64 %0, [%1];" : "=l"(c.u) : "r"(a));
+    return c.t;
+  }
+}
 static __device__ __forceinline__ float tr_fneg(float x) {
   return __int_as_float((int)((unsigned int)__float_as_int(x) ^ 0x80000000u));
 }
