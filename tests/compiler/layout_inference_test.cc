@@ -121,7 +121,9 @@ TEST(LayoutInference, ProvedAccessesMoveAsVectorsAtTheLaunchShape) {
   EXPECT_TRUE(has(l.ll, "load <4 x float>")) << l.ll;
   EXPECT_TRUE(has(l.ll, "store <4 x float>")) << l.ll;
   EXPECT_TRUE(has(l.cu, "reinterpret_cast<const uint4*>(&x[")) << l.cu;
-  EXPECT_TRUE(has(l.cu, "reinterpret_cast<uint4*>(&y[")) << l.cu;
+  // A register-to-global vector is an explicit 16-byte store (cuda_codegen's VectorMove).
+  EXPECT_TRUE(has(l.cu, "st.global.v4.u32")) << l.cu;
+  EXPECT_TRUE(has(l.cu, "\"l\"(&y[")) << l.cu;
   EXPECT_TRUE(has(l.cu, "#pragma unroll")) << l.cu;
   expect_axpy_values(l, DType::F32, n);
 }
