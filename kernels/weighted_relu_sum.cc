@@ -1,9 +1,10 @@
 // weighted_relu_sum and its backward op weighted_relu_sum_grad: the lightning indexer's score
 // from its per-head logits, for x [.., H, C] and w [.., H]:
 //   y[.., c] = Σ_h w[.., h] · relu(x[.., h, c])
-// One kernel each way instead of relu, a broadcast mul and a sum over the heads (three passes over
-// the [T, H, C] logits forward, four backward, each writing or reading an intermediate as large):
-// the forward reads the logits once, the backward twice (dx, then dw) and writes their gradient.
+// One kernel forward and two backward instead of relu, a broadcast mul and a sum over the heads
+// (three passes over the [T, H, C] logits forward, five backward, each writing or reading an
+// intermediate as large): the forward reads the logits once, the backward twice (dx, then dw)
+// and writes their gradient once.
 //
 // Strict arithmetic in f32, in a fixed order that depends on H and C only (never on the rows):
 //   y:  the heads' terms w·relu(x) added in head order, starting from head 0's term;
