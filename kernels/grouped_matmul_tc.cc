@@ -5,12 +5,13 @@
 //    is then added to the segment's rows only (a row's bits: +0 + its own expert's chain,
 //    whatever shares its tile: batch invariant). A barrier after each such pass, since the next
 //    one restages the shared tiles another warpgroup may still be reading.
-//    Where K (and N, b not transposed) are multiples of 8, the same pass on the copy_async K loop
-//    (matmul_tc.h tc_async_steps): the same chains, so the same bits.
-//  - wgrad: a block per (128 of K, 128 of N, expert; 64 of K on the copy_async loop): the K
+//    Where K (and N, b not transposed) are multiples of 8, the same pass on the tensor memory
+//    accelerator's K loop (matmul_tc.h tc_async_steps; its mbarriers invalidated after each
+//    pass and initialised again before the next): the same chains, so the same bits.
+//  - wgrad: a block per (128 of K, 128 of N, expert; 64 of K on the TMA loop): the K
 //    loop of the gemm runs over the segment's rows, 64 at a time from its first (x^T and dy both
 //    staged from [rows, ..] tensors), zeros past its end, so dw[e] depends only on the segment's
-//    rows; empty: zeros. Where K and N are multiples of 8, the same on the copy_async K loop (x as
+//    rows; empty: zeros. Where K and N are multiples of 8, the same on the TMA K loop (x as
 //    a transposed a in MN-major panels), the rows past the segment's end zeroed in the last step's
 //    tiles.
 #include "kernels/grouped_matmul_tc.h"
@@ -77,10 +78,10 @@ cc::Kernel build_grouped_tc(DType dtype, bool tb) {
 }
 
 std::string grouped_tc_async_name(bool tb) {
-  return std::string("grouped_matmul_tc_") + (tb ? "nt" : "nn") + "_128x128x64_async";
+  return std::string("grouped_matmul_tc_") + (tb ? "nt" : "nn") + "_128x128x64_tma";
 }
 
-// The forward's scheme on matmul_tc.h's copy_async K loop: x's boxes are rows [r0, r0 + 128) of
+// The forward's scheme on matmul_tc.h's TMA K loop: x's boxes are rows [r0, r0 + 128) of
 // x, which may run past the segment (those rows are computed and dropped) but read zeros past
 // R; w's are boxes of the matrix w[e].
 cc::Kernel build_grouped_tc_async(DType dtype, bool tb) {
@@ -96,7 +97,8 @@ cc::Kernel build_grouped_tc_async(DType dtype, bool tb) {
   kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(r, kTcM)}, kTcThreads, [&](cc::Scope& s) {
     // n0 not let-bound: the copies' origins must show themselves multiples of 8 (tile_verifier).
     cc::Idx n0 = s.block_idx(0) * kTcN, r0 = s.let(s.block_idx(1) * kTcM, "r0");
-    TcAsyncStaging st = tc_async_staging(s, dtype, /*ta=*/false, tb);
+    TcAsyncStaging st = tc_async_staging(s, dtype, /*ta=*/false, tb, kTcM, kTcAsyncStages,
+                                         /*tma=*/true, /*again=*/true);
     const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
     std::vector<cc::Buf> out;
     for (size_t h = 0; h < st.acc.size(); ++h) {
@@ -173,13 +175,13 @@ cc::Kernel build_grouped_wgrad_tc(DType dtype, bool tb) {
 }
 
 std::string grouped_wgrad_tc_async_name(bool tb) {
-  return std::string("grouped_matmul_wgrad_tc_") + (tb ? "t" : "n") + "_64x128x64_async" +
+  return std::string("grouped_matmul_wgrad_tc_") + (tb ? "t" : "n") + "_64x128x64_tma" +
          std::to_string(kWgradStages);
 }
 
-// The wgrad's scheme on the copy_async K loop, 64 of K by 128 of N per block (one warpgroup) and
-// three stages: a segment is ~2 steps of 64 rows on average (MoE at T = 1024), so the block's
-// time is its prologue and epilogue, and 128 x 128 tiles with five stages (160 KB, 170
+// The wgrad's scheme on the tensor memory accelerator's K loop, 64 of K by 128 of N per block (one
+// warpgroup) and three stages: a segment is ~2 steps of 64 rows on average (MoE at T = 1024), so
+// the block's time is its prologue and epilogue, and 128 x 128 tiles with five stages (160 KB, 170
 // registers) held an SM to one block at a time; these take 72 KB, so two or three blocks an SM
 // overlap. Step j's boxes are the segment's rows
 // [lo + 64 j, +64) of x (read as a transposed a: k0's two 64-wide panels) and of dy (N-major b).
@@ -204,7 +206,8 @@ cc::Kernel build_grouped_wgrad_tc_async(DType dtype, bool tb) {
             const auto [lo_v, hi_v] = grouped_segment(s, offsets, e, experts, r);
             const cc::Val lo = lo_v, hi = hi_v;  // plain names, captured by the lambdas
             TcAsyncStaging st =
-                tc_async_staging(s, dtype, /*ta=*/true, /*tb=*/false, kWgradRows, kWgradStages);
+                tc_async_staging(s, dtype, /*ta=*/true, /*tb=*/false, kWgradRows, kWgradStages,
+                                 /*tma=*/true);
             const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
             for (const cc::Buf& acc : st.acc)
               s.parallel(kWgradRows, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });

@@ -314,14 +314,14 @@ std::vector<OpTestCase> matmul_kernel_cases() {
       // Enough 32x32 tiles: the large tiling, one K group and four.
       {{{130, 33}, {33, 1000}}},
       {{{130, 300}, {1000, 300}}, {{"transpose_b", true}}},
-      // bf16/f16 with a transposed b and N not a multiple of 8: the "_n1" copy_async kernel (c's
+      // bf16/f16 with a transposed b and N not a multiple of 8: the "_n1" TMA kernel (c's
       // rows not 16-byte aligned, its epilogue's stores scalar).
       {{{70, 64}, {30, 64}}, {{"transpose_b", true}}},
       {{{300, 1000}, {300, 130}}, {{"transpose_a", true}}},
       // bf16/f16: split K (plan_tc_split), the second slice ragged.
       {{{2148, 33}, {2148, 40}}, {{"transpose_a", true}}},
       {{{2148, 33}, {2148, 260}}, {{"transpose_a", true}}},  // the sum a block per row
-      // bf16/f16 with a transposed a on copy_async (M, K, N multiples of 8): two
+      // bf16/f16 with a transposed a on the TMA loop (M, K, N multiples of 8): two
       // row tiles, b both ways, and split K.
       {{{136, 40}, {136, 24}}, {{"transpose_a", true}}},
       {{{72, 136}, {40, 72}}, {{"transpose_a", true}, {"transpose_b", true}}},

@@ -244,10 +244,13 @@ cc::Kernel build_tc_splitk_sum(DType dtype, bool flat) {
   return kb.build();
 }
 
-// ---- Staged by copy_async (a not transposed) --------------------------------------------------
+// ---- Staged by the tensor memory accelerator (or copy_async) -----------------------------------
 // The same output tile (128 x 128 on two warpgroups, or 64 x 128 on one: `rows`) and 64-wide
-// K steps, but the tiles go from global to shared memory by copy_async (cp.async.cg, 16 bytes a
-// thread, never through the registers), kAsyncStages buffers deep. a [m, k] lands K-major in a
+// K steps, but the tiles go from global to shared memory without the registers, kAsyncStages
+// buffers deep: by copy_tma (one box a tile from thread 0, completing on its stage's mbarrier;
+// `tma`), or by copy_async (cp.async.cg, 16 bytes a thread, every thread's address and guard
+// arithmetic on each step's critical path: 454.6 us for 4096^3 on the H200 where the boxes take
+// 308.3). a [m, k] lands K-major in a
 // [128, 64] tile; b as given: transposed ([n, k]) K-major in a [128, 64] tile and one gemm, else
 // ([k, n], rows of N) as two N-major [64 (k), 64 (n)] tiles, 128-byte rows under the same swizzle,
 // and two gemms of 64 columns each (wgmma reads N-major bf16/f16 B tiles; a 128-wide N-major tile
@@ -255,11 +258,12 @@ cc::Kernel build_tc_splitk_sum(DType dtype, bool flat) {
 // multiples of 8 (16-byte aligned rows); the kernel states it with its dims' divisibility.
 //
 // Step ko reads stage slot(ko) = (steps - 1 - ko) % S of the stacks (counted from the end, so
-// the last step, peeled off with pending 0, is stage 0). Each thread commits one group of copies
-// per step, A = S - 2 steps ahead of the gemms: at step ko it waits until its group of step
-// ko is done (async_wait A - 1), a barrier makes every thread's copies visible and proves
-// every warpgroup past the wait of gemm ko - 2, then it issues the copies of step ko + A
-// into the stage of step ko - 2, and gemm ko runs on while the next step waits (`gemms` below).
+// the last step, peeled off with pending 0, is stage 0). The copies run A = S - 2 steps ahead
+// of the gemms: at step ko the block waits until step ko's tiles landed (its thread's group
+// done, async_wait A - 1, or the (ko / S)-th phase of the stage's mbarrier ended), a barrier
+// makes every thread's copies visible and proves every warpgroup past the wait of gemm ko - 2,
+// then the copies of step ko + A go out into the stage of step ko - 2, and gemm ko runs on
+// while the next step waits (`gemms` below).
 // The copies and the gemms name their stage at run time (ir.h Gemm::stage), so the loop is
 // written once, not once per buffer under a branch (five times the code, which the H200's
 // instruction cache did not hold). Zero-filled edges; at least one step, so K = 0 adds zeros to
@@ -267,17 +271,18 @@ cc::Kernel build_tc_splitk_sum(DType dtype, bool flat) {
 
 std::string tc_async_name(bool ta, bool tb, int64_t rows, bool n8) {
   return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_" +
-         std::to_string(rows) + "x128x64_async" + std::to_string(kAsyncStages) +
+         std::to_string(rows) + "x128x64_tma" + std::to_string(kAsyncStages) +
          (tb && !n8 ? "_n1" : "");
 }
 
 TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb, int64_t rows,
-                                int stages) {
+                                int stages, bool tma, bool again) {
   TR_CHECK(rows == 64 || rows == 128, "a tensor-core tile of 64 or 128 rows");
   TR_CHECK(stages >= 3, "at least three stages (the copies run stages - 2 steps ahead)");
   const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
   const int halves = tb ? 1 : 2;  // gemms (and accumulators) per step
-  TcAsyncStaging st{.ta = ta, .tb = tb, .rows = rows, .stages = stages};
+  TcAsyncStaging st{.ta = ta, .tb = tb, .rows = rows, .stages = stages, .tma = tma, .again = again};
+  if (tma) st.full = s.alloc_shared("full", DType::I64, {stages});
   // A transposed a as m's panels [64 (k), 64 (m)]: 128-byte rows under the swizzle.
   st.as = s.alloc_shared("As", dtype,
                          ta ? std::vector<int64_t>{stages, rows / 64, kTcK, 64}
@@ -307,23 +312,46 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
   };
   // Step j's copies into its stage, then one commit whether or not j exists, so that the group
   // count per step stays one.
+  // Under `tma` the copies go out from thread 0 and land on the stage's mbarrier; no groups.
+  auto copy = [&](const cc::BufRegion& dst, const cc::BufRegion& src, const cc::Val& sl) {
+    if (st.tma)
+      s.copy_tma(dst, src, st.full, sl);
+    else
+      s.copy_async(dst, src);
+  };
   auto issue = [&](const cc::Val& j) {
     cc::Val sl = s.let(slot(j), "slot");
     s.if_then(j < steps, [&] {
       if (st.ta) {
         for (int h = 0; h < st.rows / 64; ++h)
-          s.copy_async(st.as.region({sl, h, 0, 0}, {1, 1, kTcK, 64}), boxes.a(j, h));
+          copy(st.as.region({sl, h, 0, 0}, {1, 1, kTcK, 64}), boxes.a(j, h), sl);
       } else {
-        s.copy_async(st.as.region({sl, 0, 0}, {1, st.rows, kTcK}), boxes.a(j, 0));
+        copy(st.as.region({sl, 0, 0}, {1, st.rows, kTcK}), boxes.a(j, 0), sl);
       }
       for (int h = 0; h < halves; ++h) {
         const std::vector<int64_t> tile =
             st.tb ? std::vector<int64_t>{1, kTcN, kTcK} : std::vector<int64_t>{1, kTcK, kTcN / 2};
-        s.copy_async(st.bs[h].region({sl, 0, 0}, tile), boxes.b(j, h));
+        copy(st.bs[h].region({sl, 0, 0}, tile), boxes.b(j, h), sl);
       }
     });
-    s.async_commit();
+    if (!st.tma) s.async_commit();
   };
+  // The parity of the phase that step j's use of its stage ends: the (j / S)-th use.
+  auto parity = [&](const cc::Val& j) {
+    const cc::Val stages32 = cc::literal(cc::Type::I32, st.stages);
+    return cc::to_i64(cc::to_i32(j) / stages32 % cc::literal(cc::Type::I32, 2));
+  };
+  // Step j's tiles have landed: its cp.async group is done (at most ahead - 1 younger ones
+  // pending), or the phase of its stage's `full` mbarrier that step j fills ended.
+  auto landed = [&](const cc::Val& j) {
+    if (!st.tma) return s.async_wait(ahead - 1);
+    s.mbarrier_wait(st.full, slot(j), parity(j));
+  };
+  if (st.tma) {
+    const int copies = (st.ta ? static_cast<int>(st.rows / 64) : 1) + halves;
+    s.mbarrier_init(st.full, copies);
+    s.barrier();
+  }
   // Left running: one gemm runs on into the next step (every gemm of the step before has
   // finished when the thread leaves a step, which the buffer rotation needs). With two
   // accumulators the step's second gemm waits for both: left running, ptxas serialised every
@@ -338,13 +366,19 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
   };
   for (int d = 0; d < ahead; ++d) issue(cc::Val(int64_t{d}));
   s.serial(steps - 1, [&](cc::Idx ko) {
-    s.async_wait(ahead - 1);
+    landed(ko);
     s.barrier();
     issue(ko + ahead);
     gemms(s.let(slot(ko), "cur"), true);
   });
-  s.async_wait(0);
+  if (st.tma)
+    landed(steps - 1);
+  else
+    s.async_wait(0);
   s.barrier();
+  if (st.again) {  // every copy landed, every thread past its waits
+    s.mbarrier_inval(st.full);
+  }
   if (mask_last) {
     mask_last();
     s.barrier();
@@ -440,7 +474,7 @@ cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bo
   kb.body(
       {cc::ceildiv(n, kTcN), cc::ceildiv(m, rows)}, static_cast<int>(2 * rows), [&](cc::Scope& s) {
         cc::Idx m0 = s.block_idx(1) * rows, n0 = s.block_idx(0) * kTcN;
-        TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows);
+        TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows, kAsyncStages, /*tma=*/true);
         const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
         for (const cc::Buf& acc : st.acc)
           s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
@@ -473,37 +507,37 @@ cc::Kernel build_tc_matmul_async_batch(DType dtype, bool ta, bool tb, bool a_bat
   cc::Buf b =
       kb.input("b", dtype, tb ? std::vector<cc::Val>{nb, n, k} : std::vector<cc::Val>{nb, k, n});
   cc::Buf c = kb.output("c", dtype, {batch, m, n});
-  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, rows), batch}, static_cast<int>(2 * rows),
-          [&](cc::Scope& s) {
-            cc::Idx m0 = s.block_idx(1) * rows, n0 = s.block_idx(0) * kTcN, z = s.block_idx(2);
-            const cc::Val za = a_batched ? cc::Val(z) : cc::Val(int64_t{0});
-            const cc::Val zb = b_batched ? cc::Val(z) : cc::Val(int64_t{0});
-            TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows);
-            const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
-            for (const cc::Buf& acc : st.acc)
-              s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
-            // tc_async_boxes' boxes, as the matrix of a 3-d tensor.
-            tc_async_steps(s, st,
-                           {.a =
-                                [&](const cc::Val& j, int h) {
-                                  return ta ? a.region({za, j * kTcK, m0 + h * 64}, {1, kTcK, 64})
-                                            : a.region({za, m0, j * kTcK}, {1, rows, kTcK});
-                                },
-                            .b =
-                                [&](const cc::Val& j, int h) {
-                                  return tb ? b.region({zb, n0, j * kTcK}, {1, kTcN, kTcK})
-                                            : b.region({zb, j * kTcK, n0 + h * (kTcN / 2)},
-                                                       {1, kTcK, kTcN / 2});
-                                }},
-                           k);
-            tc_store_through_shared(
-                s, dtype, st.acc, st.rows, m0, n0, m, n,
-                [&](const cc::Val& r, const cc::Val& col) { return c(z, r, col); });
-          });
+  kb.body(
+      {cc::ceildiv(n, kTcN), cc::ceildiv(m, rows), batch}, static_cast<int>(2 * rows),
+      [&](cc::Scope& s) {
+        cc::Idx m0 = s.block_idx(1) * rows, n0 = s.block_idx(0) * kTcN, z = s.block_idx(2);
+        const cc::Val za = a_batched ? cc::Val(z) : cc::Val(int64_t{0});
+        const cc::Val zb = b_batched ? cc::Val(z) : cc::Val(int64_t{0});
+        TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows, kAsyncStages, /*tma=*/true);
+        const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
+        for (const cc::Buf& acc : st.acc)
+          s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+        // tc_async_boxes' boxes, as the matrix of a 3-d tensor.
+        tc_async_steps(s, st,
+                       {.a =
+                            [&](const cc::Val& j, int h) {
+                              return ta ? a.region({za, j * kTcK, m0 + h * 64}, {1, kTcK, 64})
+                                        : a.region({za, m0, j * kTcK}, {1, rows, kTcK});
+                            },
+                        .b =
+                            [&](const cc::Val& j, int h) {
+                              return tb ? b.region({zb, n0, j * kTcK}, {1, kTcN, kTcK})
+                                        : b.region({zb, j * kTcK, n0 + h * (kTcN / 2)},
+                                                   {1, kTcK, kTcN / 2});
+                            }},
+                       k);
+        tc_store_through_shared(s, dtype, st.acc, st.rows, m0, n0, m, n,
+                                [&](const cc::Val& r, const cc::Val& col) { return c(z, r, col); });
+      });
   return kb.build();
 }
 
-// Split K on the copy_async loop: build_tc_matmul_splitk's slices (L a multiple of kTcK, so a
+// Split K on the TMA loop: build_tc_matmul_splitk's slices (L a multiple of kTcK, so a
 // slice's boxes never reach into the next one; past K they read zeros).
 std::string tc_async_splitk_name(bool ta, bool tb) {
   return tc_async_name(ta, tb, kTcM, true) + "_splitk";
@@ -521,7 +555,7 @@ cc::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb) {
     cc::Idx z = s.block_idx(2);
     cc::Val k_lo = cc::min(z * slice, k);
     cc::Val k_hi = s.let(cc::min(k_lo + slice, k), "k_hi");
-    TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb);
+    TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, kTcM, kAsyncStages, /*tma=*/true);
     const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
     for (const cc::Buf& acc : st.acc)
       s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });

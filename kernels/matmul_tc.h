@@ -104,9 +104,16 @@ struct TcAsyncStaging {
   bool ta = false, tb = false;
   int64_t rows = kTcM;
   int stages = kTcAsyncStages;
+  // `tma`: the tiles come by the tensor memory accelerator (one thread issues a box per tile,
+  // each stage's copies complete on its mbarrier in `full`), not by every thread's cp.async.
+  // The loop initialises them first; `again` (a kernel that runs the loop more than once)
+  // invalidates them once the last tiles landed, so that the next run's phases count afresh.
+  bool tma = false, again = false;
+  compiler::Buf full;  // per stage: its tiles landed
 };
 TcAsyncStaging tc_async_staging(compiler::Scope& s, DType dtype, bool ta, bool tb,
-                                int64_t rows = kTcM, int stages = kTcAsyncStages);
+                                int64_t rows = kTcM, int stages = kTcAsyncStages, bool tma = false,
+                                bool again = false);
 
 // acc += a's tile times b's over k in [0, k), 64 at a time, at least one step (K = 0 adds
 // zeros to +0): build_tc_matmul's chains. Block-uniform; ends with every copy and gemm done,

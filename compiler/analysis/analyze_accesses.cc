@@ -230,6 +230,23 @@ class Analyzer : public IRMutator {
     return out;
   }
 
+  // A tma_copy's destination tile (or panel) and its mbarrier, and an mbarrier_wait's: in
+  // bounds, or no kernel (neither has a guard). The source needs no proof: the tensor map
+  // bounds it, zeros outside.
+  Stmt mutate_stmt(const TmaCopy* op, const Stmt& self) override {
+    Stmt out = IRMutator::mutate_stmt(op, self);
+    const TileAlloc* dst = find_alloc(k_, op->dst);
+    if (!o_.enabled || !dst || op->dst_indices.size() != dst->shape.size()) return out;
+    prove_inside(op->dst, op->dst_indices, dst->shape, "tma_copy to");
+    prove_mbarrier(op->barrier, op->barrier_index, "tma_copy on");
+    return out;
+  }
+  Stmt mutate_stmt(const MbarrierWait* op, const Stmt& self) override {
+    Stmt out = IRMutator::mutate_stmt(op, self);
+    if (o_.enabled) prove_mbarrier(op->barrier, op->index, "mbarrier_wait on");
+    return out;
+  }
+
   Expr mutate_expr(const Load* op, const Expr& self) override {
     Expr out = IRMutator::mutate_expr(op, self);
     if (o_.enabled) access(op->buffer, op->indices, /*store=*/false);
@@ -253,6 +270,22 @@ class Analyzer : public IRMutator {
     if (pr.outcome != Outcome::Proved)
       throw Error(k_.sig.name + ": async copy from " + text + " not proved inside '" + op.src +
                   "' where it reads (valid " + to_string(op.valid) + " > 0)" + model_text(pr));
+  }
+
+  void prove_inside(const std::string& name, const std::vector<Expr>& indices,
+                    const std::vector<int64_t>& extents, const std::string& what) {
+    std::vector<Expr> shape;
+    for (int64_t e : extents) shape.push_back(make_i64(e));
+    const std::string text = indexed(name, indices);
+    ProofResult pr =
+        ask("in_bounds", name, what + " " + text, inside(indices, shape), indices, shape);
+    if (pr.outcome != Outcome::Proved)
+      throw Error(k_.sig.name + ": " + what + " " + text + " not proved inside '" + name + "'" +
+                  model_text(pr));
+  }
+  void prove_mbarrier(const std::string& name, const Expr& index, const std::string& what) {
+    const TileAlloc* b = find_alloc(k_, name);
+    if (b && b->shape.size() == 1) prove_inside(name, {index}, b->shape, what);
   }
 
   // 0 <= indices < shape, or false where an index cannot be encoded.

@@ -26,6 +26,7 @@
 #include "compiler/codegen/cpu_codegen.h"
 #include "compiler/codegen/fault_injection.h"
 #include "compiler/codegen/mma_model.h"
+#include "compiler/codegen/tma_model.h"
 #include "compiler/lower.h"
 #include "tilerun/error.h"
 
@@ -188,6 +189,8 @@ std::unique_ptr<CpuKernel> compile_cpu(const SimtKernel& kernel) {
   llvm::orc::SymbolMap model;
   model[impl->jit->mangleAndIntern("tilerun_cpu_gemm")] = llvm::JITEvaluatedSymbol(
       llvm::pointerToJITTargetAddress(&tilerun_cpu_gemm), llvm::JITSymbolFlags::Exported);
+  model[impl->jit->mangleAndIntern("tilerun_cpu_tma_copy")] = llvm::JITEvaluatedSymbol(
+      llvm::pointerToJITTargetAddress(&tilerun_cpu_tma_copy), llvm::JITSymbolFlags::Exported);
   check(impl->jit->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(model))),
         "defining the tensor core model for '" + kernel.sig.name + "'");
   check(impl->jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, kernel.sig.name)),

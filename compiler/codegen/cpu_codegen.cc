@@ -1,3 +1,5 @@
+// over 600 lines: the emitter is one class whose methods mirror the SIMT IR node by node (one
+// LLVM IR sequence per statement kind); split, each half would need the whole emitter state.
 #include "compiler/codegen/cpu_codegen.h"
 
 #include <llvm/IR/IRBuilder.h>
@@ -12,6 +14,7 @@
 
 #include "compiler/base/check.h"
 #include "compiler/codegen/gemm_desc.h"
+#include "compiler/codegen/tma_model.h"
 #include "compiler/ir/ir_printer.h"
 #include "compiler/ir/ir_visitor.h"
 #include "tilerun/error.h"
@@ -316,7 +319,11 @@ class CpuCodegen {
       }
       case StmtKind::AsyncCommit:
       case StmtKind::AsyncWait:
+      case StmtKind::MbarrierInit:
+      case StmtKind::MbarrierWait:
         return;  // every async copy has completed where it stands
+      case StmtKind::TmaCopy:
+        return emit_tma_copy(s.as<TmaCopy>());
       default:
         TR_CHECK(false, "statement not valid in SIMT IR at thread level: " + to_string(s));
     }
@@ -372,6 +379,39 @@ class CpuCodegen {
     };
     b_.CreateCall(fn, {acc->second, element_ptr(op->a, start(a, op->a_staged()), bits),
                        element_ptr(op->b, start(b, op->b_staged()), bits), desc});
+  }
+
+  // A tma_copy: thread 0 calls tilerun_cpu_tma_copy (tma_model.h) with the tile's first
+  // element, the tensor's and the words that describe the box; the copy is done when it returns.
+  void emit_tma_copy(const TmaCopy* op) {
+    const BufferParam* src = find_buffer(k_.sig, op->src);
+    const SimtArray* dst = find_shared(k_, op->dst);
+    TR_CHECK(src && dst, "tma_copy from a global input into a shared array");
+    const int64_t rank = static_cast<int64_t>(op->box.size());
+    const Type bits = storage_type(src->dtype);
+    llvm::BasicBlock* issue = llvm::BasicBlock::Create(ctx_, "tma.issue", fn_);
+    llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx_, "tma.done", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(thread_id(), b_.getInt64(0)), issue, done);
+    b_.SetInsertPoint(issue);
+    // The words in a stack slot made once, in the entry block (not once per loop trip).
+    const int64_t words = kTmaDescHeader + 3 * rank;
+    llvm::IRBuilder<> entry(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+    llvm::AllocaInst* desc = entry.CreateAlloca(b_.getInt64Ty(), b_.getInt64(words), "tma.desc");
+    std::vector<llvm::Value*> w = {b_.getInt64(dtype_bytes(src->dtype, 1)), b_.getInt64(rank),
+                                   b_.getInt64(dst->swizzle.bits), b_.getInt64(dst->swizzle.base),
+                                   b_.getInt64(dst->swizzle.shift)};
+    for (const Expr& e : src->shape) w.push_back(emit_expr(e));
+    for (int64_t e : op->box) w.push_back(b_.getInt64(e));
+    for (const Expr& e : op->src_indices) w.push_back(emit_expr(e));
+    for (size_t i = 0; i < w.size(); ++i)
+      b_.CreateStore(w[i], b_.CreateInBoundsGEP(b_.getInt64Ty(), desc, b_.getInt64(i)));
+    llvm::Type* ptr = b_.getPtrTy();
+    llvm::FunctionCallee fn = m_.getOrInsertFunction(
+        "tilerun_cpu_tma_copy", llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr}, false));
+    b_.CreateCall(fn,
+                  {element_ptr(op->dst, op->dst_indices[0], bits), buffer_ptr_.at(op->src), desc});
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
   }
 
   // ---- Memory.

@@ -25,6 +25,7 @@
 #include "compiler/codegen/cuda_gemm.h"
 #include "compiler/codegen/cuda_prelude.h"
 #include "compiler/codegen/cuda_syntax.h"
+#include "compiler/codegen/launch_abi.h"
 
 namespace tilerun::compiler {
 namespace {
@@ -133,6 +134,21 @@ class CudaEmitter {
       std::string c = fresh(s.name);
       bind(s.name, c);
       params.push_back(std::string(c_type(s.type)) + " " + c + "|scalar " + type_name(s.type));
+    }
+
+    // Tensor maps by value (__grid_constant__: the kernel reads the parameter in place, and the
+    // tensor memory accelerator takes its generic address).
+    maps_ = tensor_map_params(k_);
+    if (!maps_.empty())
+      out_ << "struct __align__(64) tr_tensor_map { unsigned long long words[16]; };\n";
+    for (size_t i = 0; i < maps_.size(); ++i) {
+      const TensorMapParam& m = maps_[i];
+      std::string box;
+      for (size_t d = 0; d < m.box.size(); ++d) box += (d ? " x " : "") + std::to_string(m.box[d]);
+      map_names_.push_back(fresh("tr_map" + std::to_string(i)));
+      params.push_back("const __grid_constant__ tr_tensor_map " + map_names_.back() +
+                       "|tensor map of '" + sig.buffers[static_cast<size_t>(m.buffer)].name +
+                       "', box " + box + ", " + std::to_string(m.swizzle_bytes) + "B swizzle");
     }
 
     out_ << "extern \"C\" __global__ void __launch_bounds__(" << sig.threads << ") " << symbol
@@ -716,6 +732,49 @@ class CudaEmitter {
       case StmtKind::AsyncCommit:
         line("asm volatile(\"cp.async.commit_group;\" ::: \"memory\");");
         return;
+      case StmtKind::TmaCopy:
+        return tma_copy(*s.as<TmaCopy>());
+      case StmtKind::MbarrierInit: {
+        // Thread 0 readies each barrier; the fence makes the inits visible to the async proxy
+        // (the tensor memory accelerator), the program's barrier to the other threads.
+        const MbarrierInit* op = s.as<MbarrierInit>();
+        const SimtArray* a = find_shared(k_, op->barrier);
+        TR_CHECK(a != nullptr, "mbarrier array '" + op->barrier + "'");
+        line("if (threadIdx.x == 0) {");
+        line("  for (int tr_i = 0; tr_i < " + std::to_string(a->size()) + "; ++tr_i)");
+        if (op->invalidate) {
+          line(
+              "    asm volatile(\"mbarrier.inval.shared::cta.b64 [%0];\" :: \"r\"((unsigned)"
+              "__cvta_generic_to_shared(&" +
+              buffer(op->barrier) + "[tr_i])) : \"memory\");");
+          line("}");
+          return;
+        }
+        line(
+            "    asm volatile(\"mbarrier.init.shared::cta.b64 [%0], %1;\" :: \"r\"((unsigned)"
+            "__cvta_generic_to_shared(&" +
+            buffer(op->barrier) + "[tr_i])), \"r\"(" + std::to_string(op->count) +
+            ") : \"memory\");");
+        line("  asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");");
+        line("}");
+        return;
+      }
+      case StmtKind::MbarrierWait: {
+        const MbarrierWait* op = s.as<MbarrierWait>();
+        line("{");
+        line("  const unsigned tr_bar = (unsigned)__cvta_generic_to_shared(&" +
+             buffer(op->barrier) + "[" + expr(op->index) + "]);");
+        line("  const unsigned tr_parity = (unsigned)(" + expr(op->parity) + ");");
+        line("  unsigned tr_done = 0;");
+        line("  do {");
+        line(
+            "    asm volatile(\"{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], "
+            "%2; selp.u32 %0, 1, 0, p; }\" : \"=r\"(tr_done) : \"r\"(tr_bar), "
+            "\"r\"(tr_parity) : \"memory\");");
+        line("  } while (!tr_done);");
+        line("}");
+        return;
+      }
       case StmtKind::AsyncWait:
         line("asm volatile(\"cp.async.wait_group " + std::to_string(s.as<AsyncWait>()->pending) +
              ";\" ::: \"memory\");");
@@ -725,7 +784,48 @@ class CudaEmitter {
     }
   }
 
+  // Thread 0 adds the box's bytes to the barrier's expected transactions, arrives, and issues
+  // the copy; the coordinates go innermost first, as 32-bit integers (dims stay below 2^31).
+  void tma_copy(const TmaCopy& op) {
+    const BufferParam* src = find_buffer(k_.sig, op.src);
+    TR_CHECK(src != nullptr, "tma_copy from '" + op.src + "'");
+    TensorMapParam m;
+    for (size_t i = 0; i < k_.sig.buffers.size(); ++i)
+      if (k_.sig.buffers[i].name == op.src) m.buffer = static_cast<int>(i);
+    m.dtype = src->dtype;
+    m.box = op.box;
+    m.swizzle_bytes = static_cast<int>(op.box.back() * dtype_bytes(src->dtype, 1));
+    const auto it = std::find(maps_.begin(), maps_.end(), m);
+    TR_CHECK(it != maps_.end(), "tma_copy's tensor map");
+    const std::string map = map_names_[static_cast<size_t>(it - maps_.begin())];
+    int64_t bytes = dtype_bytes(src->dtype, 1);
+    for (int64_t e : op.box) bytes *= e;
+    const size_t rank = op.box.size();
+    std::string coords, operands;
+    for (size_t d = 0; d < rank; ++d) {
+      coords += (d ? ", %" : "%") + std::to_string(d + 2);
+      operands += ", \"r\"((int)(" + expr(op.src_indices[rank - 1 - d]) + "))";
+    }
+    line("if (threadIdx.x == 0) {");
+    line("  const unsigned tr_bar = (unsigned)__cvta_generic_to_shared(&" + buffer(op.barrier) +
+         "[" + expr(op.barrier_index) + "]);");
+    line(
+        "  asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" :: "
+        "\"r\"(tr_bar), "
+        "\"r\"(" +
+        std::to_string(bytes) + ") : \"memory\");");
+    line("  asm volatile(\"cp.async.bulk.tensor." + std::to_string(rank) +
+         "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {" + coords +
+         "}], [%" + std::to_string(rank + 2) +
+         "];\" :: \"r\"((unsigned)__cvta_generic_to_shared(&" + buffer(op.dst) + "[" +
+         expr(op.dst_indices[0]) + "])), \"l\"(&" + map + ")" + operands +
+         ", \"r\"(tr_bar) : \"memory\");");
+    line("}");
+  }
+
   const SimtKernel& k_;
+  std::vector<TensorMapParam> maps_;    // the kernel's tensor maps, in parameter order
+  std::vector<std::string> map_names_;  // their C names
   std::ostringstream out_;
   int indent_ = 0;
   int lane_loops_ = 0;                  // vectorized lane loops around the statement being written
@@ -792,6 +892,7 @@ CudaBinary compile_cuda(const SimtKernel& kernel, const std::string& cache_dir) 
   CudaBinary out;
   out.name = cuda_kernel_symbol(kernel.sig.name);
   out.dynamic_shared = cuda_dynamic_shared_bytes(kernel);
+  out.tensor_maps = tensor_map_params(kernel);
   out.source = emit_cuda(kernel);
   CubinResult r = compile_cubin(kernel.sig.name, out.source, strict_nvrtc_options(), cache_dir);
   out.cubin = std::move(r.cubin);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/codegen/launch_abi.h"
 #include "compiler/ir/kernel.h"
 
 namespace tilerun::compiler {
@@ -49,6 +50,7 @@ struct CudaBinary {
   std::string source;          // emit_cuda's text
   std::string cubin;           // the sm_90a image for cuModuleLoadData
   int64_t dynamic_shared = 0;  // cuda_dynamic_shared_bytes: the launch's shared memory bytes
+  std::vector<TensorMapParam> tensor_maps;  // launch_abi.h: encoded at bind, after the scalars
   bool from_cache = false;
   double compile_ms = 0;  // NVRTC time (0 when from the cache)
 };

@@ -4,8 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
+#include "compiler/analysis/index_eval.h"
 #include "compiler/analysis/launch_geometry.h"
+#include "compiler/ir/ir_visitor.h"
 #include "tilerun/error.h"
 
 namespace tilerun::compiler {
@@ -54,18 +57,45 @@ void check_launch_args(const KernelSignature& sig, const KernelArgs& args) {
   }
 }
 
+std::vector<TensorMapParam> tensor_map_params(const SimtKernel& kernel) {
+  struct Collect : IRVisitor {
+    const SimtKernel* k;
+    std::vector<TensorMapParam> maps;
+    void visit_stmt(const TmaCopy* op) override {
+      TensorMapParam m;
+      for (size_t i = 0; i < k->sig.buffers.size(); ++i)
+        if (k->sig.buffers[i].name == op->src) m.buffer = static_cast<int>(i);
+      m.dtype = k->sig.buffers[static_cast<size_t>(m.buffer)].dtype;
+      m.box = op->box;
+      m.swizzle_bytes = static_cast<int>(op->box.back() * dtype_bytes(m.dtype, 1));
+      if (std::find(maps.begin(), maps.end(), m) == maps.end()) maps.push_back(m);
+    }
+  } c;
+  c.k = &kernel;
+  if (kernel.body.defined()) c.visit(kernel.body);
+  return c.maps;
+}
+
 CudaParams pack_cuda_params(const KernelSignature& sig, const KernelArgs& args) {
+  return pack_cuda_params(sig, args, {}, nullptr);
+}
+
+CudaParams pack_cuda_params(const KernelSignature& sig, const KernelArgs& args,
+                            const std::vector<TensorMapParam>& maps,
+                            const TensorMapEncoder& encode) {
   check_launch_args(sig, args);
   CudaParams p;
   size_t offset = 0;
   auto place = [&](const std::string& name, size_t size) {
-    offset = (offset + size - 1) / size * size;
+    const size_t align = std::min<size_t>(size, 64);
+    offset = (offset + align - 1) / align * align;
     p.slots_.push_back({name, offset, size});
     offset += size;
   };
   for (const BufferParam& b : sig.buffers) place(b.name, 8);
   for (const DimParam& d : sig.dims) place(d.name, 8);
   for (const ScalarParam& s : sig.scalars) place(s.name, param_size(s.type));
+  for (size_t i = 0; i < maps.size(); ++i) place("tensor map " + std::to_string(i), 128);
   p.size_ = offset;
   p.storage_ = std::make_unique<std::byte[]>(std::max<size_t>(offset, 8));  // new[]: 16-aligned
 
@@ -92,6 +122,19 @@ CudaParams pack_cuda_params(const KernelSignature& sig, const KernelArgs& args) 
       int64_t v = static_cast<int64_t>(d);
       put(&v);
     }
+  }
+  std::map<std::string, int64_t> dims;
+  for (size_t i = 0; i < sig.dims.size(); ++i) dims[sig.dims[i].name] = args.dims[i];
+  for (const TensorMapParam& m : maps) {
+    if (!encode)
+      throw Error("kernel '" + sig.name + "' takes tensor maps and its launcher encodes none",
+                  ErrorKind::Runtime);
+    std::vector<int64_t> shape;
+    for (const Expr& e : sig.buffers[static_cast<size_t>(m.buffer)].shape)
+      shape.push_back(eval_index(e, dims));
+    const TensorMapBytes bytes = encode(m, args.buffers[static_cast<size_t>(m.buffer)], shape);
+    const CudaParams::Slot& s = p.slots_[slot++];
+    std::memcpy(p.storage_.get() + s.offset, bytes.data(), bytes.size());
   }
   for (const CudaParams::Slot& s : p.slots_) p.pointers_.push_back(p.storage_.get() + s.offset);
   return p;

@@ -3,8 +3,10 @@
 // parameter block a CUDA launch takes.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +28,25 @@ struct KernelArgs {
 // tilerun::Error (kind Runtime) naming the kernel otherwise.
 void check_launch_args(const KernelSignature& sig, const KernelArgs& args);
 
+// A tensor map a CUDA kernel takes by value after its scalars (ir.h TmaCopy): one per distinct
+// (source buffer, box, swizzle) of its tma_copys, in the order they first appear in the body.
+// The launcher encodes it from the buffer's address and shape at bind time.
+struct TensorMapParam {
+  int buffer = 0;            // index into the signature's buffers
+  DType dtype = DType::F32;  // the buffer's element type
+  std::vector<int64_t> box;  // the box's extents, outermost first
+  int swizzle_bytes = 0;     // the tensor core's swizzle of the destination: 32, 64 or 128
+  bool operator==(const TensorMapParam&) const = default;
+};
+std::vector<TensorMapParam> tensor_map_params(const SimtKernel& kernel);
+
+// The bytes of one encoded tensor map (CUtensorMap: 128 bytes, 64-byte aligned).
+using TensorMapBytes = std::array<std::byte, 128>;
+// Encodes `map` for a tensor at `address` of `dims` (outermost first, row-major); throws
+// tilerun::Error where the driver refuses.
+using TensorMapEncoder = std::function<TensorMapBytes(const TensorMapParam& map, void* address,
+                                                      const std::vector<int64_t>& dims)>;
+
 // One kernel's parameter values laid out once in a persistent byte block (each value at its
 // natural alignment), with the array of pointers into it that cuLaunchKernel's kernelParams
 // takes. Move-only: the pointers stay valid across moves.
@@ -34,7 +55,8 @@ class CudaParams {
   struct Slot {
     std::string name;  // the signature's parameter name
     size_t offset = 0;
-    size_t size = 0;  // 8 for pointers, dims and i64 scalars, 4 for f32 and i32 scalars
+    size_t size = 0;  // 8 for pointers, dims and i64 scalars, 4 for f32 and i32 scalars, 128
+                      // for a tensor map
   };
 
   CudaParams() = default;
@@ -49,7 +71,9 @@ class CudaParams {
   size_t size_bytes() const { return size_; }
 
  private:
-  friend CudaParams pack_cuda_params(const KernelSignature& sig, const KernelArgs& args);
+  friend CudaParams pack_cuda_params(const KernelSignature& sig, const KernelArgs& args,
+                                     const std::vector<TensorMapParam>& maps,
+                                     const TensorMapEncoder& encode);
   std::unique_ptr<std::byte[]> storage_;
   size_t size_ = 0;
   std::vector<Slot> slots_;
@@ -59,5 +83,10 @@ class CudaParams {
 // Packs `args` (buffers as device addresses) in the kernel's parameter order, after
 // check_launch_args.
 CudaParams pack_cuda_params(const KernelSignature& sig, const KernelArgs& args);
+// The same followed by the kernel's tensor maps, each encoded by `encode` from its buffer's
+// address and shape (evaluated on the dims).
+CudaParams pack_cuda_params(const KernelSignature& sig, const KernelArgs& args,
+                            const std::vector<TensorMapParam>& maps,
+                            const TensorMapEncoder& encode);
 
 }  // namespace tilerun::compiler

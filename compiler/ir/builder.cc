@@ -472,6 +472,34 @@ void Scope::copy_async_piece(const Buf& dst, const std::vector<Val>& dst_idx, co
                                  std::move(valid)));
 }
 
+void Scope::copy_tma(const BufRegion& dst, const BufRegion& src, const Buf& barrier,
+                     const Val& index) {
+  const std::string what = "copy_tma from '" + src.buffer + "' to '" + dst.buffer + "'";
+  if (!copy_extents_match(dst.extents, src.extents, /*async=*/true))
+    fail(what + ": extents differ");
+  if (src.extents.size() > TmaCopy::kMaxRank)
+    fail(what + ": a box of rank " + std::to_string(src.extents.size()) + " (at most 5)");
+  for (int64_t e : src.extents)
+    if (e < 1 || e > TmaCopy::kMaxBox) fail(what + ": box extents are 1 to 256");
+  state_->append(TmaCopy::make(dst.buffer, index_exprs(dst.origin, dst.buffer), src.buffer,
+                               index_exprs(src.origin, src.buffer), src.extents, barrier.name(),
+                               index_exprs({index}, barrier.name())[0]));
+}
+
+void Scope::mbarrier_init(const Buf& barrier, int count) {
+  if (count < 1) fail("mbarrier_init '" + barrier.name() + "': at least one arrival a phase");
+  state_->append(MbarrierInit::make(barrier.name(), count));
+}
+
+void Scope::mbarrier_inval(const Buf& barrier) {
+  state_->append(MbarrierInit::make(barrier.name(), 0, /*invalidate=*/true));
+}
+
+void Scope::mbarrier_wait(const Buf& barrier, const Val& index, const Val& parity) {
+  state_->append(MbarrierWait::make(barrier.name(), index_exprs({index}, barrier.name())[0],
+                                    index_exprs({parity}, barrier.name() + "'s parity")[0]));
+}
+
 void Scope::async_commit() { state_->append(AsyncCommit::make()); }
 
 void Scope::async_wait(int pending) {

@@ -285,6 +285,20 @@ class Scope {
   // source in bounds wherever the piece reads.
   void copy_async_piece(const Buf& dst, const std::vector<Val>& dst_idx, const Buf& src,
                         const std::vector<Val>& src_idx);
+  // The tensor memory accelerator's copy (ir.h TmaCopy): a global input's box into a whole
+  // tile (or a whole panel) of a shared tile swizzled for the tensor core, issued by thread 0,
+  // zeros outside the tensor, completing on mbarrier `barrier[index]` (a shared i64 array that
+  // mbarrier_init set up). Readers mbarrier_wait on the barrier's phase first. May sit under
+  // a block-uniform if.
+  void copy_tma(const BufRegion& dst, const BufRegion& src, const Buf& barrier, const Val& index);
+  // Thread 0 readies every mbarrier of `barrier` for `count` arrivals a phase (the copy_tmas
+  // of one stage); pass a barrier() before their first use.
+  void mbarrier_init(const Buf& barrier, int count);
+  // Thread 0 invalidates them, so that a later mbarrier_init starts afresh: only after every
+  // copy on them landed and a barrier() after every thread's last wait.
+  void mbarrier_inval(const Buf& barrier);
+  // Every thread waits until the phase of `barrier[index]` of parity `parity` (0 or 1) ended.
+  void mbarrier_wait(const Buf& barrier, const Val& index, const Val& parity);
   // Closes the group of this thread's async copies since the last commit.
   void async_commit();
   // Waits until at most `pending` (0..7) of this thread's committed groups are still running.

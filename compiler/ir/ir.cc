@@ -427,6 +427,31 @@ Stmt AsyncWait::make(int pending) {
   return Stmt(std::make_shared<AsyncWait>(pending));
 }
 
+Stmt TmaCopy::make(const std::string& dst, std::vector<Expr> dst_indices, const std::string& src,
+                   std::vector<Expr> src_indices, std::vector<int64_t> box,
+                   const std::string& barrier, Expr barrier_index) {
+  for (const std::vector<Expr>* v : {&dst_indices, &src_indices})
+    for (const Expr& i : *v) TR_CHECK(i.defined() && i.type() == Type::I64, "TmaCopy index");
+  TR_CHECK(!dst_indices.empty() && src_indices.size() == box.size() && !box.empty() &&
+               box.size() <= TmaCopy::kMaxRank,
+           "TmaCopy ranks");
+  for (int64_t e : box) TR_CHECK(e >= 1 && e <= TmaCopy::kMaxBox, "TmaCopy box extent");
+  TR_CHECK(barrier_index.defined() && barrier_index.type() == Type::I64, "TmaCopy barrier index");
+  return Stmt(std::make_shared<TmaCopy>(dst, std::move(dst_indices), src, std::move(src_indices),
+                                        std::move(box), barrier, std::move(barrier_index)));
+}
+
+Stmt MbarrierInit::make(const std::string& barrier, int count, bool invalidate) {
+  TR_CHECK(invalidate ? count == 0 : count >= 1, "MbarrierInit count");
+  return Stmt(std::make_shared<MbarrierInit>(barrier, count, invalidate));
+}
+
+Stmt MbarrierWait::make(const std::string& barrier, Expr index, Expr parity) {
+  TR_CHECK(index.defined() && index.type() == Type::I64, "MbarrierWait index");
+  TR_CHECK(parity.defined() && parity.type() == Type::I64, "MbarrierWait parity");
+  return Stmt(std::make_shared<MbarrierWait>(barrier, std::move(index), std::move(parity)));
+}
+
 Stmt Barrier::make() { return Stmt(std::make_shared<Barrier>()); }
 
 Expr make_const(Type t, int64_t value) { return IntImm::make(t, value); }

@@ -1,3 +1,5 @@
+// over 600 lines: every IR node of both levels, each with the comment that defines its meaning;
+// the node list is the one place a reader learns the language from.
 // The compiler's IR nodes, shared by Tile IR (level 1) and SIMT IR (level 4), Halide-style:
 // plain immutable structs with a static make() that checks invariants, held by Expr / Stmt
 // handles. Which node kinds may appear at which level is the verifiers' business
@@ -38,7 +40,7 @@ enum class ExprKind : uint8_t {
 };
 enum class StmtKind : uint8_t {
   Seq, LetStmt, For, Parallel, Reduce, IfThenElse, Store, Assign, Copy, Barrier, VectorMove,
-  WarpShuffle, Gemm, AsyncCopy, AsyncCommit, AsyncWait,
+  WarpShuffle, Gemm, AsyncCopy, AsyncCommit, AsyncWait, TmaCopy, MbarrierInit, MbarrierWait,
 };
 // clang-format on
 
@@ -423,6 +425,75 @@ struct AsyncWait : StmtNode {
   explicit AsyncWait(int p) : StmtNode(kKind), pending(p) {}
   static constexpr int kMaxPending = 7;
   static Stmt make(int pending);
+};
+
+// Both levels: the tensor memory accelerator's box copy (cp.async.bulk.tensor on sm_90a),
+// issued for the whole block by its thread 0. dst[dst_indices + i] = src[src_indices + i] for i
+// in the box, zeros where src_indices + i lies outside the tensor (any coordinate, negative
+// ones too). `dst` is a shared tile and the destination a whole tile of it or a whole panel at
+// leading indices (as copy_async's), row-major under the tensor core's 32B/64B/128B swizzle
+// whose rows are the box's innermost extent, so that the hardware's address swizzle and the
+// tile's agree; `src` a global input of the same dtype whose rows are 16-byte multiples; `box`
+// src's extents (a destination of higher rank leads with extents of 1). The copy completes
+// asynchronously on mbarrier `barrier[barrier_index]` (a shared i64 array): it adds the box's
+// bytes to the barrier's expected transactions and arrives once, and the barrier's phase ends
+// when every arrival the init counted has come and every byte landed; readers mbarrier_wait on
+// that phase first. Block-uniform (the block's thread 0 issues it; it may sit under an if).
+// SIMT IR (flatten_buffers on): dst_indices is the tile's one flat offset; src_indices stay the
+// box's coordinates (the tensor map takes coordinates, not addresses). The CPU backend copies at
+// once. Text `tma_copy dst[..] <- src[..] box [..] on bar[i]`.
+struct TmaCopy : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::TmaCopy;
+  std::string dst;
+  std::vector<Expr> dst_indices;
+  std::string src;
+  std::vector<Expr> src_indices;
+  std::vector<int64_t> box;
+  std::string barrier;
+  Expr barrier_index;
+  TmaCopy(std::string d, std::vector<Expr> di, std::string s, std::vector<Expr> si,
+          std::vector<int64_t> bx, std::string bar, Expr bi)
+      : StmtNode(kKind),
+        dst(std::move(d)),
+        dst_indices(std::move(di)),
+        src(std::move(s)),
+        src_indices(std::move(si)),
+        box(std::move(bx)),
+        barrier(std::move(bar)),
+        barrier_index(std::move(bi)) {}
+  static constexpr int kMaxRank = 5, kMaxBox = 256;  // the tensor map's limits
+  static Stmt make(const std::string& dst, std::vector<Expr> dst_indices, const std::string& src,
+                   std::vector<Expr> src_indices, std::vector<int64_t> box,
+                   const std::string& barrier, Expr barrier_index);
+};
+
+// Both levels: thread 0 initialises every mbarrier of the shared i64 array `barrier` to expect
+// `count` arrivals a phase (the tma_copys that fill one stage), phase parity 0. The program
+// passes a block barrier before any thread uses them. With `invalidate` (count 0), thread 0
+// invalidates them instead, so that a later init starts their phases afresh (a loop that runs
+// a pipeline again): only once every copy has landed and every thread is past its last wait. A
+// no-op on the CPU. Text `mbarrier_init bar count N`, `mbarrier_inval bar`.
+struct MbarrierInit : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::MbarrierInit;
+  std::string barrier;
+  int count;
+  bool invalidate = false;
+  MbarrierInit(std::string b, int c, bool inval)
+      : StmtNode(kKind), barrier(std::move(b)), count(c), invalidate(inval) {}
+  static Stmt make(const std::string& barrier, int count, bool invalidate = false);
+};
+
+// Both levels: every thread waits until the phase of mbarrier `barrier[index]` whose parity is
+// `parity` (0 or 1: the phase's number modulo 2) has completed; the tma_copys that phase counted
+// are then visible to the thread. Block-uniform. A no-op on the CPU, where copies complete at
+// once. Text `mbarrier_wait bar[i] parity P`.
+struct MbarrierWait : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::MbarrierWait;
+  std::string barrier;
+  Expr index, parity;
+  MbarrierWait(std::string b, Expr i, Expr p)
+      : StmtNode(kKind), barrier(std::move(b)), index(std::move(i)), parity(std::move(p)) {}
+  static Stmt make(const std::string& barrier, Expr index, Expr parity);
 };
 
 // Every thread of the block waits here until all arrive; shared-memory writes before it are

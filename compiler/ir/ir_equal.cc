@@ -161,6 +161,20 @@ bool equal_stmt(const Stmt& a, const Stmt& b) {
       return true;
     case StmtKind::AsyncWait:
       return a.as<AsyncWait>()->pending == b.as<AsyncWait>()->pending;
+    case StmtKind::TmaCopy: {
+      const TmaCopy *x = a.as<TmaCopy>(), *y = b.as<TmaCopy>();
+      return x->dst == y->dst && x->src == y->src && x->box == y->box && x->barrier == y->barrier &&
+             equal_all(x->dst_indices, y->dst_indices) &&
+             equal_all(x->src_indices, y->src_indices) && equal(x->barrier_index, y->barrier_index);
+    }
+    case StmtKind::MbarrierInit: {
+      const MbarrierInit *x = a.as<MbarrierInit>(), *y = b.as<MbarrierInit>();
+      return x->barrier == y->barrier && x->count == y->count && x->invalidate == y->invalidate;
+    }
+    case StmtKind::MbarrierWait: {
+      const MbarrierWait *x = a.as<MbarrierWait>(), *y = b.as<MbarrierWait>();
+      return x->barrier == y->barrier && equal(x->index, y->index) && equal(x->parity, y->parity);
+    }
     case StmtKind::Barrier:
       return true;
     case StmtKind::VectorMove: {

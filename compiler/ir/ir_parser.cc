@@ -351,6 +351,37 @@ class Parser {
     if (is("if") && !is("[", 1) && !is("=", 1) && !is(":=", 1)) return if_stmt();
     if ((is("copy") || is("copy_async")) && peek(1).kind == TokKind::Ident) return copy_stmt();
     if (is("async_copy") && peek(1).kind == TokKind::Ident && is("[", 2)) return async_copy_stmt();
+    if (is("tma_copy") && peek(1).kind == TokKind::Ident && is("[", 2)) return tma_copy_stmt();
+    if (is("mbarrier_init") && peek(1).kind == TokKind::Ident && is("count", 2)) {
+      next();
+      const Token& b = peek();
+      std::string bar = name("an mbarrier array");
+      buffer_dtype(b);
+      expect("count");
+      const Token& c = peek();
+      int count = small_int("an arrival count");
+      if (count < 1) fail(c, "an mbarrier expects at least one arrival");
+      return MbarrierInit::make(bar, count);
+    }
+    if (is("mbarrier_inval") && peek(1).kind == TokKind::Ident) {
+      next();
+      const Token& b = peek();
+      std::string bar = name("an mbarrier array");
+      buffer_dtype(b);
+      return MbarrierInit::make(bar, 0, /*invalidate=*/true);
+    }
+    if (is("mbarrier_wait") && peek(1).kind == TokKind::Ident && is("[", 2)) {
+      next();
+      const Token& b = peek();
+      std::string bar = name("an mbarrier array");
+      buffer_dtype(b);
+      expect("[");
+      Expr index = i64_expr("an mbarrier index");
+      expect("]");
+      expect("parity");
+      Expr parity = i64_expr("a phase parity");
+      return MbarrierWait::make(bar, index, parity);
+    }
     if (is("async_commit") && !is("[", 1) && !is("=", 1) && !is(":=", 1)) {
       next();
       return AsyncCommit::make();
@@ -593,6 +624,41 @@ class Parser {
     expect("valid");
     Expr valid = i64_expr("a valid element count");
     return AsyncCopy::make(dst, std::move(di), src, std::move(si), lanes, valid);
+  }
+
+  // `tma_copy dst[..] <- src[..] box [e, ..] on bar[i]` (ir.h TmaCopy).
+  Stmt tma_copy_stmt() {
+    expect("tma_copy");
+    auto element = [&](std::string* buf, const char* what) {
+      const Token& t = peek();
+      *buf = name(what);
+      buffer_dtype(t);
+      expect("[");
+      std::vector<Expr> idx{i64_expr("an index")};
+      while (accept(",")) idx.push_back(i64_expr("an index"));
+      expect("]");
+      return idx;
+    };
+    std::string dst, src, bar;
+    std::vector<Expr> di = element(&dst, "a buffer name");
+    expect("<-");
+    std::vector<Expr> si = element(&src, "a buffer name");
+    expect("box");
+    expect("[");
+    const Token& t = peek();
+    std::vector<int64_t> box;
+    do {
+      box.push_back(integer("a box extent"));
+    } while (accept(","));
+    expect("]");
+    if (box.size() != si.size() || box.size() > TmaCopy::kMaxRank)
+      fail(t, "a tma_copy's box has one extent per source index, at most 5");
+    for (int64_t e : box)
+      if (e < 1 || e > TmaCopy::kMaxBox) fail(t, "a tma_copy's box extents are 1 to 256");
+    expect("on");
+    std::vector<Expr> bi = element(&bar, "an mbarrier array");
+    if (bi.size() != 1) fail(t, "an mbarrier array has one index");
+    return TmaCopy::make(dst, std::move(di), src, std::move(si), std::move(box), bar, bi[0]);
   }
 
   // ---- Expressions.

@@ -231,6 +231,26 @@ class Printer : public IRVisitor {
     line_start();
     os << "async_wait " << op->pending << "\n";
   }
+  void visit_stmt(const TmaCopy* op) override {
+    line_start();
+    std::string box;
+    for (size_t i = 0; i < op->box.size(); ++i) box += (i ? ", " : "") + std::to_string(op->box[i]);
+    os << "tma_copy " << op->dst << "[" << join(op->dst_indices) << "] <- " << op->src << "["
+       << join(op->src_indices) << "] box [" << box << "] on " << op->barrier << "["
+       << to_string(op->barrier_index) << "]\n";
+  }
+  void visit_stmt(const MbarrierInit* op) override {
+    line_start();
+    if (op->invalidate)
+      os << "mbarrier_inval " << op->barrier << "\n";
+    else
+      os << "mbarrier_init " << op->barrier << " count " << op->count << "\n";
+  }
+  void visit_stmt(const MbarrierWait* op) override {
+    line_start();
+    os << "mbarrier_wait " << op->barrier << "[" << to_string(op->index) << "] parity "
+       << to_string(op->parity) << "\n";
+  }
   void visit_stmt(const Barrier*) override {
     line_start();
     os << "barrier\n";

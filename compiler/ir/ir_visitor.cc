@@ -67,6 +67,12 @@ void IRVisitor::visit(const Stmt& s) {
       return visit_stmt(s.as<AsyncCommit>());
     case StmtKind::AsyncWait:
       return visit_stmt(s.as<AsyncWait>());
+    case StmtKind::TmaCopy:
+      return visit_stmt(s.as<TmaCopy>());
+    case StmtKind::MbarrierInit:
+      return visit_stmt(s.as<MbarrierInit>());
+    case StmtKind::MbarrierWait:
+      return visit_stmt(s.as<MbarrierWait>());
   }
 }
 
@@ -140,6 +146,15 @@ void IRVisitor::visit_stmt(const AsyncCopy* op) {
   for (const Expr& e : op->src_indices) visit(e);
   visit(op->valid);
 }
+void IRVisitor::visit_stmt(const TmaCopy* op) {
+  for (const Expr& e : op->dst_indices) visit(e);
+  for (const Expr& e : op->src_indices) visit(e);
+  visit(op->barrier_index);
+}
+void IRVisitor::visit_stmt(const MbarrierWait* op) {
+  visit(op->index);
+  visit(op->parity);
+}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -207,6 +222,12 @@ Stmt IRMutator::mutate(const Stmt& s) {
       return mutate_stmt(s.as<AsyncCommit>(), s);
     case StmtKind::AsyncWait:
       return mutate_stmt(s.as<AsyncWait>(), s);
+    case StmtKind::TmaCopy:
+      return mutate_stmt(s.as<TmaCopy>(), s);
+    case StmtKind::MbarrierInit:
+      return mutate_stmt(s.as<MbarrierInit>(), s);
+    case StmtKind::MbarrierWait:
+      return mutate_stmt(s.as<MbarrierWait>(), s);
   }
   return s;
 }
@@ -333,6 +354,21 @@ Stmt IRMutator::mutate_stmt(const AsyncCopy* op, const Stmt& self) {
   Expr v = mutate(op->valid);
   if (!changed && v.same_as(op->valid)) return self;
   return AsyncCopy::make(op->dst, std::move(di), op->src, std::move(si), op->lanes, v);
+}
+
+Stmt IRMutator::mutate_stmt(const TmaCopy* op, const Stmt& self) {
+  bool changed = false;
+  std::vector<Expr> di = mutate_all(op->dst_indices, &changed);
+  std::vector<Expr> si = mutate_all(op->src_indices, &changed);
+  Expr bi = mutate(op->barrier_index);
+  if (!changed && bi.same_as(op->barrier_index)) return self;
+  return TmaCopy::make(op->dst, std::move(di), op->src, std::move(si), op->box, op->barrier, bi);
+}
+
+Stmt IRMutator::mutate_stmt(const MbarrierWait* op, const Stmt& self) {
+  Expr i = mutate(op->index), p = mutate(op->parity);
+  if (i.same_as(op->index) && p.same_as(op->parity)) return self;
+  return MbarrierWait::make(op->barrier, i, p);
 }
 
 Stmt IRMutator::mutate_stmt(const VectorMove* op, const Stmt& self) {

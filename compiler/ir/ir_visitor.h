@@ -46,6 +46,9 @@ class IRVisitor {
   virtual void visit_stmt(const AsyncCopy* op);
   virtual void visit_stmt(const AsyncCommit*) {}
   virtual void visit_stmt(const AsyncWait*) {}
+  virtual void visit_stmt(const TmaCopy* op);
+  virtual void visit_stmt(const MbarrierInit*) {}
+  virtual void visit_stmt(const MbarrierWait* op);
 };
 
 class IRMutator {
@@ -84,6 +87,9 @@ class IRMutator {
   virtual Stmt mutate_stmt(const AsyncCopy* op, const Stmt& self);
   virtual Stmt mutate_stmt(const AsyncCommit*, const Stmt& self) { return self; }
   virtual Stmt mutate_stmt(const AsyncWait*, const Stmt& self) { return self; }
+  virtual Stmt mutate_stmt(const TmaCopy* op, const Stmt& self);
+  virtual Stmt mutate_stmt(const MbarrierInit*, const Stmt& self) { return self; }
+  virtual Stmt mutate_stmt(const MbarrierWait* op, const Stmt& self);
 
   std::vector<Expr> mutate_all(const std::vector<Expr>& es, bool* changed);
 };

@@ -206,6 +206,31 @@ class SimtVerifier : public IRVisitor {
     for (const Expr& i : op->src_indices) varying(i);
     varying(op->valid);
   }
+  void visit_stmt(const TmaCopy* op) override {
+    Decl d = decl(op->dst), s = decl(op->src), b = decl(op->barrier);
+    if (d.space != Space::Shared || s.space != Space::Global || s.writable || d.dtype != s.dtype)
+      fail("tma_copy from '" + op->src + "' to '" + op->dst +
+           "': from a global input into a shared array of one dtype");
+    if (b.space != Space::Shared || b.dtype != DType::I64)
+      fail("tma_copy on '" + op->barrier + "': not a shared i64 array of mbarriers");
+    if (form_ >= SimtForm::Flat && op->dst_indices.size() != 1)
+      fail("tma_copy with a multi-dimensional destination after flatten_buffers");
+    for (const Expr& i : op->dst_indices) varying(i);
+    for (const Expr& i : op->src_indices) varying(i);
+    varying(op->barrier_index);
+  }
+  void visit_stmt(const MbarrierInit* op) override {
+    Decl b = decl(op->barrier);
+    if (b.space != Space::Shared || b.dtype != DType::I64)
+      fail("mbarrier_init of '" + op->barrier + "': not a shared i64 array");
+  }
+  void visit_stmt(const MbarrierWait* op) override {
+    Decl b = decl(op->barrier);
+    if (b.space != Space::Shared || b.dtype != DType::I64)
+      fail("mbarrier_wait on '" + op->barrier + "': not a shared i64 array");
+    varying(op->index);
+    varying(op->parity);
+  }
   void visit_stmt(const Parallel*) override { fail("parallel loop in SIMT IR"); }
   void visit_stmt(const Reduce*) override { fail("reduce in SIMT IR"); }
   void visit_stmt(const Copy*) override { fail("copy in SIMT IR"); }

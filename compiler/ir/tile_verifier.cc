@@ -264,6 +264,75 @@ class TileVerifier : public IRVisitor {
     where_ = "an async copy";
     IRVisitor::visit_stmt(op);
   }
+  // The copy the tensor memory accelerator makes of a box: a tensor map describes the source
+  // (rows 16-byte multiples, at most 5 axes, box extents up to 256), and the hardware swizzles
+  // the destination by address, so the tile must be row-major under the tensor core's swizzle
+  // for rows of the box's innermost bytes, each tile or panel whole periods of it (1024-byte
+  // aligned: shared_offsets aligns swizzled arrays so).
+  void visit_stmt(const TmaCopy* op) override {
+    if (parallel_depth_ > 0) fail("tma_copy inside parallel (thread 0 issues it for the block)");
+    const BufferParam* src = find_buffer(k_.sig, op->src);
+    const TileAlloc* dst = find_alloc(k_, op->dst);
+    const std::string what = "tma_copy from '" + op->src + "' to '" + op->dst + "'";
+    if (!src || src->is_output) fail(what + ": the source must be a global input");
+    if (!dst || dst->scope != MemScope::Shared)
+      fail(what + ": the destination must be a shared tile");
+    if (dst->dtype != src->dtype) fail(what + ": it moves bits, so both need one dtype");
+    if (op->src_indices.size() != src->shape.size() || op->box.size() != src->shape.size() ||
+        op->dst_indices.size() != dst->shape.size())
+      fail(what + " with the wrong rank");
+    // The destination: leading panel axes, then the box's extents (less its leading 1s) whole.
+    std::vector<int64_t> box = op->box;
+    while (box.size() > 1 && box.front() == 1) box.erase(box.begin());
+    if (dst->shape.size() < box.size())
+      fail(what + ": the box has more axes than the tile (past its leading extents of 1)");
+    const size_t lead = dst->shape.size() - box.size();
+    for (size_t d = 0; d < dst->shape.size(); ++d) {
+      int64_t o;
+      const bool constant = const_int(op->dst_indices[d], &o);
+      const bool whole = d >= lead && constant && o == 0 && box[d - lead] == dst->shape[d];
+      const bool panel = d < lead && (!constant || (o >= 0 && o < dst->shape[d]));
+      if (!whole && !panel) fail(what + ": the destination is the whole tile or a whole panel");
+    }
+    const int64_t elem = dtype_bytes(src->dtype, 1), row = op->box.back() * elem;
+    if (dst->layout.rank() > 0 && !(dst->layout == compact_row_major(dst->shape)))
+      fail(what + ": the tile must be row-major (under the tensor core's swizzle)");
+    if ((row != 32 && row != 64 && row != 128) ||
+        dst->swizzle != tensor_core_swizzle(static_cast<int>(row), static_cast<int>(elem)) ||
+        box_elems(op->box) %
+                (int64_t{1} << (dst->swizzle.bits + dst->swizzle.base + dst->swizzle.shift)) !=
+            0)
+      fail(what + ": the tile must be swizzled as the tensor core's " + std::to_string(row) +
+           "-byte rows are (the box's innermost extent times the element: 32, 64 or 128 bytes)");
+    if (!multiple_of(src->shape.back(), 16 / elem))
+      fail(what +
+           ": the source's rows must be provably multiples of 16 bytes (a dim declared"
+           " divisible)");
+    check_mbarrier(op->barrier, what);
+    where_ = "a tma_copy";
+    IRVisitor::visit_stmt(op);
+  }
+  void visit_stmt(const MbarrierInit* op) override {
+    if (parallel_depth_ > 0 || if_depth_ > 0) fail("mbarrier_init inside parallel or if");
+    check_mbarrier(op->barrier, "mbarrier_init");
+  }
+  void visit_stmt(const MbarrierWait* op) override {
+    if (parallel_depth_ > 0) fail("mbarrier_wait inside parallel");
+    check_mbarrier(op->barrier, "mbarrier_wait");
+    where_ = "an mbarrier_wait";
+    IRVisitor::visit_stmt(op);
+  }
+  static int64_t box_elems(const std::vector<int64_t>& box) {
+    int64_t n = 1;
+    for (int64_t e : box) n *= e;
+    return n;
+  }
+  void check_mbarrier(const std::string& name, const std::string& what) const {
+    const TileAlloc* b = find_alloc(k_, name);
+    if (!b || b->scope != MemScope::Shared || b->dtype != DType::I64 || b->shape.size() != 1 ||
+        !b->swizzle.none())
+      fail(what + ": '" + name + "' must be a 1-d shared i64 array (the mbarriers)");
+  }
   void visit_stmt(const AsyncCommit*) override {
     if (parallel_depth_ > 0) fail("async_commit inside parallel (it closes the thread's group)");
   }

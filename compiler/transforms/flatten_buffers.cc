@@ -31,6 +31,16 @@ class Flattener : public IRMutator {
     return AsyncCopy::make(op->dst, {flat(op->dst, di)}, op->src, {flat(op->src, si)}, op->lanes,
                            mutate(op->valid));
   }
+  // The destination tile (or panel) starts at whole periods of its swizzle (tile_verifier),
+  // where the swizzle is the identity: the flat offset of its origin. The source keeps its
+  // coordinates for the tensor map.
+  Stmt mutate_stmt(const TmaCopy* op, const Stmt&) override {
+    bool changed = false;
+    std::vector<Expr> di = mutate_all(op->dst_indices, &changed);
+    std::vector<Expr> si = mutate_all(op->src_indices, &changed);
+    return TmaCopy::make(op->dst, {flat(op->dst, di)}, op->src, std::move(si), op->box, op->barrier,
+                         mutate(op->barrier_index));
+  }
 
  private:
   Expr flat(const std::string& buffer, const std::vector<Expr>& idx) const {

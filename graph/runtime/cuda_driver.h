@@ -26,7 +26,8 @@ namespace tilerun::graph {
   X(cuEventElapsedTime)                                                                   \
   X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphAddKernelNode) X(cuGraphAddMemsetNode)      \
   X(cuGraphAddDependencies) X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy)          \
-  X(cuGraphLaunch) X(cuGraphUpload) X(cuGraphKernelNodeSetAttribute)
+  X(cuGraphLaunch) X(cuGraphUpload) X(cuGraphKernelNodeSetAttribute)                      \
+  X(cuTensorMapEncodeTiled)
 // clang-format on
 
 struct CudaDriver {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 
 #include "compiler/analysis/launch_geometry.h"
 #include "compiler/base/check.h"
@@ -85,6 +86,7 @@ class CudaExecutor final : public Executor {
                                      static_cast<int>(dyn)),
               "cuFuncSetAttribute", what);
       functions_.push_back(fn);
+      tensor_maps_.push_back(binaries[k].tensor_maps);
       dynamic_shared_.push_back(static_cast<unsigned>(dyn));
     }
     stats.compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -108,7 +110,11 @@ class CudaExecutor final : public Executor {
       for (int t : node.buffers)
         args.buffers.push_back(reinterpret_cast<void*>(arena_ + g.plan.offsets[t]));
       geometry_.push_back(compiler::launch_geometry(sig, node.dims));
-      params_.push_back(compiler::pack_cuda_params(sig, args));
+      params_.push_back(compiler::pack_cuda_params(
+          sig, args, tensor_maps_[node.kernel],
+          [&](const compiler::TensorMapParam& m, void* address, const std::vector<int64_t>& dims) {
+            return encode_tensor_map(sig, m, address, dims);
+          }));
     }
     // The facts the PDL policy (pdl_policy.h) decides each edge from.
     int sms = 0;
@@ -132,6 +138,63 @@ class CudaExecutor final : public Executor {
     }
     if (mode_ == LaunchMode::Graph)
       for (const Group& grp : groups_) build_graph(grp);
+  }
+
+  // A tensor map for a kernel's tma_copy (launch_abi.h TensorMapParam): the tensor row-major at
+  // `address`, its box landing in shared memory under the tensor core's swizzle, zeros outside.
+  compiler::TensorMapBytes encode_tensor_map(const compiler::KernelSignature& sig,
+                                             const compiler::TensorMapParam& m, void* address,
+                                             const std::vector<int64_t>& dims) const {
+    CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    switch (m.dtype) {
+      case DType::BF16:
+        type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+        break;
+      case DType::F16:
+        type = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+        break;
+      case DType::F32:
+        type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+        break;
+      case DType::I32:
+        type = CU_TENSOR_MAP_DATA_TYPE_INT32;
+        break;
+      case DType::I64:
+        type = CU_TENSOR_MAP_DATA_TYPE_INT64;
+        break;
+      default:
+        type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+        break;  // one-byte formats move as bytes
+    }
+    const int64_t elem = dtype_bytes(m.dtype, 1);
+    const size_t rank = dims.size();
+    // Innermost first, as the driver counts.
+    cuuint64_t size[5] = {}, stride[4] = {};
+    cuuint32_t box[5] = {}, step[5] = {};
+    int64_t pitch = elem;
+    for (size_t d = 0; d < rank; ++d) {
+      const size_t from_end = rank - 1 - d;
+      size[d] = static_cast<cuuint64_t>(std::max<int64_t>(dims[from_end], 1));
+      box[d] = static_cast<cuuint32_t>(m.box[from_end]);
+      step[d] = 1;
+      if (d > 0) stride[d - 1] = static_cast<cuuint64_t>(pitch);
+      pitch *= std::max<int64_t>(dims[from_end], 1);
+    }
+    const CUtensorMapSwizzle swizzle = m.swizzle_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                       : m.swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                               : CU_TENSOR_MAP_SWIZZLE_32B;
+    CUtensorMap map{};
+    check(d_->cuTensorMapEncodeTiled(&map, type, static_cast<cuuint32_t>(rank), address, size,
+                                     stride, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+          "cuTensorMapEncodeTiled",
+          "kernel " + sig.name + ", the tensor map of '" +
+              sig.buffers[static_cast<size_t>(m.buffer)].name + "'");
+    compiler::TensorMapBytes out;
+    static_assert(sizeof(map) == sizeof(out));
+    std::memcpy(out.data(), &map, sizeof(map));
+    return out;
   }
 
   // Frees every handle made so far (results ignored: on a failed device they fail too).
@@ -479,6 +542,8 @@ class CudaExecutor final : public Executor {
   CUfunction hold_fn_ = nullptr;
   std::vector<CUfunction> functions_;
   std::vector<unsigned> dynamic_shared_;  // per kernel: the launch's dynamic shared memory bytes
+  std::vector<std::vector<compiler::TensorMapParam>>
+      tensor_maps_;  // per kernel, in parameter order
   std::vector<compiler::LaunchGeometry> geometry_;
   std::vector<compiler::CudaParams> params_;
   std::vector<Group> groups_;

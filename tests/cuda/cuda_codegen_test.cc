@@ -13,6 +13,7 @@
 #include <regex>
 
 #include "compiler/analysis/launch_geometry.h"
+#include "compiler/codegen/cpu_backend.h"
 #include "compiler/ir/builder.h"
 #include "compiler/lower.h"
 #include "cuda/cuda_test_kernels.h"
@@ -380,6 +381,90 @@ TEST(CudaParams, BadArgumentsAreErrors) {
   EXPECT_THROW(pack_cuda_params(ik.sig, {{o}, {4}, {2.5}}), Error);
   EXPECT_THROW(pack_cuda_params(ik.sig, {{o}, {4}, {3e9}}), Error);
   EXPECT_NO_THROW(pack_cuda_params(ik.sig, {{o}, {4}, {-2147483648.0}}));
+}
+
+// A tma_copy of a [64, 64] box that starts 3 rows before the block's 64 (so block 0's box
+// starts at row -3) into tile 1 of a two-tile stack under the 128B swizzle, waited for on
+// mbarrier 1, then read back row by row: c[r, j] = a[r - 3, j] inside a, zero outside.
+Kernel tma_box_kernel() {
+  KernelBuilder kb("tma_box");
+  Dim m = kb.dim("M"), k = kb.dim("K", {.min = 0, .max = 64, .divisible_by = 8});
+  Val alpha = kb.scalar_f32("alpha");  // unused: the tensor map follows the scalars
+  Buf a = kb.input("a", DType::BF16, {m, k});
+  Buf c = kb.output("c", DType::BF16, {ceildiv(m, Val(64)) * 64, Val(64)});
+  kb.body({ceildiv(m, Val(64))}, 128, [&](Scope& s) {
+    Buf as = s.alloc_shared("As", DType::BF16, {2, 64, 64}, tensor_core_swizzle(128, 2));
+    Buf full = s.alloc_shared("full", DType::I64, {2});
+    Idx r0 = s.block_idx(0) * 64;
+    s.mbarrier_init(full, 1);
+    s.barrier();
+    s.copy_tma(as.region({1, 0, 0}, {1, 64, 64}), a.region({r0 - 3, 0}, {64, 64}), full, Val(1));
+    s.mbarrier_wait(full, Val(1), Val(0));
+    s.parallel(64, 64, [&](Idx i, Idx j) { c(r0 + i, j) = as(1, i, j) + alpha * 0.0f; });
+  });
+  return kb.build();
+}
+
+TEST(TmaCopy, CpuCopiesTheBoxWithZerosOutside) {
+  std::unique_ptr<CpuKernel> cpu = compile_cpu(tma_box_kernel());
+  std::mt19937 rng(std::random_device{}());
+  for (auto [m, k] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {64, 64}, {100, 40}, {130, 0}}) {
+    std::vector<uint16_t> a(static_cast<size_t>(std::max<int64_t>(m * k, 1)));  // never null
+    for (uint16_t& v : a) v = static_cast<uint16_t>(rng() & 0x7f7f);            // finite bf16 bits
+    const int64_t rows = (m + 63) / 64 * 64;
+    std::vector<uint16_t> c(static_cast<size_t>(rows * 64), 0xffff);
+    cpu->launch({.buffers = {a.data(), c.data()}, .dims = {m, k}, .scalars = {1.0}});
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < 64; ++j) {
+        const int64_t src = r - 3;
+        const uint16_t want =
+            src >= 0 && src < m && j < k ? a[static_cast<size_t>(src * k + j)] : 0;
+        ASSERT_EQ(c[static_cast<size_t>(r * 64 + j)], want)
+            << "M " << m << " K " << k << " at " << r << ", " << j;
+      }
+  }
+}
+
+TEST(TmaCopy, TensorMapsFollowTheScalarsAndEncodeTheShape) {
+  SimtKernel k = lower(tma_box_kernel());
+  const std::vector<TensorMapParam> maps = tensor_map_params(k);
+  ASSERT_EQ(maps.size(), 1u);
+  EXPECT_EQ(maps[0].buffer, 0);
+  EXPECT_EQ(maps[0].box, (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(maps[0].swizzle_bytes, 128);
+  const std::string cu = emit_cuda(k);
+  EXPECT_NE(cu.find("const __grid_constant__ tr_tensor_map"), std::string::npos);
+  EXPECT_NE(cu.find("cp.async.bulk.tensor.2d"), std::string::npos);
+  EXPECT_NE(cu.find("mbarrier.try_wait.parity"), std::string::npos);
+
+  alignas(16) static uint16_t a[8], c[64];
+  std::vector<int64_t> seen;
+  CudaParams p = pack_cuda_params(
+      k.sig, {{a, c}, {5, 16}, {0.5}}, maps,
+      [&](const TensorMapParam& m, void* address, const std::vector<int64_t>& dims) {
+        EXPECT_EQ(address, static_cast<void*>(a));
+        EXPECT_EQ(m.box, maps[0].box);
+        seen = dims;
+        TensorMapBytes out;
+        for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>(i * 7 + 1);
+        return out;
+      });
+  EXPECT_EQ(seen, (std::vector<int64_t>{5, 16}));  // a's shape [M, K] at the launch's dims
+  ASSERT_EQ(p.slots().size(), 6u);                 // a, c, M, K, alpha, the map
+  EXPECT_EQ(p.slots()[5].offset, 64u);             // 64-byte aligned after alpha at 32
+  EXPECT_EQ(p.slots()[5].size, 128u);
+  EXPECT_EQ(p.size_bytes(), 192u);
+  for (size_t i = 0; i < 128; ++i)
+    ASSERT_EQ(static_cast<const std::byte*>(p.kernel_params()[5])[i],
+              static_cast<std::byte>(i * 7 + 1));
+  // A launcher that encodes no maps is refused, naming the kernel.
+  try {
+    pack_cuda_params(k.sig, {{a, c}, {5, 16}, {0.5}}, maps, nullptr);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tma_box"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -291,9 +291,9 @@ TEST(GroupedMatmulTensorCore, AsyncKernelChosenForAlignedRows) {
     int64_t rows, k, n;
     std::string kernel;
   } cases[] = {
-      {DType::BF16, true, 6144, 1024, 1024, "grouped_matmul_tc_nt_128x128x64_async_bf16"},
-      {DType::BF16, false, 7, 1024, 1024, "grouped_matmul_tc_nn_128x128x64_async_bf16"},
-      {DType::F16, true, 100, 64, 40, "grouped_matmul_tc_nt_128x128x64_async_f16"},
+      {DType::BF16, true, 6144, 1024, 1024, "grouped_matmul_tc_nt_128x128x64_tma_bf16"},
+      {DType::BF16, false, 7, 1024, 1024, "grouped_matmul_tc_nn_128x128x64_tma_bf16"},
+      {DType::F16, true, 100, 64, 40, "grouped_matmul_tc_nt_128x128x64_tma_f16"},
       // N not a multiple of 8: y's rows are not 16-byte aligned for the async epilogue.
       {DType::F16, true, 100, 64, 30, "grouped_matmul_tc_nt_128x128x64_f16"},
       {DType::BF16, false, 100, 64, 30, "grouped_matmul_tc_nn_128x128x64_bf16"},
@@ -377,7 +377,7 @@ TEST(GroupedMatmulTensorCore, AsyncWgradIgnoresTheRowsAfterTheSegment) {
 TEST(GroupedMatmulTensorCore, AsyncWgradChosenForAlignedRows) {
   const OpSchema& schema = testing::schema_of("grouped_matmul_wgrad");
   for (const auto& [k, n, name] : std::vector<std::tuple<int64_t, int64_t, std::string>>{
-           {1024, 1024, "grouped_matmul_wgrad_tc_t_64x128x64_async3_bf16"},
+           {1024, 1024, "grouped_matmul_wgrad_tc_t_64x128x64_tma3_bf16"},
            {1024, 1020, "grouped_matmul_wgrad_tc_t_128x128x64_bf16"},
            {1020, 1024, "grouped_matmul_wgrad_tc_t_128x128x64_bf16"}}) {
     const Attrs attrs{{"transpose_b", true}};

@@ -107,7 +107,7 @@ TEST(MatmulSplitK, NotTransposedASplitDoesNotDependOnM) {
   for (int64_t m : {8, 1024, 4096}) {
     OpExpansion ex = expand(DType::BF16, false, true, m, 256, 8192);
     ASSERT_EQ(ex.calls.size(), 2u) << m;
-    EXPECT_EQ(ex.calls[0].kernel->sig.name, "matmul_tc_nt_128x128x64_async5_splitk_bf16");
+    EXPECT_EQ(ex.calls[0].kernel->sig.name, "matmul_tc_nt_128x128x64_tma5_splitk_bf16");
     EXPECT_EQ(ex.calls[0].dims, (std::vector<int64_t>{m, 256, 8192, 2048, 4})) << m;
   }
   // A short K or a wide N: one kernel.
@@ -121,7 +121,7 @@ TEST(MatmulSplitK, NotTransposedASplitDoesNotDependOnM) {
 TEST(MatmulSplitK, TransposedASplitsWithFewTilesAndLongK) {
   OpExpansion ex = expand(DType::BF16, true, false, 1280, 512, 16384);
   ASSERT_EQ(ex.calls.size(), 2u);
-  EXPECT_EQ(ex.calls[0].kernel->sig.name, "matmul_tc_tn_128x128x64_async5_splitk_bf16");
+  EXPECT_EQ(ex.calls[0].kernel->sig.name, "matmul_tc_tn_128x128x64_tma5_splitk_bf16");
   EXPECT_EQ(ex.calls[0].dims, (std::vector<int64_t>{1280, 512, 16384, 43 * 64, 6}));
   EXPECT_EQ(ex.calls[1].kernel->sig.name, "matmul_splitk_sum_bf16");
   ASSERT_EQ(ex.scratch.size(), 1u);
@@ -146,9 +146,9 @@ TEST(MatmulSplitK, TransposedAOnCopyAsyncWhereRowsAreAligned) {
     int64_t m, n, k;
     std::string kernel;
   } cases[] = {
-      {false, 1024, 8192, 4096, "matmul_tc_tn_128x128x64_async5_bf16"},
+      {false, 1024, 8192, 4096, "matmul_tc_tn_128x128x64_tma5_bf16"},
       // N not a multiple of 8 with b transposed: the "_n1" kernel (c's rows not 16-byte aligned).
-      {true, 1024, 8190, 4096, "matmul_tc_tt_128x128x64_async5_n1_bf16"},
+      {true, 1024, 8190, 4096, "matmul_tc_tt_128x128x64_tma5_n1_bf16"},
       {false, 1020, 8192, 4096, "matmul_tc_tn_128x128x64_s3_bf16"},
       {false, 1024, 8190, 4096, "matmul_tc_tn_128x128x64_s3_bf16"},
       {false, 1024, 8192, 4092, "matmul_tc_tn_128x128x64_s3_bf16"},
