@@ -98,21 +98,16 @@ cc::Kernel build_grouped_tc_async(DType dtype, bool tb) {
     // n0 not let-bound: the copies' origins must show themselves multiples of 8 (tile_verifier).
     cc::Idx n0 = s.block_idx(0) * kTcN, r0 = s.let(s.block_idx(1) * kTcM, "r0");
     TcAsyncStaging st = tc_async_staging(s, dtype, /*ta=*/false, tb, kTcM, kTcAsyncStages,
-                                         /*tma=*/true, /*again=*/true);
-    const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
-    std::vector<cc::Buf> out;
-    for (size_t h = 0; h < st.acc.size(); ++h) {
-      out.push_back(s.alloc_fragment("out" + std::to_string(h), DType::F32, {kTcM, width}));
-      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) { out[h](i, j) = 0.0f; });
-    }
+                                         /*again=*/true);
+    cc::Buf out = s.alloc_fragment("out", DType::F32, {kTcM, kTcN});
+    s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { out(i, j) = 0.0f; });
     s.serial(experts, [&](cc::Idx e) {
       const auto [lo_v, hi_v] = grouped_segment(s, offsets, e, experts, r);
       const cc::Val lo = lo_v, hi = hi_v;  // plain names, captured by the lambdas
       cc::Val meets = s.let(lo < hi && lo < r0 + kTcM && hi > r0, "meets");
       // A 0-or-1-trip loop, not an if: the pass holds barriers and gemms.
       s.serial(cc::select(meets, cc::Val(1), cc::Val(0)), [&](cc::Idx) {
-        for (const cc::Buf& acc : st.acc)
-          s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+        s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
         tc_async_steps(s, st,
                        {.a =
                             [&](const cc::Val& j, int) {
@@ -121,19 +116,17 @@ cc::Kernel build_grouped_tc_async(DType dtype, bool tb) {
                         .b =
                             [&](const cc::Val& j, int h) {
                               return tb ? w.region({e, n0, j * kTcK}, {1, kTcN, kTcK})
-                                        : w.region({e, j * kTcK, n0 + h * width}, {1, kTcK, width});
+                                        : w.region({e, j * kTcK, n0 + h * 64}, {1, kTcK, 64});
                             }},
                        k);
-        for (size_t h = 0; h < st.acc.size(); ++h)
-          s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) {
-            cc::Idx row = r0 + i;
-            out[h](i, j) =
-                cc::select(row >= lo && row < hi, out[h](i, j) + st.acc[h](i, j), out[h](i, j));
-          });
+        s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) {
+          cc::Idx row = r0 + i;
+          out(i, j) = cc::select(row >= lo && row < hi, out(i, j) + st.acc(i, j), out(i, j));
+        });
         s.barrier();  // the next pass refills the tiles
       });
     });
-    tc_store_through_shared(s, dtype, out, kTcM, r0, n0, r, n,
+    tc_store_through_shared(s, dtype, {out}, kTcM, r0, n0, r, n,
                             [&](const cc::Val& row, const cc::Val& col) { return y(row, col); });
   });
   return kb.build();
@@ -206,11 +199,8 @@ cc::Kernel build_grouped_wgrad_tc_async(DType dtype, bool tb) {
             const auto [lo_v, hi_v] = grouped_segment(s, offsets, e, experts, r);
             const cc::Val lo = lo_v, hi = hi_v;  // plain names, captured by the lambdas
             TcAsyncStaging st =
-                tc_async_staging(s, dtype, /*ta=*/true, /*tb=*/false, kWgradRows, kWgradStages,
-                                 /*tma=*/true);
-            const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
-            for (const cc::Buf& acc : st.acc)
-              s.parallel(kWgradRows, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+                tc_async_staging(s, dtype, /*ta=*/true, /*tb=*/false, kWgradRows, kWgradStages);
+            s.parallel(kWgradRows, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
             cc::Val steps =
                 s.let(cc::max(cc::ceildiv(hi - lo, cc::Val(kTcK)), cc::Val(int64_t{1})), "wsteps");
             // Rows of the last step still inside the segment.
@@ -222,7 +212,7 @@ cc::Kernel build_grouped_wgrad_tc_async(DType dtype, bool tb) {
                                 },
                             .b =
                                 [&](const cc::Val& j, int h) {
-                                  return dy.region({lo + j * kTcK, n0 + h * width}, {kTcK, width});
+                                  return dy.region({lo + j * kTcK, n0 + h * 64}, {kTcK, 64});
                                 }},
                            hi - lo, [&] {
                              // Only the rows past the end: a loop over every row with a guard
@@ -232,14 +222,14 @@ cc::Kernel build_grouped_wgrad_tc_async(DType dtype, bool tb) {
                                s.parallel(past, 64, [&](cc::Idx q, cc::Idx c) {
                                  st.as(0, p, valid + q, c) = 0.0f;
                                });
-                             for (size_t h = 0; h < st.bs.size(); ++h)
-                               s.parallel(past, width, [&](cc::Idx q, cc::Idx c) {
-                                 st.bs[h](0, valid + q, c) = 0.0f;
+                             for (int64_t p = 0; p < kTcN / 64; ++p)
+                               s.parallel(past, 64, [&](cc::Idx q, cc::Idx c) {
+                                 st.bs(0, p, valid + q, c) = 0.0f;
                                });
                            });
             // dw's rows run along N, or transposed along K: either way 16-byte vectors.
             tc_store_through_shared(
-                s, dtype, st.acc, kWgradRows, k0, n0, k, n,
+                s, dtype, {st.acc}, kWgradRows, k0, n0, k, n,
                 [&](const cc::Val& kc, const cc::Val& nc) {
                   return tb ? dw(e, nc, kc) : dw(e, kc, nc);
                 },

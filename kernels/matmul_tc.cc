@@ -244,30 +244,30 @@ cc::Kernel build_tc_splitk_sum(DType dtype, bool flat) {
   return kb.build();
 }
 
-// ---- Staged by the tensor memory accelerator (or copy_async) -----------------------------------
+// ---- Staged by the tensor memory accelerator ---------------------------------------------------
 // The same output tile (128 x 128 on two warpgroups, or 64 x 128 on one: `rows`) and 64-wide
-// K steps, but the tiles go from global to shared memory without the registers, kAsyncStages
-// buffers deep: by copy_tma (one box a tile from thread 0, completing on its stage's mbarrier;
-// `tma`), or by copy_async (cp.async.cg, 16 bytes a thread, every thread's address and guard
-// arithmetic on each step's critical path: 454.6 us for 4096^3 on the H200 where the boxes take
-// 308.3). a [m, k] lands K-major in a
-// [128, 64] tile; b as given: transposed ([n, k]) K-major in a [128, 64] tile and one gemm, else
-// ([k, n], rows of N) as two N-major [64 (k), 64 (n)] tiles, 128-byte rows under the same swizzle,
-// and two gemms of 64 columns each (wgmma reads N-major bf16/f16 B tiles; a 128-wide N-major tile
-// is two atoms apart, which one 2-d tile cannot state). Needs K, and N when b is not transposed,
-// multiples of 8 (16-byte aligned rows); the kernel states it with its dims' divisibility.
+// K steps, but the tiles go from global to shared memory without the registers, by the tensor
+// memory accelerator: thread 0 issues one box a tile (copy_tma), which completes on its stage's
+// mbarrier, kAsyncStages buffers deep. (Through copy_async, every thread issued 16-byte copies
+// with their own address and guard arithmetic on each step's critical path: 454.6 us for 4096^3
+// on the H200, where the boxes take 308.3.) a [m, k] lands K-major in a [rows, 64] tile, a
+// transposed one as m's panels [rows / 64, 64 (k), 64 (m)]; b as given: transposed ([n, k])
+// K-major in a [128, 64] tile, else ([k, n], rows of N) as n's two panels [2, 64 (k), 64 (n)],
+// 128-byte rows under the same swizzle, which one gemm of n = 128 reads (the wgmma descriptor's
+// leading offset steps from one panel to the next). Needs K, and N when b is not transposed,
+// multiples of 8 (16-byte aligned rows, as a tensor map asks); the kernel states it with its
+// dims' divisibility.
 //
 // Step ko reads stage slot(ko) = (steps - 1 - ko) % S of the stacks (counted from the end, so
 // the last step, peeled off with pending 0, is stage 0). The copies run A = S - 2 steps ahead
-// of the gemms: at step ko the block waits until step ko's tiles landed (its thread's group
-// done, async_wait A - 1, or the (ko / S)-th phase of the stage's mbarrier ended), a barrier
-// makes every thread's copies visible and proves every warpgroup past the wait of gemm ko - 2,
+// of the gemms: at step ko the block waits until step ko's tiles landed (the (ko / S)-th phase
+// of the stage's mbarrier ended), a barrier proves every warpgroup past the wait of gemm ko - 2,
 // then the copies of step ko + A go out into the stage of step ko - 2, and gemm ko runs on
-// while the next step waits (`gemms` below).
-// The copies and the gemms name their stage at run time (ir.h Gemm::stage), so the loop is
-// written once, not once per buffer under a branch (five times the code, which the H200's
-// instruction cache did not hold). Zero-filled edges; at least one step, so K = 0 adds zeros to
-// +0. The chain of each output is the one of build_tc_matmul: the same bits, whatever M.
+// while the next step waits. (Tried and not kept: no barrier a step, each thread releasing its
+// stage on a second mbarrier that thread 0 waits for before refilling it, S steps ahead: 369 us
+// for 4096^3 against 308.) The copies and the gemms name their stage at run time (ir.h
+// Gemm::stage), so the loop is written once. Zero-filled edges; at least one step, so K = 0 adds
+// zeros to +0. The chain of each output is the one of build_tc_matmul: the same bits, whatever M.
 
 std::string tc_async_name(bool ta, bool tb, int64_t rows, bool n8) {
   return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_" +
@@ -276,114 +276,75 @@ std::string tc_async_name(bool ta, bool tb, int64_t rows, bool n8) {
 }
 
 TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb, int64_t rows,
-                                int stages, bool tma, bool again) {
+                                int stages, bool again) {
   TR_CHECK(rows == 64 || rows == 128, "a tensor-core tile of 64 or 128 rows");
   TR_CHECK(stages >= 3, "at least three stages (the copies run stages - 2 steps ahead)");
   const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
-  const int halves = tb ? 1 : 2;  // gemms (and accumulators) per step
-  TcAsyncStaging st{.ta = ta, .tb = tb, .rows = rows, .stages = stages, .tma = tma, .again = again};
-  if (tma) st.full = s.alloc_shared("full", DType::I64, {stages});
+  TcAsyncStaging st{.ta = ta, .tb = tb, .rows = rows, .stages = stages, .again = again};
+  st.full = s.alloc_shared("full", DType::I64, {stages});
   // A transposed a as m's panels [64 (k), 64 (m)]: 128-byte rows under the swizzle.
   st.as = s.alloc_shared("As", dtype,
                          ta ? std::vector<int64_t>{stages, rows / 64, kTcK, 64}
                             : std::vector<int64_t>{stages, rows, kTcK},
                          sw);
-  for (int h = 0; h < halves; ++h)
-    st.bs.push_back(s.alloc_shared("Bs" + (tb ? "" : "_" + std::to_string(h)), dtype,
-                                   tb ? std::vector<int64_t>{stages, kTcN, kTcK}
-                                      : std::vector<int64_t>{stages, kTcK, kTcN / 2},
-                                   sw));
-  for (int h = 0; h < halves; ++h)
-    st.acc.push_back(
-        s.alloc_fragment("acc" + std::to_string(h), DType::F32, {rows, kTcN / halves}));
+  st.bs = s.alloc_shared("Bs", dtype,
+                         tb ? std::vector<int64_t>{stages, kTcN, kTcK}
+                            : std::vector<int64_t>{stages, kTcN / 64, kTcK, 64},
+                         sw);
+  st.acc = s.alloc_fragment("acc", DType::F32, {rows, kTcN});
   return st;
 }
 
 void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& boxes,
                     const cc::Val& k, const std::function<void()>& mask_last) {
-  const int halves = static_cast<int>(st.acc.size());
   cc::Val steps = s.let(cc::max(cc::ceildiv(k, cc::Val(kTcK)), cc::Val(int64_t{1})), "steps");
   const cc::Val zero(int64_t{0});
   // In 32 bits (steps - 1 - j < 2^31: K is at most 2^31 - 1): a 64-bit modulo by a constant
   // is some twenty instructions on the step's critical path, a 32-bit one four.
   const int ahead = st.stages - 2;  // steps the copies run ahead of the gemms
-  auto slot = [&](const cc::Val& j) {
-    return cc::to_i64(cc::to_i32(steps - 1 - j) % cc::literal(cc::Type::I32, st.stages));
+  const cc::Val stages32 = cc::literal(cc::Type::I32, st.stages);
+  auto slot = [&](const cc::Val& j) { return cc::to_i64(cc::to_i32(steps - 1 - j) % stages32); };
+  // The parity of the phase of its stage's mbarrier that step j's tiles end: its (j / S)-th.
+  auto parity = [&](const cc::Val& j) {
+    return cc::to_i64(cc::to_i32(j) / stages32 % cc::literal(cc::Type::I32, 2));
   };
-  // Step j's copies into its stage, then one commit whether or not j exists, so that the group
-  // count per step stays one.
-  // Under `tma` the copies go out from thread 0 and land on the stage's mbarrier; no groups.
-  auto copy = [&](const cc::BufRegion& dst, const cc::BufRegion& src, const cc::Val& sl) {
-    if (st.tma)
-      s.copy_tma(dst, src, st.full, sl);
-    else
-      s.copy_async(dst, src);
-  };
+  // Step j's boxes into its stage, from thread 0, completing on the stage's mbarrier.
   auto issue = [&](const cc::Val& j) {
     cc::Val sl = s.let(slot(j), "slot");
     s.if_then(j < steps, [&] {
-      if (st.ta) {
-        for (int h = 0; h < st.rows / 64; ++h)
-          copy(st.as.region({sl, h, 0, 0}, {1, 1, kTcK, 64}), boxes.a(j, h), sl);
-      } else {
-        copy(st.as.region({sl, 0, 0}, {1, st.rows, kTcK}), boxes.a(j, 0), sl);
-      }
-      for (int h = 0; h < halves; ++h) {
-        const std::vector<int64_t> tile =
-            st.tb ? std::vector<int64_t>{1, kTcN, kTcK} : std::vector<int64_t>{1, kTcK, kTcN / 2};
-        copy(st.bs[h].region({sl, 0, 0}, tile), boxes.b(j, h), sl);
-      }
+      for (int h = 0; h < (st.ta ? st.rows / 64 : 1); ++h)
+        s.copy_tma(st.ta ? st.as.region({sl, h, 0, 0}, {1, 1, kTcK, 64})
+                         : st.as.region({sl, 0, 0}, {1, st.rows, kTcK}),
+                   boxes.a(j, h), st.full, sl);
+      for (int h = 0; h < (st.tb ? 1 : kTcN / 64); ++h)
+        s.copy_tma(st.tb ? st.bs.region({sl, 0, 0}, {1, kTcN, kTcK})
+                         : st.bs.region({sl, h, 0, 0}, {1, 1, kTcK, 64}),
+                   boxes.b(j, h), st.full, sl);
     });
-    if (!st.tma) s.async_commit();
   };
-  // The parity of the phase that step j's use of its stage ends: the (j / S)-th use.
-  auto parity = [&](const cc::Val& j) {
-    const cc::Val stages32 = cc::literal(cc::Type::I32, st.stages);
-    return cc::to_i64(cc::to_i32(j) / stages32 % cc::literal(cc::Type::I32, 2));
+  // Left running: the gemm runs on into the next step (every gemm of the step before has
+  // finished when the thread leaves a step, which the buffer rotation needs).
+  auto gemm = [&](const cc::Val& stage, bool left_running) {
+    s.gemm_at(stage, st.acc, st.as, st.bs, /*trans_a=*/st.ta, /*trans_b=*/st.tb,
+              left_running ? 1 : 0);
   };
-  // Step j's tiles have landed: its cp.async group is done (at most ahead - 1 younger ones
-  // pending), or the phase of its stage's `full` mbarrier that step j fills ended.
-  auto landed = [&](const cc::Val& j) {
-    if (!st.tma) return s.async_wait(ahead - 1);
-    s.mbarrier_wait(st.full, slot(j), parity(j));
-  };
-  if (st.tma) {
-    const int copies = (st.ta ? static_cast<int>(st.rows / 64) : 1) + halves;
-    s.mbarrier_init(st.full, copies);
-    s.barrier();
-  }
-  // Left running: one gemm runs on into the next step (every gemm of the step before has
-  // finished when the thread leaves a step, which the buffer rotation needs). With two
-  // accumulators the step's second gemm waits for both: left running, ptxas serialised every
-  // wgmma (C7515); the copies are in flight either way.
-  auto gemms = [&](const cc::Val& stage, bool left_running) {
-    for (int h = 0; h < halves; ++h)
-      s.gemm_at(stage, st.acc[h], st.as, st.bs[h], /*trans_a=*/st.ta, /*trans_b=*/st.tb,
-                !left_running ? 0
-                : halves == 1 ? 1
-                : h == 0      ? 2
-                              : 0);
-  };
+  s.mbarrier_init(st.full, (st.ta ? static_cast<int>(st.rows / 64) : 1) + (st.tb ? 1 : 2));
+  s.barrier();
   for (int d = 0; d < ahead; ++d) issue(cc::Val(int64_t{d}));
   s.serial(steps - 1, [&](cc::Idx ko) {
-    landed(ko);
+    s.mbarrier_wait(st.full, slot(ko), parity(ko));
     s.barrier();
     issue(ko + ahead);
-    gemms(s.let(slot(ko), "cur"), true);
+    gemm(s.let(slot(ko), "cur"), true);
   });
-  if (st.tma)
-    landed(steps - 1);
-  else
-    s.async_wait(0);
+  s.mbarrier_wait(st.full, zero, parity(steps - 1));
   s.barrier();
-  if (st.again) {  // every copy landed, every thread past its waits
-    s.mbarrier_inval(st.full);
-  }
+  if (st.again) s.mbarrier_inval(st.full);  // every copy landed, every thread past its waits
   if (mask_last) {
     mask_last();
     s.barrier();
   }
-  gemms(zero, false);
+  gemm(zero, false);
 }
 
 // Step j's boxes of a ([m, k], or [k, m] read as m's panels) and b, from k_lo: the origins are
@@ -398,7 +359,7 @@ TcAsyncBoxes tc_async_boxes(const cc::Buf& a, const cc::Buf& b, bool ta, bool tb
           .b =
               [=](const cc::Val& j, int h) {
                 return tb ? b.region({n0, k_lo + j * kTcK}, {kTcN, kTcK})
-                          : b.region({k_lo + j * kTcK, n0 + h * (kTcN / 2)}, {kTcK, kTcN / 2});
+                          : b.region({k_lo + j * kTcK, n0 + h * 64}, {kTcK, 64});
               }};
 }
 
@@ -474,12 +435,10 @@ cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bo
   kb.body(
       {cc::ceildiv(n, kTcN), cc::ceildiv(m, rows)}, static_cast<int>(2 * rows), [&](cc::Scope& s) {
         cc::Idx m0 = s.block_idx(1) * rows, n0 = s.block_idx(0) * kTcN;
-        TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows, kAsyncStages, /*tma=*/true);
-        const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
-        for (const cc::Buf& acc : st.acc)
-          s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+        TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows);
+        s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
         tc_async_steps(s, st, tc_async_boxes(a, b, ta, tb, m0, n0, cc::Val(int64_t{0}), rows), k);
-        tc_store_through_shared(s, dtype, st.acc, st.rows, m0, n0, m, n,
+        tc_store_through_shared(s, dtype, {st.acc}, st.rows, m0, n0, m, n,
                                 [&](const cc::Val& r, const cc::Val& col) { return c(r, col); });
       });
   return kb.build();
@@ -507,33 +466,30 @@ cc::Kernel build_tc_matmul_async_batch(DType dtype, bool ta, bool tb, bool a_bat
   cc::Buf b =
       kb.input("b", dtype, tb ? std::vector<cc::Val>{nb, n, k} : std::vector<cc::Val>{nb, k, n});
   cc::Buf c = kb.output("c", dtype, {batch, m, n});
-  kb.body(
-      {cc::ceildiv(n, kTcN), cc::ceildiv(m, rows), batch}, static_cast<int>(2 * rows),
-      [&](cc::Scope& s) {
-        cc::Idx m0 = s.block_idx(1) * rows, n0 = s.block_idx(0) * kTcN, z = s.block_idx(2);
-        const cc::Val za = a_batched ? cc::Val(z) : cc::Val(int64_t{0});
-        const cc::Val zb = b_batched ? cc::Val(z) : cc::Val(int64_t{0});
-        TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows, kAsyncStages, /*tma=*/true);
-        const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
-        for (const cc::Buf& acc : st.acc)
-          s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
-        // tc_async_boxes' boxes, as the matrix of a 3-d tensor.
-        tc_async_steps(s, st,
-                       {.a =
-                            [&](const cc::Val& j, int h) {
-                              return ta ? a.region({za, j * kTcK, m0 + h * 64}, {1, kTcK, 64})
-                                        : a.region({za, m0, j * kTcK}, {1, rows, kTcK});
-                            },
-                        .b =
-                            [&](const cc::Val& j, int h) {
-                              return tb ? b.region({zb, n0, j * kTcK}, {1, kTcN, kTcK})
-                                        : b.region({zb, j * kTcK, n0 + h * (kTcN / 2)},
-                                                   {1, kTcK, kTcN / 2});
-                            }},
-                       k);
-        tc_store_through_shared(s, dtype, st.acc, st.rows, m0, n0, m, n,
-                                [&](const cc::Val& r, const cc::Val& col) { return c(z, r, col); });
-      });
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, rows), batch}, static_cast<int>(2 * rows),
+          [&](cc::Scope& s) {
+            cc::Idx m0 = s.block_idx(1) * rows, n0 = s.block_idx(0) * kTcN, z = s.block_idx(2);
+            const cc::Val za = a_batched ? cc::Val(z) : cc::Val(int64_t{0});
+            const cc::Val zb = b_batched ? cc::Val(z) : cc::Val(int64_t{0});
+            TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows);
+            s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
+            // tc_async_boxes' boxes, as the matrix of a 3-d tensor.
+            tc_async_steps(s, st,
+                           {.a =
+                                [&](const cc::Val& j, int h) {
+                                  return ta ? a.region({za, j * kTcK, m0 + h * 64}, {1, kTcK, 64})
+                                            : a.region({za, m0, j * kTcK}, {1, rows, kTcK});
+                                },
+                            .b =
+                                [&](const cc::Val& j, int h) {
+                                  return tb ? b.region({zb, n0, j * kTcK}, {1, kTcN, kTcK})
+                                            : b.region({zb, j * kTcK, n0 + h * 64}, {1, kTcK, 64});
+                                }},
+                           k);
+            tc_store_through_shared(
+                s, dtype, {st.acc}, st.rows, m0, n0, m, n,
+                [&](const cc::Val& r, const cc::Val& col) { return c(z, r, col); });
+          });
   return kb.build();
 }
 
@@ -555,16 +511,13 @@ cc::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb) {
     cc::Idx z = s.block_idx(2);
     cc::Val k_lo = cc::min(z * slice, k);
     cc::Val k_hi = s.let(cc::min(k_lo + slice, k), "k_hi");
-    TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, kTcM, kAsyncStages, /*tma=*/true);
-    const int64_t width = kTcN / static_cast<int64_t>(st.acc.size());
-    for (const cc::Buf& acc : st.acc)
-      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) { acc(i, j) = 0.0f; });
+    TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb);
+    s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
     tc_async_steps(s, st, tc_async_boxes(a, b, ta, tb, m0, n0, k_lo), k_hi - k_lo);
-    for (size_t h = 0; h < st.acc.size(); ++h)
-      s.parallel(kTcM, width, [&](cc::Idx i, cc::Idx j) {
-        cc::Idx row = m0 + i, col = n0 + static_cast<int64_t>(h) * width + j;
-        s.if_then(row < m && col < n, [&] { part(z, row, col) = st.acc[h](i, j); });
-      });
+    s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) {
+      cc::Idx row = m0 + i, col = n0 + j;
+      s.if_then(row < m && col < n, [&] { part(z, row, col) = st.acc(i, j); });
+    });
   });
   return kb.build();
 }

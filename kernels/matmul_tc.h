@@ -32,7 +32,7 @@ compiler::Kernel build_tc_matmul_splitk(DType dtype, bool ta, bool tb);
 std::string tc_splitk_sum_name(bool flat);
 compiler::Kernel build_tc_splitk_sum(DType dtype, bool flat);
 
-// Tiles staged by copy_async (cp.async), five buffers deep: K, M when a is transposed and N
+// Tiles staged by the tensor memory accelerator, five buffers deep: K, M when a is transposed and N
 // when b is not, multiples of 8 (16-byte rows); a transposed a lands as m's MN-major panels.
 // The same bits as build_tc_matmul; the split-K variant those of build_tc_matmul_splitk.
 // `rows` = 64: a 64 x 128 tile for one warpgroup (128 threads), twice the blocks of a product
@@ -81,7 +81,7 @@ TcStaging tc_staging(compiler::Scope& s, DType dtype, bool a_k_major, bool b_k_m
 void tc_gemm_steps(compiler::Scope& s, const TcStaging& st, const TcOperand& a, const TcOperand& b,
                    const compiler::Buf& acc, const compiler::Val& k_lo, const compiler::Val& k_hi);
 
-// ---- The copy_async K loop, for other kernels on the same tiling (grouped_matmul) -------------
+// ---- The TMA K loop, for other kernels on the same tiling (grouped_matmul) ---------------------
 
 // Step j's global boxes: a's [128 (m), 64 (k)], or [64 (k), 64 (m)] for m's half h when a is
 // transposed; b's [128 (n), 64 (k)] when transposed, else
@@ -91,28 +91,25 @@ struct TcAsyncBoxes {
   std::function<compiler::BufRegion(const compiler::Val&j, int h)> a, b;
 };
 
-// The stages' buffers of both operands, each a stack [stages, ..tile] (a transposed
-// a's tile as [2, 64 (k), 64 (m)] panels), and the accumulators (f32, zeroed by the caller):
-// one [128, 128], or two [128, 64] (n's halves) for an N-major b.
+// The stages' buffers of both operands, each a stack [stages, ..tile] (a transposed a's tile as
+// m's [64 (k), 64 (m)] panels, an N-major b's as n's two [64 (k), 64 (n)] panels), and the
+// accumulator (f32 [rows, 128], zeroed by the caller).
 // `rows`: the tile's rows of a (128, or 64 for one warpgroup); `stages`: the buffers (at least
 // 3; the copies run stages - 2 steps ahead of the gemms).
 constexpr int kTcAsyncStages = 5;
 struct TcAsyncStaging {
-  compiler::Buf as;
-  std::vector<compiler::Buf> bs;  // per half
-  std::vector<compiler::Buf> acc;
+  compiler::Buf as, bs;  // stacks of the stages' tiles
+  compiler::Buf acc;     // f32 [rows, 128]
+  compiler::Buf full;    // per stage, the mbarrier its boxes complete on
   bool ta = false, tb = false;
   int64_t rows = kTcM;
   int stages = kTcAsyncStages;
-  // `tma`: the tiles come by the tensor memory accelerator (one thread issues a box per tile,
-  // each stage's copies complete on its mbarrier in `full`), not by every thread's cp.async.
-  // The loop initialises them first; `again` (a kernel that runs the loop more than once)
-  // invalidates them once the last tiles landed, so that the next run's phases count afresh.
-  bool tma = false, again = false;
-  compiler::Buf full;  // per stage: its tiles landed
+  // A kernel that runs the K loop more than once: the mbarriers are invalidated once the last
+  // tiles landed, so that the next run's init counts their phases afresh.
+  bool again = false;
 };
 TcAsyncStaging tc_async_staging(compiler::Scope& s, DType dtype, bool ta, bool tb,
-                                int64_t rows = kTcM, int stages = kTcAsyncStages, bool tma = false,
+                                int64_t rows = kTcM, int stages = kTcAsyncStages,
                                 bool again = false);
 
 // acc += a's tile times b's over k in [0, k), 64 at a time, at least one step (K = 0 adds

@@ -354,7 +354,10 @@ class CpuCodegen {
                .a_layout = sa.size() == 3 ? compact_row_major({sa[0] * sa[1], sa[2]})
                            : op->a_staged() || !a->layout.rank() ? compact_row_major(sa)
                                                                  : a->layout,
-               .b_layout = op->b_staged() || !b->layout.rank() ? compact_row_major(sb) : b->layout,
+               // N-major b panels [n / 64, k, 64] likewise as [n / 64 * k, 64].
+               .b_layout = sb.size() == 3 ? compact_row_major({sb[0] * sb[1], sb[2]})
+                           : op->b_staged() || !b->layout.rank() ? compact_row_major(sb)
+                                                                 : b->layout,
                .a_swizzle = a->swizzle,
                .b_swizzle = b->swizzle};
     std::vector<int64_t> words = d.encode();

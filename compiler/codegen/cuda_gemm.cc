@@ -18,12 +18,14 @@ static __device__ __forceinline__ unsigned long long tr_wgmma_desc(unsigned addr
   return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) |
          ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
 }
-// MN-major (B as [k, n], or a panel of a transposed A as [k, m], one 128-byte atom of n or m):
-// 8-row groups of k 1024 bytes apart. Set as
-// both offsets: the stride-dimension offset is the one along k for swizzled MN-major layouts,
-// and the leading one (between 64-wide atoms of n) is never used for n = 64.
-static __device__ __forceinline__ unsigned long long tr_wgmma_desc_mn(unsigned addr) {
-  return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(1024 >> 4) << 16) |
+// MN-major (B as [k, n] or n's panels [n / 64, k, 64], or a panel of a transposed A as [k, m]):
+// 8-row groups of k 1024 bytes apart (the stride-dimension offset, the one along k for swizzled
+// MN-major layouts); the leading offset steps from one 64-wide atom of n (a panel) to the next,
+// `panel` bytes on (unused where the instruction's n or m is 64).
+static __device__ __forceinline__ unsigned long long tr_wgmma_desc_mn(unsigned addr,
+                                                                      unsigned panel = 1024u) {
+  return (unsigned long long)((addr & 0x3FFFFu) >> 4) |
+         ((unsigned long long)((panel >> 4) & 0x3FFFu) << 16) |
          ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
 }
 // ---- end of wgmma helpers.
@@ -53,12 +55,18 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
   if (g.trans_a && a_rank != 3 && !one_panel)
     return "the lowering takes a K-major a tile ([m, k]) or m's panels ([m / 64, k, 64], or "
            "[k, 64] when m = 64)";
-  if (!g.trans_b && g.n != 64)
-    return "the lowering takes an N-major b tile ([k, n]) of n = 64 (one 128-byte row)";
+  // An N-major b as one 64-wide tile ([k, 64]) or n's panels ([n / 64, k, 64]): one wgmma reads
+  // all of n, the descriptor's leading offset stepping from panel to panel.
+  const size_t b_rank = b->shape.size() - (g.b_staged() ? 1 : 0);
+  const bool b_panels = !g.trans_b && b_rank == 3;
+  if (!g.trans_b && !b_panels && g.n != 64)
+    return "the lowering takes an N-major b tile ([k, n]) of n = 64 (one 128-byte row) or n's "
+           "panels ([n / 64, k, 64])";
   if (g.k != 64) return "the lowering takes k = 64 (one 128-byte swizzle atom per row)";
   const Swizzle sw = tensor_core_swizzle(128, 2);
-  const std::vector<int64_t> b_shape =
-      g.trans_b ? std::vector<int64_t>{g.n, g.k} : std::vector<int64_t>{g.k, g.n};
+  const std::vector<int64_t> b_shape = g.trans_b  ? std::vector<int64_t>{g.n, g.k}
+                                       : b_panels ? std::vector<int64_t>{g.n / 64, g.k, 64}
+                                                  : std::vector<int64_t>{g.k, g.n};
   const std::vector<int64_t> a_shape = one_panel   ? std::vector<int64_t>{g.k, 64}
                                        : g.trans_a ? std::vector<int64_t>{g.m / 64, g.k, 64}
                                                    : std::vector<int64_t>{g.m, g.k};
@@ -123,10 +131,11 @@ std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const s
       const std::string da = g.trans_a
                                  ? "tr_wgmma_desc_mn(" + block + std::to_string(s * 2048) + "u)"
                                  : "tr_wgmma_desc(" + block + std::to_string(s * 32) + "u)";
-      // K-major b: 32 bytes along its rows per k step; N-major: 16 rows of 128 bytes.
-      const std::string db = g.trans_b
-                                 ? "tr_wgmma_desc(tr_b0 + " + std::to_string(s * 32) + "u)"
-                                 : "tr_wgmma_desc_mn(tr_b0 + " + std::to_string(s * 2048) + "u)";
+      // K-major b: 32 bytes along its rows per k step; N-major: 16 rows of 128 bytes, its
+      // panels k x 128 bytes apart.
+      const std::string db = g.trans_b ? "tr_wgmma_desc(tr_b0 + " + std::to_string(s * 32) + "u)"
+                                       : "tr_wgmma_desc_mn(tr_b0 + " + std::to_string(s * 2048) +
+                                             "u, " + std::to_string(g.k * 128) + "u)";
       out.push_back("  asm volatile(" + asm_text + "\n      : " + outs + "\n      : \"l\"(" + da +
                     "), \"l\"(" + db + "), \"r\"(1));");
     }

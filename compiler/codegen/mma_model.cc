@@ -221,9 +221,13 @@ extern "C" void tilerun_cpu_gemm(float* acc, const uint16_t* a, const uint16_t* 
     for (int64_t kk = 0; kk < g.k; ++kk)
       rows[i * g.k + kk] =
           decode16(a[g.trans_a ? offset(la, a_row(i, kk), i % a_width) : offset(la, i, kk)], g.f16);
+  // An N-major b: [k, n], or n's panels [n / w, k, w] laid out as [n / w * k, w].
+  const int64_t b_width = g.b_layout.shape[1];
+  auto b_row = [&](int64_t j, int64_t kk) { return (j / b_width) * g.k + kk; };
   for (int64_t j = 0; j < g.n; ++j)
     for (int64_t kk = 0; kk < g.k; ++kk)
-      cols[j * g.k + kk] = decode16(b[g.trans_b ? offset(lb, j, kk) : offset(lb, kk, j)], g.f16);
+      cols[j * g.k + kk] =
+          decode16(b[g.trans_b ? offset(lb, j, kk) : offset(lb, b_row(j, kk), j % b_width)], g.f16);
   for (int64_t t = 0; t < g.threads; ++t)
     for (int64_t v = 0; v < values; ++v) {
       const int64_t lin = tv(t + g.threads * v), i = lin / g.n, j = lin % g.n;

@@ -546,9 +546,12 @@ void Scope::staged_gemm(const Val& stage, bool stage_a, bool stage_b, const Buf&
   };
   const std::vector<int64_t> sa = shape(a, staged && stage_a), sb = shape(b, staged && stage_b),
                              sc = shape(acc, false);
-  const bool panels = trans_a && sa.size() == 3;  // a as m's 64-wide panels [m / 64, k, 64]
-  if ((sa.size() != 2 && !panels) || sb.size() != 2 || sc.size() != 2)
-    fail("gemm operands are 2-d tiles (a transposed one may be [m / 64, k, 64] panels)");
+  const bool panels = trans_a && sa.size() == 3;     // a as m's 64-wide panels [m / 64, k, 64]
+  const bool b_panels = !trans_b && sb.size() == 3;  // b as n's panels [n / 64, k, 64]
+  if ((sa.size() != 2 && !panels) || (sb.size() != 2 && !b_panels) || sc.size() != 2)
+    fail(
+        "gemm operands are 2-d tiles (a transposed a may be [m / 64, k, 64] panels, an "
+        "N-major b [n / 64, k, 64])");
   const int64_t k = panels ? sa[1] : trans_a ? sa[0] : sa[1];
   if (pending < 0 || pending > Gemm::kMaxPending)
     fail("gemm pending count " + std::to_string(pending) + " is outside 0.." +

@@ -545,11 +545,12 @@ struct WarpShuffle : StmtNode {
 // an m x n x k tile, op = optional transpose (a is [m, k], or [k, m] when trans_a; b is [k, n],
 // or [n, k] when trans_b). A transposed a may also come as m's 64-wide panels, [m / 64, k, 64]
 // (panel p holds a's columns [64 p, 64 p + 64)): the MN-major tiles wgmma reads, one 128-byte
-// row of 16-bit elements per k. a and b are shared tiles of one dtype (bf16 or f16), c an f32
-// fragment (Tile IR) or local array (SIMT IR) laid out as the tensor core's accumulator
-// (layout.h wgmma_accumulator_layout): the gemm fixes who holds which element, so every
-// parallel touching c follows that layout. The inner products follow the Hopper MMA's
-// arithmetic (codegen/mma_model.h), in k order, so the bits depend on (m, n, k) and the data
+// row of 16-bit elements per k; likewise a b that is not transposed may come as n's panels,
+// [n / 64, k, 64], so that one gemm spans n = 128 or more of an N-major b. a and b are shared tiles
+// of one dtype (bf16 or f16), c an f32 fragment (Tile IR) or local array (SIMT IR) laid out as the
+// tensor core's accumulator (layout.h wgmma_accumulator_layout): the gemm fixes who holds which
+// element, so every parallel touching c follows that layout. The inner products follow the Hopper
+// MMA's arithmetic (codegen/mma_model.h), in k order, so the bits depend on (m, n, k) and the data
 // only. Every thread takes part, so, like a barrier, only in block-uniform control flow; the
 // shared tiles must be written (and a barrier passed) before.
 // `pending` (0..7): how many of this thread's newest gemms may still be running when it moves

@@ -398,7 +398,10 @@ class TileVerifier : public IRVisitor {
     if (!panels && a_tile != shape(op->trans_a, op->m, op->k))
       fail(what + ": '" + op->a + "' is not the " + std::to_string(op->m) + " x " +
            std::to_string(op->k) + " tile" + (op->trans_a ? " (transposed)" : ""));
-    if (b_tile != shape(op->trans_b, op->k, op->n))
+    const bool b_panels = !op->trans_b && b_tile.size() == 3 && op->n % 64 == 0 &&
+                          b_tile == std::vector<int64_t>{op->n / 64, op->k, 64} &&
+                          (b->layout.rank() == 0 || b->layout == compact_row_major(b->shape));
+    if (!b_panels && b_tile != shape(op->trans_b, op->k, op->n))
       fail(what + ": '" + op->b + "' is not the " + std::to_string(op->k) + " x " +
            std::to_string(op->n) + " tile" + (op->trans_b ? " (transposed)" : ""));
     if (c->shape != std::vector<int64_t>{op->m, op->n})
