@@ -599,19 +599,22 @@ class Parser {
     return Copy::make(dst, src, async);
   }
 
+  // `name[i, j, ..]`: a declared buffer's name into *buf, and the indices.
+  std::vector<Expr> indexed_buffer(std::string* buf, const char* what = "a buffer name") {
+    const Token& t = peek();
+    *buf = name(what);
+    buffer_dtype(t);
+    expect("[");
+    std::vector<Expr> idx{i64_expr("an index")};
+    while (accept(",")) idx.push_back(i64_expr("an index"));
+    expect("]");
+    return idx;
+  }
+
   // `async_copy dst[i, j] <- src[i, j] +: L valid V` (ir.h AsyncCopy).
   Stmt async_copy_stmt() {
     expect("async_copy");
-    auto element = [&](std::string* buf) {
-      const Token& t = peek();
-      *buf = name("a buffer name");
-      buffer_dtype(t);
-      expect("[");
-      std::vector<Expr> idx{i64_expr("an index")};
-      while (accept(",")) idx.push_back(i64_expr("an index"));
-      expect("]");
-      return idx;
-    };
+    auto element = [&](std::string* buf) { return indexed_buffer(buf); };
     std::string dst, src;
     std::vector<Expr> di = element(&dst);
     expect("<-");
@@ -629,16 +632,7 @@ class Parser {
   // `tma_copy dst[..] <- src[..] box [e, ..] on bar[i]` (ir.h TmaCopy).
   Stmt tma_copy_stmt() {
     expect("tma_copy");
-    auto element = [&](std::string* buf, const char* what) {
-      const Token& t = peek();
-      *buf = name(what);
-      buffer_dtype(t);
-      expect("[");
-      std::vector<Expr> idx{i64_expr("an index")};
-      while (accept(",")) idx.push_back(i64_expr("an index"));
-      expect("]");
-      return idx;
-    };
+    auto element = [&](std::string* buf, const char* what) { return indexed_buffer(buf, what); };
     std::string dst, src, bar;
     std::vector<Expr> di = element(&dst, "a buffer name");
     expect("<-");
