@@ -789,13 +789,7 @@ class CudaEmitter {
   void tma_copy(const TmaCopy& op) {
     const BufferParam* src = find_buffer(k_.sig, op.src);
     TR_CHECK(src != nullptr, "tma_copy from '" + op.src + "'");
-    TensorMapParam m;
-    for (size_t i = 0; i < k_.sig.buffers.size(); ++i)
-      if (k_.sig.buffers[i].name == op.src) m.buffer = static_cast<int>(i);
-    m.dtype = src->dtype;
-    m.box = op.box;
-    m.swizzle_bytes = static_cast<int>(op.box.back() * dtype_bytes(src->dtype, 1));
-    const auto it = std::find(maps_.begin(), maps_.end(), m);
+    const auto it = std::find(maps_.begin(), maps_.end(), tensor_map_param(k_.sig, op));
     TR_CHECK(it != maps_.end(), "tma_copy's tensor map");
     const std::string map = map_names_[static_cast<size_t>(it - maps_.begin())];
     int64_t bytes = dtype_bytes(src->dtype, 1);

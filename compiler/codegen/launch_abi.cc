@@ -57,17 +57,22 @@ void check_launch_args(const KernelSignature& sig, const KernelArgs& args) {
   }
 }
 
+TensorMapParam tensor_map_param(const KernelSignature& sig, const TmaCopy& op) {
+  TensorMapParam m;
+  for (size_t i = 0; i < sig.buffers.size(); ++i)
+    if (sig.buffers[i].name == op.src) m.buffer = static_cast<int>(i);
+  m.dtype = sig.buffers[static_cast<size_t>(m.buffer)].dtype;
+  m.box = op.box;
+  m.swizzle_bytes = static_cast<int>(op.box.back() * dtype_bytes(m.dtype, 1));
+  return m;
+}
+
 std::vector<TensorMapParam> tensor_map_params(const SimtKernel& kernel) {
   struct Collect : IRVisitor {
     const SimtKernel* k;
     std::vector<TensorMapParam> maps;
     void visit_stmt(const TmaCopy* op) override {
-      TensorMapParam m;
-      for (size_t i = 0; i < k->sig.buffers.size(); ++i)
-        if (k->sig.buffers[i].name == op->src) m.buffer = static_cast<int>(i);
-      m.dtype = k->sig.buffers[static_cast<size_t>(m.buffer)].dtype;
-      m.box = op->box;
-      m.swizzle_bytes = static_cast<int>(op->box.back() * dtype_bytes(m.dtype, 1));
+      const TensorMapParam m = tensor_map_param(k->sig, *op);
       if (std::find(maps.begin(), maps.end(), m) == maps.end()) maps.push_back(m);
     }
   } c;

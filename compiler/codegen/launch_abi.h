@@ -38,6 +38,8 @@ struct TensorMapParam {
   int swizzle_bytes = 0;     // the tensor core's swizzle of the destination: 32, 64 or 128
   bool operator==(const TensorMapParam&) const = default;
 };
+// The map one tma_copy of the kernel reads through; and all of them, deduplicated, in order.
+TensorMapParam tensor_map_param(const KernelSignature& sig, const TmaCopy& op);
 std::vector<TensorMapParam> tensor_map_params(const SimtKernel& kernel);
 
 // The bytes of one encoded tensor map (CUtensorMap: 128 bytes, 64-byte aligned).
