@@ -9,7 +9,9 @@
 // block reduction; rope_grad one block per token: dx rotated back, then one thread per table entry
 // summing over the heads in order. rmsnorm_rope's gradient recomputes the norm (rmsnorm), rotates
 // dy back with rope_grad and hands the result to rmsnorm_grad: no atomics, fixed orders.
+#include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
@@ -277,6 +279,120 @@ cc::Kernel build_rope_grad(DType dtype, bool vec) {
   return kb.build();
 }
 
+// ---- The same, specialised on the row's shape ---------------------------------------------
+// With D0 (copied dims) and R2 (pairs) constants, and a tile of heads per block, no element
+// divides by a run-time size and a thread's accesses sit in straight-line code: the compiler
+// issues a thread's loads together instead of one round trip per element (the kernels above
+// divide by D0 or 2·R2 per element, whose 64-bit fast-path branch splits every element into its
+// own basic block; at T = 1024, a V4-mini rope ran ~20 us a call, ten times its bytes). Same
+// operations per element, and for rope_grad the same head-order sums: the same bits.
+constexpr int64_t kFixedElems = 4096;      // a rope block's elements (heads of a tile)
+constexpr int64_t kFixedGradPairs = 4096;  // rope_grad: H·R2 products staged in shared memory
+
+std::string rope_fixed_name(const std::string& stem, int64_t d0, int64_t r2) {
+  return stem + "_d" + std::to_string(d0) + "_r" + std::to_string(r2);
+}
+
+// Heads a block of rope takes: about kFixedElems elements, at most H.
+int64_t heads_per_block(int64_t h, int64_t d) {
+  return std::max<int64_t>(1, std::min<int64_t>(h, kFixedElems / d));
+}
+
+// Blocks (t, head tile) of `hb` heads. Parameters x [T, H, D], cos, sin [T, R2], y; dims T, H.
+cc::Kernel build_rope_fixed(DType dtype, int64_t d0, int64_t r2, int64_t hb) {
+  cc::KernelBuilder kb(rope_fixed_name("rope", d0, r2) + "_hb" + std::to_string(hb) + "_" +
+                       std::string(dtype_name(dtype)));
+  cc::Dim t = kb.dim("T"), h = kb.dim("H");
+  const cc::Val d(d0 + 2 * r2), base(d0);
+  cc::Buf x = kb.input("x", dtype, {t, h, d});
+  cc::Buf cos = kb.input("cos", dtype, {t, cc::Val(r2)}),
+          sin = kb.input("sin", dtype, {t, cc::Val(r2)});
+  cc::Buf y = kb.output("y", dtype, {t, h, d});
+  kb.body({t, cc::ceildiv(h, hb)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx tok = s.block_idx(0);
+    cc::Idx h0 = s.let(s.block_idx(1) * hb, "h0");
+    // The head tile wholly inside H runs without a guard (a guard keeps accesses scalar).
+    auto tile = [&](bool guarded) {
+      auto each = [&](const cc::Idx& r, const std::function<void(const cc::Idx&)>& body) {
+        cc::Idx head = s.let(h0 + r, "head");
+        if (guarded)
+          s.if_then(head < h, [&] { body(head); });
+        else
+          body(head);
+      };
+      if (d0 > 0) {
+        s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
+        s.parallel(cc::Val(hb), base, [&](cc::Idx r, cc::Idx j) {
+          each(r, [&](const cc::Idx& head) { y(tok, head, j) = x(tok, head, j); });
+        });
+      }
+      s.parallel(cc::Val(hb), cc::Val(2 * r2), [&](cc::Idx r, cc::Idx k) {
+        each(r, [&](const cc::Idx& head) {
+          cc::Idx j = s.let(base + k, "j");
+          cc::Idx i = s.let(k / 2, "pair");
+          auto value = [&](cc::Val e) { return cc::Val(x(tok, head, e)); };
+          y(tok, head, j) = rotated(s, value, j, base, cos(tok, i), sin(tok, i));
+        });
+      });
+    };
+    s.if_then_else(
+        h0 + hb <= h, [&] { tile(false); }, [&] { tile(true); });
+  });
+  return kb.build();
+}
+
+// One block per token, H a constant too: dx rotated back; the table gradients' terms per (head,
+// pair) computed by all threads into shared memory, then one thread per pair adds them in head
+// order from -0 (build_rope_grad's sums, term for term). Parameters x, cos, sin, dy, dx, dcos,
+// dsin; dim T.
+cc::Kernel build_rope_grad_fixed(DType dtype, int64_t h, int64_t d0, int64_t r2) {
+  cc::KernelBuilder kb(rope_fixed_name("rope_grad_h" + std::to_string(h), d0, r2) + "_" +
+                       std::string(dtype_name(dtype)));
+  cc::Dim t = kb.dim("T");
+  const cc::Val hv(h), d(d0 + 2 * r2), base(d0), pairs(r2);
+  cc::Buf x = kb.input("x", dtype, {t, hv, d});
+  cc::Buf cos = kb.input("cos", dtype, {t, pairs}), sin = kb.input("sin", dtype, {t, pairs});
+  cc::Buf dy = kb.input("dy", dtype, {t, hv, d});
+  cc::Buf dx = kb.output("dx", dtype, {t, hv, d});
+  cc::Buf dcos = kb.output("dcos", dtype, {t, pairs}), dsin = kb.output("dsin", dtype, {t, pairs});
+  kb.body({t}, kThreads, [&](cc::Scope& s) {
+    cc::Idx tok = s.block_idx(0);
+    cc::Buf tc = s.alloc_shared("tc", DType::F32, {h, r2});
+    cc::Buf ts = s.alloc_shared("ts", DType::F32, {h, r2});
+    if (d0 > 0) {
+      s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
+      s.parallel(hv, base, [&](cc::Idx head, cc::Idx j) { dx(tok, head, j) = dy(tok, head, j); });
+    }
+    s.parallel(hv, cc::Val(2 * r2), [&](cc::Idx head, cc::Idx k) {
+      cc::Idx j = s.let(base + k, "j");
+      cc::Idx i = s.let(k / 2, "pair");
+      auto value = [&](cc::Val e) { return cc::Val(dy(tok, head, e)); };
+      dx(tok, head, j) = rotated(s, value, j, base, cos(tok, i), -sin(tok, i));
+    });
+    s.parallel(hv, pairs, [&](cc::Idx head, cc::Idx i) {
+      cc::Idx e = s.let(base + 2 * i, "e");
+      cc::Val a = s.let(x(tok, head, e), "a"), b = s.let(x(tok, head, e + 1), "b");
+      cc::Val ga = s.let(dy(tok, head, e), "ga"), gb = s.let(dy(tok, head, e + 1), "gb");
+      tc(head, i) = ga * a + gb * b;
+      ts(head, i) = gb * a - ga * b;
+    });
+    s.barrier();
+    cc::Buf ac = s.alloc_fragment("ac", DType::F32, {r2});
+    cc::Buf as = s.alloc_fragment("as", DType::F32, {r2});
+    s.parallel(pairs, [&](cc::Idx i) {
+      ac(i) = -0.0f;
+      as(i) = -0.0f;
+      s.serial(hv, [&](cc::Idx head) {
+        ac(i) = ac(i) + tc(head, i);
+        as(i) = as(i) + ts(head, i);
+      });
+      dcos(tok, i) = ac(i);
+      dsin(tok, i) = as(i);
+    });
+  });
+  return kb.build();
+}
+
 // Kinds of expansion: 0 rope, 1 rmsnorm_rope, 2 rope_grad.
 ExpandFn expand(std::shared_ptr<KernelCache> cache, int kind) {
   return [cache, kind](const std::vector<TensorType>& in, const std::vector<TensorType>&,
@@ -285,6 +401,26 @@ ExpandFn expand(std::shared_ptr<KernelCache> cache, int kind) {
     const int64_t t = in[0].shape[0], d = in[0].shape.back(), h = numel(in[0]) / (t * d);
     const int64_t r2 = in[kind == 1 ? 2 : 1].shape[1];
     const bool vec = (d - 2 * r2) % 8 == 0 && r2 % 4 == 0;
+    const int64_t d0 = d - 2 * r2;
+    if (vec && kind == 0) {
+      const int64_t hb = heads_per_block(h, d);
+      return OpExpansion{
+          .calls = {
+              {.kernel = cache->get(
+                   kernel_key(rope_fixed_name("rope", d0, r2) + "_hb" + std::to_string(hb), dt),
+                   [&] { return build_rope_fixed(dt, d0, r2, hb); }),
+               .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)},
+               .dims = {t, h}}}};
+    }
+    if (vec && kind == 2 && h * r2 <= kFixedGradPairs) {
+      return OpExpansion{
+          .calls = {{.kernel = cache->get(
+                         kernel_key(rope_fixed_name("rope_grad_h" + std::to_string(h), d0, r2), dt),
+                         [&] { return build_rope_grad_fixed(dt, h, d0, r2); }),
+                     .buffers = {input_slot(0), input_slot(1), input_slot(2), input_slot(3),
+                                 output_slot(0), output_slot(1), output_slot(2)},
+                     .dims = {t}}}};
+    }
     const std::string name = rope_name(kind == 0   ? "rope"
                                        : kind == 1 ? "rmsnorm_rope"
                                                    : "rope_grad",
@@ -323,7 +459,11 @@ OpTests tests_of(int kind) {
                        {.shapes = rope_shapes({33, 1, 1, 2}, 1, kind)},
                        // vectors: 1032 copied dims (a partial round), 4 pairs; every dim rotated
                        {.shapes = rope_shapes({3, 2, 1040}, 4, kind)},
-                       {.shapes = rope_shapes({2, 3, 16}, 8, kind)}}};
+                       {.shapes = rope_shapes({2, 3, 16}, 8, kind)},
+                       // rope: tiles of 2 heads over 5 (the last one guarded); rope_grad: H·R2
+                       // past what the specialised kernel stages (the general vector kernel)
+                       {.shapes = rope_shapes({2, 5, 2048}, 4, kind)},
+                       {.shapes = rope_shapes({2, 130, 72}, 32, kind)}}};
   if (kind != 2)
     t.gradient = {{.shapes = rope_shapes({2, 3, 6}, 2, kind)},
                   {.shapes = rope_shapes({3, 4}, 2, kind)}};
