@@ -281,13 +281,15 @@ cc::Kernel build_rope_grad(DType dtype, bool vec) {
 
 // ---- The same, specialised on the row's shape ---------------------------------------------
 // With D0 (copied dims) and R2 (pairs) constants, and a tile of heads per block, no element
-// divides by a run-time size and a thread's accesses sit in straight-line code: the compiler
-// issues a thread's loads together instead of one round trip per element (the kernels above
-// divide by D0 or 2·R2 per element, whose 64-bit fast-path branch splits every element into its
-// own basic block; at T = 1024, a V4-mini rope ran ~20 us a call, ten times its bytes). Same
-// operations per element, and for rope_grad the same head-order sums: the same bits.
-constexpr int64_t kFixedElems = 4096;      // a rope block's elements (heads of a tile)
-constexpr int64_t kFixedGradPairs = 4096;  // rope_grad: H·R2 products staged in shared memory
+// divides by a run-time size (the kernels above divide by D0 or 2·R2 per element, and the 64-bit
+// division's fast-path branch puts every element in a basic block of its own), and each thread
+// first loads all of its elements into registers (fragments), then stores them: the hardware
+// keeps a global load waiting behind any earlier store (the inputs may alias the outputs, as far
+// as it knows), so loads interleaved with stores cost a round trip each; at T = 1024 a V4-mini
+// rope ran ~20 us a call, ten times its bytes. Same operations per element, and for rope_grad
+// the same head-order sums from -0: the same bits as the kernels above.
+constexpr int64_t kFixedElems = 4096;      // a block's elements (rope: the heads of a tile)
+constexpr int64_t kFixedGradPairs = 4096;  // rope_grad: H·R2 terms staged in shared memory
 
 std::string rope_fixed_name(const std::string& stem, int64_t d0, int64_t r2) {
   return stem + "_d" + std::to_string(d0) + "_r" + std::to_string(r2);
@@ -298,42 +300,80 @@ int64_t heads_per_block(int64_t h, int64_t d) {
   return std::max<int64_t>(1, std::min<int64_t>(h, kFixedElems / d));
 }
 
+// Rows [rows, D0 + 2·R2] of one token with their loads first: copy[r, j] = src(r, j) for the
+// D0 copied dims, rot[r, k] the rotation of pair k / 2 by (c, sn); then dst(r, j) written from
+// them. `each(r, body)` runs body(head) for row r (guarded or not).
+struct RowsFixed {
+  cc::Scope& s;
+  DType dtype;
+  int64_t rows, d0, r2;
+  using Each = std::function<void(const cc::Idx&, const std::function<void(const cc::Idx&)>&)>;
+  using At = std::function<cc::Ref(const cc::Idx&, const cc::Val&)>;
+  cc::Buf copy = {}, rot = {};
+
+  void run(const Each& each, const At& src, const At& dst,
+           const std::function<cc::Val(const cc::Idx&)>& c,
+           const std::function<cc::Val(const cc::Idx&)>& sn) {
+    const cc::Val base(d0);
+    const int width = static_cast<int>(16 / dtype_bytes(dtype, 1));
+    if (!rot.rank()) {  // allocated once, for both of rope's tile variants
+      if (d0 > 0) copy = s.alloc_fragment("copy", dtype, {rows, d0});
+      rot = s.alloc_fragment("rot", DType::F32, {rows, 2 * r2});
+    }
+    if (d0 > 0) {
+      s.annotate_layout(width);
+      s.parallel(cc::Val(rows), base, [&](cc::Idx r, cc::Idx j) {
+        each(r, [&](const cc::Idx& head) { copy(r, j) = src(head, j); });
+      });
+    }
+    s.parallel(cc::Val(rows), cc::Val(2 * r2), [&](cc::Idx r, cc::Idx k) {
+      each(r, [&](const cc::Idx& head) {
+        cc::Idx j = s.let(base + k, "j");
+        cc::Idx i = s.let(k / 2, "pair");
+        auto value = [&](cc::Val e) { return cc::Val(src(head, e)); };
+        rot(r, k) = rotated(s, value, j, base, c(i), sn(i));
+      });
+    });
+    if (d0 > 0) {
+      s.annotate_layout(width);
+      s.parallel(cc::Val(rows), base, [&](cc::Idx r, cc::Idx j) {
+        each(r, [&](const cc::Idx& head) { dst(head, j) = copy(r, j); });
+      });
+    }
+    s.parallel(cc::Val(rows), cc::Val(2 * r2), [&](cc::Idx r, cc::Idx k) {
+      each(r, [&](const cc::Idx& head) { dst(head, base + k) = rot(r, k); });
+    });
+  }
+};
+
 // Blocks (t, head tile) of `hb` heads. Parameters x [T, H, D], cos, sin [T, R2], y; dims T, H.
 cc::Kernel build_rope_fixed(DType dtype, int64_t d0, int64_t r2, int64_t hb) {
   cc::KernelBuilder kb(rope_fixed_name("rope", d0, r2) + "_hb" + std::to_string(hb) + "_" +
                        std::string(dtype_name(dtype)));
   cc::Dim t = kb.dim("T"), h = kb.dim("H");
-  const cc::Val d(d0 + 2 * r2), base(d0);
+  const cc::Val d(d0 + 2 * r2);
   cc::Buf x = kb.input("x", dtype, {t, h, d});
-  cc::Buf cos = kb.input("cos", dtype, {t, cc::Val(r2)}),
-          sin = kb.input("sin", dtype, {t, cc::Val(r2)});
+  cc::Buf cos = kb.input("cos", dtype, {t, cc::Val(r2)});
+  cc::Buf sin = kb.input("sin", dtype, {t, cc::Val(r2)});
   cc::Buf y = kb.output("y", dtype, {t, h, d});
   kb.body({t, cc::ceildiv(h, hb)}, kThreads, [&](cc::Scope& s) {
     cc::Idx tok = s.block_idx(0);
     cc::Idx h0 = s.let(s.block_idx(1) * hb, "h0");
     // The head tile wholly inside H runs without a guard (a guard keeps accesses scalar).
+    RowsFixed rows{s, dtype, hb, d0, r2};
     auto tile = [&](bool guarded) {
-      auto each = [&](const cc::Idx& r, const std::function<void(const cc::Idx&)>& body) {
-        cc::Idx head = s.let(h0 + r, "head");
-        if (guarded)
-          s.if_then(head < h, [&] { body(head); });
-        else
-          body(head);
-      };
-      if (d0 > 0) {
-        s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
-        s.parallel(cc::Val(hb), base, [&](cc::Idx r, cc::Idx j) {
-          each(r, [&](const cc::Idx& head) { y(tok, head, j) = x(tok, head, j); });
-        });
-      }
-      s.parallel(cc::Val(hb), cc::Val(2 * r2), [&](cc::Idx r, cc::Idx k) {
-        each(r, [&](const cc::Idx& head) {
-          cc::Idx j = s.let(base + k, "j");
-          cc::Idx i = s.let(k / 2, "pair");
-          auto value = [&](cc::Val e) { return cc::Val(x(tok, head, e)); };
-          y(tok, head, j) = rotated(s, value, j, base, cos(tok, i), sin(tok, i));
-        });
-      });
+      rows.run(
+          [&](const cc::Idx& r, const std::function<void(const cc::Idx&)>& body) {
+            cc::Idx head = s.let(h0 + r, "head");
+            if (guarded)
+              s.if_then(head < h, [&] { body(head); });
+            else
+              body(head);
+          },
+          [&](const cc::Idx& head, const cc::Val& j) { return x(tok, head, j); },
+          [&](const cc::Idx& head, const cc::Val& j) { return y(tok, head, j); },
+          [&](const cc::Idx& i) { return cc::Val(cos(tok, i)); },
+          [&](const cc::Idx& i) { return cc::Val(sin(tok, i)); });
     };
     s.if_then_else(
         h0 + hb <= h, [&] { tile(false); }, [&] { tile(true); });
@@ -341,10 +381,10 @@ cc::Kernel build_rope_fixed(DType dtype, int64_t d0, int64_t r2, int64_t hb) {
   return kb.build();
 }
 
-// One block per token, H a constant too: dx rotated back; the table gradients' terms per (head,
-// pair) computed by all threads into shared memory, then one thread per pair adds them in head
-// order from -0 (build_rope_grad's sums, term for term). Parameters x, cos, sin, dy, dx, dcos,
-// dsin; dim T.
+// One block per token, H a constant too: dx rotated back (loads first, as rope's); the table
+// gradients' terms per (head, pair) computed by all threads into shared memory, then one thread
+// per pair adds them in head order from -0 (build_rope_grad's sums, term for term). Parameters
+// x, cos, sin, dy, dx, dcos, dsin; dim T.
 cc::Kernel build_rope_grad_fixed(DType dtype, int64_t h, int64_t d0, int64_t r2) {
   cc::KernelBuilder kb(rope_fixed_name("rope_grad_h" + std::to_string(h), d0, r2) + "_" +
                        std::string(dtype_name(dtype)));
@@ -359,16 +399,6 @@ cc::Kernel build_rope_grad_fixed(DType dtype, int64_t h, int64_t d0, int64_t r2)
     cc::Idx tok = s.block_idx(0);
     cc::Buf tc = s.alloc_shared("tc", DType::F32, {h, r2});
     cc::Buf ts = s.alloc_shared("ts", DType::F32, {h, r2});
-    if (d0 > 0) {
-      s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
-      s.parallel(hv, base, [&](cc::Idx head, cc::Idx j) { dx(tok, head, j) = dy(tok, head, j); });
-    }
-    s.parallel(hv, cc::Val(2 * r2), [&](cc::Idx head, cc::Idx k) {
-      cc::Idx j = s.let(base + k, "j");
-      cc::Idx i = s.let(k / 2, "pair");
-      auto value = [&](cc::Val e) { return cc::Val(dy(tok, head, e)); };
-      dx(tok, head, j) = rotated(s, value, j, base, cos(tok, i), -sin(tok, i));
-    });
     s.parallel(hv, pairs, [&](cc::Idx head, cc::Idx i) {
       cc::Idx e = s.let(base + 2 * i, "e");
       cc::Val a = s.let(x(tok, head, e), "a"), b = s.let(x(tok, head, e + 1), "b");
@@ -376,6 +406,12 @@ cc::Kernel build_rope_grad_fixed(DType dtype, int64_t h, int64_t d0, int64_t r2)
       tc(head, i) = ga * a + gb * b;
       ts(head, i) = gb * a - ga * b;
     });
+    RowsFixed rows{s, dtype, h, d0, r2};
+    rows.run([&](const cc::Idx& r, const std::function<void(const cc::Idx&)>& body) { body(r); },
+             [&](const cc::Idx& head, const cc::Val& j) { return dy(tok, head, j); },
+             [&](const cc::Idx& head, const cc::Val& j) { return dx(tok, head, j); },
+             [&](const cc::Idx& i) { return cc::Val(cos(tok, i)); },
+             [&](const cc::Idx& i) { return -cc::Val(sin(tok, i)); });
     s.barrier();
     cc::Buf ac = s.alloc_fragment("ac", DType::F32, {r2});
     cc::Buf as = s.alloc_fragment("as", DType::F32, {r2});
