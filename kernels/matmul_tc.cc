@@ -330,11 +330,14 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
   };
   s.mbarrier_init(st.full, (st.ta ? static_cast<int>(st.rows / 64) : 1) + (st.tb ? 1 : 2));
   s.barrier();
-  for (int d = 0; d < ahead; ++d) issue(cc::Val(int64_t{d}));
+  // No gemm runs yet, so the prologue fills one stage more than the loop keeps ahead: a short K
+  // (a grouped wgrad's segment is ~2 steps) has its second step in flight with its first
+  // instead of after it landed. Step `ahead` is then issued here, not by the loop's first turn.
+  for (int d = 0; d <= ahead; ++d) issue(cc::Val(int64_t{d}));
   s.serial(steps - 1, [&](cc::Idx ko) {
     s.mbarrier_wait(st.full, slot(ko), parity(ko));
     s.barrier();
-    issue(ko + ahead);
+    s.if_then(ko > 0, [&] { issue(ko + ahead); });
     gemm(s.let(slot(ko), "cur"), true);
   });
   s.mbarrier_wait(st.full, zero, parity(steps - 1));
