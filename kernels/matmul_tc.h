@@ -107,6 +107,8 @@ struct TcAsyncStaging {
   // A kernel that runs the K loop more than once: the mbarriers are invalidated once the last
   // tiles landed, so that the next run's init counts their phases afresh.
   bool again = false;
+  // A K of a few steps: the prologue puts one step more in flight (tc_async_steps).
+  bool short_k = false;
 };
 TcAsyncStaging tc_async_staging(compiler::Scope& s, DType dtype, bool ta, bool tb,
                                 int64_t rows = kTcM, int stages = kTcAsyncStages,
