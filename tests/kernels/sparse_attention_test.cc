@@ -206,6 +206,30 @@ TEST(SparseAttention, AWrongInverseGivesANanRow) {
   }
 }
 
+// A slot whose id lies outside [0, S) makes its token's whole output NaN (every head: the
+// softmax's sum takes the NaN score), on the SIMT kernel and the tensor-core one (E = 72: two
+// steps of E; K = 128: two slot blocks, the bad id in the second); other tokens stay finite.
+TEST(SparseAttention, AnIdOutsideTheKeysGivesItsTokenANanRow) {
+  for (const auto& [dtype, n] :
+       {std::pair{DType::F32, Problem{.t = 5, .h = 2, .e = 24, .s = 10, .k = 4}},
+        std::pair{DType::BF16, Problem{.t = 5, .h = 8, .e = 72, .s = 300, .k = 128}}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    std::mt19937_64 rng(testing::test_seed());
+    std::vector<RefTensor> in = problem_inputs(rng, n);
+    in[2].data[3 * n.k + n.k - 1] = static_cast<double>(n.s + 3);  // token 3's last slot
+    const std::vector<double> y =
+        testing::decode(runner().run("sparse_attention", in, {{"scale", 0.2}}, dtype, 7.0).at(0));
+    const int64_t row = n.h * n.e;
+    for (int64_t t = 0; t < n.t; ++t)
+      for (int64_t i = t * row; i < (t + 1) * row; ++i) {
+        if (t == 3)
+          ASSERT_TRUE(std::isnan(y[i])) << "token 3, element " << i - t * row;
+        else
+          ASSERT_TRUE(std::isfinite(y[i])) << "token " << t << ", element " << i - t * row;
+      }
+  }
+}
+
 // Run twice, the backward gives the same bits (the dkv sums walk counting_sort's fixed order).
 TEST(SparseAttention, BackwardIsDeterministic) {
   const Problem n{.t = 13, .h = 2, .e = 24, .s = 10, .k = 6};
