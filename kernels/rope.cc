@@ -221,6 +221,23 @@ cc::Kernel build_rope(DType dtype, bool norm, bool vec) {
   return kb.build();
 }
 
+// rope_grad's parameters in order: x, cos, sin, dy, dx, dcos, dsin; x [T, H, D], tables [T, R2].
+struct RopeGradParams {
+  cc::Buf x, cos, sin, dy, dx, dcos, dsin;
+};
+RopeGradParams rope_grad_params(cc::KernelBuilder& kb, DType dtype, const cc::Val& t,
+                                const cc::Val& h, const cc::Val& d, const cc::Val& r2) {
+  RopeGradParams p;
+  p.x = kb.input("x", dtype, {t, h, d});
+  p.cos = kb.input("cos", dtype, {t, r2});
+  p.sin = kb.input("sin", dtype, {t, r2});
+  p.dy = kb.input("dy", dtype, {t, h, d});
+  p.dx = kb.output("dx", dtype, {t, h, d});
+  p.dcos = kb.output("dcos", dtype, {t, r2});
+  p.dsin = kb.output("dsin", dtype, {t, r2});
+  return p;
+}
+
 // One block per token: dx rotated back; then one thread per pair i, its table gradients summed
 // over the heads in order (f32). Parameters x, cos, sin, dy, dx, dcos, dsin; dims T, H, D0, R2.
 // `vec` as for build_rope.
@@ -230,11 +247,7 @@ cc::Kernel build_rope_grad(DType dtype, bool vec) {
   cc::Dim d0 = kb.dim("D0", {.min = 0, .divisible_by = vec ? 8 : 1});  // 0: every dim rotated
   cc::Dim r2 = kb.dim("R2", {.divisible_by = vec ? 4 : 1});
   cc::Val d = d0 + 2 * r2;
-  cc::Buf x = kb.input("x", dtype, {t, h, d});
-  cc::Buf cos = kb.input("cos", dtype, {t, r2}), sin = kb.input("sin", dtype, {t, r2});
-  cc::Buf dy = kb.input("dy", dtype, {t, h, d});
-  cc::Buf dx = kb.output("dx", dtype, {t, h, d});
-  cc::Buf dcos = kb.output("dcos", dtype, {t, r2}), dsin = kb.output("dsin", dtype, {t, r2});
+  const auto [x, cos, sin, dy, dx, dcos, dsin] = rope_grad_params(kb, dtype, t, h, d, r2);
   kb.body({t}, kThreads, [&](cc::Scope& s) {
     cc::Idx tok = s.block_idx(0);
     cc::Val base = d0;
@@ -389,12 +402,9 @@ cc::Kernel build_rope_grad_fixed(DType dtype, int64_t h, int64_t d0, int64_t r2)
   cc::KernelBuilder kb(rope_fixed_name("rope_grad_h" + std::to_string(h), d0, r2) + "_" +
                        std::string(dtype_name(dtype)));
   cc::Dim t = kb.dim("T");
-  const cc::Val hv(h), d(d0 + 2 * r2), base(d0), pairs(r2);
-  cc::Buf x = kb.input("x", dtype, {t, hv, d});
-  cc::Buf cos = kb.input("cos", dtype, {t, pairs}), sin = kb.input("sin", dtype, {t, pairs});
-  cc::Buf dy = kb.input("dy", dtype, {t, hv, d});
-  cc::Buf dx = kb.output("dx", dtype, {t, hv, d});
-  cc::Buf dcos = kb.output("dcos", dtype, {t, pairs}), dsin = kb.output("dsin", dtype, {t, pairs});
+  const cc::Val hv(h), base(d0), pairs(r2);
+  const auto [x, cos, sin, dy, dx, dcos, dsin] =
+      rope_grad_params(kb, dtype, t, hv, cc::Val(d0 + 2 * r2), pairs);
   kb.body({t}, kThreads, [&](cc::Scope& s) {
     cc::Idx tok = s.block_idx(0);
     cc::Buf tc = s.alloc_shared("tc", DType::F32, {h, r2});
