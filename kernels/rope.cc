@@ -304,8 +304,12 @@ cc::Kernel build_rope_grad(DType dtype, bool vec) {
 constexpr int64_t kFixedElems = 4096;      // a block's elements (rope: the heads of a tile)
 constexpr int64_t kFixedGradPairs = 4096;  // rope_grad: H·R2 terms staged in shared memory
 
-std::string rope_fixed_name(const std::string& stem, int64_t d0, int64_t r2) {
-  return stem + "_d" + std::to_string(d0) + "_r" + std::to_string(r2);
+// The specialised kernels' names (less the dtype), for their builders and the cache keys.
+std::string rope_fixed_name(int64_t d0, int64_t r2, int64_t hb) {
+  return "rope_d" + std::to_string(d0) + "_r" + std::to_string(r2) + "_hb" + std::to_string(hb);
+}
+std::string rope_grad_fixed_name(int64_t h, int64_t d0, int64_t r2) {
+  return "rope_grad_h" + std::to_string(h) + "_d" + std::to_string(d0) + "_r" + std::to_string(r2);
 }
 
 // Heads a block of rope takes: about kFixedElems elements, at most H.
@@ -315,24 +319,27 @@ int64_t heads_per_block(int64_t h, int64_t d) {
 
 // Rows [rows, D0 + 2·R2] of one token with their loads first: copy[r, j] = src(r, j) for the
 // D0 copied dims, rot[r, k] the rotation of pair k / 2 by (c, sn); then dst(r, j) written from
-// them. `each(r, body)` runs body(head) for row r (guarded or not).
+// them. `each(r, body)` runs body(head) for row r (guarded or not). The fragments are allocated
+// once, so rope's guarded and unguarded tiles share them.
 struct RowsFixed {
   cc::Scope& s;
   DType dtype;
   int64_t rows, d0, r2;
+  cc::Buf copy, rot;
   using Each = std::function<void(const cc::Idx&, const std::function<void(const cc::Idx&)>&)>;
   using At = std::function<cc::Ref(const cc::Idx&, const cc::Val&)>;
-  cc::Buf copy = {}, rot = {};
+
+  RowsFixed(cc::Scope& scope, DType dt, int64_t n_rows, int64_t copied, int64_t pairs)
+      : s(scope), dtype(dt), rows(n_rows), d0(copied), r2(pairs) {
+    if (d0 > 0) copy = s.alloc_fragment("copy", dtype, {rows, d0});
+    rot = s.alloc_fragment("rot", DType::F32, {rows, 2 * r2});
+  }
 
   void run(const Each& each, const At& src, const At& dst,
            const std::function<cc::Val(const cc::Idx&)>& c,
            const std::function<cc::Val(const cc::Idx&)>& sn) {
     const cc::Val base(d0);
     const int width = static_cast<int>(16 / dtype_bytes(dtype, 1));
-    if (!rot.rank()) {  // allocated once, for both of rope's tile variants
-      if (d0 > 0) copy = s.alloc_fragment("copy", dtype, {rows, d0});
-      rot = s.alloc_fragment("rot", DType::F32, {rows, 2 * r2});
-    }
     if (d0 > 0) {
       s.annotate_layout(width);
       s.parallel(cc::Val(rows), base, [&](cc::Idx r, cc::Idx j) {
@@ -361,8 +368,7 @@ struct RowsFixed {
 
 // Blocks (t, head tile) of `hb` heads. Parameters x [T, H, D], cos, sin [T, R2], y; dims T, H.
 cc::Kernel build_rope_fixed(DType dtype, int64_t d0, int64_t r2, int64_t hb) {
-  cc::KernelBuilder kb(rope_fixed_name("rope", d0, r2) + "_hb" + std::to_string(hb) + "_" +
-                       std::string(dtype_name(dtype)));
+  cc::KernelBuilder kb(rope_fixed_name(d0, r2, hb) + "_" + std::string(dtype_name(dtype)));
   cc::Dim t = kb.dim("T"), h = kb.dim("H");
   const cc::Val d(d0 + 2 * r2);
   cc::Buf x = kb.input("x", dtype, {t, h, d});
@@ -373,7 +379,7 @@ cc::Kernel build_rope_fixed(DType dtype, int64_t d0, int64_t r2, int64_t hb) {
     cc::Idx tok = s.block_idx(0);
     cc::Idx h0 = s.let(s.block_idx(1) * hb, "h0");
     // The head tile wholly inside H runs without a guard (a guard keeps accesses scalar).
-    RowsFixed rows{s, dtype, hb, d0, r2};
+    RowsFixed rows(s, dtype, hb, d0, r2);
     auto tile = [&](bool guarded) {
       rows.run(
           [&](const cc::Idx& r, const std::function<void(const cc::Idx&)>& body) {
@@ -399,8 +405,7 @@ cc::Kernel build_rope_fixed(DType dtype, int64_t d0, int64_t r2, int64_t hb) {
 // per pair adds them in head order from -0 (build_rope_grad's sums, term for term). Parameters
 // x, cos, sin, dy, dx, dcos, dsin; dim T.
 cc::Kernel build_rope_grad_fixed(DType dtype, int64_t h, int64_t d0, int64_t r2) {
-  cc::KernelBuilder kb(rope_fixed_name("rope_grad_h" + std::to_string(h), d0, r2) + "_" +
-                       std::string(dtype_name(dtype)));
+  cc::KernelBuilder kb(rope_grad_fixed_name(h, d0, r2) + "_" + std::string(dtype_name(dtype)));
   cc::Dim t = kb.dim("T");
   const cc::Val hv(h), base(d0), pairs(r2);
   const auto [x, cos, sin, dy, dx, dcos, dsin] =
@@ -416,7 +421,7 @@ cc::Kernel build_rope_grad_fixed(DType dtype, int64_t h, int64_t d0, int64_t r2)
       tc(head, i) = ga * a + gb * b;
       ts(head, i) = gb * a - ga * b;
     });
-    RowsFixed rows{s, dtype, h, d0, r2};
+    RowsFixed rows(s, dtype, h, d0, r2);
     rows.run([&](const cc::Idx& r, const std::function<void(const cc::Idx&)>& body) { body(r); },
              [&](const cc::Idx& head, const cc::Val& j) { return dy(tok, head, j); },
              [&](const cc::Idx& head, const cc::Val& j) { return dx(tok, head, j); },
@@ -451,18 +456,15 @@ ExpandFn expand(std::shared_ptr<KernelCache> cache, int kind) {
     if (vec && kind == 0) {
       const int64_t hb = heads_per_block(h, d);
       return OpExpansion{
-          .calls = {
-              {.kernel = cache->get(
-                   kernel_key(rope_fixed_name("rope", d0, r2) + "_hb" + std::to_string(hb), dt),
-                   [&] { return build_rope_fixed(dt, d0, r2, hb); }),
-               .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)},
-               .dims = {t, h}}}};
+          .calls = {{.kernel = cache->get(kernel_key(rope_fixed_name(d0, r2, hb), dt),
+                                          [&] { return build_rope_fixed(dt, d0, r2, hb); }),
+                     .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)},
+                     .dims = {t, h}}}};
     }
     if (vec && kind == 2 && h * r2 <= kFixedGradPairs) {
       return OpExpansion{
-          .calls = {{.kernel = cache->get(
-                         kernel_key(rope_fixed_name("rope_grad_h" + std::to_string(h), d0, r2), dt),
-                         [&] { return build_rope_grad_fixed(dt, h, d0, r2); }),
+          .calls = {{.kernel = cache->get(kernel_key(rope_grad_fixed_name(h, d0, r2), dt),
+                                          [&] { return build_rope_grad_fixed(dt, h, d0, r2); }),
                      .buffers = {input_slot(0), input_slot(1), input_slot(2), input_slot(3),
                                  output_slot(0), output_slot(1), output_slot(2)},
                      .dims = {t}}}};
