@@ -3,6 +3,8 @@
 // group, group] view, and its weights have `group` elements): rmsnorm, one block per row; and its
 // backward op rmsnorm_grad, dx fused with per-RB-row dgamma partial sums (RB = 1 up to 256 rows,
 // doubling to 16), then a column sum in 16 fixed row groups (layernorm.cc follows the same plan).
+// With D constant (and a multiple of 8) the dx kernel stages its rows in shared memory first.
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -137,6 +139,54 @@ cc::Kernel build_rmsnorm(DType dtype, bool vec) {
   return kb.build();
 }
 
+// The fixed rmsnorm's tile: about 2048 elements, at most 16 rows (the sums' tree holds 128 floats
+// a row), the rows and gamma within 32 KB.
+constexpr int64_t kFixedRowElems = 2048, kFixedRows = 16, kFixedRowBytes = 32 * 1024;
+
+// build_rmsnorm (vec) with D constant: a tile of `rb` rows per block staged in shared memory by
+// asynchronous copies (zeros past R), the rows' sums of squares at once (row_sums: the order of
+// the dx kernels' sums, not reduce_sum's, so the fixed rmsnorm_rope's norm and this one, which its
+// gradient recomputes, agree bit for bit), then y from the staged rows. One row per block with a
+// block reduction each left the V4-mini query's recomputed norm (16384 rows of 512) at three
+// times its floor. Parameters x, gamma, y; dim R; eps.
+std::string rmsnorm_fixed_name(int64_t rb, int64_t d) {
+  return "rmsnorm_rb" + std::to_string(rb) + "_d" + std::to_string(d);
+}
+
+cc::Kernel build_rmsnorm_fixed(DType dtype, int64_t rb, int64_t dn) {
+  cc::KernelBuilder kb(rmsnorm_fixed_name(rb, dn) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim r = kb.dim("R");
+  const cc::Val d(dn);
+  cc::Buf x = kb.input("x", dtype, {r, d}), g = kb.input("gamma", dtype, {d});
+  cc::Buf y = kb.output("y", dtype, {r, d});
+  cc::Val eps = kb.scalar_f32("eps");
+  kb.body({cc::ceildiv(r, rb)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx r0 = s.let(s.block_idx(0) * rb, "r0");
+    cc::Buf xs = s.alloc_shared("xs", dtype, {rb, dn});
+    cc::Buf gs = s.alloc_shared("gs", dtype, {dn});
+    s.copy_async(xs, x.region({r0, cc::Val(0)}, {rb, dn}));
+    s.copy_async(gs, g.region({cc::Val(0)}, {dn}));
+    s.async_commit();
+    s.async_wait(0);
+    s.barrier();
+    cc::Buf inv = norm_inverses(s, xs, rb, dn, eps);
+    // The tile wholly inside R runs without a guard (a guard keeps accesses scalar).
+    auto rows = [&](bool guarded) {
+      s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
+      s.parallel(cc::Val(rb), d, [&](cc::Idx t, cc::Idx j) {
+        auto store = [&] { y(r0 + t, j) = xs(t, j) * inv(t) * gs(j); };
+        if (guarded)
+          s.if_then(r0 + t < r, store);
+        else
+          store();
+      });
+    };
+    s.if_then_else(
+        r0 + rb <= r, [&] { rows(false); }, [&] { rows(true); });
+  });
+  return kb.build();
+}
+
 // dx for `rb` rows per block, fused with those rows' dgamma partial sums (f32, in row order),
 // written owner-computes: the thread of column j owns partial[block, j]. A constant rb keeps
 // the row index linear in the block index. Parameters: x, gamma, dy, dx, partial; R, D; eps.
@@ -221,12 +271,87 @@ cc::Kernel build_rmsnorm_grad_dx(DType dtype, int64_t rb, bool vec) {
   return kb.build();
 }
 
+// build_rmsnorm_grad_dx (vec) with D constant: the block's rows of x and dy and gamma staged in
+// shared memory by asynchronous copies (all of the block's loads in flight at once; zeros past
+// R), every row's two sums at once (row_sums: the general kernel's order, one barrier per tree
+// level for all rows, not per row), then each row's dx and its dgamma terms, the partial sums
+// kept in registers across the rows and written once. The general kernel reads each row after
+// the previous row's stores (its loads wait behind them, as the inputs may alias the outputs),
+// reduces each row with its own barriers and rewrites its partials each row. Same sums in the
+// same order (the partials start from -0, which adds exactly): the same bits. Parameters as the
+// general kernel's; dim R.
+std::string rmsnorm_grad_dx_fixed_name(int64_t rb, int64_t d) {
+  return rmsnorm_grad_dx_name(rb, true) + "_d" + std::to_string(d);
+}
+
+cc::Kernel build_rmsnorm_grad_dx_fixed(DType dtype, int64_t rb, int64_t dn) {
+  cc::KernelBuilder kb(rmsnorm_grad_dx_fixed_name(rb, dn) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim r = kb.dim("R");
+  const cc::Val d(dn);
+  cc::Buf x = kb.input("x", dtype, {r, d}), g = kb.input("gamma", dtype, {d});
+  cc::Buf dy = kb.input("dy", dtype, {r, d});
+  cc::Buf dx = kb.output("dx", dtype, {r, d});
+  cc::Buf partial = kb.output("partial", DType::F32, {cc::ceildiv(r, rb), d});
+  cc::Val eps = kb.scalar_f32("eps");
+  kb.body({cc::ceildiv(r, rb)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx blk = s.block_idx(0);
+    cc::Idx r0 = s.let(blk * rb, "r0");
+    cc::Buf xs = s.alloc_shared("xs", dtype, {rb, dn});
+    cc::Buf dys = s.alloc_shared("dys", dtype, {rb, dn});
+    cc::Buf gs = s.alloc_shared("gs", dtype, {dn});
+    s.copy_async(xs, x.region({r0, cc::Val(0)}, {rb, dn}));
+    s.copy_async(dys, dy.region({r0, cc::Val(0)}, {rb, dn}));
+    s.copy_async(gs, g.region({cc::Val(0)}, {dn}));
+    s.async_commit();
+    cc::Buf pf = s.alloc_fragment("pf", DType::F32, {dn});
+    s.annotate_layout(4);  // the f32 partials: 16 bytes a thread
+    s.parallel(d, [&](cc::Idx j) { pf(j) = -0.0f; });
+    s.async_wait(0);
+    s.barrier();
+    // Per row: sum of x², sum of gamma·dy·x (build_rmsnorm_grad_dx's terms).
+    cc::Buf tree = row_sums(s, rb, dn, 2, kThreads, [&](const cc::Idx& t, const cc::Idx& j) {
+      cc::Val xv = s.let(xs(t, j), "x");
+      return std::vector<cc::Val>{xv * xv, gs(j) * dys(t, j) * xv};
+    });
+    // coef[0, t] = inv, coef[1, t] = inv³·dot / D: dx = inv·g·dy - coef[1]·x.
+    cc::Buf coef = s.alloc_shared("coef", DType::F32, {2, rb});
+    s.parallel(cc::Val(rb), [&](cc::Idx t) {
+      cc::Val inv = s.let(1.0f / cc::sqrt(tree(0, t, 0) / cc::to_f32(d) + eps), "inv");
+      coef(0, t) = inv;
+      coef(1, t) = inv * inv * inv * tree(1, t, 0) / cc::to_f32(d);
+    });
+    s.barrier();
+    s.serial(cc::min(cc::Val(rb), r - r0), [&](cc::Idx t) {
+      cc::Val inv = s.let(coef(0, t), "inv"), k = s.let(coef(1, t), "k");
+      s.parallel(d, [&](cc::Idx j) {
+        cc::Val xv = s.let(xs(t, j), "x"), dyv = s.let(dys(t, j), "dy");
+        dx(r0 + t, j) = inv * gs(j) * dyv - k * xv;
+        pf(j) = pf(j) + dyv * xv * inv;
+      });
+    });
+    s.parallel(d, [&](cc::Idx j) { partial(blk, j) = pf(j); });
+  });
+  return kb.build();
+}
+
+// The fixed kernel's shared tiles (x and dy rows, gamma) stay within 40 KB (with the sums' tree,
+// 56 KB at most: 4 blocks an SM).
+constexpr int64_t kFixedDxBytes = 40 * 1024;
+
 ExpandFn expand_rmsnorm(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                  const Attrs& attrs) {
     DType dt = out[0].dtype;
     auto [rows, cols] = norm_rows(in[0], attrs);
     const bool vec = cols % 8 == 0;
+    const int64_t rb = std::max<int64_t>(1, std::min({rows, kFixedRowElems / cols, kFixedRows}));
+    if (vec && (rb + 1) * cols * static_cast<int64_t>(dtype_bytes(dt, 1)) <= kFixedRowBytes)
+      return OpExpansion{
+          .calls = {{.kernel = cache->get(kernel_key(rmsnorm_fixed_name(rb, cols), dt),
+                                          [&] { return build_rmsnorm_fixed(dt, rb, cols); }),
+                     .buffers = {input_slot(0), input_slot(1), output_slot(0)},
+                     .dims = {rows},
+                     .scalars = {attr_float(attrs, "eps")}}}};
     KernelCall call{.kernel = cache->get(kernel_key(vec_name("rmsnorm", vec), dt),
                                          [&] { return build_rmsnorm(dt, vec); }),
                     .buffers = {input_slot(0), input_slot(1), output_slot(0)},
@@ -243,11 +368,15 @@ ExpandFn expand_rmsnorm_grad(std::shared_ptr<KernelCache> cache) {
     auto [rows, cols] = norm_rows(in[0], attrs);
     int64_t rb = rows_per_block(rows), blocks = (rows + rb - 1) / rb;
     const bool vec = cols % 8 == 0;
+    const bool fixed =
+        vec && (2 * rb + 1) * cols * static_cast<int64_t>(dtype_bytes(dt, 1)) <= kFixedDxBytes;
     KernelCall dx{
-        .kernel = cache->get(kernel_key(rmsnorm_grad_dx_name(rb, vec), dt),
-                             [&] { return build_rmsnorm_grad_dx(dt, rb, vec); }),
+        .kernel = fixed ? cache->get(kernel_key(rmsnorm_grad_dx_fixed_name(rb, cols), dt),
+                                     [&] { return build_rmsnorm_grad_dx_fixed(dt, rb, cols); })
+                        : cache->get(kernel_key(rmsnorm_grad_dx_name(rb, vec), dt),
+                                     [&] { return build_rmsnorm_grad_dx(dt, rb, vec); }),
         .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0), scratch_slot(0)},
-        .dims = {rows, cols},
+        .dims = fixed ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, cols},
         .scalars = {attr_float(attrs, "eps")}};
     KernelCall dgamma{.kernel = cache->get(kernel_key("rmsnorm_grad_dgamma", dt),
                                            [&] { return build_partial_column_sum(dt); }),
@@ -276,7 +405,8 @@ void register_norm(OpRegistry& registry) {
                             {{{130, 7}, {7}}, {{"eps", 1e-5}}},
                             {{{2, 3, 130}, {130}}},
                             {{{5, 64}, {16}}, {{"group", int64_t{16}}}},  // per-head: 4 groups
-                            {{{3, 1032}, {1032}}}},  // vectors: 8 rounds and a partial one
+                            {{{3, 1032}, {1032}}},  // vectors: 8 rounds and a partial one
+                            {{{37, 512}, {512}}}},  // tiles of 4 rows, the last one guarded
                  .gradient = {{{{5, 7}, {7}}},
                               {{{2, 8}, {4}}, {{"group", int64_t{4}}, {"eps", 0.1}}},
                               {{{2, 3, 9}, {9}}, {{"eps", 0.5}}},
@@ -304,6 +434,7 @@ void register_norm(OpRegistry& registry) {
                          {{{6, 32}, {8}, {6, 32}}, {{"group", int64_t{8}}}},
                          {{{1001, 40}, {40}, {1001, 40}}},  // vectors, 4 rows per partial
                          {{{5, 1032}, {1032}, {5, 1032}}},  // vectors, a partial round
+                         {{{1030, 64}, {64}, {1030, 64}}},  // 8 rows per partial, last ragged
                      },
                  // x = [3, 4], i = 1/sqrt(12.5): dx = [16/25, -12/25] i, dgamma = [3i, 0].
                  .examples = {{.inputs = {{{1, 2}, {3, 4}}, {{2}, {1, 1}}, {{1, 2}, {1, 0}}},

@@ -55,6 +55,51 @@ int64_t rows_per_block(int64_t rows) {
   return rb;
 }
 
+cc::Buf row_sums(
+    cc::Scope& s, int64_t rows, int64_t d, int64_t n_values, int threads,
+    const std::function<std::vector<cc::Val>(const cc::Idx&, const cc::Idx&)>& values) {
+  std::vector<cc::Buf> part;
+  for (int64_t v = 0; v < n_values; ++v)
+    part.push_back(s.alloc_fragment("part" + std::to_string(v), DType::F32, {threads}));
+  cc::Buf tree = s.alloc_shared("tree", DType::F32, {n_values, rows, threads});
+  s.parallel(threads, [&](cc::Idx th) {
+    s.serial(cc::Val(rows), [&](cc::Idx r) {
+      for (const cc::Buf& p : part) p(th) = -0.0f;
+      s.serial(cc::ceildiv(cc::Val(d), cc::Val(threads)), [&](cc::Idx it) {
+        cc::Idx j = it * threads + th;
+        s.if_then(j < d, [&] {
+          std::vector<cc::Val> v = values(r, j);
+          for (int64_t i = 0; i < n_values; ++i) part[i](th) = part[i](th) + v[i];
+        });
+      });
+      for (int64_t i = 0; i < n_values; ++i) tree(cc::Val(i), r, th) = part[i](th);
+    });
+  });
+  s.barrier();
+  for (int64_t half = threads / 2; half >= 1; half /= 2) {
+    s.parallel(n_values, rows, half, [&](cc::Idx v, cc::Idx r, cc::Idx th) {
+      tree(v, r, th) = tree(v, r, th) + tree(v, r, th + half);
+    });
+    s.barrier();
+  }
+  return tree;
+}
+
+cc::Buf norm_inverses(cc::Scope& s, const cc::Buf& xs, int64_t rows, int64_t d,
+                      const cc::Val& eps) {
+  constexpr int kThreads = 128;
+  cc::Buf tree = row_sums(s, rows, d, 1, kThreads, [&](const cc::Idx& r, const cc::Idx& j) {
+    cc::Val v = s.let(xs(r, j), "x");
+    return std::vector<cc::Val>{v * v};
+  });
+  cc::Buf inv = s.alloc_shared("inv", DType::F32, {rows});
+  s.parallel(cc::Val(rows), [&](cc::Idx r) {
+    inv(r) = 1.0f / cc::sqrt(tree(0, r, 0) / cc::to_f32(cc::Val(d)) + eps);
+  });
+  s.barrier();
+  return inv;
+}
+
 cc::Kernel build_partial_column_sum(DType dtype, const std::string& name) {
   cc::KernelBuilder kb(name + "_" + std::string(dtype_name(dtype)));
   cc::Dim p = kb.dim("P"), d = kb.dim("D");
