@@ -1,3 +1,5 @@
+// over 600 lines: the mHC family (hc_pre, hc_post and their backward ops) shares its inference,
+// gradient rules and kernel helpers; hc_post has a general kernel and one per constant shape.
 // Fused mHC (V4_LAYER.md steps 1 and 8): n residual streams per token, x [T, n, D].
 //   hc_pre(x, fn, scale, base) -> y [T, D], post [T, n], comb [T, n, n]:
 //     r = rsqrt(mean(x[t]²) + norm_eps) over the n·D flattened streams; mix = x[t]·fn [M = n² + 2n]
@@ -342,15 +344,80 @@ cc::Kernel build_hc_post(int64_t n, const std::string& name) {
   return kb.build();
 }
 
+// hc_post over tiles of kPostCols columns (D a multiple of 4): blocks (token, column tile), each
+// thread's 16-byte pieces of f and of the n streams loaded into registers before any store, the
+// token's coefficients read once before them. One block per token walking all n·D outputs took 32
+// loads and stores a thread in turn, each load waiting behind the stores before it (the inputs
+// may alias the output, as far as the hardware knows). The same sums in the same order: the same
+// bits. Parameters and dims as build_hc_post's.
+constexpr int64_t kPostCols = 512;
+
+cc::Kernel build_hc_post_tiled(int64_t n, const std::string& name) {
+  cc::KernelBuilder kb(name);
+  cc::Dim tokens = kb.dim("T"), dd = kb.dim("D", {.divisible_by = 4});
+  cc::Buf f = kb.input("f", DType::F32, {tokens, dd});
+  cc::Buf x = kb.input("x", DType::F32, {tokens, cc::Val(n), dd});
+  cc::Buf post = kb.input("post", DType::F32, {tokens, cc::Val(n)});
+  cc::Buf comb = kb.input("comb", DType::F32, {tokens, cc::Val(n), cc::Val(n)});
+  cc::Buf out = kb.output("out", DType::F32, {tokens, cc::Val(n), dd});
+  kb.body({tokens, cc::ceildiv(dd, kPostCols)}, kThreads, [&](cc::Scope& s) {
+    cc::Idx tok = s.block_idx(0);
+    cc::Idx c0 = s.let(s.block_idx(1) * kPostCols, "c0");
+    std::vector<cc::Val> pq, cpq;  // post[q]; comb[p, q] at p·n + q
+    for (int64_t q = 0; q < n; ++q) pq.push_back(s.let(post(tok, q), "post"));
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t q = 0; q < n; ++q) cpq.push_back(s.let(comb(tok, p, q), "comb"));
+    cc::Buf fr = s.alloc_fragment("fr", DType::F32, {kPostCols});
+    std::vector<cc::Buf> xr;
+    for (int64_t p = 0; p < n; ++p)
+      xr.push_back(s.alloc_fragment("x" + std::to_string(p), DType::F32, {kPostCols}));
+    // The tile wholly inside D runs without a guard (a guard keeps accesses scalar).
+    auto tile = [&](bool guarded) {
+      auto each = [&](const cc::Idx& j, const std::function<void(const cc::Idx&)>& body) {
+        cc::Idx c = s.let(c0 + j, "c");
+        if (guarded)
+          s.if_then(c < dd, [&] { body(c); });
+        else
+          body(c);
+      };
+      s.annotate_layout(4);
+      s.parallel(cc::Val(kPostCols), [&](cc::Idx j) {
+        each(j, [&](const cc::Idx& c) {
+          fr(j) = f(tok, c);
+          for (int64_t p = 0; p < n; ++p) xr[p](j) = x(tok, p, c);
+        });
+      });
+      s.parallel(cc::Val(kPostCols), [&](cc::Idx j) {
+        each(j, [&](const cc::Idx& c) {
+          for (int64_t q = 0; q < n; ++q) {
+            cc::Val v = s.let(pq[q] * fr(j), "out");
+            for (int64_t p = 0; p < n; ++p) v = s.let(v + cpq[p * n + q] * xr[p](j), "out");
+            out(tok, q, c) = v;
+          }
+        });
+      });
+    };
+    s.if_then_else(
+        c0 + kPostCols <= dd, [&] { tile(false); }, [&] { tile(true); });
+  });
+  return kb.build();
+}
+
 // hc_post's backward, one block per token, in one sweep over D: thread t takes columns t, t + 128,
 // ..., writes df and dx there (sums over q in order) and folds its columns' terms of dpost and
 // dcomb (n + n² sums) into per-thread partials; then one thread per sum adds the 128 partials in
 // thread order. (n + n² block-wide reductions, each with its barriers, re-read dout and x for
 // every sum: 32 us a kernel at T = 1024 on the H200, against a floor of 12.) Parameters f, x,
 // post, comb, dout, df, dx, dpost, dcomb; dims T, D.
-cc::Kernel build_hc_post_grad(int64_t n, const std::string& name) {
+// With `fixed_d` (> 0, a multiple of kThreads) D is that constant, and each thread loads all of
+// its columns' values (and the token's coefficients) into registers before its first store: the
+// general kernel's loads of a column wait behind the previous column's stores (the inputs may
+// alias the outputs, as far as the hardware knows), D / 128 round trips in turn. The same sums in
+// the same order: the same bits. Then its dim is T alone.
+cc::Kernel build_hc_post_grad(int64_t n, const std::string& name, int64_t fixed_d = 0) {
   cc::KernelBuilder kb(name);
-  cc::Dim tokens = kb.dim("T"), dd = kb.dim("D");
+  cc::Dim tokens = kb.dim("T");
+  const cc::Val dd = fixed_d > 0 ? cc::Val(fixed_d) : cc::Val(kb.dim("D"));
   const cc::Val nv(n);
   const int64_t count = n + n * n;  // dpost's sums, then dcomb's (p, q) at n + p·n + q
   cc::Buf f = kb.input("f", DType::F32, {tokens, dd});
@@ -366,30 +433,73 @@ cc::Kernel build_hc_post_grad(int64_t n, const std::string& name) {
     cc::Idx tok = s.block_idx(0);
     std::vector<cc::Buf> acc = sinkhorn_vector(s, "acc", count, kThreads);
     cc::Buf part = s.alloc_shared("part", DType::F32, {count, kThreads});
+    // Column c's values (dout by q, f, x by p) and their terms, given how each value is read.
+    using Read = std::function<cc::Val(int, int64_t)>;  // (what: 0 dout, 1 f, 2 x; q or p)
+    auto column = [&](const cc::Idx& t, const cc::Idx& c, const Read& read,
+                      const std::function<cc::Val(int64_t)>& post_q,
+                      const std::function<cc::Val(int64_t, int64_t)>& comb_pq) {
+      std::vector<cc::Val> d;
+      for (int64_t q = 0; q < n; ++q) d.push_back(read(0, q));
+      cc::Val v = s.let(post_q(0) * d[0], "df");
+      for (int64_t q = 1; q < n; ++q) v = s.let(v + post_q(q) * d[q], "df");
+      df(tok, c) = v;
+      for (int64_t p = 0; p < n; ++p) {
+        cc::Val w = s.let(comb_pq(p, 0) * d[0], "dx");
+        for (int64_t q = 1; q < n; ++q) w = s.let(w + comb_pq(p, q) * d[q], "dx");
+        dx(tok, p, c) = w;
+      }
+      cc::Val fc = read(1, 0);
+      for (int64_t q = 0; q < n; ++q) acc[q](t) = acc[q](t) + d[q] * fc;
+      for (int64_t p = 0; p < n; ++p) {
+        cc::Val xp = read(2, p);
+        for (int64_t q = 0; q < n; ++q) acc[n + p * n + q](t) = acc[n + p * n + q](t) + xp * d[q];
+      }
+    };
     s.parallel(kThreads, [&](cc::Idx t) {
       for (int64_t o = 0; o < count; ++o) acc[o](t) = -0.0f;  // -0: the sum's identity
-      s.serial(cc::ceildiv(dd, cc::Val(kThreads)), [&](cc::Idx i) {
-        cc::Idx c = s.let(i * kThreads + t, "c");
-        s.if_then(c < dd, [&] {
-          std::vector<cc::Val> d;
-          for (int64_t q = 0; q < n; ++q) d.push_back(s.let(dout(tok, q, c), "dout"));
-          cc::Val v = s.let(post(tok, 0) * d[0], "df");
-          for (int64_t q = 1; q < n; ++q) v = s.let(v + post(tok, q) * d[q], "df");
-          df(tok, c) = v;
-          for (int64_t p = 0; p < n; ++p) {
-            cc::Val w = s.let(comb(tok, p, 0) * d[0], "dx");
-            for (int64_t q = 1; q < n; ++q) w = s.let(w + comb(tok, p, q) * d[q], "dx");
-            dx(tok, p, c) = w;
-          }
-          cc::Val fc = s.let(f(tok, c), "f");
-          for (int64_t q = 0; q < n; ++q) acc[q](t) = acc[q](t) + d[q] * fc;
-          for (int64_t p = 0; p < n; ++p) {
-            cc::Val xp = s.let(x(tok, p, c), "x");
-            for (int64_t q = 0; q < n; ++q)
-              acc[n + p * n + q](t) = acc[n + p * n + q](t) + xp * d[q];
-          }
+      if (fixed_d > 0) {
+        // Everything this thread reads, first: the coefficients, then its D / 128 columns.
+        std::vector<cc::Val> pq, cpq;
+        for (int64_t q = 0; q < n; ++q) pq.push_back(s.let(post(tok, q), "post"));
+        for (int64_t p = 0; p < n; ++p)
+          for (int64_t q = 0; q < n; ++q) cpq.push_back(s.let(comb(tok, p, q), "comb"));
+        const int64_t iters = fixed_d / kThreads, per = 2 * n + 1;  // dout by q, f, x by p
+        std::vector<cc::Buf> held;
+        for (int64_t i = 0; i < iters * per; ++i)
+          held.push_back(s.alloc_fragment("held" + std::to_string(i), DType::F32, {kThreads}));
+        for (int64_t i = 0; i < iters; ++i) {
+          cc::Idx c = s.let(t + i * kThreads, "c");
+          for (int64_t q = 0; q < n; ++q) held[i * per + q](t) = dout(tok, q, c);
+          held[i * per + n](t) = f(tok, c);
+          for (int64_t p = 0; p < n; ++p) held[i * per + n + 1 + p](t) = x(tok, p, c);
+        }
+        for (int64_t i = 0; i < iters; ++i) {
+          cc::Idx c = s.let(t + i * kThreads, "c");
+          column(
+              t, c,
+              [&](int what, int64_t j) {
+                const int64_t at = what == 0 ? j : what == 1 ? n : n + 1 + j;
+                return s.let(held[i * per + at](t), what == 0 ? "dout" : what == 1 ? "f" : "x");
+              },
+              [&](int64_t q) { return pq[q]; },
+              [&](int64_t p, int64_t q) { return cpq[p * n + q]; });
+        }
+      } else {
+        s.serial(cc::ceildiv(dd, cc::Val(kThreads)), [&](cc::Idx i) {
+          cc::Idx c = s.let(i * kThreads + t, "c");
+          s.if_then(c < dd, [&] {
+            column(
+                t, c,
+                [&](int what, int64_t j) {
+                  return what == 0   ? s.let(dout(tok, j, c), "dout")
+                         : what == 1 ? s.let(f(tok, c), "f")
+                                     : s.let(x(tok, j, c), "x");
+                },
+                [&](int64_t q) { return cc::Val(post(tok, q)); },
+                [&](int64_t p, int64_t q) { return cc::Val(comb(tok, p, q)); });
+          });
         });
-      });
+      }
       for (int64_t o = 0; o < count; ++o) part(cc::Val(o), t) = acc[o](t);
     });
     s.barrier();
@@ -496,15 +606,29 @@ ExpandFn expand_hc_pre_grad(std::shared_ptr<KernelCache> cache) {
   };
 }
 
+// hc_post_grad's fixed-D kernel holds this many values a thread at most (n = 4, D = 1024: 72).
+constexpr int64_t kFixedPostGradValues = 72;
+
 ExpandFn expand_hc_post(std::shared_ptr<KernelCache> cache, bool grad) {
   return [cache, grad](const std::vector<TensorType>& in, const std::vector<TensorType>&,
                        const Attrs&) {
     const int64_t t = in[1].shape[0], n = in[1].shape[1], d = in[1].shape[2];
-    const std::string name = name_of(grad ? "hc_post_grad" : "hc_post", n);
-    KernelCall call{
-        .kernel = cache->get(
-            name, [&] { return grad ? build_hc_post_grad(n, name) : build_hc_post(n, name); }),
-        .dims = {t, d}};
+    const bool tiled = !grad && d % 4 == 0;
+    // The backward with D constant where a thread's values fit in registers.
+    const bool fixed =
+        grad && d % kThreads == 0 && (d / kThreads) * (2 * n + 1) <= kFixedPostGradValues;
+    const std::string name =
+        name_of(grad    ? fixed ? "hc_post_grad_d" + std::to_string(d) : "hc_post_grad"
+                : tiled ? "hc_post_cols" + std::to_string(kPostCols)
+                        : "hc_post",
+                n);
+    KernelCall call{.kernel = cache->get(name,
+                                         [&] {
+                                           return grad ? build_hc_post_grad(n, name, fixed ? d : 0)
+                                                  : tiled ? build_hc_post_tiled(n, name)
+                                                          : build_hc_post(n, name);
+                                         }),
+                    .dims = fixed ? std::vector<int64_t>{t} : std::vector<int64_t>{t, d}};
     call.buffers = {input_slot(0), input_slot(1), input_slot(2), input_slot(3)};
     if (grad)
       for (KernelArg a :

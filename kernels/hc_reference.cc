@@ -224,7 +224,9 @@ static const std::vector<RefTensor> kPostInputs = {
 OpTests hc_post_tests() {
   return {.kernel = {{.shapes = post_shapes(33, 4, 8, false)},
                      {.shapes = post_shapes(3, 3, 130, false)},
-                     {.shapes = post_shapes(1, 1, 1, false)}},
+                     {.shapes = post_shapes(1, 1, 1, false)},
+                     // column tiles: two whole, the third guarded (D = 1032)
+                     {.shapes = post_shapes(2, 4, 1032, false)}},
           .gradient = {{.shapes = post_shapes(2, 2, 3, false)},
                        {.shapes = post_shapes(2, 4, 2, false)}},
           .examples = {{.inputs = kPostInputs, .outputs = {{{1, 2, 1}, {12, 20}}}}}};
@@ -235,7 +237,11 @@ OpTests hc_post_grad_tests() {
   std::vector<RefTensor> in = kPostInputs;
   in.push_back({{1, 2, 1}, {1, 0}});
   return {
-      .kernel = {{.shapes = post_shapes(33, 4, 8, true)}, {.shapes = post_shapes(3, 3, 130, true)}},
+      .kernel = {{.shapes = post_shapes(33, 4, 8, true)},
+                 {.shapes = post_shapes(3, 3, 130, true)},
+                 // D a constant of the kernel, each thread's columns loaded before its stores
+                 {.shapes = post_shapes(3, 4, 1024, true)},
+                 {.shapes = post_shapes(2, 2, 256, true)}},
       .examples = {
           {.inputs = in,
            .outputs = {
