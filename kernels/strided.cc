@@ -76,8 +76,8 @@ std::string rows_name(size_t rank, int64_t per) {
 // block, so no element pays a 64-bit division by a run-time size (strided_copy's per-element
 // division and remainder put it 8x off its floor). `per` elements a thread, 256 apart (its loads
 // in flight together): one element a thread left a block of 256 threads 512 bytes to move, and
-// the copy bound by the blocks' latency, not by bandwidth. Parameters x [XN], out [ROWS, D_last];
-// XN, D0.., S0.., OFF, ROWS.
+// the copy bound by the blocks' latency, not by bandwidth; and they are loaded before any is
+// stored. Parameters x [XN], out [ROWS, D_last]; XN, D0.., S0.., OFF, ROWS.
 cc::Kernel build_strided_rows(DType dtype, size_t rank, int64_t per) {
   TR_CHECK(rank >= 2, "the rows kernel copies rank 2 and more");
   cc::KernelBuilder kb(rows_name(rank, per) + "_" + std::string(dtype_name(dtype)));
@@ -94,10 +94,28 @@ cc::Kernel build_strided_rows(DType dtype, size_t rank, int64_t per) {
   kb.body({cc::ceildiv(last, chunk), rows}, kThreads, [&](cc::Scope& s) {
     cc::Idx row = s.block_idx(1), c0 = s.block_idx(0) * chunk;
     cc::Val row_at = s.let(off + strided_index(row, outer_dims, outer_strides), "row_at");
-    s.parallel(chunk, [&](cc::Idx i) {
-      cc::Idx c = c0 + i;
-      s.if_then(c < last, [&] { out(row, c) = x(in_x(row_at + c * strides.back(), xn)); });
-    });
+    // All of a thread's loads before its stores (a load after a store waits for it: the input
+    // may alias the output, as far as the hardware knows); the chunk wholly inside the row
+    // without guards.
+    cc::Buf held = s.alloc_fragment("held", dtype, {chunk});
+    auto copy = [&](bool guarded) {
+      auto each = [&](const cc::Idx& c, const std::function<void()>& body) {
+        if (guarded)
+          s.if_then(c < last, body);
+        else
+          body();
+      };
+      s.parallel(chunk, [&](cc::Idx i) {
+        cc::Idx c = c0 + i;
+        each(c, [&] { held(i) = x(in_x(row_at + c * strides.back(), xn)); });
+      });
+      s.parallel(chunk, [&](cc::Idx i) {
+        cc::Idx c = c0 + i;
+        each(c, [&] { out(row, c) = held(i); });
+      });
+    };
+    s.if_then_else(
+        c0 + chunk <= last, [&] { copy(false); }, [&] { copy(true); });
   });
   return kb.build();
 }
