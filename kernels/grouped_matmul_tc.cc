@@ -228,13 +228,21 @@ cc::Kernel build_grouped_wgrad_tc_async(DType dtype, bool tb) {
                                  st.bs(0, p, valid + q, c) = 0.0f;
                                });
                            });
-            // dw's rows run along N, or transposed along K: either way 16-byte vectors.
+            // dw's rows run along N, or transposed along K: either way 16-byte vectors. The
+            // tile lies in dy's stage 0 (two panels of [64, 64]: 128 x 64 elements either way),
+            // so the block's shared memory is its stages' 72 KB and three blocks fit an SM (with
+            // a tile of its own, two).
             tc_store_through_shared(
                 s, dtype, {st.acc}, kWgradRows, k0, n0, k, n,
                 [&](const cc::Val& kc, const cc::Val& nc) {
                   return tb ? dw(e, nc, kc) : dw(e, kc, nc);
                 },
-                tb);
+                tb,
+                [&](const cc::Val& r, const cc::Val& c) {
+                  // (n, k) transposed: panel n / 64, row n % 64; else (k, n): row k, panel n / 64.
+                  return tb ? st.bs(cc::Val(int64_t{0}), r / 64, r % 64, c)
+                            : st.bs(cc::Val(int64_t{0}), c / 64, r, c % 64);
+                });
           });
   return kb.build();
 }

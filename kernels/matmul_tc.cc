@@ -395,17 +395,21 @@ void tc_store_through_shared(cc::Scope& s, DType dtype, const std::vector<cc::Bu
                              int64_t rows, const cc::Val& m0, const cc::Val& n0, const cc::Val& m,
                              const cc::Val& n,
                              const std::function<cc::Ref(const cc::Val&, const cc::Val&)>& c_at,
-                             bool transposed) {
+                             bool transposed, const TcTileAt& tile) {
   const int lanes = static_cast<int>(16 / dtype_bytes(dtype, 1));
   const int64_t width = kTcN / static_cast<int64_t>(frags.size());
   cc::Val whole = s.let(m0 + rows <= m && n0 + kTcN <= n, "whole");
   // Transposed, the tile is [128 (n), rows + 8 (m)] and c's rows run along m. A warp's fragment
   // stores then touch 4 column pairs x 8 rows, 16 distinct words on 16 banks.
-  cc::Buf cs = transposed ? s.alloc_shared("cs", dtype, {kTcN, rows + 8})
-                          : s.alloc_shared("cs", dtype, {rows, kTcN + 8});
+  cc::Buf own;
+  if (!tile)
+    own = transposed ? s.alloc_shared("cs", dtype, {kTcN, rows + 8})
+                     : s.alloc_shared("cs", dtype, {rows, kTcN + 8});
+  auto cs = [&](const cc::Val& r, const cc::Val& c) { return tile ? tile(r, c) : own(r, c); };
   // A tile wholly inside c: through the shared tile (a 0-or-1-trip loop, not an if: the pass
   // holds a barrier).
   s.serial(cc::select(whole, cc::Val(int64_t{1}), cc::Val(int64_t{0})), [&](cc::Idx) {
+    if (tile) s.barrier();  // every warp is done with the stages the tile lies in
     for (size_t h = 0; h < frags.size(); ++h)
       s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) {
         cc::Val col = static_cast<int64_t>(h) * width + j;

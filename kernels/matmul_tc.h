@@ -128,11 +128,15 @@ void tc_async_steps(compiler::Scope& s, const TcAsyncStaging& st, const TcAsyncB
 // edge tile element by element. c_at(i, j) names c's element at m-index i, n-index j; c's rows run
 // along n, or with `transposed` along m (c stored [n, m]: a weight gradient written transposed).
 // Block-uniform; the same one rounding of each value as a direct store, so the same bits.
+// `tile`, if given, names the shared tile's element (transposed: (n, m), else (m, n)) in memory
+// the kernel already holds (the K loop's stages, free once every gemm is done: a barrier comes
+// first), so the epilogue takes no shared memory of its own; else a padded tile is allocated.
+using TcTileAt = std::function<compiler::Ref(const compiler::Val&, const compiler::Val&)>;
 void tc_store_through_shared(
     compiler::Scope& s, DType dtype, const std::vector<compiler::Buf>& frags, int64_t rows,
     const compiler::Val& m0, const compiler::Val& n0, const compiler::Val& m,
     const compiler::Val& n,
     const std::function<compiler::Ref(const compiler::Val&, const compiler::Val&)>& c_at,
-    bool transposed = false);
+    bool transposed = false, const TcTileAt& tile = {});
 
 }  // namespace tilerun::kernels
