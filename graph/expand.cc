@@ -109,9 +109,14 @@ class Expander {
     return true;
   }
 
-  // The kernels index with 32-bit integers and launch within CUDA's grid limits: a tensor or a
-  // grid beyond them would wrap silently (and show up, if at all, as a race found in the
-  // proofs), so it is an error here, at the op's YAML position, naming the limit.
+  // Every kernel's index arithmetic is 64-bit (i64 in the IR, long long in CUDA, i64 in LLVM),
+  // so a float tensor may hold more than 2^31 elements. Two limits stay, each an error here, at
+  // the op's YAML position, naming it, instead of a value that wraps silently:
+  //  - an integer tensor holds at most 2^31 - 1 elements: its i32 values are positions and
+  //    counts of elements (counting_sort's order, bincount's counts, check_index's element);
+  //  - any tensor at most 2^40 elements, so that no index product (an element index times a
+  //    small factor) nears 2^63; and the launch's dims and grid lie within the kernel's bounds
+  //    and CUDA's limits (launch_geometry).
   void check_limits(const GraphOp& op, const kernels::KernelCall& call,
                     const std::vector<int>& scratch) const {
     const std::string what = "op '" + op.type + "' (" + direction_name(op.direction) + ")";
@@ -119,16 +124,20 @@ class Expander {
       int t = a.kind == kernels::KernelArg::Kind::Input    ? op.inputs.at(a.index)
               : a.kind == kernels::KernelArg::Kind::Output ? op.outputs.at(a.index)
                                                            : scratch.at(a.index);
+      const kernels::TensorType& type = g_.tensors[t].type;
       int64_t n = 1;
-      for (int64_t d : g_.tensors[t].type.shape)
+      for (int64_t d : type.shape)
         if (__builtin_mul_overflow(n, d, &n)) n = INT64_MAX;
-      if (n > kMaxIndexedElements)
+      const bool integer = !dtype_is_float(type.dtype);
+      const int64_t limit = integer ? kMaxIntegerElements : kMaxElements;
+      if (n > limit)
         throw Error(op.loc,
-                    what + ": tensor '" + g_.tensors[t].name + "' " +
-                        kernels::to_string(g_.tensors[t].type) + " has " + std::to_string(n) +
-                        " elements; kernel '" + call.kernel->sig.name +
-                        "' indexes with 32-bit integers, limit " +
-                        std::to_string(kMaxIndexedElements) + " elements per tensor",
+                    what + ": tensor '" + g_.tensors[t].name + "' " + kernels::to_string(type) +
+                        " has " + std::to_string(n) + " elements; kernel '" +
+                        call.kernel->sig.name + "' takes at most " + std::to_string(limit) +
+                        (integer ? " elements in an integer tensor (its values count and place "
+                                   "elements in 32 bits)"
+                                 : " elements per tensor"),
                     ErrorKind::Usage);
     }
     try {
@@ -138,7 +147,8 @@ class Expander {
     }
   }
 
-  static constexpr int64_t kMaxIndexedElements = std::numeric_limits<int32_t>::max();
+  static constexpr int64_t kMaxIntegerElements = std::numeric_limits<int32_t>::max();
+  static constexpr int64_t kMaxElements = int64_t{1} << 40;
 
   // Identical kernels (the same shared Kernel object) are compiled once.
   int kernel_index(const std::shared_ptr<const compiler::Kernel>& k) {

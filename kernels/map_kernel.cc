@@ -18,10 +18,12 @@ std::string map_name(const MapOp& op, int64_t ept) {
   return ept == 1 ? op.name : op.name + "_x" + std::to_string(ept);
 }
 
-// out[e] = fn(in0[e], in1[e], ..., scalars) for e in [0, N), `ept` elements per thread.
+// out[e] = fn(in0[e], in1[e], ..., scalars) for e in [0, N), `ept` elements per thread. N, the
+// flat element count, may pass 2^31 (its index arithmetic is 64-bit): up to the 2^40 elements
+// graph/expand.cc allows a tensor.
 cc::Kernel build_map(const MapOp& op, DType dtype, int64_t ept) {
   cc::KernelBuilder kb(map_name(op, ept) + "_" + std::string(dtype_name(dtype)));
-  cc::Dim n = kb.dim("N");
+  cc::Dim n = kb.dim("N", {.min = 1, .max = int64_t{1} << 40});
   std::vector<cc::Buf> in;
   for (int i = 0; i < op.arity; ++i) in.push_back(kb.input("in" + std::to_string(i), dtype, {n}));
   cc::Buf out = kb.output("out", dtype, {n});

@@ -169,7 +169,7 @@ cc::Kernel build_rmsnorm_fixed(DType dtype, int64_t rb, int64_t dn) {
     s.async_commit();
     s.async_wait(0);
     s.barrier();
-    cc::Buf inv = norm_inverses(s, xs, rb, dn, eps);
+    cc::Buf inv = norm_inverses(s, xs, rb, dn, kThreads, eps);
     // The tile wholly inside R runs without a guard (a guard keeps accesses scalar).
     auto rows = [&](bool guarded) {
       s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));

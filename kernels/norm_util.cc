@@ -85,10 +85,9 @@ cc::Buf row_sums(
   return tree;
 }
 
-cc::Buf norm_inverses(cc::Scope& s, const cc::Buf& xs, int64_t rows, int64_t d,
+cc::Buf norm_inverses(cc::Scope& s, const cc::Buf& xs, int64_t rows, int64_t d, int threads,
                       const cc::Val& eps) {
-  constexpr int kThreads = 128;
-  cc::Buf tree = row_sums(s, rows, d, 1, kThreads, [&](const cc::Idx& r, const cc::Idx& j) {
+  cc::Buf tree = row_sums(s, rows, d, 1, threads, [&](const cc::Idx& r, const cc::Idx& j) {
     cc::Val v = s.let(xs(r, j), "x");
     return std::vector<cc::Val>{v * v};
   });

@@ -44,9 +44,10 @@ compiler::Buf row_sums(
         values);
 
 // inv[r] = 1 / sqrt(mean of xs[r, :]² + eps) for the `rows` rows of a shared tile xs [rows, d], by
-// row_sums (128 threads); a shared f32 [rows], ready after the call's last barrier.
+// row_sums over the block's `threads` threads; a shared f32 [rows], ready after the call's last
+// barrier.
 compiler::Buf norm_inverses(compiler::Scope& s, const compiler::Buf& xs, int64_t rows, int64_t d,
-                            const compiler::Val& eps);
+                            int threads, const compiler::Val& eps);
 
 // out[c] = sum over partial rows p of partial[p, c], in a fixed order: group g of the block's 16
 // thread groups sums rows g, g + 16, ... in order, and the group sums are added in group order.

@@ -441,7 +441,7 @@ cc::Kernel build_rmsnorm_rope_fixed(DType dtype, int64_t d0, int64_t r2, int64_t
     s.async_commit();
     s.async_wait(0);
     s.barrier();
-    cc::Buf inv = norm_inverses(s, xs, hb, dn, eps);
+    cc::Buf inv = norm_inverses(s, xs, hb, dn, kThreads, eps);
     RowsFixed rows(s, dtype, hb, d0, r2);
     auto tile = [&](bool guarded) {
       rows.run(

@@ -1,6 +1,8 @@
 // Expansion at scale and at the limits: a long repeated block plans and orders correctly (the
-// plan, hazard edges and graph building were quadratic), and a tensor beyond the kernels' 32-bit
-// indexing is an error at the op's YAML position instead of a race found in the proofs.
+// plan, hazard edges and graph building were quadratic); float tensors of more than 2^31
+// elements expand (64-bit index arithmetic); a dim beyond a kernel's bounds, or an integer
+// tensor beyond 2^31 - 1 elements, is an error at the op's YAML position instead of a value that
+// wraps.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -87,17 +89,64 @@ TEST(Expand, LongRepeatedBlockPlansWithReuse) {
   }
 }
 
-TEST(Expand, TensorBeyondThe32BitIndexIsAnErrorAtTheOp) {
+TEST(Expand, ADimBeyondTheKernelsBoundsIsAnErrorAtTheOp) {
   Model model = repeated_block(1, "{T: 2147483648, D: 8}");
   OpGraph ops = build_forward(model);
   try {
     expand(std::move(ops));
-    FAIL() << "a tensor of 2^34 elements expanded";
+    FAIL() << "rmsnorm over 2^31 rows expanded";
   } catch (const Error& e) {
     std::string what = e.what();
-    EXPECT_EQ(what.rfind("chain.yaml:12:9: error: op 'rmsnorm' (forward): tensor 'x'", 0), 0u)
+    EXPECT_EQ(what.rfind("chain.yaml:12:9: error: op 'rmsnorm' (forward): kernel 'rmsnorm", 0), 0u)
         << what;
-    EXPECT_NE(what.find("indexes with 32-bit integers, limit 2147483647 elements"),
+    EXPECT_NE(what.find("= 2147483648 is outside its bounds [1, 2147483647]"), std::string::npos)
+        << what;
+    EXPECT_EQ(e.exit_code(), 2);
+  }
+}
+
+// The elements of the flat maps and the gathered table pass 2^31; every kernel and its launch
+// checks out (no element cap, no dim beyond a bound). The H200 runs both:
+// tests/cuda/large_tensor_gpu_test.cc.
+TEST(Expand, FloatTensorsBeyond2To31ElementsExpand) {
+  for (const char* text : {"model: big\ndtype: bf16\ndims: {R: 65537, C: 65536}\n"
+                           "inputs:\n  x: {shape: [R, C]}\n  w: {shape: [R, C]}\n"
+                           "layers:\n  - name: l\n    ops:\n      - {op: mul, in: [x, w], out: y}\n"
+                           "outputs: [l.y]\n",
+                           "model: table\ndtype: bf16\ndims: {V: 11718750, D: 256, N: 4096}\n"
+                           "inputs:\n  ids: {shape: [N], dtype: i32}\n"
+                           "layers:\n  - name: l\n    weights:\n      table: {shape: [V, D]}\n"
+                           "    ops:\n      - {op: embedding, in: [table, ids], out: y}\n"
+                           "outputs: [l.y]\n"}) {
+    SCOPED_TRACE(text);
+    KernelGraph kg = expand(build_forward(parse_model(text, "big.yaml")));
+    int64_t most = 0;
+    for (const GraphTensor& t : kg.ops.tensors) {
+      int64_t n = 1;
+      for (int64_t d : t.type.shape) n *= d;
+      most = std::max(most, n);
+    }
+    EXPECT_GT(most, int64_t{1} << 31);
+    EXPECT_FALSE(kg.nodes.empty());
+  }
+}
+
+TEST(Expand, AnIntegerTensorBeyond2To31ElementsIsAnErrorAtTheOp) {
+  Model model = parse_model(
+      "model: count\ndims: {T: 65536, K: 32769}\ninputs:\n  ids: {shape: [T, K], dtype: i32}\n"
+      "layers:\n  - name: l\n    ops:\n      - {op: bincount, in: ids, out: c, bins: 8}\n"
+      "outputs: [l.c]\n",
+      "count.yaml");
+  try {
+    expand(build_forward(model));
+    FAIL() << "bincount over 2^31 + 2^16 ids expanded";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    // The first kernel to meet ids is the index check the graph adds before bincount, at
+    // bincount's line.
+    EXPECT_EQ(what.rfind("count.yaml:8:9: error: op 'check_index' (forward): tensor 'ids'", 0), 0u)
+        << what;
+    EXPECT_NE(what.find("takes at most 2147483647 elements in an integer tensor"),
               std::string::npos)
         << what;
     EXPECT_EQ(e.exit_code(), 2);
