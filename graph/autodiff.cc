@@ -23,10 +23,11 @@ TensorKind kind_of(TensorRole role) {
   return TensorKind::Activation;
 }
 
-// A float input or weight: integer inputs (targets, indices) are never differentiated.
+// A float input or weight: integer inputs (targets, indices) and low-precision codes (FP4
+// weights, their E8M0 scales) are never differentiated.
 bool differentiable(const GraphTensor& t) {
   return (t.kind == TensorKind::Input || t.kind == TensorKind::Weight) &&
-         dtype_is_float(t.type.dtype);
+         dtype_is_differentiable(t.type.dtype);
 }
 
 // Whether each tensor is a float that depends on a float input or weight: only those carry
@@ -47,7 +48,7 @@ std::vector<bool> requires_grad(const OpGraph& g) {
           schema && std::find(schema->detached_outputs.begin(), schema->detached_outputs.end(),
                               static_cast<int>(o)) != schema->detached_outputs.end();
       const int out = op.outputs[o];
-      req[out] = any && !detached && dtype_is_float(g.tensors[out].type.dtype);
+      req[out] = any && !detached && dtype_is_differentiable(g.tensors[out].type.dtype);
     }
   }
   return req;

@@ -39,7 +39,8 @@ void append_update(const Model& model, OpGraph& g) {
   for (size_t i = 0; i < tensors; ++i) {
     const GraphTensor t = g.tensors[i];  // a copy: add_state grows g.tensors
     const int w = static_cast<int>(i);
-    if (t.kind != TensorKind::Weight || !dtype_is_float(t.type.dtype) || !g.grad.count(w)) continue;
+    if (t.kind != TensorKind::Weight || !dtype_is_differentiable(t.type.dtype) || !g.grad.count(w))
+      continue;
     const int dw = g.grad.at(w);
     GraphOp op{.layer = layer_of.count(t.name) ? layer_of.at(t.name) : last_layer,
                .direction = Direction::Update,

@@ -57,6 +57,8 @@ std::vector<OpCatalogRow> op_catalog(const OpRegistry& registry) {
       fixed.push_back(s.inputs[i] + ": " + std::string(dtype_name(d)));
     for (const auto& [i, d] : s.output_dtypes)
       fixed.push_back(s.outputs[i] + ": " + std::string(dtype_name(d)));
+    for (const auto& [i, attr] : s.output_dtype_attrs)
+      fixed.push_back(s.outputs[i] + ": the dtype " + attr + " names");
     rows.push_back({.op = name,
                     .inputs = inputs.empty() ? "none" : join(inputs, ", "),
                     .outputs = join(outputs, ", "),

@@ -121,6 +121,9 @@ struct OpTestCase {
   // Inputs computed from the drawn ones (a sort's permutation and offsets that must agree with
   // the ids: sparse_attention_grad's order and offsets); run on the inputs after the draw.
   std::function<void(std::vector<RefTensor>&)> derive = {};
+  // Inputs (by index) of this dtype in this case, whatever the op's (dequantize's codes and
+  // scales); drawn as floats in [lo, hi) and rounded to it.
+  std::map<int, DType> input_dtypes = {};
 };
 
 // A worked example: literal inputs and the outputs the reference must give (to 1e-12 relative),
@@ -129,6 +132,7 @@ struct OpExample {
   std::vector<RefTensor> inputs = {};
   Attrs attrs = {};
   std::vector<RefTensor> outputs = {};
+  std::map<int, DType> input_dtypes = {};  // as OpTestCase::input_dtypes
 };
 
 // What the shared suites run for an op. Kernel cases run once per dtype of the op (CPU JIT
@@ -191,6 +195,9 @@ struct OpSchema {
   // Non-empty: the outputs take the dtype named by this String attribute instead of the inputs'
   // (cast's `to`; fill's and iota's `dtype`, ops without inputs), one of `dtypes`.
   std::string dtype_attr = {};
+  // Output slots whose dtype a String attribute names (quantize's codes by `format`, its scales by
+  // `scale`); inference checks the name.
+  std::map<int, std::string> output_dtype_attrs = {};
 
   // Output types from input types and (defaults-filled) attributes; throws ShapeError.
   std::function<std::vector<TensorType>(const std::vector<TensorType>&, const Attrs&)> infer;

@@ -24,6 +24,7 @@
 #include "kernels/expand_util.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/op_registry.h"
+#include "kernels/quant_format.h"
 #include "kernels/ref_util.h"
 #include "kernels/ref_values.h"
 #include "kernels/schema_util.h"
@@ -38,21 +39,13 @@ constexpr int kThreads = 128;
 // Elements of one tiled CUDA block (16 KiB of f32 staging): 128 blocks of 32, 32 of 128.
 constexpr int64_t kTileElems = 4096;
 
-// A format's rounding in the reference: significand digits, smallest normal exponent, largest
-// finite magnitude, and whether an overflow saturates (else it is inf).
-struct Format {
-  DType dtype;
-  int digits, emin;
-  double max;
-  bool saturates;
-};
-
-Format format_named(const std::string& name) {
-  if (name == "f8e4m3") return {DType::F8E4M3, 4, -6, 448.0, true};
-  if (name == "f8e5m2") return {DType::F8E5M2, 3, -14, 57344.0, false};
-  if (name == "fp4e2m1") return {DType::FP4E2M1, 2, 0, 6.0, true};
-  throw ShapeError("attribute 'format' is '" + name + "', expected one of f8e4m3, f8e5m2, fp4e2m1");
-}
+using quant::Divisor;
+using quant::f32;
+using quant::Format;
+using quant::format_named;
+using quant::from_bits;
+using quant::i32;
+using quant::magnitude;
 
 bool pow2_scale(const Attrs& attrs) {
   const std::string& s = attr_string(attrs, "scale");
@@ -77,95 +70,22 @@ std::vector<TensorType> infer_fake_quant(const std::vector<TensorType>& in, cons
 
 // ---- Reference: double arithmetic rounded to f32 where the kernel rounds ------------------
 
-double f32(double v) { return static_cast<double>(static_cast<float>(v)); }
-
-// v (an f32 value) rounded to the format: nearest even, subnormals below 2^emin. e2m1 has no
-// NaN: a NaN gives +max, as the kernel's rounding (narrow_float.h) and the fp4 store do.
-double round_format(double v, const Format& f) {
-  if (std::isnan(v) && f.dtype == DType::FP4E2M1) return f.max;
-  if (!std::isfinite(v) || v == 0) {
-    if (std::isinf(v) && f.saturates) return std::copysign(f.max, v);
-    return v;
-  }
-  int e = std::max(std::ilogb(v), f.emin);
-  double quantum = std::ldexp(1.0, e - (f.digits - 1));
-  double r = std::nearbyint(v / quantum) * quantum;
-  if (std::abs(r) > f.max) return f.saturates ? std::copysign(f.max, v) : std::copysign(kInf(), v);
-  return r;
-}
-
-// The smallest power of two >= s (s finite and > 0).
-double ceil_pow2(double s) {
-  int e = 0;
-  double m = std::frexp(s, &e);  // s = m·2^e, m in [0.5, 1)
-  return m == 0.5 ? s : std::ldexp(1.0, e);
-}
-
 std::vector<RefTensor> ref_fake_quant(const std::vector<RefTensor>& in, const Attrs& attrs) {
   const Format f = format_named(attr_string(attrs, "format"));
   const bool pow2 = pow2_scale(attrs);
   const int64_t block = attr_int(attrs, "block");
   RefTensor y = in[0];
   for (int64_t b0 = 0; b0 < y.numel(); b0 += block) {
-    double amax = 0;
-    for (int64_t j = b0; j < b0 + block; ++j) {
-      double a = std::abs(in[0].data[j]);
-      amax = std::isnan(a) || std::isnan(amax) ? kNaN() : std::max(amax, a);
-    }
+    const double amax = quant::amax(&in[0].data[b0], block);
     double s = amax == 0 ? 1.0 : f32(amax / f.max);
-    if (pow2 && std::isfinite(s) && s > 0) s = ceil_pow2(s);
+    if (pow2 && std::isfinite(s) && s > 0) s = quant::ceil_pow2(s);
     for (int64_t j = b0; j < b0 + block; ++j)
-      y.data[j] = f32(round_format(f32(in[0].data[j] / s), f) * s);
+      y.data[j] = f32(quant::round_format(f32(in[0].data[j] / s), f) * s);
   }
   return {y};
 }
 
 // ---- Kernel ----------------------------------------------------------------------------------
-
-cc::Val bits(const cc::Val& x) { return cc::bitcast(cc::Type::I32, x); }
-cc::Val from_bits(const cc::Val& b) { return cc::bitcast(cc::Type::F32, b); }
-cc::Val i32(int64_t v) { return cc::literal(cc::Type::I32, v); }
-
-// The smallest power of two >= s for a finite s > 0 (inf and NaN pass through): a normal s
-// with a fraction moves to the next exponent; a subnormal one is scaled by 2^64 first (exact).
-cc::Val ceil_pow2(cc::Scope& s, const cc::Val& x) {
-  cc::Val e = s.let(cc::shr_logical(bits(x), i32(23)) & i32(0xff), "se");
-  cc::Val t = s.let(cc::select(e == i32(0), x * 0x1p64f, x), "st");
-  cc::Val tb = s.let(bits(t), "stb");
-  cc::Val up = from_bits(cc::shl((cc::shr_logical(tb, i32(23)) & i32(0xff)) + i32(1), i32(23)));
-  cc::Val r = s.let(cc::select((tb & i32(0x7fffff)) == i32(0), t, up), "sr");
-  cc::Val back = cc::select(e == i32(0), r * 0x1p-64f, r);
-  return cc::select(e == i32(0xff) || x == 0.0f, x, back);
-}
-
-// scale for a block whose max |x| is amax.
-cc::Val block_scale(cc::Scope& s, const cc::Val& amax, const Format& f, bool pow2) {
-  cc::Val q = s.let(amax / static_cast<float>(f.max), "q");
-  cc::Val scale = s.let(cc::select(amax == 0.0f, cc::Val(1.0f), q), "scale");
-  return pow2 ? s.let(ceil_pow2(s, scale), "scale2") : scale;
-}
-
-// |x| as i32 bits. Non-negative floats order as their bits and a NaN's bits are above every one
-// of them, so an integer max of these is max |x| with NaN sticking (any NaN gives a NaN).
-cc::Val magnitude(const cc::Val& x) { return bits(x) & i32(0x7fffffff); }
-
-// A row's x / scale. With a power-of-two scale it is (x * pre) * post, one rounding, the same
-// bits, two multiplies instead of a division per element: for a normal scale, pre = 1 and post =
-// 1/scale is exact (2^-127, a subnormal, for 2^127); for a subnormal one (its reciprocal beyond
-// f32), pre = 2^64 is exact on x (|x| <= amax < 2^-117 there) and post = 1/(scale * 2^64) is
-// exact; a scale of 0, inf or NaN gives post = inf, 0 or NaN, so x * post is x / scale.
-struct Divisor {
-  cc::Val scale, pre, post;
-  bool pow2;
-  cc::Val divide(const cc::Val& x) const { return pow2 ? x * pre * post : x / scale; }
-};
-
-Divisor divisor(cc::Scope& s, const cc::Val& scale, bool pow2) {
-  if (!pow2) return {scale, cc::Val(), cc::Val(), false};
-  cc::Val subnormal = (bits(scale) & i32(0x7f800000)) == i32(0);
-  cc::Val pre = s.let(cc::select(subnormal, cc::Val(0x1p64f), cc::Val(1.0f)), "pre");
-  return {scale, pre, s.let(1.0f / (scale * pre), "post"), true};
-}
 
 cc::Val quantize(const Format& f, const cc::Val& v, const cc::Val& scale) {
   // The code's value, rounded on the f32 bits (narrow_float.h: the same bits as encoding and
@@ -234,7 +154,7 @@ cc::Kernel build_fake_quant_tiled(DType dtype, const Format& f, bool pow2, int64
     s.parallel(rows, [&](cc::Idx r) {
       amax(r) = i32(0);
       s.serial(spans, [&](cc::Idx g) { amax(r) = cc::max(amax(r), span_max(r, g)); });
-      Divisor d = divisor(s, block_scale(s, from_bits(amax(r)), f, pow2), pow2);
+      Divisor d = quant::divisor(s, quant::block_scale(s, from_bits(amax(r)), f, pow2), pow2);
       scales(r) = d.scale;
       if (pow2) {
         pres(r) = d.pre;
@@ -273,7 +193,7 @@ cc::Kernel build_fake_quant(DType dtype, const Format& f, bool pow2, const std::
       s.if_then(r < nb, [&] {
         amax(t) = i32(0);
         s.serial(b, [&](cc::Idx j) { amax(t) = cc::max(amax(t), magnitude(x(r, j))); });
-        Divisor d = divisor(s, block_scale(s, from_bits(amax(t)), f, pow2), pow2);
+        Divisor d = quant::divisor(s, quant::block_scale(s, from_bits(amax(t)), f, pow2), pow2);
         s.serial(b,
                  [&](cc::Idx j) { y(r, j) = quantize(f, s.let(d.divide(x(r, j)), "v"), d.scale); });
       });

@@ -29,6 +29,9 @@ const DTypeInfo& info(DType t) { return kDTypes[static_cast<size_t>(t)]; }
 std::string_view dtype_name(DType t) { return info(t).name; }
 int dtype_bits(DType t) { return info(t).bits; }
 bool dtype_is_float(DType t) { return info(t).is_float; }
+bool dtype_is_differentiable(DType t) {
+  return t == DType::F32 || t == DType::BF16 || t == DType::F16;
+}
 int64_t dtype_bytes(DType t, int64_t n) { return (n * info(t).bits + 7) / 8; }
 
 std::optional<DType> parse_dtype(std::string_view name) {

@@ -139,11 +139,12 @@ std::vector<LossTerm> parse_layer_loss(const YamlNode& node, const std::string& 
 }
 
 std::vector<LossTerm> default_loss_terms(const Model& model) {
-  // An integer output (argmax's index) has no square to halve and no gradient: left out.
+  // An integer output (argmax's index) or low-precision codes and scales (quantize's) have no
+  // square to halve and no gradient: left out.
   std::vector<const TensorDecl*> outputs;
   for (const std::string& out : model.outputs) {
     const TensorDecl* decl = model.find_tensor(out);
-    if (decl && dtype_is_float(decl->dtype)) outputs.push_back(decl);
+    if (decl && dtype_is_differentiable(decl->dtype)) outputs.push_back(decl);
   }
   std::vector<LossTerm> terms;
   for (const TensorDecl* out : outputs) {

@@ -27,6 +27,9 @@ std::optional<DType> parse_dtype(std::string_view name);
 // Bits per element (4 for FP4E2M1).
 int dtype_bits(DType t);
 bool dtype_is_float(DType t);
+// Whether tensors of the dtype carry gradients: f32, bf16 and f16. Integers and low-precision
+// codes and scales (f8e4m3, f8e5m2, fp4e2m1, e8m0: quantize's outputs, FP4 weights) do not.
+bool dtype_is_differentiable(DType t);
 // Bytes needed for n elements (packed FP4 rounds up to whole bytes).
 int64_t dtype_bytes(DType t, int64_t n);
 

@@ -144,7 +144,11 @@ std::ostream& operator<<(std::ostream& os, const OpParam& p) {
 std::vector<OpParam> op_params() {
   std::vector<OpParam> out;
   for (const kernels::testing::OpCase& c : kernels::testing::registry_cases(/*gradient=*/false))
-    for (DType dtype : kernels::testing::schema_of(c.op).dtypes) out.push_back({c, dtype});
+    for (DType dtype : kernels::testing::schema_of(c.op).dtypes) {
+      kernels::testing::OpCase k = c;
+      k.c.attrs = kernels::testing::case_attrs(kernels::testing::schema_of(c.op), c.c, dtype);
+      out.push_back({k, dtype});
+    }
   return out;
 }
 
@@ -171,8 +175,10 @@ std::string one_op_model(const OpParam& p) {
       y << "], dtype: " << dtype_name(schema.input_dtypes.at(static_cast<int>(i)))
         << ", init: {uniform: {low: " << p.kase.c.int_lo - 0.5
         << ", high: " << p.kase.c.int_hi - 0.5 << "}}}\n";
-    else if (schema.input_dtypes.count(static_cast<int>(i)))
-      y << "], dtype: " << dtype_name(schema.input_dtypes.at(static_cast<int>(i)))
+    else if (schema.input_dtypes.count(static_cast<int>(i)) ||
+             p.kase.c.input_dtypes.count(static_cast<int>(i)))
+      y << "], dtype: "
+        << dtype_name(kernels::testing::input_dtype(schema, i, p.dtype, p.kase.c.input_dtypes))
         << ", init: {uniform: {low: " << p.kase.c.lo << ", high: " << p.kase.c.hi << "}}}\n";
     else
       y << "], init: {uniform: {low: " << p.kase.c.lo << ", high: " << p.kase.c.hi << "}}}\n";
@@ -180,7 +186,7 @@ std::string one_op_model(const OpParam& p) {
   }
   // As many outputs as inference gives (split's depend on its attributes).
   const std::vector<kernels::TensorType> in_types =
-      kernels::testing::input_types(schema, p.kase.c.shapes, p.dtype);
+      kernels::testing::input_types(schema, p.kase.c.shapes, p.dtype, p.kase.c.input_dtypes);
   const size_t n_out =
       schema.infer(in_types, kernels::testing::with_defaults(schema, p.kase.c.attrs)).size();
   for (size_t i = 0; i < n_out; ++i) {

@@ -60,10 +60,11 @@ class KernelRunner {
   // Expands `op` for inputs of `dtype` (slots of a fixed dtype keep theirs) and runs its kernels;
   // returns the outputs' bytes. Every output and scratch element starts as `poison`.
   std::vector<Bytes> run(const std::string& op, const std::vector<RefTensor>& inputs,
-                         const Attrs& attrs_in, DType dtype, double poison) {
+                         const Attrs& attrs_in, DType dtype, double poison,
+                         const std::map<int, DType>& input_dtypes = {}) {
     const OpSchema& schema = schema_of(op);
     Attrs attrs = with_defaults(schema, attrs_in);
-    std::vector<TensorType> in_types = input_types(schema, inputs, dtype);
+    std::vector<TensorType> in_types = input_types(schema, inputs, dtype, input_dtypes);
     std::vector<TensorType> out_types = schema.infer(in_types, attrs);
     EXPECT_TRUE(schema.expand) << op << " has no kernels";
     if (!schema.expand) return {};
@@ -91,13 +92,16 @@ class KernelRunner {
                    : a.kind == KernelArg::Kind::Output ? out.at(a.index)
                                                        : scratch.at(a.index);
         const compiler::BufferParam& p = sig.buffers[b];
-        // The binding must fit the parameter: an input slot only read, dtypes and sizes equal.
+        // The binding must fit the parameter: an input slot only read, dtypes and sizes equal (a
+        // packed fp4e2m1 tensor may be seen as its bytes: u8, half as many elements).
         EXPECT_FALSE(a.kind == KernelArg::Kind::Input && p.is_output)
             << sig.name << " writes input slot " << a.index << " through " << p.name;
-        EXPECT_EQ(p.dtype, t.dtype) << sig.name << " parameter " << p.name;
+        const bool fp4_bytes = t.dtype == DType::FP4E2M1 && p.dtype == DType::U8;
+        EXPECT_TRUE(p.dtype == t.dtype || fp4_bytes) << sig.name << " parameter " << p.name;
         int64_t n = 1;
         for (const compiler::Expr& e : p.shape) n *= compiler::eval_index(e, dims);
-        EXPECT_EQ(n, t.size()) << sig.name << " parameter " << p.name;
+        EXPECT_EQ(n, fp4_bytes ? (t.size() + 1) / 2 : t.size())
+            << sig.name << " parameter " << p.name;
         args.buffers.push_back(t.data.data());
       }
       compiled(call.kernel).launch(args);

@@ -88,8 +88,7 @@ std::vector<KernelParam> kernel_params() {
     for (DType dtype : s.dtypes) {
       // An op without inputs (fill) gets its dtype from its attribute.
       testing::OpCase k = c;
-      if (!s.dtype_attr.empty() && k.c.shapes.empty())
-        k.c.attrs[s.dtype_attr] = std::string(dtype_name(dtype));
+      k.c.attrs = testing::case_attrs(s, c.c, dtype);
       out.push_back({k, dtype});
     }
   }
@@ -108,7 +107,8 @@ class KernelTest : public ::testing::TestWithParam<KernelParam> {
     const OpSchema& schema = testing::schema_of(op());
     std::vector<RefTensor> in = testing::random_inputs(rng_, schema, kase());
     for (size_t i = 0; i < in.size(); ++i)
-      in[i] = testing::rounded(testing::input_dtype(schema, i, dtype()), in[i]);
+      in[i] =
+          testing::rounded(testing::input_dtype(schema, i, dtype(), kase().input_dtypes), in[i]);
     return in;
   }
 
@@ -118,7 +118,7 @@ class KernelTest : public ::testing::TestWithParam<KernelParam> {
 TEST_P(KernelTest, MatchesReference) {
   std::vector<RefTensor> in = inputs();
   std::vector<RefTensor> want = testing::run_reference(op(), in, kase().attrs);
-  std::vector<Bytes> got = runner().run(op(), in, kase().attrs, dtype(), kNaN);
+  std::vector<Bytes> got = runner().run(op(), in, kase().attrs, dtype(), kNaN, kase().input_dtypes);
   ASSERT_EQ(got.size(), want.size());
   double scale = 0;
   for (const RefTensor& t : in)
@@ -133,8 +133,8 @@ TEST_P(KernelTest, MatchesReference) {
 // Two launches (with different poison) give the same bits.
 TEST_P(KernelTest, Deterministic) {
   std::vector<RefTensor> in = inputs();
-  std::vector<Bytes> a = runner().run(op(), in, kase().attrs, dtype(), kNaN);
-  std::vector<Bytes> b = runner().run(op(), in, kase().attrs, dtype(), 1234.5);
+  std::vector<Bytes> a = runner().run(op(), in, kase().attrs, dtype(), kNaN, kase().input_dtypes);
+  std::vector<Bytes> b = runner().run(op(), in, kase().attrs, dtype(), 1234.5, kase().input_dtypes);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_TRUE(a[i].data == b[i].data) << "output " << i << " differs between launches";
@@ -170,7 +170,8 @@ class KernelExample : public ::testing::TestWithParam<ExampleParam> {};
 
 TEST_P(KernelExample, GivesTheWrittenOutputs) {
   const OpExample& ex = testing::schema_of(GetParam().op).tests.examples[GetParam().index];
-  std::vector<Bytes> got = runner().run(GetParam().op, ex.inputs, ex.attrs, DType::F32, 1234.5);
+  std::vector<Bytes> got =
+      runner().run(GetParam().op, ex.inputs, ex.attrs, DType::F32, 1234.5, ex.input_dtypes);
   ASSERT_EQ(got.size(), ex.outputs.size());
   for (size_t o = 0; o < got.size(); ++o) {
     std::vector<double> g = testing::decode(got[o]);
@@ -212,7 +213,8 @@ TEST(CudaCompile, EveryKernelCompilesToCubin) {
   for (const KernelParam& p : kernel_params()) {
     const OpSchema& schema = testing::schema_of(p.kase.op);
     Attrs attrs = testing::with_defaults(schema, p.kase.c.attrs);
-    std::vector<TensorType> in = testing::input_types(schema, p.kase.c.shapes, p.dtype);
+    std::vector<TensorType> in =
+        testing::input_types(schema, p.kase.c.shapes, p.dtype, p.kase.c.input_dtypes);
     OpExpansion ex = schema.expand(in, schema.infer(in, attrs), attrs);
     for (const KernelCall& call : ex.calls) {
       if (!seen.insert(call.kernel.get()).second) continue;

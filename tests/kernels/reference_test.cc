@@ -231,7 +231,8 @@ TEST_P(ReferenceCase, AgreesWithInference) {
   Attrs attrs = testing::with_defaults(s, GetParam().c.attrs);
   std::vector<RefTensor> in = testing::random_inputs(rng_, s, GetParam().c);
   std::vector<RefTensor> got = s.reference(in, attrs);
-  std::vector<TensorType> want = s.infer(testing::input_types(s, in), attrs);
+  std::vector<TensorType> want =
+      s.infer(testing::input_types(s, in, DType::F32, GetParam().c.input_dtypes), attrs);
   for (TensorType& t : want) t.dtype = DType::F32;  // references hold doubles, typed f32 here
   EXPECT_EQ(testing::types_of(got), want);
   for (const RefTensor& t : got)
@@ -249,25 +250,30 @@ TEST_P(ReferenceCase, AgreesWithInference) {
 // index_established, which has no inputs) has no dtype of its own to refuse.
 TEST_P(ReferenceCase, InferenceAcceptsExactlyTheListedDtypes) {
   const OpSchema& s = testing::schema_of(GetParam().op);
-  Attrs attrs = testing::with_defaults(s, GetParam().c.attrs);
-  const bool no_inputs = GetParam().c.shapes.empty();
-  const bool all_fixed = (!no_inputs || s.dtype_attr.empty()) &&
-                         s.input_dtypes.size() == GetParam().c.shapes.size() &&
-                         s.output_dtypes.size() == s.outputs.size();
+  const OpTestCase& c = GetParam().c;
+  Attrs attrs = testing::with_defaults(s, c.attrs);
+  const bool from_attr = testing::dtype_from_attr(s, c.shapes.size(), c.input_dtypes);
+  const bool all_fixed = !from_attr &&
+                         s.input_dtypes.size() + c.input_dtypes.size() == c.shapes.size() &&
+                         s.output_dtypes.size() + s.output_dtype_attrs.size() == s.outputs.size();
   for (DType dtype : testing::kAllDTypes) {
-    std::vector<TensorType> in = testing::input_types(s, GetParam().c.shapes, dtype);
-    // Ops without inputs take the dtype from their attribute, cast from its `to`.
-    if (no_inputs && !s.dtype_attr.empty()) attrs[s.dtype_attr] = std::string(dtype_name(dtype));
+    std::vector<TensorType> in = testing::input_types(s, c.shapes, dtype, c.input_dtypes);
+    // Ops whose inputs do not carry the dtype take it from their attribute (fill's `dtype`); cast
+    // takes its output's from `to`.
+    if (from_attr) attrs[s.dtype_attr] = std::string(dtype_name(dtype));
     DType want = dtype;
-    if (!no_inputs && !s.dtype_attr.empty())
+    if (!from_attr && !s.dtype_attr.empty())
       want = *parse_dtype(std::get<std::string>(attrs.at(s.dtype_attr)));
     bool listed = std::find(s.dtypes.begin(), s.dtypes.end(), dtype) != s.dtypes.end();
     if (listed) {
       std::vector<TensorType> out = s.infer(in, attrs);
       for (size_t i = 0; i < out.size(); ++i) {
         auto fixed = s.output_dtypes.find(static_cast<int>(i));
-        EXPECT_EQ(out[i].dtype, fixed == s.output_dtypes.end() ? want : fixed->second)
-            << dtype_name(dtype) << " output " << i;
+        auto named = s.output_dtype_attrs.find(static_cast<int>(i));
+        const DType expected = named != s.output_dtype_attrs.end()
+                                   ? *parse_dtype(std::get<std::string>(attrs.at(named->second)))
+                                   : (fixed == s.output_dtypes.end() ? want : fixed->second);
+        EXPECT_EQ(out[i].dtype, expected) << dtype_name(dtype) << " output " << i;
       }
     } else if (!all_fixed) {
       EXPECT_THROW(s.infer(in, attrs), ShapeError) << dtype_name(dtype);

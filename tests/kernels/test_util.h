@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <numeric>
 #include <ostream>
 #include <random>
@@ -128,32 +129,57 @@ inline std::vector<TensorType> types_of(const std::vector<RefTensor>& ts) {
   return out;
 }
 
-// The dtype of input slot i of an op run in `dtype`: its fixed dtype (an integer slot, a loss
-// value) or `dtype`.
-inline DType input_dtype(const OpSchema& schema, size_t i, DType dtype) {
+// The dtype of input slot i of an op run in `dtype`: the case's (OpTestCase::input_dtypes,
+// `per_case`), its fixed dtype (an integer slot, a loss value) or `dtype`.
+inline DType input_dtype(const OpSchema& schema, size_t i, DType dtype,
+                         const std::map<int, DType>& per_case = {}) {
+  if (auto c = per_case.find(static_cast<int>(i)); c != per_case.end()) return c->second;
   auto it = schema.input_dtypes.find(static_cast<int>(i));
   return it == schema.input_dtypes.end() ? dtype : it->second;
 }
 
 // Input slot i holds integers: never differentiated, drawn from [int_lo, int_hi).
-inline bool integer_input(const OpSchema& schema, size_t i) {
-  return !dtype_is_float(input_dtype(schema, i, DType::F32));
+inline bool integer_input(const OpSchema& schema, size_t i,
+                          const std::map<int, DType>& per_case = {}) {
+  return !dtype_is_float(input_dtype(schema, i, DType::F32, per_case));
+}
+
+// Whether an op run on this case takes its dtype from its dtype attribute: it has one and none
+// of its inputs carries the op's dtype (fill has none; dequantize's codes and scales have the
+// case's dtypes); the suites then set the attribute to the dtype they run.
+inline bool dtype_from_attr(const OpSchema& schema, size_t inputs,
+                            const std::map<int, DType>& per_case) {
+  if (schema.dtype_attr.empty()) return false;
+  for (size_t i = 0; i < inputs; ++i)
+    if (!schema.input_dtypes.count(static_cast<int>(i)) && !per_case.count(static_cast<int>(i)))
+      return false;
+  return true;
+}
+
+// The case's attributes for a run in `dtype` (see dtype_from_attr).
+inline Attrs case_attrs(const OpSchema& schema, const OpTestCase& c, DType dtype) {
+  Attrs attrs = c.attrs;
+  if (dtype_from_attr(schema, c.shapes.size(), c.input_dtypes))
+    attrs[schema.dtype_attr] = std::string(dtype_name(dtype));
+  return attrs;
 }
 
 // The types of an op's inputs when it runs in `dtype`.
 inline std::vector<TensorType> input_types(const OpSchema& schema,
                                            const std::vector<std::vector<int64_t>>& shapes,
-                                           DType dtype = DType::F32) {
+                                           DType dtype = DType::F32,
+                                           const std::map<int, DType>& per_case = {}) {
   std::vector<TensorType> out;
   for (size_t i = 0; i < shapes.size(); ++i)
-    out.push_back({input_dtype(schema, i, dtype), shapes[i]});
+    out.push_back({input_dtype(schema, i, dtype, per_case), shapes[i]});
   return out;
 }
 inline std::vector<TensorType> input_types(const OpSchema& schema, const std::vector<RefTensor>& ts,
-                                           DType dtype = DType::F32) {
+                                           DType dtype = DType::F32,
+                                           const std::map<int, DType>& per_case = {}) {
   std::vector<std::vector<int64_t>> shapes;
   for (const RefTensor& t : ts) shapes.push_back(t.shape);
-  return input_types(schema, shapes, dtype);
+  return input_types(schema, shapes, dtype, per_case);
 }
 
 // Fresh inputs for one case of `schema`: floats as random_inputs(c) (masks 0/1), integer slots
@@ -162,7 +188,7 @@ inline std::vector<RefTensor> random_inputs(std::mt19937_64& rng, const OpSchema
                                             const OpTestCase& c) {
   std::vector<RefTensor> in;
   for (size_t i = 0; i < c.shapes.size(); ++i) {
-    if (!integer_input(schema, i)) {
+    if (!integer_input(schema, i, c.input_dtypes)) {
       in.push_back(random_tensor(rng, c.shapes[i], c));
       if (std::find(c.masks.begin(), c.masks.end(), static_cast<int>(i)) != c.masks.end())
         for (double& v : in.back().data) v = std::bernoulli_distribution(0.5)(rng) ? 1.0 : 0.0;
