@@ -255,12 +255,16 @@ cc::Buf q_buffer(cc::KernelBuilder& kb, const std::string& name, DType format, c
 }
 
 // Parameters x [NB, B], q [NB, B] (bytes [NB, B/2] for fp4), s [NB]: 1×B blocks, B <= kTileElems,
-// R = kTileElems / B rows of blocks a CUDA block.
+// R = kTileElems / B rows of blocks a CUDA block. For the 8-bit formats x stays in registers (a
+// fragment) from its load to the encoding, and a whole tile (all but the last) moves without a
+// row guard, so its loads and the codes' stores go as vectors (fake_quant's tiling); fp4 codes
+// pair up into bytes, so that kernel reads x again (from L2) a byte at a time.
 cc::Kernel build_quantize_rows(DType dtype, const Format& f, DType sd, int64_t block,
                                const std::string& name) {
-  const int64_t rows = kTileElems / block, pack = f.dtype == DType::FP4E2M1 ? 2 : 1;
+  const int64_t rows = kTileElems / block;
+  const bool packed = f.dtype == DType::FP4E2M1, pow2 = sd == DType::E8M0;
+  const int width = block % 8 == 0 ? 8 : 1;
   const int64_t span = block % 8 == 0 && rows < kThreads ? 8 : block, spans = block / span;
-  const bool pow2 = sd == DType::E8M0;
   cc::KernelBuilder kb(name);
   cc::Dim nb = kb.dim("NB");
   cc::Buf x = kb.input("x", dtype, {nb, cc::Val(block)});
@@ -273,14 +277,33 @@ cc::Kernel build_quantize_rows(DType dtype, const Format& f, DType sd, int64_t b
     cc::Buf scales = s.alloc_shared("scales", DType::F32, {rows});
     cc::Buf pres = s.alloc_shared("pres", DType::F32, {rows});
     cc::Buf posts = s.alloc_shared("posts", DType::F32, {rows});
-    // Rows past the tensor's end get magnitude 0, so the folds below need no guard.
-    s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
+    cc::Buf xf;
+    if (!packed) xf = s.alloc_fragment("xf", DType::F32, {rows, block});
+    auto whole_or_guarded = [&](const std::function<void(bool)>& part) {
       s.if_then_else(
-          r0 + r < nb, [&] { mag(r, j) = quant::magnitude(x(r0 + r, j)); },
-          [&] { mag(r, j) = i32(0); });
+          r0 + rows <= nb, [&] { part(false); }, [&] { part(true); });
+    };
+    // Rows past the tensor's end get magnitude 0, so the folds below need no guard.
+    whole_or_guarded([&](bool guarded) {
+      s.annotate_layout(packed ? 1 : width);
+      s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
+        auto load = [&] {
+          if (packed) {
+            mag(r, j) = quant::magnitude(x(r0 + r, j));
+            return;
+          }
+          xf(r, j) = x(r0 + r, j);
+          mag(r, j) = quant::magnitude(xf(r, j));
+        };
+        if (guarded)
+          s.if_then_else(r0 + r < nb, load, [&] { mag(r, j) = i32(0); });
+        else
+          load();
+      });
     });
     s.barrier();
     cc::Buf m = s.alloc_fragment("m", DType::I32, {rows, spans});
+    s.annotate_layout(1);
     s.parallel(rows, spans, [&](cc::Idx r, cc::Idx g) {
       m(r, g) = i32(0);
       s.serial(span, [&](cc::Idx k) { m(r, g) = cc::max(m(r, g), mag(r, g * span + k)); });
@@ -288,6 +311,7 @@ cc::Kernel build_quantize_rows(DType dtype, const Format& f, DType sd, int64_t b
     });
     s.barrier();
     cc::Buf amax = s.alloc_fragment("amax", DType::I32, {rows});
+    s.annotate_layout(1);
     s.parallel(rows, [&](cc::Idx r) {
       amax(r) = i32(0);
       s.serial(spans, [&](cc::Idx g) { amax(r) = cc::max(amax(r), span_max(r, g)); });
@@ -300,10 +324,20 @@ cc::Kernel build_quantize_rows(DType dtype, const Format& f, DType sd, int64_t b
       s.if_then(r0 + r < nb, [&] { so(r0 + r) = d.scale; });
     });
     s.barrier();
-    s.parallel(rows, block / pack, [&](cc::Idx r, cc::Idx u) {
-      s.if_then(r0 + r < nb, [&] {
-        const quant::Divisor d{s.let(scales(r), "scale"), pres(r), posts(r), pow2};
-        encode_unit(f, q, r0 + r, u, [&](const cc::Val& j) { return d.divide(x(r0 + r, j)); });
+    whole_or_guarded([&](bool guarded) {
+      s.annotate_layout(packed ? 1 : width);
+      s.parallel(rows, packed ? block / 2 : block, [&](cc::Idx r, cc::Idx u) {
+        auto write = [&] {
+          const quant::Divisor d{s.let(scales(r), "scale"), pres(r), posts(r), pow2};
+          if (packed)
+            encode_unit(f, q, r0 + r, u, [&](const cc::Val& j) { return d.divide(x(r0 + r, j)); });
+          else
+            q(r0 + r, u) = d.divide(xf(r, u));
+        };
+        if (guarded)
+          s.if_then(r0 + r < nb, write);
+        else
+          write();
       });
     });
   });
@@ -364,38 +398,49 @@ cc::Kernel build_quantize_blocks(DType dtype, const Format& f, DType sd, int64_t
   return kb.build();
 }
 
-// Parameters q [MB·R, NB·B] (bytes for fp4), s [MB, NB], y [MB·R, NB·B]: one thread per code
-// (per byte for fp4), 256 a CUDA block along a row.
+// Parameters q [MB·R, NB·B] (bytes for fp4), s [MB, NB], y [MB·R, NB·B]. 8-bit codes: a thread
+// takes W consecutive codes of a row (16 when the block's width allows: one 16-byte load), whole
+// stretches of a row without a guard so that they move as vectors, the row's tail guarded. fp4: a
+// thread per byte, its two codes.
 cc::Kernel build_dequantize(DType format, DType sd, DType to, int64_t br, int64_t bc,
                             const std::string& name) {
   constexpr int kDequantThreads = 256;
-  const int64_t pack = format == DType::FP4E2M1 ? 2 : 1;
+  const bool packed = format == DType::FP4E2M1;
+  const int width = packed ? 1 : bc % 16 == 0 ? 16 : bc % 8 == 0 ? 8 : bc % 4 == 0 ? 4 : 1;
+  const int64_t per_block = kDequantThreads * width;
   cc::KernelBuilder kb(name);
   cc::Dim mb = kb.dim("MB"), nb = kb.dim("NB");
   cc::Buf q = q_buffer(kb, "q", format, mb * br, nb * bc, false);
   cc::Buf sc = kb.input("s", sd, {mb, nb});
   cc::Buf y = kb.output("y", to, {mb * br, nb * bc});
-  kb.body({mb * br, cc::ceildiv(nb * (bc / pack), kDequantThreads)}, kDequantThreads,
-          [&](cc::Scope& s) {
-            cc::Idx row = s.let(s.block_idx(0), "row");
-            cc::Idx u0 = s.let(s.block_idx(1) * kDequantThreads, "u0");
-            s.parallel(kDequantThreads, [&](cc::Idx t) {
-              cc::Idx u = s.let(u0 + t, "u");
-              s.if_then(u < nb * (bc / pack), [&] {
-                cc::Val scale = s.let(sc(row / br, u / (bc / pack)), "scale");
-                if (pack == 1) {
-                  y(row, u) = q(row, u) * scale;
-                  return;
-                }
-                cc::Val byte = s.let(q(row, u), "byte");
-                for (int k = 0; k < 2; ++k) {
-                  cc::Val c = cc::shr_logical(byte, i32(4 * k)) & i32(0xf);
-                  y(row, u * 2 + k) =
-                      cc::Val(cc::narrow_float_to_f32(format, c.expr(), "d")) * scale;
-                }
-              });
-            });
-          });
+  const cc::Val units = packed ? nb * (bc / 2) : nb * bc;
+  kb.body({mb * br, cc::ceildiv(units, per_block)}, kDequantThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.let(s.block_idx(0), "row");
+    cc::Idx u0 = s.let(s.block_idx(1) * per_block, "u0");
+    auto unit = [&](const cc::Idx& u) {
+      if (!packed) {
+        y(row, u) = q(row, u) * sc(row / br, u / bc);
+        return;
+      }
+      cc::Val scale = s.let(sc(row / br, u / (bc / 2)), "scale");
+      cc::Val byte = s.let(q(row, u), "byte");
+      for (int k = 0; k < 2; ++k) {
+        cc::Val c = cc::shr_logical(byte, i32(4 * k)) & i32(0xf);
+        y(row, u * 2 + k) = cc::Val(cc::narrow_float_to_f32(format, c.expr(), "d")) * scale;
+      }
+    };
+    s.if_then_else(
+        u0 + per_block <= units,
+        [&] {
+          s.annotate_layout(width);
+          s.parallel(per_block, [&](cc::Idx i) { unit(u0 + i); });
+        },
+        [&] {
+          s.annotate_layout(width);
+          s.parallel(per_block,
+                     [&](cc::Idx i) { s.if_then(u0 + i < units, [&] { unit(u0 + i); }); });
+        });
+  });
   return kb.build();
 }
 
