@@ -398,15 +398,27 @@ cc::Kernel build_quantize_blocks(DType dtype, const Format& f, DType sd, int64_t
   return kb.build();
 }
 
+constexpr int kDequantThreads = 256;
+
+// Codes a dequantize thread takes: the widest of 16, 8, 4 that divides the block's width and
+// whose CUDA block (256 threads) tiles a row exactly, so that no block of a row needs the guard
+// that keeps its moves scalar (a row of 7168 codes: 4, 1024 a block); else the widest dividing
+// the block's width (the row's last CUDA block guarded). fp4: 1 (a byte, two codes).
+int dequant_width(DType format, int64_t bc, int64_t cols) {
+  if (format == DType::FP4E2M1) return 1;
+  for (int w : {16, 8, 4})
+    if (bc % w == 0 && cols % (kDequantThreads * w) == 0) return w;
+  for (int w : {16, 8, 4})
+    if (bc % w == 0) return w;
+  return 1;
+}
+
 // Parameters q [MB·R, NB·B] (bytes for fp4), s [MB, NB], y [MB·R, NB·B]. 8-bit codes: a thread
-// takes W consecutive codes of a row (16 when the block's width allows: one 16-byte load), whole
-// stretches of a row without a guard so that they move as vectors, the row's tail guarded. fp4: a
-// thread per byte, its two codes.
-cc::Kernel build_dequantize(DType format, DType sd, DType to, int64_t br, int64_t bc,
+// takes W consecutive codes of a row (dequant_width), whole stretches of a row without a guard so
+// that they move as vectors, a partial one guarded. fp4: a thread per byte, its two codes.
+cc::Kernel build_dequantize(DType format, DType sd, DType to, int64_t br, int64_t bc, int width,
                             const std::string& name) {
-  constexpr int kDequantThreads = 256;
   const bool packed = format == DType::FP4E2M1;
-  const int width = packed ? 1 : bc % 16 == 0 ? 16 : bc % 8 == 0 ? 8 : bc % 4 == 0 ? 4 : 1;
   const int64_t per_block = kDequantThreads * width;
   cc::KernelBuilder kb(name);
   cc::Dim mb = kb.dim("MB"), nb = kb.dim("NB");
@@ -478,14 +490,16 @@ ExpandFn expand_dequantize(std::shared_ptr<KernelCache> cache) {
                  const Attrs&) {
     const std::vector<int64_t> block = dequant_block(in[0], in[1]);
     const Blocks b = blocks_of(in[0].shape, block.size() == 2 ? block[0] : 1, block.back());
+    const int width = dequant_width(in[0].dtype, b.bc, b.cols);
     const std::string name = "dequantize_" + std::string(dtype_name(in[0].dtype)) + "_" +
                              std::string(dtype_name(in[1].dtype)) + "_b" + std::to_string(b.br) +
                              "x" + std::to_string(b.bc) + "_" +
-                             std::string(dtype_name(out[0].dtype));
+                             std::string(dtype_name(out[0].dtype)) + "_w" + std::to_string(width);
     KernelCall call{.kernel = cache->get(name,
                                          [&] {
                                            return build_dequantize(in[0].dtype, in[1].dtype,
-                                                                   out[0].dtype, b.br, b.bc, name);
+                                                                   out[0].dtype, b.br, b.bc, width,
+                                                                   name);
                                          }),
                     .buffers = {input_slot(0), input_slot(1), output_slot(0)},
                     .dims = {b.row_blocks(), b.col_blocks()}};
@@ -598,6 +612,10 @@ void register_block_quant(OpRegistry& registry) {
                             {.shapes = {{9, 48}, {9, 3}},
                              .derive = positive_scales,
                              .input_dtypes = {{0, DType::FP4E2M1}, {1, DType::F8E4M3}}},
+                            // Rows a whole number of CUDA blocks: no guarded block.
+                            {.shapes = {{5, 1024}, {5, 8}},
+                             .derive = positive_scales,
+                             .input_dtypes = {{0, DType::F8E4M3}, {1, DType::F32}}},
                             {.shapes = {{2, 256, 384}, {2, 2, 3}},
                              .derive = positive_scales,
                              .input_dtypes = {{0, DType::F8E5M2}, {1, DType::E8M0}}}},
