@@ -285,7 +285,7 @@ cc::Kernel build_quantize_rows(DType dtype, const Format& f, DType sd, int64_t b
     };
     // Rows past the tensor's end get magnitude 0, so the folds below need no guard.
     whole_or_guarded([&](bool guarded) {
-      s.annotate_layout(packed ? 1 : width);
+      if (!packed) s.annotate_layout(width);  // fp4: the layout inference's choice
       s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
         auto load = [&] {
           if (packed) {
@@ -325,7 +325,7 @@ cc::Kernel build_quantize_rows(DType dtype, const Format& f, DType sd, int64_t b
     });
     s.barrier();
     whole_or_guarded([&](bool guarded) {
-      s.annotate_layout(packed ? 1 : width);
+      if (!packed) s.annotate_layout(width);  // fp4: the layout inference's choice
       s.parallel(rows, packed ? block / 2 : block, [&](cc::Idx r, cc::Idx u) {
         auto write = [&] {
           const quant::Divisor d{s.let(scales(r), "scale"), pres(r), posts(r), pow2};
