@@ -1,3 +1,5 @@
+// over 600 lines: quantize and dequantize share their block geometry, scale rule and fp4 byte
+// packing; their references, three kernels and test cases stay beside them in one family file.
 // quantize(x; format, block, scale) -> q, s and dequantize(q, s; to) -> y: block-scaled
 // low-precision tensors stored as their codes, the V4/DeepSeek recipe's storage (FP8 activations
 // per 1×128 and weights per 128×128 with f32 or power-of-two scales, MXFP4 per 1×32 with E8M0
