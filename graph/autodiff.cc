@@ -264,8 +264,8 @@ void add_seed(OpGraph& g, int x, int contribution, const GraphOp& at) {
 }
 
 // The op that wrote `ids` when it declares their values in [0, b) with b <= bound
-// (kernels::IndexOutput), else -1.
-int range_producer(const OpGraph& g, int ids, int64_t bound) {
+// (kernels::IndexOutput), and distinct when `distinct`, else -1.
+int range_producer(const OpGraph& g, int ids, int64_t bound, bool distinct) {
   const int p = g.tensors[ids].producer;
   if (p < 0) return -1;
   const GraphOp& op = g.ops[p];
@@ -275,7 +275,7 @@ int range_producer(const OpGraph& g, int ids, int64_t bound) {
   for (int in : op.inputs) in_types.push_back(g.tensors[in].type);
   for (const kernels::IndexOutput& o : schema->index_outputs)
     if (static_cast<size_t>(o.slot) < op.outputs.size() && op.outputs[o.slot] == ids &&
-        o.bound(in_types, op.attrs) <= bound)
+        o.bound(in_types, op.attrs) <= bound && (o.distinct || !distinct))
       return p;
   return -1;
 }
@@ -312,7 +312,18 @@ void add_index_checks(OpGraph& g, GraphOp& op) {
   for (const kernels::IndexContract& c : schema->index_contracts) {
     const int ids = op.inputs[c.slot];
     const int64_t bound = c.bound(in_types, op.attrs);
-    if (int producer = range_producer(g, ids, bound); producer >= 0) {
+    const int producer = range_producer(g, ids, bound, c.distinct);
+    if (c.distinct && producer < 0) {
+      const int p = g.tensors[ids].producer;
+      throw Error(op.loc, "op '" + op.type + "': input '" + schema->inputs[c.slot] + "' ('" +
+                              g.tensors[ids].name + "') must hold distinct indices into " +
+                              c.indexes + ", and only a producer that declares them so " +
+                              "(argsort's order, counting_sort's position or order) establishes " +
+                              "that; it comes from " +
+                              (p < 0 ? std::string("outside the graph (an input or weight)")
+                                     : "op '" + g.ops[p].type + "'"));
+    }
+    if (producer >= 0) {
       const int status = established_status(g, op);
       g.index_checks.push_back({.status = status,
                                 .producer = producer,

@@ -1,3 +1,5 @@
+// over 600 lines: bincount, counting_sort and argsort are one family around the seven kernels of
+// the sort (argsort is the sort with one output kept), with their references and test cases.
 // MoE dispatch without atomics: bincount (how many ids name each bin) and counting_sort (a
 // stable sort of small integer keys: each id's position in bin-major order, ties in index order,
 // and the inverse permutation). Deterministic and exact: integers only, every output element
@@ -27,7 +29,9 @@
 // established by construction (the router's topk); either way the kernels read a status (they
 // do nothing on a bad id) and the positions kernel's table read is proved from the contract.
 // position, order and row are in range by construction (OpSchema::index_outputs), so gathers
-// through them (embedding of the tokens by row, of the expert outputs by position) run no check.
+// through them (embedding of the tokens by row, of the expert outputs by position) run no check;
+// position and order are permutations of [0, N) (distinct), so scatter takes them. argsort is
+// counting_sort with order its only output.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -463,6 +467,36 @@ ExpandFn expand_counting_sort(std::shared_ptr<KernelCache> cache) {
   };
 }
 
+// argsort is counting_sort keeping only `order`: the same kernels, its other outputs scratch.
+ExpandFn expand_argsort(std::shared_ptr<KernelCache> cache) {
+  ExpandFn sort = expand_counting_sort(std::move(cache));
+  return [sort](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
+                const Attrs& attrs) {
+    const int64_t n = numel(in[0]);
+    const std::vector<TensorType> all = {{DType::I32, in[0].shape},
+                                         out[0],
+                                         {DType::I32, {n}},
+                                         {DType::I32, {attr_int(attrs, "bins")}}};
+    OpExpansion ex = sort(in, all, attrs);
+    const int first = static_cast<int>(ex.scratch.size());
+    for (int k : {0, 2, 3}) ex.scratch.push_back({all[k].dtype, all[k].shape});
+    for (KernelCall& call : ex.calls)
+      for (KernelArg& a : call.buffers)
+        if (a.kind == KernelArg::Kind::Output)
+          a = a.index == 1 ? output_slot(0)
+                           : scratch_slot(first + (a.index == 0 ? 0 : a.index - 1));
+    return ex;
+  };
+}
+
+std::vector<TensorType> infer_argsort(const std::vector<TensorType>& in, const Attrs& attrs) {
+  return {infer_counting_sort(in, attrs)[1]};
+}
+
+std::vector<RefTensor> ref_argsort(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  return {ref_counting_sort(in, attrs)[1]};
+}
+
 // The ids index the bins.
 const IndexContract kBinsContract{
     .slot = 0,
@@ -534,8 +568,8 @@ void register_counting_sort(OpRegistry& registry) {
        .reference = ref_counting_sort,
        .expand = expand_counting_sort(cache),
        .index_contracts = {kBinsContract},
-       .index_outputs = {{.slot = 0, .bound = n_of},
-                         {.slot = 1, .bound = n_of},
+       .index_outputs = {{.slot = 0, .bound = n_of, .distinct = true},
+                         {.slot = 1, .bound = n_of, .distinct = true},
                          {.slot = 2,
                           .bound = [](const std::vector<TensorType>& in,
                                       const Attrs&) { return numel(in[0]) / in[0].shape.back(); }}},
@@ -547,6 +581,28 @@ void register_counting_sort(OpRegistry& registry) {
                                            {{6}, {1, 2, 5, 0, 4, 3}},
                                            {{6}, {0, 1, 2, 0, 2, 1}},
                                            {{4}, {0, 3, 3, 5}}}}}}});
+  registry.add(
+      {.name = "argsort",
+       .doc = "order [N] = the flat indices of the i32 keys [..] (N in all) in [0, bins) sorted "
+              "stably (equal keys keep index order): counting_sort's order alone; a "
+              "permutation of [0, N) by construction, so scatter takes it; no gradient",
+       .inputs = {"keys"},
+       .outputs = {"order"},
+       .attrs = {bins_attr},
+       .dtypes = {DType::I32},
+       .input_dtypes = {{0, DType::I32}},
+       .output_dtypes = {{0, DType::I32}},
+       .infer = infer_argsort,
+       .reference = ref_argsort,
+       .expand = expand_argsort(cache),
+       .index_contracts = {kBinsContract},
+       .index_outputs = {{.slot = 0, .bound = n_of, .distinct = true}},
+       .tests = {.kernel = {ids_case({1}, 1), ids_case({7}, 3), ids_case({300, 6}, 64),
+                            ids_case({513}, 2100), ids_case({16796}, 70)},
+                 // Ties keep index order: the two 0s, then the three 2s, then the 3.
+                 .examples = {{.inputs = {{{3, 2}, {2, 0, 0, 3, 2, 0}}},
+                               .attrs = bins(4),
+                               .outputs = {{{6}, {1, 2, 5, 0, 4, 3}}}}}}});
 }
 
 }  // namespace tilerun::kernels

@@ -115,6 +115,10 @@ struct OpTestCase {
   // Integer inputs (by index) that are the running sums of their draws from [int_lo, int_hi):
   // non-decreasing, like the segment starts of grouped_matmul's offsets.
   std::vector<int> running_sums = {};
+  // Integer inputs (by index) that must come from a producer declaring them distinct (scatter's
+  // index): models built from the case (the GPU suite's) make each the argsort (bins int_hi) of
+  // its draws; `derive` must do the same for the suites that call the kernels directly.
+  std::vector<int> permutations = {};
   // > 0: float inputs rounded to multiples of this, so that equal values are common (the ties
   // of argmax, topk, sorts).
   double step = 0;
@@ -159,6 +163,10 @@ struct IndexContract {
   // The exclusive bound, from the op's (declared) input types and attributes.
   std::function<int64_t(const std::vector<TensorType>&, const Attrs&)> bound;
   std::string indexes;  // what the indices select, for errors: "the rows of input 'table'"
+  // The values must also be distinct (a scatter's target rows: each written once). No run-time
+  // check establishes that: the indices must come from a producer declaring them distinct
+  // (IndexOutput::distinct); any other is refused when the model is built, naming the op.
+  bool distinct = false;
 };
 
 // An output slot of indices that the op's kernels write only in [0, bound) by construction
@@ -171,6 +179,9 @@ struct IndexContract {
 struct IndexOutput {
   int slot = 0;
   std::function<int64_t(const std::vector<TensorType>&, const Attrs&)> bound;
+  // No two elements hold one value (counting_sort's position and order, argsort's order: each a
+  // permutation of [0, N)): what a contract with `distinct` (scatter's) asks of its producer.
+  bool distinct = false;
 };
 
 // The floating-point element types every op of the first families accepts.

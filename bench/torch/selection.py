@@ -12,6 +12,10 @@ back-to-back calls after warm-up, the median of --trials runs, per call):
   route    router f32[4096, 64] -> top 6 per row              torch.topk(x, 6)
   sort     route + counting_sort of the 24576 routes into 64  torch.sort(ids, stable=True)
            (reported as sort minus route: the counting sort's own kernels)
+  argsort  route + argsort of the same routes                  torch.argsort(ids, stable=True)
+           (reported as argsort minus route)
+  scatter  argsort + scatter of x f32[24576, 512] by its order y.index_copy_(0, order, x)
+           (reported as scatter minus argsort: the scatter kernel alone)
 
 with each case's bytes-floor time at --peak-gbps (default 4800, the H200's HBM3e figure).
 --device cpu runs the tilerun side on the CPU backend (a smoke test; no PyTorch timing).
@@ -69,6 +73,28 @@ layers:
       - {op: counting_sort, in: expert, out: [position, order, row, offsets], bins: 64}
 outputs: [sel.gate, sel.position, sel.order, sel.offsets]
 """,
+    "argsort": HEADER + """dims: {T: 4096, E: 64}
+inputs:
+  router: {shape: [T, E]}
+layers:
+  - name: sel
+    ops:
+      - {op: topk, in: router, out: [gate, expert], k: 6}
+      - {op: argsort, in: expert, out: order, bins: 64}
+outputs: [sel.gate, sel.order]
+""",
+    "scatter": HEADER + """dims: {T: 4096, E: 64, R: 24576, D: 512}
+inputs:
+  router: {shape: [T, E]}
+  x: {shape: [R, D]}
+layers:
+  - name: sel
+    ops:
+      - {op: topk, in: router, out: [gate, expert], k: 6}
+      - {op: argsort, in: expert, out: order, bins: 64}
+      - {op: scatter, in: [x, order], out: y}
+outputs: [sel.gate, sel.order, sel.y]
+""",
 }
 
 # Bytes each case must move at least (reads + writes), for the floor column.
@@ -77,6 +103,8 @@ FLOOR_BYTES = {
     "gather": 4096 * 128 * 128 * 4 + 4096 * 128 * 4,
     "route": 4096 * 64 * 4 + 2 * 4096 * 6 * 4,
     "sort": 4 * 4096 * 6 * 4,  # the routes read, position, order and row written
+    "argsort": 2 * 4096 * 6 * 4,  # the routes read, order written
+    "scatter": 2 * 24576 * 512 * 4 + 24576 * 4,  # x read, y written, the order read
 }
 
 
@@ -103,11 +131,16 @@ def torch_times(torch, reps, trials):
     idx = torch.randint(0, 1024, (4096, 128), device="cuda", generator=g)
     router = torch.randn(4096, 64, device="cuda", generator=g)
     ids = torch.topk(router, 6).indices.flatten()
+    order = torch.argsort(ids, stable=True)
+    x = torch.randn(ids.numel(), 512, device="cuda", generator=g)
+    y = torch.empty_like(x)
     calls = {
         "topk": lambda: torch.topk(scores, 128),
         "gather": lambda: kv[idx],
         "route": lambda: torch.topk(router, 6),
         "sort": lambda: torch.sort(ids, stable=True),
+        "argsort": lambda: torch.argsort(ids, stable=True),
+        "scatter": lambda: y.index_copy_(0, order, x),
     }
     out = {}
     for name, call in calls.items():
@@ -143,9 +176,12 @@ def main():
             kernels_us, device_us = tilerun_time(a.tilerun, name, a.device, a.steps, work)
             results[name] = {"tilerun_kernels_us": kernels_us, "tilerun_device_us": device_us,
                              "floor_us": FLOOR_BYTES[name] / (a.peak_gbps * 1e3)}
-    # The counting sort's own kernels: the sort model less its router top-k.
+    # Each op's own kernels: the sort and argsort models less their router top-k, the scatter
+    # model less its argsort (the subtractions in reverse order of dependence).
     for key in ("tilerun_kernels_us", "tilerun_device_us"):
+        results["scatter"][key] -= results["argsort"][key]
         results["sort"][key] -= results["route"][key]
+        results["argsort"][key] -= results["route"][key]
 
     if a.device == "cuda":
         try:

@@ -306,22 +306,30 @@ class Analyzer : public IRMutator {
 
   // Restores facts and ranges on scope exit.
   struct Scope {
-    explicit Scope(Analyzer* a) : a(a), n(a->facts_.size()), ranges(a->ranges_), lets(a->lets_) {}
+    explicit Scope(Analyzer* a)
+        : a(a),
+          n(a->facts_.size()),
+          ranges(a->ranges_),
+          lets(a->lets_),
+          distinct(a->distinct_lets_) {}
     ~Scope() {
       a->facts_.resize(n);
       a->ranges_ = ranges;
       a->lets_ = lets;
+      a->distinct_lets_ = distinct;
     }
     Analyzer* a;
     size_t n;
     std::map<std::string, Interval> ranges;
     std::map<std::string, Expr> lets;
+    std::map<std::string, const Load*> distinct;
   };
 
   void push(Expr f) { facts_.push_back(std::move(f)); }
 
   void bind(const std::string& name, const Expr& value) {
     if (!is_int(value.type()) && value.type() != Type::Bool) return;
+    if (loaded_address({value})) loaded_.insert(name);
     if (encodable(value) && !mentions_opaque(value)) {
       push(eq(Var::make(value.type(), name), value));
       ranges_[name] = interval_of(value, ranges_);
@@ -343,6 +351,8 @@ class Analyzer : public IRMutator {
     if (!ld) return;
     const BufferParam* b = find_buffer(k_.sig, ld->buffer);
     if (!b || !b->values_below.defined()) return;
+    if (b->values_distinct && std::all_of(ld->indices.begin(), ld->indices.end(), encodable))
+      distinct_lets_[name] = ld;
     Expr v = Var::make(value.type(), name);
     push(le(make_const(value.type(), 0), v));
     push(lt(v, value.type() == Type::I64 ? b->values_below
@@ -524,14 +534,68 @@ class Analyzer : public IRMutator {
       return;
     }
     for (const Expr& i : idx) differ = lor(differ, ne(ra.mutate(i), rb.mutate(i)));
+    distinct_facts(ra, rb, &facts);
     ProofResult pr = ask("unique", buffer, "store " + text, lor(same, differ), idx, shape,
                          std::move(facts), true);
+    if (pr.outcome == Outcome::Unknown && global && loaded_address(idx)) {
+      // A scatter whose uniqueness nobody proved could race: refused rather than run.
+      std::string msg = k_.sig.name + ": store " + text + " goes through a loaded value and is " +
+                        "not proved unique (" + pr.method + " gave up): scatter only through a " +
+                        "permutation input (values distinct), or gather instead (owner-computes)";
+      r_->verdicts.back().note = msg;
+      if (o_.throw_on_race) throw Error(msg);
+      return;
+    }
     if (pr.outcome != Outcome::Disproved) return;
     std::string msg = k_.sig.name + ": " + buffer + " written twice: " + coord_text(pr, "@a") +
                       " and " + coord_text(pr, "@b") + " → offset " +
                       std::to_string(offset(pr, "@a", idx, shape));
     r_->verdicts.back().note = msg;
     if (o_.throw_on_race) throw Error(msg);
+  }
+
+  // Whether an address depends on memory: a load in it, or a let whose value does.
+  bool loaded_address(const std::vector<Expr>& idx) const {
+    struct V : IRVisitor {
+      bool found = false;
+      void visit_expr(const Load*) override { found = true; }
+    };
+    for (const Expr& i : idx) {
+      V v;
+      v.visit(i);
+      if (v.found) return true;
+      for (const std::string& n : loaded_)
+        if (uses_var(i, n)) return true;
+      if (mentions_opaque(i)) return true;
+    }
+    return false;
+  }
+
+  // For the values let-bound to loads of a buffer with distinct values (a permutation): between
+  // any two of them, in either execution, equal values exactly where the loads read one element.
+  // Loads are free values otherwise, so without this a scatter y[perm[i]] = .. is disproved.
+  void distinct_facts(Renamer& ra, Renamer& rb, std::vector<Expr>* facts) {
+    struct Value {
+      Expr var;
+      const Load* load;
+      Renamer* r;
+    };
+    std::vector<Value> values;
+    for (const auto& [name, ld] : distinct_lets_)
+      for (Renamer* r : {&ra, &rb})
+        values.push_back({r->mutate(Var::make(lets_.at(name).type(), name)), ld, r});
+    for (size_t x = 0; x < values.size(); ++x)
+      for (size_t y = x + 1; y < values.size(); ++y) {
+        const Value &u = values[x], &w = values[y];
+        if (u.load->buffer != w.load->buffer) continue;
+        Expr same_element = make_bool(true);
+        for (size_t d = 0; d < u.load->indices.size(); ++d)
+          same_element = logical_and(
+              same_element, eq(u.r->mutate(u.load->indices[d]), w.r->mutate(w.load->indices[d])));
+        Expr a = Cast::make(Type::I64, u.var), b = Cast::make(Type::I64, w.var);
+        facts->push_back(
+            lor(logical_and(same_element, eq(a, b)), logical_and(lnot(same_element), ne(a, b))));
+      }
   }
 
   // The cheap proof of uniqueness, without Z3: the flat address is terms the two executions
@@ -836,7 +900,10 @@ class Analyzer : public IRMutator {
   std::vector<Expr> facts_;
   std::map<std::string, Interval> ranges_;
   std::map<std::string, Expr> lets_;
+  // Lets bound to a load of a distinct-valued buffer (distinct_facts), by name.
+  std::map<std::string, const Load*> distinct_lets_;
   std::set<std::string> shared_vars_, opaque_;
+  std::set<std::string> loaded_;  // lets whose value depends on memory (loaded_address)
   std::vector<std::string> block_vars_;
   const Parallel* parallel_ = nullptr;
   std::set<std::string> accumulators_;  // fragments of a gemm accumulator's layout

@@ -604,6 +604,12 @@ Buf KernelBuilder::index_input(const std::string& name, const std::vector<Val>& 
   state_->kernel.sig.buffers.back().values_below = below.expr();
   return b;
 }
+Buf KernelBuilder::permutation_input(const std::string& name, const std::vector<Val>& shape,
+                                     const Val& below) {
+  Buf b = index_input(name, shape, below);
+  state_->kernel.sig.buffers.back().values_distinct = true;
+  return b;
+}
 
 Buf KernelBuilder::output(const std::string& name, DType dtype, const std::vector<Val>& shape) {
   return add_buffer(state_.get(), name, dtype, shape, true);

@@ -349,6 +349,10 @@ class KernelBuilder {
   // values_below). The caller establishes it before the launch; the index analysis assumes it of
   // values let-bound to its loads, so bound checks on them are proved instead of kept.
   Buf index_input(const std::string& name, const std::vector<Val>& shape, const Val& below);
+  // The same with distinct values (BufferParam::values_distinct: a permutation, such as
+  // counting_sort's positions): a store through a value let-bound to one of its loads, y[perm[i]],
+  // is proved unique when the loads' indices are, so scatters need no atomics.
+  Buf permutation_input(const std::string& name, const std::vector<Val>& shape, const Val& below);
   Val scalar_f32(const std::string& name) { return scalar(name, Type::F32); }
   Val scalar_i32(const std::string& name) { return scalar(name, Type::I32); }
   Val scalar_i64(const std::string& name) { return scalar(name, Type::I64); }

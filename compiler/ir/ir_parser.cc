@@ -244,6 +244,7 @@ class Parser {
         expect(",");
         b.values_below = i64_expr("the values' bound");
         expect(")");
+        b.values_distinct = accept("distinct");
       }
       buffers_[b.name] = b.dtype;
       sig.buffers.push_back(std::move(b));

@@ -288,6 +288,7 @@ void print_signature(std::ostringstream& os, const KernelSignature& sig) {
     os << "  " << (b.is_output ? "output " : "input ") << b.name << ": " << dtype_name(b.dtype)
        << "[" << join(b.shape) << "]";
     if (b.values_below.defined()) os << " values in [0, " << to_string(b.values_below) << ")";
+    if (b.values_distinct) os << " distinct";
     os << "\n";
   }
   for (const ScalarParam& s : sig.scalars)

@@ -37,6 +37,11 @@ struct BufferParam {
   // run-time check kernel whose status the kernel reads); the index analysis assumes it of every
   // value let-bound to a load of the buffer.
   Expr values_below = {};
+  // With values_below: no two elements hold the same value (a permutation of [0, values_below)
+  // when the buffer has that many elements: counting_sort's positions). The index analysis
+  // assumes that two loads of it give equal values exactly when they read the same element, so
+  // a store through such a value (a scatter) can be proved unique.
+  bool values_distinct = false;
 };
 
 struct ScalarParam {

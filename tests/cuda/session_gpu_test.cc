@@ -157,8 +157,14 @@ bool running_sum(const kernels::OpTestCase& c, size_t i) {
          c.running_sums.end();
 }
 
+bool permutation(const kernels::OpTestCase& c, size_t i) {
+  return std::find(c.permutations.begin(), c.permutations.end(), static_cast<int>(i)) !=
+         c.permutations.end();
+}
+
 // inputs x0, x1, ... uniform in the case's range; one layer `l` with the op; outputs l.y0, ...
-// An input of running sums (OpTestCase::running_sums) is the cumsum of its drawn steps xi_steps.
+// An input of running sums (OpTestCase::running_sums) is the cumsum of its drawn steps xi_steps,
+// a permutation (OpTestCase::permutations) the argsort of its drawn keys xi_keys.
 std::string one_op_model(const OpParam& p) {
   const kernels::OpSchema& schema = kernels::testing::schema_of(p.kase.op);
   std::ostringstream y;
@@ -168,7 +174,14 @@ std::string one_op_model(const OpParam& p) {
     const std::string x = "x" + std::to_string(i);
     if (running_sum(p.kase.c, i))
       sums += "      - {op: cumsum, in: " + x + "_steps, out: " + x + "}\n";
-    y << "  " << x << (running_sum(p.kase.c, i) ? "_steps" : "") << ": {shape: [";
+    if (permutation(p.kase.c, i))
+      sums += "      - {op: argsort, in: " + x + "_keys, out: " + x +
+              ", bins: " + std::to_string(p.kase.c.int_hi) + "}\n";
+    y << "  " << x
+      << (running_sum(p.kase.c, i)   ? "_steps"
+          : permutation(p.kase.c, i) ? "_keys"
+                                     : "")
+      << ": {shape: [";
     for (size_t d = 0; d < p.kase.c.shapes[i].size(); ++d)
       y << (d ? ", " : "") << p.kase.c.shapes[i][d];
     if (kernels::testing::integer_input(schema, i))  // rounds to int_lo .. int_hi - 1

@@ -154,6 +154,53 @@ TEST(IndexRange, TopkSortsWithoutAnUnprovedStore) {
   EXPECT_GT(unique, 0) << report.text();
 }
 
+// scatter's index must be distinct by construction: argsort's order is (no check_index, the
+// established status), counting_sort's row is in range but not distinct (a token per route), and
+// a model input is neither; both are refused when the graph is built, at the op, naming where index
+// came from.
+std::string scatter_yaml(const std::string& index_op) {
+  return "model: sc\ndims: {T: 6, E: 4, R: 12, D: 3}\n"
+         "inputs:\n  router: {shape: [T, E]}\n  x: {shape: [R, D]}\n"
+         "  perm: {shape: [R], dtype: i32}\n"
+         "layers:\n  - name: l\n    ops:\n"
+         "      - {op: topk, in: router, out: [gate, expert], k: 2}\n"
+         "      - {op: counting_sort, in: expert, out: [position, order2, row, offsets], "
+         "bins: 4}\n"
+         "      - {op: argsort, in: expert, out: order, bins: 4}\n" +
+         index_op + "outputs: [l.y]\n";
+}
+
+TEST(IndexRange, ScatterTakesOnlyIndicesDistinctByConstruction) {
+  const graph::OpGraph g = graph::build_forward(
+      parse_model(scatter_yaml("      - {op: scatter, in: [x, order], out: y}\n"), "sc.yaml"));
+  EXPECT_EQ(count_ops(g, "check_index"), 0);  // topk's into argsort, argsort's into scatter
+  bool found = false;
+  for (const graph::GraphIndexCheck& c : g.index_checks)
+    if (g.ops[c.op].type == "scatter") {
+      found = true;
+      ASSERT_GE(c.producer, 0);
+      EXPECT_EQ(g.ops[c.producer].type, "argsort");
+    }
+  EXPECT_TRUE(found);
+  struct Bad {
+    std::string op, from;
+  };
+  for (const Bad& b :
+       {Bad{"      - {op: scatter, in: [x, perm], out: y}\n",
+            "outside the graph (an input or weight)"},
+        Bad{"      - {op: scatter, in: [x, row], out: y}\n", "op 'counting_sort'"}}) {
+    try {
+      graph::build_forward(parse_model(scatter_yaml(b.op), "sc.yaml"));
+      ADD_FAILURE() << b.op << " was accepted";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind("sc.yaml:13:9: error: op 'scatter': input 'index'", 0), 0u) << m;
+      EXPECT_NE(m.find("must hold distinct indices"), std::string::npos) << m;
+      EXPECT_NE(m.find("it comes from " + b.from), std::string::npos) << m;
+    }
+  }
+}
+
 std::string file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {(std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()};
