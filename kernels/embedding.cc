@@ -29,6 +29,7 @@
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
 #include "kernels/ref_values.h"
+#include "kernels/row_tile.h"
 #include "kernels/schema_util.h"
 
 namespace tilerun::kernels {
@@ -111,30 +112,21 @@ std::string suffix(DType dtype) { return "_" + std::string(dtype_name(dtype)); }
 // `checked`: the ids come with their contract (an index input, ids < V) and the status of the
 // check_index that established it; blocks do nothing when the status reports a bad id, and the
 // analysis proves the in-range guard from the contract and removes it.
-// The elements one 16-byte vector holds.
-int vector_width(DType dtype) { return 16 / (dtype_bits(dtype) / 8); }
-
-// The gather's block tile: C columns (D rounded up to a power of two, at most a vector per thread
-// across the block) by R rows, so that each thread moves kVectorsPerThread vectors (or elements).
-constexpr int64_t kVectorsPerThread = 4;
-int64_t gather_cols(int64_t d, int width) {
-  int64_t c = 1;
-  while (c < d && c < kThreads * width) c *= 2;
-  return c;
-}
-
 // `vec`: D is a multiple of the vector width, so each thread's `width` adjacent columns move as
 // one 16-byte load and store (the analysis proves them aligned: id·D and token·D are). A block
 // whose tile lies wholly inside y copies without guards (a guard keeps accesses scalar); the
 // ragged edges take the guarded copy. Checked ids are proved in [0, V) from their contract, so
-// the in-range test is removed too. Before (one 4-byte element a thread, 8 rows a block), the
-// KV gather of kv f32 [1024, 128] by idx [4096, 128] took 924 us on the H200 (torch 320, floor
-// 56); with 1 row a block, each block moved 256 bytes (bf16, 128 columns), and the million rows
-// of V4's indexer target ([T, W + KI] rows at T = 4096) were bound by block launches (5.0 ms for
-// 1.07 GB, 22x the byte floor).
+// the in-range test is removed too. With one 4-byte element a thread and 8 rows a block, the KV
+// gather of kv f32 [1024, 128] by idx [4096, 128] took 924 us on the H200, and 908 with this
+// tile (torch 320, floor 56): codegen still serialises each thread's vectors (bench/RESULTS.md,
+// twenty-second session). With 1 row a block, each block moved 256 bytes (bf16, 128 columns), and
+// the million rows of V4's indexer target ([T, W + KI] rows at T = 4096) were bound by block
+// launches (5.0 ms for 1.07 GB, 22x the byte floor).
+static_assert(kThreads == kRowTileThreads, "the block row_tile.h sizes the tile for");
+
 cc::Kernel build_embedding(DType dtype, bool checked, int64_t cols, bool vec) {
   const int width = vec ? vector_width(dtype) : 1;
-  const int64_t rows = std::max<int64_t>(1, kThreads * width * kVectorsPerThread / cols);
+  const int64_t rows = row_tile_rows(cols, width);
   cc::KernelBuilder kb(std::string(checked ? "embedding_checked_" : "embedding_") +
                        std::to_string(cols) + (vec ? "_vec" : "") + suffix(dtype));
   cc::Dim n = kb.dim("N"), v = kb.dim("V"), d = kb.dim("D", {.divisible_by = width});
@@ -441,7 +433,7 @@ ExpandFn expand_gather(std::shared_ptr<KernelCache> cache, size_t declared) {
     const bool checked = in.size() > declared;
     const int64_t d = in[0].shape[1];
     const bool vec = d % vector_width(dt) == 0;
-    const int64_t cols = gather_cols(d, vec ? vector_width(dt) : 1);
+    const int64_t cols = row_tile_cols(d, vec ? vector_width(dt) : 1);
     const std::string name = std::string(checked ? "embedding_checked_" : "embedding_") +
                              std::to_string(cols) + (vec ? "_vec" : "");
     KernelCall call{.kernel = cache->get(kernel_key(name, dt),

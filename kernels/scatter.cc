@@ -21,6 +21,7 @@
 #include "kernels/kernel_cache.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
+#include "kernels/row_tile.h"
 #include "kernels/schema_util.h"
 
 namespace tilerun::kernels {
@@ -64,17 +65,7 @@ std::vector<GradOp> grad_scatter(const std::vector<TensorType>&, const Attrs&,
 
 // ---- Kernel --------------------------------------------------------------------------------
 
-// The elements one 16-byte vector holds.
-int vector_width(DType dtype) { return 16 / (dtype_bits(dtype) / 8); }
-
-// The block's tile: C columns (D rounded up to a power of two, at most a vector per thread) by R
-// rows, so that each of the 128 threads moves kVectorsPerThread vectors (or elements).
-constexpr int64_t kVectorsPerThread = 4;
-int64_t block_cols(int64_t d, int width) {
-  int64_t c = 1;
-  while (c < d && c < kThreads * width) c *= 2;
-  return c;
-}
+static_assert(kThreads == kRowTileThreads, "the block row_tile.h sizes the tile for");
 
 // `vec`: D is a multiple of the vector width, so a thread's `width` adjacent columns move as one
 // 16-byte load and store (the analysis proves them aligned, the target row included: to·D is).
@@ -82,7 +73,7 @@ int64_t block_cols(int64_t d, int width) {
 // accesses scalar); the ragged edges take the guarded one.
 cc::Kernel build_scatter(DType dtype, int64_t cols, bool vec) {
   const int width = vec ? vector_width(dtype) : 1;
-  const int64_t rows = std::max<int64_t>(1, kThreads * width * kVectorsPerThread / cols);
+  const int64_t rows = row_tile_rows(cols, width);
   cc::KernelBuilder kb("scatter_rows_" + std::to_string(cols) + (vec ? "_vec_" : "_") +
                        std::string(dtype_name(dtype)));
   cc::Dim n = kb.dim("N"), d = kb.dim("D", {.divisible_by = width});
@@ -117,7 +108,7 @@ ExpandFn expand_scatter(std::shared_ptr<KernelCache> cache) {
     const DType dt = in[0].dtype;
     const int64_t d = in[0].shape[1];
     const bool vec = d % vector_width(dt) == 0;
-    const int64_t cols = block_cols(d, vec ? vector_width(dt) : 1);
+    const int64_t cols = row_tile_cols(d, vec ? vector_width(dt) : 1);
     // The graph appends index_established's status after the inputs: the contract holds by
     // construction, so the kernel has nothing to read from it.
     const std::string name = "scatter_rows_" + std::to_string(cols) + (vec ? "_vec" : "");
