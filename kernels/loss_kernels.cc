@@ -4,8 +4,10 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "compiler/ir/builder.h"
+#include "kernels/norm_util.h"
 
 namespace tilerun::kernels {
 
@@ -28,20 +30,72 @@ cc::Val counted(const cc::Val& target, const cc::Val& ignore) {
 
 }  // namespace
 
-cc::Kernel build_half_sum_squares_rows(DType dtype) {
-  cc::KernelBuilder kb("half_sum_squares_rows" + suffix(dtype));
-  cc::Dim r = kb.dim("R"), d = kb.dim("D");
-  cc::Buf x = kb.input("x", dtype, {r, d});
+namespace {
+
+// part[r] = sum_j term(inputs[r, j]...) over the [R, D] view. rows_per_block 0: one block a row,
+// R and D dims (the block's threads fold columns t, t + T, ... then reduce_sum's tree). Else
+// short rows of a constant D, `rows_per_block` rows a block: every thread folds its columns of
+// each of the block's rows, then one shared tree for all of them (norm_util's row_sums), so a
+// row of 128 values is not a whole block's reduction (524288 such rows took 630 us on the H200,
+// their floor 56). Either way a row's sum depends on that row and the constants alone.
+cc::Kernel build_sum_rows(const std::string& name, DType dtype,
+                          const std::vector<std::string>& inputs,
+                          const std::function<cc::Val(const std::vector<cc::Val>&)>& term,
+                          int64_t rows_per_block, int64_t d_const) {
+  const bool tiled = rows_per_block > 0;
+  cc::KernelBuilder kb(
+      name +
+      (tiled ? "_rb" + std::to_string(rows_per_block) + "_d" + std::to_string(d_const) : "") +
+      suffix(dtype));
+  cc::Dim r = kb.dim("R");
+  const cc::Val d = tiled ? cc::Val(d_const) : cc::Val(kb.dim("D"));
+  std::vector<cc::Buf> in;
+  for (const std::string& n : inputs) in.push_back(kb.input(n, dtype, {r, d}));
   cc::Buf part = kb.output("part", DType::F32, {r});
-  kb.body({r}, kRowThreads, [&](cc::Scope& s) {
-    cc::Idx row = s.block_idx(0);
-    cc::Val sum = s.reduce_sum(d, [&](cc::Idx j) {
-      cc::Val v = x(row, j);
-      return v * v;
+  if (!tiled) {
+    kb.body({r}, kRowThreads, [&](cc::Scope& s) {
+      cc::Idx row = s.block_idx(0);
+      cc::Val sum = s.reduce_sum(d, [&](cc::Idx j) {
+        std::vector<cc::Val> v;
+        for (const cc::Buf& b : in) v.push_back(b(row, j));
+        return term(v);
+      });
+      s.parallel(1, [&](cc::Idx i) { part(row + i) = sum; });
     });
-    s.parallel(1, [&](cc::Idx i) { part(row + i) = sum; });
+    return kb.build();
+  }
+  int threads = 32;
+  while (threads < kRowThreads && threads < d_const) threads *= 2;
+  kb.body({cc::ceildiv(r, cc::Val(rows_per_block))}, threads, [&](cc::Scope& s) {
+    cc::Idx row0 = s.let(s.block_idx(0) * rows_per_block, "row0");
+    cc::Buf tree =
+        row_sums(s, rows_per_block, d_const, 1, threads, [&](const cc::Idx& i, const cc::Idx& j) {
+          // A row past R (the last block's) reads row R - 1 and adds 0.
+          cc::Val row = s.let(row0 + i, "row");
+          cc::Val at = s.let(cc::min(row, r - 1), "at");
+          std::vector<cc::Val> v;
+          for (const cc::Buf& b : in) v.push_back(b(at, j));
+          return std::vector<cc::Val>{cc::select(row < r, term(v), cc::Val(0.0f))};
+        });
+    s.parallel(cc::Val(rows_per_block), [&](cc::Idx i) {
+      s.if_then(row0 + i < r, [&] { part(row0 + i) = tree(0, i, 0); });
+    });
   });
   return kb.build();
+}
+
+}  // namespace
+
+int64_t loss_rows_per_block(int64_t rows, int64_t d) {
+  if (d > kShortRow || rows < kManyRows) return 0;
+  const int64_t rb = rows_per_block(rows);
+  return rb > 1 ? rb : 0;
+}
+
+cc::Kernel build_half_sum_squares_rows(DType dtype, int64_t rows_per_block, int64_t d) {
+  return build_sum_rows(
+      "half_sum_squares_rows", dtype, {"x"},
+      [](const std::vector<cc::Val>& v) { return v[0] * v[0]; }, rows_per_block, d);
 }
 
 cc::Kernel build_loss_total() {
@@ -53,6 +107,21 @@ cc::Kernel build_loss_total() {
   kb.body({1}, kTotalThreads, [&](cc::Scope& s) {
     cc::Val sum = s.reduce_sum(r, [&](cc::Idx i) { return part(i); });
     s.parallel(1, [&](cc::Idx i) { out(i) = sum / divisor; });
+  });
+  return kb.build();
+}
+
+cc::Kernel build_loss_chunks() {
+  cc::KernelBuilder kb("loss_chunks");
+  cc::Dim r = kb.dim("R");
+  cc::Buf part = kb.input("part", DType::F32, {r});
+  cc::Buf sums = kb.output("sums", DType::F32, {cc::ceildiv(r, cc::Val(kLossChunk))});
+  kb.body({cc::ceildiv(r, cc::Val(kLossChunk))}, kTotalThreads, [&](cc::Scope& s) {
+    cc::Idx c = s.block_idx(0);
+    cc::Idx e0 = s.let(c * kLossChunk, "e0");
+    cc::Val sum =
+        s.reduce_sum(cc::min(r - e0, cc::Val(kLossChunk)), [&](cc::Idx i) { return part(e0 + i); });
+    s.parallel(1, [&](cc::Idx i) { sums(c + i) = sum; });
   });
   return kb.build();
 }
@@ -73,21 +142,6 @@ cc::Kernel build_half_sum_squares_grad(DType dtype) {
 }
 
 namespace {
-
-// part[r] = sum_j term(a[r, j], b[r, j]): one block per row.
-cc::Kernel build_pair_rows(const std::string& name, DType dtype,
-                           const std::function<cc::Val(const cc::Val&, const cc::Val&)>& term) {
-  cc::KernelBuilder kb(name + suffix(dtype));
-  cc::Dim r = kb.dim("R"), d = kb.dim("D");
-  cc::Buf a = kb.input("a", dtype, {r, d}), b = kb.input("b", dtype, {r, d});
-  cc::Buf part = kb.output("part", DType::F32, {r});
-  kb.body({r}, kRowThreads, [&](cc::Scope& s) {
-    cc::Idx row = s.block_idx(0);
-    cc::Val sum = s.reduce_sum(d, [&](cc::Idx j) { return term(a(row, j), b(row, j)); });
-    s.parallel(1, [&](cc::Idx i) { part(row + i) = sum; });
-  });
-  return kb.build();
-}
 
 // (da, db) = grads(a[e], b[e], dloss / divisor) over N elements, one per thread.
 cc::Kernel build_pair_grad(
@@ -116,11 +170,14 @@ cc::Kernel build_pair_grad(
 
 }  // namespace
 
-cc::Kernel build_mse_rows(DType dtype) {
-  return build_pair_rows("mse_rows", dtype, [](const cc::Val& a, const cc::Val& b) {
-    cc::Val d = a - b;
-    return d * d;
-  });
+cc::Kernel build_mse_rows(DType dtype, int64_t rows_per_block, int64_t d) {
+  return build_sum_rows(
+      "mse_rows", dtype, {"a", "b"},
+      [](const std::vector<cc::Val>& v) {
+        cc::Val diff = v[0] - v[1];
+        return diff * diff;
+      },
+      rows_per_block, d);
 }
 
 cc::Kernel build_mse_grad(DType dtype) {
@@ -131,10 +188,14 @@ cc::Kernel build_mse_grad(DType dtype) {
                          });
 }
 
-cc::Kernel build_kl_div_rows(DType dtype) {
-  return build_pair_rows("kl_div_rows", dtype, [](const cc::Val& lp, const cc::Val& q) {
-    return cc::select(q > 0.0f, q * (cc::log(q) - lp), cc::Val(0.0f));
-  });
+cc::Kernel build_kl_div_rows(DType dtype, int64_t rows_per_block, int64_t d) {
+  return build_sum_rows(
+      "kl_div_rows", dtype, {"a", "b"},
+      [](const std::vector<cc::Val>& v) {
+        const cc::Val &lp = v[0], &q = v[1];
+        return cc::select(q > 0.0f, q * (cc::log(q) - lp), cc::Val(0.0f));
+      },
+      rows_per_block, d);
 }
 
 cc::Kernel build_kl_div_grad(DType dtype) {

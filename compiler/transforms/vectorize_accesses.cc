@@ -106,10 +106,11 @@ class LaneLoop : public IRMutator {
     Accessed reads;
     reads.visit(base);
     if (mentions_any(base, inner_)) return "";
-    // A lane-0 index may read shared memory the loop does not write (a gather's row id, staged
-    // before a barrier): hoisted before the loop, it reads what every lane would.
+    // A lane-0 index may read shared or global memory the loop does not write (a gather's row
+    // id, staged before a barrier or read from the ids tensor): hoisted before the loop, it
+    // reads what every lane would.
     for (const std::string& buf : reads.loaded)
-      if (!find_shared(*k_, buf) || stored_.count(buf)) return "";
+      if (find_local_array(*k_, buf) || stored_.count(buf)) return "";
     Expr guard;
     for (const Expr& g : guards_) {
       if (!g.defined()) return "";
