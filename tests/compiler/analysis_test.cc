@@ -198,6 +198,45 @@ TEST(Analysis, ScatterWithoutAPermutationIsRefusedWithACounterexample) {
   }
 }
 
+// y[row, c] = table[ids[row], c], or with `moves` table[ids[c], c] (the id moves with the column).
+Kernel gather_rows_kernel(const std::string& name, int64_t divisible, bool moves) {
+  KernelBuilder kb(name);
+  Dim N = kb.dim("N"), V = kb.dim("V"), D = kb.dim("D", {.divisible_by = divisible});
+  Buf table = kb.input("table", DType::F32, {V, D});
+  Buf ids = kb.index_input("ids", {moves ? Val(D) : Val(N)}, V);
+  Buf y = kb.output("y", DType::F32, {N, D});
+  kb.body({N}, 64, [&](Scope& s) {
+    Idx row = s.block_idx(0);
+    s.parallel(64, [&](Idx c) {
+      s.if_then(c < D, [&] {
+        Val id = s.let(to_i64(ids(moves ? Val(c) : Val(row))), "id");
+        y(row, c) = table(id, c);
+      });
+    });
+  });
+  return kb.build();
+}
+
+TEST(Analysis, AGatheredRowIsAVectorWhenItsWidthIsAMultipleOfTheLanes) {
+  // id · D + c with D a multiple of 4: aligned whatever id is, without Z3 (which gave up on the
+  // product of a loaded id and a symbolic D).
+  AnalysisReport r = analyze(gather_rows_kernel("gather_aligned", 4, false));
+  const AccessVerdict* v = find(r, "vector", "table");
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->result.outcome, Outcome::Proved) << r.text();
+  EXPECT_EQ(v->result.method, "affine") << r.text();
+  EXPECT_EQ(v->note, "vectorizable x4");
+  // D of any width: the row may start anywhere.
+  AnalysisReport any = analyze(gather_rows_kernel("gather_any_width", 1, false));
+  ASSERT_TRUE(find(any, "vector", "table"));
+  EXPECT_NE(find(any, "vector", "table")->result.outcome, Outcome::Proved) << any.text();
+  // An id read at the column moves with the lanes: never a vector.
+  AnalysisReport moving = analyze(gather_rows_kernel("gather_moving_id", 4, true));
+  ASSERT_TRUE(find(moving, "vector", "table"));
+  EXPECT_NE(find(moving, "vector", "table")->result.outcome, Outcome::Proved) << moving.text();
+  lower(gather_rows_kernel("gather_aligned", 4, false));  // compiles
+}
+
 TEST(Analysis, RaggedTailNeedsItsGuardAndExactTilesDoNot) {
   // axpb: N unconstrained, 256 per block: the tail guard is needed (counterexample found).
   AnalysisReport r = analyze(testing::axpb_kernel());
