@@ -248,29 +248,23 @@ OpExpansion rows_then_total(const std::shared_ptr<KernelCache>& cache, const std
                             double divisor) {
   const int64_t rb = loss_rows_per_block(rows, cols);
   inputs.push_back(scratch_slot(0));
-  KernelCall part{
-      .kernel =
-          rb == 0
-              ? cache->get(kernel_key(name, dt), [&] { return build_rows(dt, 0, 0); })
-              : cache->get(
-                    kernel_key(name + "_rb" + std::to_string(rb) + "_d" + std::to_string(cols), dt),
-                    [&] { return build_rows(dt, rb, cols); }),
-      .buffers = std::move(inputs),
-      .dims = rb == 0 ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows}};
+  KernelCall part{.kernel = cache->get(kernel_key(sum_rows_name(name, rb, cols), dt),
+                                       [&] { return build_rows(dt, rb, cols); }),
+                  .buffers = std::move(inputs),
+                  .dims = rb == 0 ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows}};
   OpExpansion out{.scratch = {TensorType{DType::F32, {rows}}}, .calls = {part}};
-  int64_t totals = rows;
-  if (rows > kLossChunk) {
-    totals = (rows + kLossChunk - 1) / kLossChunk;
+  const bool chunked = rows > kLossChunk;
+  const int64_t totals = chunked ? (rows + kLossChunk - 1) / kLossChunk : rows;
+  if (chunked) {
     out.scratch.push_back(TensorType{DType::F32, {totals}});
     out.calls.push_back(KernelCall{.kernel = cache->get("loss_chunks", build_loss_chunks),
                                    .buffers = {scratch_slot(0), scratch_slot(1)},
                                    .dims = {rows}});
   }
-  out.calls.push_back(
-      KernelCall{.kernel = cache->get("loss_total", build_loss_total),
-                 .buffers = {scratch_slot(rows > kLossChunk ? 1 : 0), output_slot(0)},
-                 .dims = {totals},
-                 .scalars = {divisor}});
+  out.calls.push_back(KernelCall{.kernel = cache->get("loss_total", build_loss_total),
+                                 .buffers = {scratch_slot(chunked ? 1 : 0), output_slot(0)},
+                                 .dims = {totals},
+                                 .scalars = {divisor}});
   return out;
 }
 

@@ -28,10 +28,6 @@ cc::Val counted(const cc::Val& target, const cc::Val& ignore) {
   return cc::select(target == ignore, cc::Val(0.0f), cc::Val(1.0f));
 }
 
-}  // namespace
-
-namespace {
-
 // part[r] = sum_j term(inputs[r, j]...) over the [R, D] view. rows_per_block 0: one block a row,
 // R and D dims (the block's threads fold columns t, t + T, ... then reduce_sum's tree). Else
 // short rows of a constant D, `rows_per_block` rows a block: every thread folds its columns of
@@ -43,10 +39,7 @@ cc::Kernel build_sum_rows(const std::string& name, DType dtype,
                           const std::function<cc::Val(const std::vector<cc::Val>&)>& term,
                           int64_t rows_per_block, int64_t d_const) {
   const bool tiled = rows_per_block > 0;
-  cc::KernelBuilder kb(
-      name +
-      (tiled ? "_rb" + std::to_string(rows_per_block) + "_d" + std::to_string(d_const) : "") +
-      suffix(dtype));
+  cc::KernelBuilder kb(sum_rows_name(name, rows_per_block, d_const) + suffix(dtype));
   cc::Dim r = kb.dim("R");
   const cc::Val d = tiled ? cc::Val(d_const) : cc::Val(kb.dim("D"));
   std::vector<cc::Buf> in;
@@ -85,6 +78,12 @@ cc::Kernel build_sum_rows(const std::string& name, DType dtype,
 }
 
 }  // namespace
+
+std::string sum_rows_name(const std::string& name, int64_t rows_per_block, int64_t d) {
+  return rows_per_block > 0
+             ? name + "_rb" + std::to_string(rows_per_block) + "_d" + std::to_string(d)
+             : name;
+}
 
 int64_t loss_rows_per_block(int64_t rows, int64_t d) {
   if (d > kShortRow || rows < kManyRows) return 0;

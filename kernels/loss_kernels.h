@@ -7,6 +7,9 @@
 // on that row, and the total's order on R and the constants alone.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "compiler/ir/kernel.h"
 #include "tilerun/dtype.h"
 
@@ -22,6 +25,8 @@ constexpr int64_t kLossChunk = 4096;
 // a few waves).
 constexpr int64_t kShortRow = 512, kManyRows = 16384;
 int64_t loss_rows_per_block(int64_t rows, int64_t d);
+// A `*_rows` kernel's name: `name`, and for rows_per_block > 0 "_rb{rows_per_block}_d{d}".
+std::string sum_rows_name(const std::string& name, int64_t rows_per_block, int64_t d);
 
 // part[r] = sum_j x[r, j]^2. Parameters: x, part; R (and D when rows_per_block is 0).
 compiler::Kernel build_half_sum_squares_rows(DType dtype, int64_t rows_per_block = 0,

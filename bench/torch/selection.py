@@ -3,8 +3,9 @@
 
 Each case is a small forward-only model run through `tilerun MODEL --forward-only --steps S
 --report R` (the op's own kernels' time, without the loss kernels the CLI appends, and the
-layer's CUDA-graph device time, loss included, median over the steps), and the PyTorch op on random tensors of the same shapes (CUDA events around --reps
-back-to-back calls after warm-up, the median of --trials runs, per call):
+layer's CUDA-graph device time, loss included, median over the steps), and the PyTorch op on
+random tensors of the same shapes (CUDA events around --reps back-to-back calls after
+warm-up, the median of --trials runs, per call):
 
   topk     scores f32[4096, 1024] -> top 128 per row         torch.topk(x, 128)
   gather   kv f32[1024, 128] by idx i32[4096, 128]            kv[idx] (index_select)

@@ -719,22 +719,13 @@ class Analyzer : public IRMutator {
     Expr flat = idx[0];
     for (size_t d = 1; d < idx.size(); ++d) flat = add(mul(flat, shape[d]), idx[d]);
     Poly p;
-    bool poly = to_poly(flat, lets_, &p);
     // A row id loaded from memory (a gather's table[ids[i], j]) is a product's unknown factor:
     // as an atom of the polynomial, its terms are aligned when their other factors are (id · D
-    // with D a multiple of w), so the access need not go to Z3, which gave up on id · D with D
-    // symbolic (V4-mini's dispatch gathers moved 2 bytes a thread: 121 us at T = 4096 against
-    // 17 on 16-byte vectors). Sound only for atoms that do not move with the innermost var.
-    bool atoms = false;
-    if (!poly && to_poly(flat, lets_, &p, 0, /*let_atoms=*/true)) {
-      poly = atoms = true;
-      for (auto& [m, c] : p)
-        for (const std::string& a : m)
-          if (a != inner && lets_.count(a) &&
-              uses_var(Substitute(lets_).mutate(lets_.at(a)), inner))
-            poly = atoms = false;
-      if (!poly) p.clear();
-    }
+    // with D a multiple of w), as a dim's are, so the access need not go to Z3, which gave up on
+    // id · D with D symbolic (V4-mini's dispatch gathers moved 2 bytes a thread: 121 us at
+    // T = 4096 against 17 on 16-byte vectors). Sound only for atoms fixed along the lanes.
+    bool poly = to_poly(flat, lets_, &p) ||
+                (to_poly(flat, lets_, &p, 0, /*let_atoms=*/true) && atoms_fixed_along(p, inner));
     if (poly) {
       bool uses = false;
       for (auto& [m, c] : p) uses = uses || std::count(m.begin(), m.end(), inner);
@@ -749,7 +740,7 @@ class Analyzer : public IRMutator {
       if (!unit_stride(p, inner, &pr.outcome, &why)) {
       } else if (aligned(p, inner, w, /*concrete=*/false)) {
         pr.outcome = Outcome::Proved;
-      } else if (!atoms && misaligned_by_constant(p, inner, w)) {
+      } else if (misaligned_by_constant(p, inner, w)) {
         pr.outcome = Outcome::Disproved;
         why = "offset by a constant not a multiple of " + std::to_string(w);
       } else if (!o_.concrete.empty() && aligned(p, inner, w, /*concrete=*/true)) {
@@ -817,6 +808,15 @@ class Analyzer : public IRMutator {
       *why = "stride along " + inner + " is not 1";
       return false;
     }
+    return true;
+  }
+
+  // Whether no let standing as an atom in p (to_poly's let_atoms) reads the innermost var.
+  bool atoms_fixed_along(const Poly& p, const std::string& inner) const {
+    for (auto& [m, c] : p)
+      for (const std::string& a : m)
+        if (a != inner && lets_.count(a) && uses_var(Substitute(lets_).mutate(lets_.at(a)), inner))
+          return false;
     return true;
   }
 
