@@ -38,11 +38,18 @@ constexpr int64_t kTcSlots = 64, kTcCols = 64, kTcGroup = 16;  // heads per cont
 
 int64_t head_groups(int64_t h) { return (h + kTcGroup - 1) / kTcGroup; }
 
+// p's rows are K + kProbPad floats apart. With K a multiple of 32 every row started in bank 0:
+// the stores from the score fragments (8 slots by 4 heads a warp) met 4 ways in a bank, and the
+// softmax's stretches (4 heads by 8 stretches a warp, each a thread walking its own slots) met 32
+// ways at every step. With 4 more, a head's row starts 4 banks on: the fragment stores are
+// conflict-free, the (interleaved) stretches and the packing meet at most 2 ways.
+constexpr int64_t kProbPad = 4;
+
 // The shared bytes of the forward (or kernel A) with `stages` steps of E in flight.
 int64_t tc_shared_bytes(const SparseAttentionShape& sh, bool backward, int64_t stages) {
   const int64_t tiles = stages * sh.k * kTcCols * 2;                      // the gathered rows
   const int64_t rows = (backward ? 2 : 1) * stages * sh.h * kTcCols * 2;  // q (and dy) steps
-  const int64_t probs = sh.h * sh.k * 4;                                  // p (then ds) in f32
+  const int64_t probs = sh.h * (sh.k + kProbPad) * 4;                     // p (then ds) in f32
   const int64_t extra =
       backward ? head_groups(sh.h) * (sh.k + stages * kTcCols) * kTcCols * 2 +  // packed, rows
                      kTcCols * (2 * kTcGroup + 1) * 4                           // osh
@@ -86,7 +93,7 @@ struct TcToken {
         s_dim(std::move(rows)) {
     const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
     ids = s.alloc_shared("ids", DType::I32, {k});
-    p = s.alloc_shared("p", DType::F32, {h, k});
+    p = s.alloc_shared("p", DType::F32, {h, k + kProbPad});
     m = s.alloc_shared("m", DType::F32, {h});
     d = s.alloc_shared("d", DType::F32, {h});
     part = s.alloc_shared("part", DType::F32, {h, lanes()});
@@ -181,8 +188,9 @@ struct TcToken {
   }
 
   // p = the softmax with the sink of scale · acc + bias (NaN for a bad id): each head's row in
-  // lanes() stretches, the stretches' maxima and sums, then the head's over its stretches in
-  // order (the sink's term first in the sum).
+  // lanes() interleaved stretches (stretch g: slots g, g + lanes(), ..., so that a warp's threads
+  // read neighbouring slots), the stretches' maxima and sums, then the head's over its stretches
+  // in order (the sink's term first in the sum).
   void softmax(const cc::Buf& bias, const cc::Buf& sink, const cc::Val& scale) {
     for (int64_t b = 0; b < blocks; ++b) {
       s.parallel(kTcSlots, h, [&](cc::Idx i, cc::Idx hh) {
@@ -194,9 +202,9 @@ struct TcToken {
     const int64_t g_n = lanes(), span = k / g_n;
     auto stretch = [&](const std::function<cc::Val(cc::Val, cc::Val)>& op) {
       s.parallel(h, g_n, [&](cc::Idx hh, cc::Idx g) {
-        part(hh, g) = p(hh, g * span);
+        part(hh, g) = p(hh, g);
         s.serial(span - 1,
-                 [&](cc::Idx j) { part(hh, g) = op(part(hh, g), p(hh, g * span + j + 1)); });
+                 [&](cc::Idx j) { part(hh, g) = op(part(hh, g), p(hh, g + (j + 1) * g_n)); });
       });
       s.barrier();
     };
@@ -291,20 +299,21 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
     for (int64_t b = 0; b < tok.blocks; ++b)
       dp.push_back(s.alloc_fragment("dp" + std::to_string(b), DType::F32, {kTcSlots, sh.h}));
     stage_token_ids(s, sh.k, tok.t, tok.ids, idx, sd);
-    // delta[hh] = y[t, hh, :]·dy[t, hh, :]: each head's columns in lanes() stretches, each
-    // stretch summed in column order by its own thread (unguarded loads the compiler can issue
-    // ahead), then the stretches in order. Computed once up front by every thread: inside the
-    // steps, H threads summed 64 columns each while the block waited at the barrier.
+    // delta[hh] = y[t, hh, :]·dy[t, hh, :]: each head's columns in lanes() interleaved stretches
+    // (stretch g: columns g, g + lanes(), ..., so that a warp's loads are neighbours; as blocks
+    // of E / lanes() columns each thread read its own 128 bytes, a third of the kernel's global
+    // sectors wasted), each summed in column order by its own thread, then the stretches in
+    // order. Computed once up front by every thread: inside the steps, H threads summed 64
+    // columns each while the block waited at the barrier.
     {
       const int64_t g_n = tok.lanes();
-      cc::Val span = s.let(cc::ceildiv(cc::Val(e), i64(g_n)), "dspan");
       cc::Buf dacc = s.alloc_fragment("dacc", DType::F32, {sh.h, g_n});
       s.parallel(h, g_n, [&](cc::Idx hh, cc::Idx g) {
-        cc::Val lo = s.let(cc::min(g * span, e), "dlo");
-        cc::Val n = s.let(cc::min(lo + span, e) - lo, "dn");
+        cc::Val n = s.let(cc::ceildiv(cc::max(cc::Val(e) - g, i64(0)), i64(g_n)), "dn");
         dacc(hh, g) = 0.0f;
         s.serial(n, [&](cc::Idx c) {
-          dacc(hh, g) = cc::fma(y(tok.t, hh, lo + c), dy(tok.t, hh, lo + c), dacc(hh, g));
+          cc::Val col = s.let(g + c * g_n, "col");
+          dacc(hh, g) = cc::fma(y(tok.t, hh, col), dy(tok.t, hh, col), dacc(hh, g));
         });
         tok.part(hh, g) = dacc(hh, g);
       });
