@@ -207,6 +207,25 @@ class CpuCodegen {
         with_binding(kThreadIdx, tid,
                      [&] { b_.CreateStore(v, element_ptr(w->dst, make_i64(0), t)); });
       });
+    } else if (const WarpBallot* w = s.as<WarpBallot>()) {
+      // Its own loop over the threads: each thread ORs in the flags of its warp's lanes.
+      const int64_t lanes = std::min<int64_t>(k_.sig.threads, 32);
+      emit_loop("lane", b_.getInt64(0), b_.getInt64(k_.sig.threads), [&](llvm::Value* tid) {
+        llvm::Value* base = b_.CreateAnd(tid, b_.getInt64(~int64_t{31}));
+        llvm::Value* mask = b_.getInt32(0);
+        for (int64_t l = 0; l < lanes; ++l) {
+          llvm::Value* v = nullptr;
+          with_binding(kThreadIdx, b_.CreateAdd(base, b_.getInt64(l)), [&] {
+            v = b_.CreateLoad(b_.getInt32Ty(), element_ptr(w->src, make_i64(0), Type::I32));
+          });
+          llvm::Value* bit =
+              b_.CreateSelect(b_.CreateICmpNE(v, b_.getInt32(0)),
+                              b_.getInt32(static_cast<int32_t>(1u << l)), b_.getInt32(0));
+          mask = b_.CreateOr(mask, bit);
+        }
+        with_binding(kThreadIdx, tid,
+                     [&] { b_.CreateStore(mask, element_ptr(w->dst, make_i64(0), Type::I32)); });
+      });
     } else if (const Gemm* g = s.as<Gemm>()) {
       emit_gemm(g);
     } else if (const LetStmt* let = s.as<LetStmt>()) {

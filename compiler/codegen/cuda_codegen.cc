@@ -641,6 +641,16 @@ class CudaEmitter {
              std::to_string(op->lane_xor) + ");");
         return;
       }
+      case StmtKind::WarpBallot: {
+        // The whole warp (or the whole block when it is smaller) takes part: block-uniform.
+        const WarpBallot* op = s.as<WarpBallot>();
+        const int threads = k_.sig.threads;
+        const std::string mask =
+            threads >= 32 ? "0xffffffffu" : std::to_string((1u << threads) - 1u) + "u";
+        line(buffer(op->dst) + "[0] = (int)__ballot_sync(" + mask + ", " + buffer(op->src) +
+             "[0] != 0);");
+        return;
+      }
       case StmtKind::VectorMove: {
         // One 2-, 4-, 8- or 16-byte transaction (ld/st.global.v*): the global side's index is
         // proved a multiple of the lanes, buffers are 16-byte aligned, local arrays __align__(16).

@@ -252,6 +252,23 @@ Val abs(const Val& a) {
   return select(a < like(a, 0), -a, a);
 }
 
+Val popcount(const Val& a) {
+  need(a, "popcount");
+  if (!is_int(a.type())) fail("popcount of a non-integer");
+  // The SWAR count on the low 32 bits, widened to i64 so that no step can overflow.
+  Val v = cast(Type::I64, a) & Val(int64_t{0xffffffff});
+  v = v - (shr_logical(v, Val(int64_t{1})) & Val(int64_t{0x55555555}));
+  v = (v & Val(int64_t{0x33333333})) + (shr_logical(v, Val(int64_t{2})) & Val(int64_t{0x33333333}));
+  v = (v + shr_logical(v, Val(int64_t{4}))) & Val(int64_t{0x0f0f0f0f});
+  return shr_logical(v * Val(int64_t{0x01010101}), Val(int64_t{24})) & Val(int64_t{0xff});
+}
+
+Val lane_mask_below(const Val& lane) {
+  need(lane, "lane_mask_below");
+  if (lane.type() != Type::I64) fail("lane_mask_below of a non-i64 lane");
+  return shl(Val(int64_t{1}), lane) - Val(int64_t{1});
+}
+
 Val cast(Type t, const Val& a) {
   need(a, "cast");
   if (t == Type::Bool) fail("cast to bool: compare with zero instead");
@@ -510,6 +527,14 @@ void Scope::async_wait(int pending) {
 }
 
 void Scope::barrier() { state_->append(Barrier::make()); }
+
+void Scope::shuffle_xor(const Buf& dst, const Buf& src, int lane_xor) {
+  state_->append(WarpShuffle::make(dst.name(), src.name(), lane_xor));
+}
+
+void Scope::ballot(const Buf& dst, const Buf& src) {
+  state_->append(WarpBallot::make(dst.name(), src.name()));
+}
 
 void Scope::gemm(const Buf& acc, const Buf& a, const Buf& b, bool trans_a, bool trans_b,
                  int pending) {

@@ -140,6 +140,13 @@ Val log(const Val& a);
 Val tanh(const Val& a);
 Val sigmoid(const Val& a);
 Val abs(const Val& a);  // ints too
+// The number of set bits among the low 32 of an i32 or i64 (an i64 in [0, 32]): a ballot's
+// count, or with the mask of the lanes below a thread's (lane_mask_below), its rank among the
+// flagged lanes. Plain shifts, masks and one multiply in i64 (no overflow, no intrinsic), which
+// LLVM and NVRTC recognise as one population count.
+Val popcount(const Val& a);
+// The bits of the lanes below `lane` (an i64 in [0, 32)) as an i64: (1 << lane) - 1.
+Val lane_mask_below(const Val& lane);
 
 // Conversions: int → f32 rounds to nearest even; f32 → int truncates toward zero, saturating,
 // NaN → 0. bitcast reinterprets bits between f32 and i32.
@@ -307,6 +314,14 @@ class Scope {
   // All threads of the block wait; shared writes before are visible after. Only outside
   // parallel and if.
   void barrier();
+
+  // Warp primitives over fragments of shape [threads] (element t held by thread t, as a
+  // parallel over [0, threads) deals them). Block-uniform, like barrier(): outside parallel and
+  // if. shuffle_xor: dst[t] = src[t ^ lane_xor] (0 < lane_xor < min(threads, 32)), one dtype.
+  // ballot: dst[t] (i32) = the mask of the lanes l of t's warp whose src (i32) is nonzero, bit l
+  // for lane l. Read a ballot's bits with popcount and lane_mask_below.
+  void shuffle_xor(const Buf& dst, const Buf& src, int lane_xor);
+  void ballot(const Buf& dst, const Buf& src);
 
   // acc[m, n] += op(a) op(b) on the tensor cores (ir.h Gemm): a, b shared bf16/f16 tiles
   // ([m, k] or, transposed, [k, m] or m's panels [m / 64, k, 64]; [k, n] or [n, k]), acc an f32

@@ -338,6 +338,11 @@ Stmt Parallel::make(std::vector<std::string> vars, std::vector<Expr> extents, St
       std::make_shared<Parallel>(std::move(vars), std::move(extents), std::move(body), layout));
 }
 
+Stmt WarpBallot::make(const std::string& dst, const std::string& src) {
+  TR_CHECK(dst != src, "WarpBallot dst and src must differ");
+  return Stmt(std::make_shared<WarpBallot>(dst, src));
+}
+
 Stmt WarpShuffle::make(const std::string& dst, const std::string& src, int lane_xor) {
   TR_CHECK(dst != src, "WarpShuffle dst and src must differ");
   TR_CHECK(lane_xor > 0 && lane_xor < 32, "WarpShuffle lane_xor");

@@ -40,7 +40,7 @@ enum class ExprKind : uint8_t {
 };
 enum class StmtKind : uint8_t {
   Seq, LetStmt, For, Parallel, Reduce, IfThenElse, Store, Assign, Copy, Barrier, VectorMove,
-  WarpShuffle, Gemm, AsyncCopy, AsyncCommit, AsyncWait, TmaCopy, MbarrierInit, MbarrierWait,
+  WarpShuffle, WarpBallot, Gemm, AsyncCopy, AsyncCommit, AsyncWait, TmaCopy, MbarrierInit, MbarrierWait,
 };
 // clang-format on
 
@@ -539,6 +539,21 @@ struct WarpShuffle : StmtNode {
   WarpShuffle(std::string d, std::string s, int x)
       : StmtNode(kKind), dst(std::move(d)), src(std::move(s)), lane_xor(x) {}
   static Stmt make(const std::string& dst, const std::string& src, int lane_xor);
+};
+
+// Both levels: every thread t sets its element of `dst` (i32) to the ballot of its warp: bit l
+// is set when the element of `src` (i32) held by lane l of t's warp is nonzero (lanes past a
+// block smaller than a warp count as zero). Fragments / local arrays as for WarpShuffle; every
+// thread takes part, so only in block-uniform control flow. CUDA: __ballot_sync; the CPU
+// backend: its own loop over the threads, like a shuffle. With a popcount of the mask below a
+// lane (builder.h popcount) it ranks a warp's flagged lanes in lane order: the step of a
+// stream compaction or a count without a shuffle tree.
+struct WarpBallot : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::WarpBallot;
+  std::string dst, src;
+  WarpBallot(std::string d, std::string s)
+      : StmtNode(kKind), dst(std::move(d)), src(std::move(s)) {}
+  static Stmt make(const std::string& dst, const std::string& src);
 };
 
 // Both levels: the tensor-core tile product c[i, j] += sum_k op(a)[i, k] * op(b)[k, j] over

@@ -187,6 +187,10 @@ bool equal_stmt(const Stmt& a, const Stmt& b) {
       const WarpShuffle *x = a.as<WarpShuffle>(), *y = b.as<WarpShuffle>();
       return x->dst == y->dst && x->src == y->src && x->lane_xor == y->lane_xor;
     }
+    case StmtKind::WarpBallot: {
+      const WarpBallot *x = a.as<WarpBallot>(), *y = b.as<WarpBallot>();
+      return x->dst == y->dst && x->src == y->src;
+    }
     case StmtKind::Gemm: {
       const Gemm *x = a.as<Gemm>(), *y = b.as<Gemm>();
       return x->c == y->c && x->a == y->a && x->b == y->b && x->trans_a == y->trans_a &&

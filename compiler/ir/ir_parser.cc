@@ -404,6 +404,13 @@ class Parser {
     std::string target = name("a statement");
     if (accept(":=")) return Assign::make(target, expr());
     if (accept("=")) {
+      if (accept("ballot")) {
+        expect("(");
+        std::string src = name("a fragment name");
+        expect(")");
+        if (target == src) fail(t, "a ballot's source and destination must differ");
+        return WarpBallot::make(target, src);
+      }
       expect("shuffle_xor");
       expect("(");
       std::string src = name("a fragment name");

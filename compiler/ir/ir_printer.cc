@@ -259,6 +259,10 @@ class Printer : public IRVisitor {
     line_start();
     os << op->dst << " = shuffle_xor(" << op->src << ", " << op->lane_xor << ")\n";
   }
+  void visit_stmt(const WarpBallot* op) override {
+    line_start();
+    os << op->dst << " = ballot(" << op->src << ")\n";
+  }
   void visit_stmt(const Gemm* op) override {
     line_start();
     os << "gemm " << op->c << " += " << op->a << (op->trans_a ? "^T" : "") << " * " << op->b

@@ -59,6 +59,8 @@ void IRVisitor::visit(const Stmt& s) {
       return visit_stmt(s.as<VectorMove>());
     case StmtKind::WarpShuffle:
       return visit_stmt(s.as<WarpShuffle>());
+    case StmtKind::WarpBallot:
+      return visit_stmt(s.as<WarpBallot>());
     case StmtKind::Gemm:
       return visit_stmt(s.as<Gemm>());
     case StmtKind::AsyncCopy:
@@ -214,6 +216,8 @@ Stmt IRMutator::mutate(const Stmt& s) {
       return mutate_stmt(s.as<VectorMove>(), s);
     case StmtKind::WarpShuffle:
       return mutate_stmt(s.as<WarpShuffle>(), s);
+    case StmtKind::WarpBallot:
+      return mutate_stmt(s.as<WarpBallot>(), s);
     case StmtKind::Gemm:
       return mutate_stmt(s.as<Gemm>(), s);
     case StmtKind::AsyncCopy:
@@ -385,6 +389,7 @@ class BarrierFinder : public IRVisitor {
  protected:
   void visit_stmt(const Barrier*) override { found = true; }
   void visit_stmt(const WarpShuffle*) override { found = true; }
+  void visit_stmt(const WarpBallot*) override { found = true; }
   // A gemm reads every thread's tiles and, like a shuffle, runs as a block-wide step.
   void visit_stmt(const Gemm*) override { found = true; }
   // Reductions synchronise internally once lowered.

@@ -42,6 +42,7 @@ class IRVisitor {
   virtual void visit_stmt(const Barrier*) {}
   virtual void visit_stmt(const VectorMove* op);
   virtual void visit_stmt(const WarpShuffle*) {}
+  virtual void visit_stmt(const WarpBallot*) {}
   virtual void visit_stmt(const Gemm* op);
   virtual void visit_stmt(const AsyncCopy* op);
   virtual void visit_stmt(const AsyncCommit*) {}
@@ -83,6 +84,7 @@ class IRMutator {
   virtual Stmt mutate_stmt(const Barrier*, const Stmt& self) { return self; }
   virtual Stmt mutate_stmt(const VectorMove* op, const Stmt& self);
   virtual Stmt mutate_stmt(const WarpShuffle*, const Stmt& self) { return self; }
+  virtual Stmt mutate_stmt(const WarpBallot*, const Stmt& self) { return self; }
   virtual Stmt mutate_stmt(const Gemm* op, const Stmt& self);
   virtual Stmt mutate_stmt(const AsyncCopy* op, const Stmt& self);
   virtual Stmt mutate_stmt(const AsyncCommit*, const Stmt& self) { return self; }
@@ -94,9 +96,9 @@ class IRMutator {
   std::vector<Expr> mutate_all(const std::vector<Expr>& es, bool* changed);
 };
 
-// Whether `s` contains a Barrier anywhere below it, a WarpShuffle or a Gemm (which involve
-// other threads' data, so the CPU backend ends its thread loop there too), or a Reduce (which
-// synchronises the block once lowered).
+// Whether `s` contains a Barrier anywhere below it, a WarpShuffle, WarpBallot or a Gemm (which
+// involve other threads' data, so the CPU backend ends its thread loop there too), or a Reduce
+// (which synchronises the block once lowered).
 bool contains_barrier(const Stmt& s);
 // Whether `e` / `s` reads Var `name`.
 bool uses_var(const Expr& e, const std::string& name);

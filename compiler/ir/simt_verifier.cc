@@ -167,6 +167,13 @@ class SimtVerifier : public IRVisitor {
     if (op->lane_xor >= std::min(k_.sig.threads, 32))
       fail("shuffle lane_xor " + std::to_string(op->lane_xor) + " leaves the warp");
   }
+  void visit_stmt(const WarpBallot* op) override {
+    if (control_varying_ > 0) fail("ballot under per-thread control flow");
+    Decl d = decl(op->dst), s = decl(op->src);
+    if (d.space != Space::Local || s.space != Space::Local || d.dtype != DType::I32 ||
+        s.dtype != DType::I32)
+      fail("ballot of '" + op->src + "' into '" + op->dst + "': both must be i32 local arrays");
+  }
   void visit_stmt(const Gemm* op) override {
     if (control_varying_ > 0) fail("gemm under per-thread control flow");
     Decl a = decl(op->a), b = decl(op->b), c = decl(op->c);

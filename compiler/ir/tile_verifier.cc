@@ -359,6 +359,19 @@ class TileVerifier : public IRVisitor {
       fail("shuffle lane_xor " + std::to_string(op->lane_xor) + " leaves the warp");
   }
 
+  void visit_stmt(const WarpBallot* op) override {
+    if (parallel_depth_ > 0 || if_depth_ > 0)
+      fail("ballot inside parallel or if (a ballot needs every thread of the block)");
+    const TileAlloc* d = find_alloc(k_, op->dst);
+    const TileAlloc* s = find_alloc(k_, op->src);
+    const std::vector<int64_t> one_each{k_.sig.threads};
+    if (!d || !s || d->scope != MemScope::Fragment || s->scope != MemScope::Fragment ||
+        d->shape != one_each || s->shape != one_each || d->dtype != DType::I32 ||
+        s->dtype != DType::I32)
+      fail("ballot of '" + op->src + "' into '" + op->dst +
+           "': both must be i32 fragments of shape [threads]");
+  }
+
   // The operands' scopes, dtypes and shapes against the tile extents, and the shapes the tensor
   // core's instruction takes (m64nNk16 per warpgroup, N a multiple of 8 up to 256).
   void visit_stmt(const Gemm* op) override {

@@ -20,7 +20,7 @@ struct Member {
 
 bool region_boundary(const Stmt& s) {
   return s.as<For>() || s.as<IfThenElse>() || s.as<Barrier>() || s.as<WarpShuffle>() ||
-         s.as<Gemm>();
+         s.as<WarpBallot>() || s.as<Gemm>();
 }
 
 class Vectorizer : public IRMutator {

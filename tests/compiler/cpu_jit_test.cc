@@ -367,6 +367,86 @@ TEST(CpuJit, LaunchRejectsDimsOutsideBoundsNamingKernelAndDim) {
 // copy_async (ir.h Copy::async) on the CPU is a copy of the same bits: a bf16 box of 16 rows and
 // 64 columns into a 128B-swizzled shared tile, read back through the swizzle. Rows past M and
 // columns past K are zero-filled (K a multiple of 8, from one 16-byte piece to the whole row).
+// Warp primitives for authors: ballot of a flag, a lane's rank among the flagged lanes of its
+// warp (popcount of the ballot below it), and shuffle_xor, for blocks of two warps and of less
+// than one, against plain C++ lane arithmetic.
+TEST(CpuJit, BallotRanksFlaggedLanesAndShuffleXorSwapsPartners) {
+  for (int threads : {64, 16}) {
+    KernelBuilder kb("ballot_" + std::to_string(threads));
+    Dim n = kb.dim("N");
+    Buf x = kb.input("x", DType::I32, {n});
+    Buf mask_out = kb.output("mask", DType::I32, {n});
+    Buf rank_out = kb.output("rank", DType::I64, {n});
+    Buf swapped = kb.output("swapped", DType::I32, {n});
+    kb.body({ceildiv(n, Val(int64_t{threads}))}, threads, [&](Scope& s) {
+      Buf flag = s.alloc_fragment("flag", DType::I32, {threads});
+      Buf value = s.alloc_fragment("value", DType::I32, {threads});
+      Buf mask = s.alloc_fragment("lanes", DType::I32, {threads});
+      Buf partner = s.alloc_fragment("partner", DType::I32, {threads});
+      Val base = s.let(s.block_idx(0) * threads, "base");
+      s.parallel(threads, [&](Idx t) {
+        value(t) = x(base + t);
+        flag(t) = select(x(base + t) > 0, to_i32(Val(1)), to_i32(Val(0)));
+      });
+      s.ballot(mask, flag);
+      s.shuffle_xor(partner, value, 3);
+      s.parallel(threads, [&](Idx t) {
+        mask_out(base + t) = mask(t);
+        rank_out(base + t) = popcount(to_i64(mask(t)) & lane_mask_below(t % 32));
+        swapped(base + t) = partner(t);
+      });
+    });
+    auto k = jit(kb.build());
+    const int64_t N = 4 * threads;
+    std::vector<int32_t> xs(N), masks = poisoned<int32_t>(N), swaps = poisoned<int32_t>(N);
+    std::vector<int64_t> ranks = poisoned<int64_t>(N);
+    std::uniform_int_distribution<int32_t> d(-3, 3);
+    for (int32_t& v : xs) v = d(rng());
+    xs[0] = 1;  // lane 31's bit makes the mask negative as an i32 in the 64-thread block
+    if (threads == 64) xs[31] = 5;
+    k->launch({.buffers = {xs.data(), masks.data(), ranks.data(), swaps.data()},
+               .dims = {N},
+               .scalars = {}});
+    const int lanes = std::min(threads, 32);
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t warp_base = i / lanes * lanes;
+      uint32_t want = 0;
+      int64_t rank = 0;
+      for (int l = 0; l < lanes; ++l)
+        if (xs[warp_base + l] > 0) {
+          want |= 1u << l;
+          if (warp_base + l < i) ++rank;
+        }
+      ASSERT_EQ(static_cast<uint32_t>(masks[i]), want) << threads << " threads, element " << i;
+      ASSERT_EQ(ranks[i], rank) << threads << " threads, element " << i;
+      ASSERT_EQ(swaps[i], xs[i ^ 3]) << threads << " threads, element " << i;
+    }
+  }
+}
+
+// A ballot is block-wide: under a parallel it is refused, naming the ballot.
+TEST(CpuJit, BallotInsideParallelIsRefused) {
+  KernelBuilder kb("ballot_in_parallel");
+  Dim n = kb.dim("N");
+  Buf x = kb.input("x", DType::I32, {n});
+  Buf y = kb.output("y", DType::I32, {n});
+  kb.body({n}, 32, [&](Scope& s) {
+    Buf flag = s.alloc_fragment("flag", DType::I32, {32});
+    Buf mask = s.alloc_fragment("mask", DType::I32, {32});
+    s.parallel(32, [&](Idx t) {
+      flag(t) = x(t);
+      s.ballot(mask, flag);
+      y(t) = mask(t);
+    });
+  });
+  try {
+    kb.build();
+    FAIL() << "expected the ballot to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ballot inside parallel"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CpuJit, CopyAsyncMovesTheBitsAndZeroFillsTheEdges) {
   KernelBuilder kb("copy_async_tile");
   Dim M = kb.dim("M"), K = kb.dim("K", {.min = 0, .max = 64, .divisible_by = 8});
