@@ -18,16 +18,18 @@
 // topk_select (longer rows, k at most 16384): radix select, so only the k kept keys sit in
 // shared memory. Each value becomes an unsigned 32-bit key (the monotone bits). 32 passes, most
 // significant bit first, find the k-th largest key tau: each pass counts the keys that agree
-// with tau's bits decided so far and have the next bit set, by warp ballots and popcounts over
-// the row in chunks of one element a thread, the warps' counts summed in warp order after one
-// barrier (integer counts: exact whatever the order). Then g = k - r keys are above tau and the
+// with tau's bits decided so far and have the next bit set (a block reduction of integers:
+// exact whatever the order). Then g = k - r keys are above tau and the
 // r with the lowest indices among those equal to tau complete the k. Compaction: a second sweep
 // ranks both kinds in index order (ballot, popcount of the lanes below, the warps before, the
 // chunks before) and writes each chosen key at its rank; a bitonic network over the k keys
 // (padded to a power of two) sorts them. The row is read 33 times and never written.
-// Measured on the H200 (bench/RESULTS.md, 2026-12-03): on rows the full sort takes, the select
-// is slower (4096 rows of 1024, k = 128: 317 µs against 177; rows of 64, k = 6: 85 against 13),
-// so it serves only the rows the full sort cannot.
+// 1024 threads a row, so that a row's sweeps keep many loads in flight. Measured on the H200
+// (bench/RESULTS.md, 2026-12-03): 256 rows of 65536, k = 128, 990 µs against torch.topk's 283
+// (one block a row re-reading its 256 KiB 33 times: latency-bound; splitting a row over blocks
+// or 8-bit digits would cut it). On rows the full sort takes, an earlier ballot-counting
+// select was slower than the sort (4096 rows of 1024, k = 128: 317 µs against 177; rows of 64,
+// k = 6: 85 against 13), so the select serves only the rows the full sort cannot.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -52,7 +54,7 @@ namespace cc = tilerun::compiler;
 constexpr int kSortThreads = 256;
 constexpr int64_t kMaxRow = 16384;  // the longest row fully sorted: its keys fill 128 KiB
 constexpr int64_t kMaxK = 16384;    // the most kept: their sort keys fill 128 KiB of shared memory
-constexpr int kSelectThreads = 256;
+constexpr int kSelectThreads = 1024;
 constexpr int kWarp = 32;
 
 // ---- Inference -----------------------------------------------------------------------------
@@ -191,7 +193,6 @@ cc::Kernel build_topk(DType dtype, int64_t m, int threads) {
     cc::Buf equal_mask = s.alloc_fragment("equal_mask", DType::I32, {threads});
     cc::Buf tau = s.alloc_fragment("tau", DType::I64, {threads});    // bits decided so far
     cc::Buf left = s.alloc_fragment("left", DType::I64, {threads});  // ranks still to place
-    cc::Buf count = s.alloc_fragment("count", DType::I64, {threads});
     cc::Buf above_base = s.alloc_fragment("above_base", DType::I64, {threads});
     cc::Buf equal_base = s.alloc_fragment("equal_base", DType::I64, {threads});
     cc::Val chunks = cc::ceildiv(n, cc::Val(int64_t{threads}));
@@ -205,41 +206,38 @@ cc::Kernel build_topk(DType dtype, int64_t m, int threads) {
                                cc::Val(int64_t{0}));
       return sum;
     };
+    // tau's bits decided so far and the ranks still to place, block-uniform in shared memory:
+    // written by thread 0 between passes, read by all.
+    cc::Buf state = s.alloc_shared("state", DType::I64, {2});
     s.parallel(threads, [&](cc::Idx t) {
-      tau(t) = cc::Val(int64_t{0});
-      left(t) = k;
+      s.if_then(t == 0, [&] {
+        state(0) = cc::Val(int64_t{0});
+        state(1) = k;
+      });
     });
-    // Select: pass `step` decides bit 31 - step of tau.
+    s.barrier();
+    // Select: pass `step` decides bit 31 - step of tau. The count is a block reduction (each
+    // thread its elements in order, independent loads in flight; an integer sum, exact).
     s.serial(32, [&](cc::Idx step) {
       cc::Val bit = s.let(31 - step, "bit");
-      cc::Val parity = s.let(step % 2, "parity");
-      s.parallel(threads, [&](cc::Idx t) { count(t) = cc::Val(int64_t{0}); });
-      s.serial(chunks, [&](cc::Idx c) {
-        s.parallel(threads, [&](cc::Idx t) {
-          cc::Idx i = s.let(c * threads + t, "i");
-          s.if_then_else(
-              i < n,
-              [&] {
-                // Agrees with tau above `bit` and has `bit` set (tau's own bit is still 0).
-                cc::Val key = s.let(unsigned_key(x(row, i)), "key");
-                cc::Val hit = cc::shr(key, bit) == cc::shr(tau(t), bit) + 1;
-                flag(t) = cc::select(hit, cc::to_i32(cc::Val(1)), cc::to_i32(cc::Val(0)));
-              },
-              [&] { flag(t) = cc::to_i32(cc::Val(0)); });
-        });
-        s.ballot(flag_mask, flag);
-        s.parallel(threads, [&](cc::Idx t) { count(t) = count(t) + cc::popcount(flag_mask(t)); });
+      cc::Val want = s.let(cc::shr(state(0), bit) + 1, "want");
+      // Agrees with tau above `bit` and has `bit` set (tau's own bit is still 0).
+      cc::Val total = s.reduce_sum(n, [&](cc::Idx i) {
+        return cc::select(cc::shr(unsigned_key(x(row, i)), bit) == want, cc::Val(int64_t{1}),
+                          cc::Val(int64_t{0}));
       });
       s.parallel(threads, [&](cc::Idx t) {
-        s.if_then(lane_of(t) == 0, [&] { warp_counts(parity, 0, t / kWarp) = count(t); });
+        s.if_then(t == 0, [&] {
+          s.if_then_else(
+              total >= state(1), [&] { state(0) = state(0) + cc::shl(cc::Val(int64_t{1}), bit); },
+              [&] { state(1) = state(1) - total; });
+        });
       });
       s.barrier();
-      s.parallel(threads, [&](cc::Idx t) {
-        cc::Val total = s.let(warps_sum(parity, 0, cc::Val(int64_t{warps})), "total");
-        s.if_then_else(
-            total >= left(t), [&] { tau(t) = tau(t) + cc::shl(cc::Val(int64_t{1}), bit); },
-            [&] { left(t) = left(t) - total; });
-      });
+    });
+    s.parallel(threads, [&](cc::Idx t) {
+      tau(t) = state(0);
+      left(t) = state(1);
     });
     // Compaction: `left` keys equal to tau (the lowest indices) and k - left above it.
     s.parallel(threads, [&](cc::Idx t) {

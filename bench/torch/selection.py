@@ -8,6 +8,8 @@ random tensors of the same shapes (CUDA events around --reps back-to-back calls 
 warm-up, the median of --trials runs, per call):
 
   topk     scores f32[4096, 1024] -> top 128 per row         torch.topk(x, 128)
+  topk_long  scores f32[256, 65536] -> top 128 per row      torch.topk(x, 128)
+           (rows past 16384: the radix select)
   gather   kv f32[1024, 128] by idx i32[4096, 128]            kv[idx] (index_select)
            (idx is a model input, so tilerun also runs check_index on its 2 MiB)
   route    router f32[4096, 64] -> top 6 per row              torch.topk(x, 6)
@@ -38,6 +40,15 @@ MODELS = {
     "topk": HEADER + """dims: {T: 4096, S: 1024}
 inputs:
   scores: {shape: [T, S]}
+layers:
+  - name: sel
+    ops:
+      - {op: topk, in: scores, out: [best, picked], k: 128}
+outputs: [sel.best, sel.picked]
+""",
+    "topk_long": HEADER + """dims: {T: 256, V: 65536}
+inputs:
+  scores: {shape: [T, V]}
 layers:
   - name: sel
     ops:
@@ -101,6 +112,7 @@ outputs: [sel.gate, sel.order, sel.y]
 # Bytes each case must move at least (reads + writes), for the floor column.
 FLOOR_BYTES = {
     "topk": 4096 * 1024 * 4 + 2 * 4096 * 128 * 4,
+    "topk_long": 256 * 65536 * 4 + 2 * 256 * 128 * 4,
     "gather": 4096 * 128 * 128 * 4 + 4096 * 128 * 4,
     "route": 4096 * 64 * 4 + 2 * 4096 * 6 * 4,
     "sort": 4 * 4096 * 6 * 4,  # the routes read, position, order and row written
@@ -132,6 +144,7 @@ def tilerun_time(binary, name, device, steps, workdir):
 def torch_times(torch, reps, trials):
     g = torch.Generator(device="cuda").manual_seed(0)
     scores = torch.randn(4096, 1024, device="cuda", generator=g)
+    vocab = torch.randn(256, 65536, device="cuda", generator=g)
     kv = torch.randn(1024, 128, device="cuda", generator=g)
     idx = torch.randint(0, 1024, (4096, 128), device="cuda", generator=g)
     router = torch.randn(4096, 64, device="cuda", generator=g)
@@ -141,6 +154,7 @@ def torch_times(torch, reps, trials):
     y = torch.empty_like(x)
     calls = {
         "topk": lambda: torch.topk(scores, 128),
+        "topk_long": lambda: torch.topk(vocab, 128),
         "gather": lambda: kv[idx],
         "route": lambda: torch.topk(router, 6),
         "sort": lambda: torch.sort(ids, stable=True),
@@ -196,11 +210,11 @@ def main():
         except Exception as e:  # noqa: BLE001 - reported, the tilerun figures still stand
             print(f"PyTorch timing skipped: {e}", file=sys.stderr)
 
-    print(f"{'case':<8} {'tilerun kernels us':>19} {'tilerun device us':>18} {'torch us':>9}"
+    print(f"{'case':<9} {'tilerun kernels us':>19} {'tilerun device us':>18} {'torch us':>9}"
           f" {'floor us':>9}")
     for name, r in results.items():
         torch_us = f"{r['torch_us']:9.2f}" if "torch_us" in r else f"{'-':>9}"
-        print(f"{name:<8} {r['tilerun_kernels_us']:19.2f} {r['tilerun_device_us']:18.2f} {torch_us}"
+        print(f"{name:<9} {r['tilerun_kernels_us']:19.2f} {r['tilerun_device_us']:18.2f} {torch_us}"
               f" {r['floor_us']:9.2f}")
     if a.json:
         with open(a.json, "w") as f:
