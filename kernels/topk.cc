@@ -144,6 +144,28 @@ cc::Val sort_key(const cc::Val& v, const cc::Val& index) {
   return cc::to_i64(monotone_bits(v)) * int64_t{4294967296} + (4294967295 - index);
 }
 
+// Both kernels' end: sorts keys[0, m) descending and writes the first k as row `row`'s
+// indices, the values read back from x at them.
+void sort_and_write(cc::Scope& s, const cc::Buf& keys, int64_t m, const cc::Val& k,
+                    const cc::Idx& row, const cc::Buf& x, const cc::Buf& values,
+                    const cc::Buf& indices) {
+  bitonic_sort(s, keys, m, /*descending=*/true);
+  s.parallel(k, [&](cc::Idx r) {
+    cc::Val index = s.let(4294967295 - (keys(r) & 4294967295), "index");
+    indices(row, r) = cc::to_i32(index);
+    values(row, r) = x(row, index);
+  });
+}
+
+// Padding of a sort-key tile: below every real key (whose high half is at least -inf's,
+// 0x807FFFFF as i32), and spelled without INT64_MIN's literal, which C++ cannot write.
+cc::Val padding_key() { return cc::Val(std::numeric_limits<int64_t>::min() + 1); }
+
+// A condition as an i32 0/1 flag, a ballot's source.
+cc::Val as_flag(const cc::Val& cond) {
+  return cc::select(cond, cc::to_i32(cc::Val(1)), cc::to_i32(cc::Val(0)));
+}
+
 // Rows up to kMaxRow: the full sort (topk_sort). Each element's sort key sits in shared memory,
 // padded to a power of two M >= N with keys below every real one, and a bitonic network unrolled
 // at build time (M a constant of the kernel) sorts them descending; the first k give the indices.
@@ -159,15 +181,9 @@ cc::Kernel build_topk_sort(DType dtype, int64_t m) {
     cc::Buf keys = s.alloc_shared("keys", DType::I64, {m});
     s.parallel(m, [&](cc::Idx i) {
       s.if_then_else(
-          i < n, [&] { keys(i) = sort_key(x(row, i), i); },
-          [&] { keys(i) = cc::Val(std::numeric_limits<int64_t>::min() + 1); });
+          i < n, [&] { keys(i) = sort_key(x(row, i), i); }, [&] { keys(i) = padding_key(); });
     });
-    bitonic_sort(s, keys, m, /*descending=*/true);
-    s.parallel(k, [&](cc::Idx r) {
-      cc::Val index = s.let(4294967295 - (keys(r) & 4294967295), "index");
-      indices(row, r) = cc::to_i32(index);
-      values(row, r) = x(row, index);
-    });
+    sort_and_write(s, keys, m, k, row, x, values, indices);
   });
   return kb.build();
 }
@@ -184,15 +200,13 @@ cc::Kernel build_topk(DType dtype, int64_t m, int threads) {
   kb.body({p}, threads, [&](cc::Scope& s) {
     cc::Idx row = s.block_idx(0);
     cc::Buf keys = s.alloc_shared("keys", DType::I64, {m});
-    // The warps' counts of a sweep's chunk, double-buffered by the chunk's (or pass's) parity
-    // so that one barrier a chunk suffices: [parity, kind (above tau, equal to tau), warp].
+    // The warps' counts of a compaction chunk, double-buffered by the chunk's parity so that
+    // one barrier a chunk suffices: [parity, kind (above tau, equal to tau), warp].
     cc::Buf warp_counts = s.alloc_shared("warp_counts", DType::I64, {2, 2, warps});
     cc::Buf flag = s.alloc_fragment("flag", DType::I32, {threads});
     cc::Buf equal = s.alloc_fragment("equal", DType::I32, {threads});
     cc::Buf flag_mask = s.alloc_fragment("flag_mask", DType::I32, {threads});
     cc::Buf equal_mask = s.alloc_fragment("equal_mask", DType::I32, {threads});
-    cc::Buf tau = s.alloc_fragment("tau", DType::I64, {threads});    // bits decided so far
-    cc::Buf left = s.alloc_fragment("left", DType::I64, {threads});  // ranks still to place
     cc::Buf above_base = s.alloc_fragment("above_base", DType::I64, {threads});
     cc::Buf equal_base = s.alloc_fragment("equal_base", DType::I64, {threads});
     cc::Val chunks = cc::ceildiv(n, cc::Val(int64_t{threads}));
@@ -235,11 +249,8 @@ cc::Kernel build_topk(DType dtype, int64_t m, int threads) {
       });
       s.barrier();
     });
-    s.parallel(threads, [&](cc::Idx t) {
-      tau(t) = state(0);
-      left(t) = state(1);
-    });
-    // Compaction: `left` keys equal to tau (the lowest indices) and k - left above it.
+    // Compaction: `left` keys equal to tau (the lowest indices) and k - left above it; both
+    // read from `state` where they are used (a let of a shared load may not cross a barrier).
     s.parallel(threads, [&](cc::Idx t) {
       above_base(t) = cc::Val(int64_t{0});
       equal_base(t) = cc::Val(int64_t{0});
@@ -252,8 +263,9 @@ cc::Kernel build_topk(DType dtype, int64_t m, int threads) {
             i < n,
             [&] {
               cc::Val key = s.let(unsigned_key(x(row, i)), "key");
-              flag(t) = cc::select(key > tau(t), cc::to_i32(cc::Val(1)), cc::to_i32(cc::Val(0)));
-              equal(t) = cc::select(key == tau(t), cc::to_i32(cc::Val(1)), cc::to_i32(cc::Val(0)));
+              cc::Val tau = s.let(state(0), "tau");
+              flag(t) = as_flag(key > tau);
+              equal(t) = as_flag(key == tau);
             },
             [&] {
               flag(t) = cc::to_i32(cc::Val(0));
@@ -279,12 +291,13 @@ cc::Kernel build_topk(DType dtype, int64_t m, int threads) {
         cc::Val equal_rank = s.let(equal_base(t) + warps_sum(parity, 1, warp) +
                                        cc::popcount(cc::to_i64(equal_mask(t)) & below),
                                    "equal_rank");
-        cc::Val above = s.let(k - left(t), "above");
+        cc::Val left = s.let(state(1), "left");
+        cc::Val above = s.let(k - left, "above");
         // The ranks stay below k by construction; the guards keep the stores in the tile
         // without a proof of that.
         s.if_then(flag(t) != 0 && above_rank < k,
                   [&] { keys(above_rank) = sort_key(x(row, i), i); });
-        s.if_then(equal(t) != 0 && equal_rank < left(t) && above + equal_rank < k,
+        s.if_then(equal(t) != 0 && equal_rank < left && above + equal_rank < k,
                   [&] { keys(above + equal_rank) = sort_key(x(row, i), i); });
         above_base(t) = above_base(t) + warps_sum(parity, 0, cc::Val(int64_t{warps}));
         equal_base(t) = equal_base(t) + warps_sum(parity, 1, cc::Val(int64_t{warps}));
@@ -292,15 +305,8 @@ cc::Kernel build_topk(DType dtype, int64_t m, int threads) {
     });
     // Padding sorts last: below every real key (whose high half is at least -inf's,
     // 0x807FFFFF as i32), and spelled without INT64_MIN's literal, which C++ cannot write.
-    s.parallel(m, [&](cc::Idx i) {
-      s.if_then(i >= k, [&] { keys(i) = cc::Val(std::numeric_limits<int64_t>::min() + 1); });
-    });
-    bitonic_sort(s, keys, m, /*descending=*/true);
-    s.parallel(k, [&](cc::Idx r) {
-      cc::Val index = s.let(4294967295 - (keys(r) & 4294967295), "index");
-      indices(row, r) = cc::to_i32(index);
-      values(row, r) = x(row, index);
-    });
+    s.parallel(m, [&](cc::Idx i) { s.if_then(i >= k, [&] { keys(i) = padding_key(); }); });
+    sort_and_write(s, keys, m, k, row, x, values, indices);
   });
   return kb.build();
 }

@@ -36,8 +36,8 @@ import tempfile
 
 HEADER = "model: {name}\ndtype: f32\n"
 
-MODELS = {
-    "topk": HEADER + """dims: {T: 4096, S: 1024}
+# The top 128 of each row of scores [T, S].
+TOPK = HEADER + """dims: {dims}
 inputs:
   scores: {shape: [T, S]}
 layers:
@@ -45,16 +45,11 @@ layers:
     ops:
       - {op: topk, in: scores, out: [best, picked], k: 128}
 outputs: [sel.best, sel.picked]
-""",
-    "topk_long": HEADER + """dims: {T: 256, V: 65536}
-inputs:
-  scores: {shape: [T, V]}
-layers:
-  - name: sel
-    ops:
-      - {op: topk, in: scores, out: [best, picked], k: 128}
-outputs: [sel.best, sel.picked]
-""",
+"""
+
+MODELS = {
+    "topk": TOPK.replace("{dims}", "{T: 4096, S: 1024}"),
+    "topk_long": TOPK.replace("{dims}", "{T: 256, S: 65536}"),
     "gather": HEADER + """dims: {T: 4096, K: 128, S: 1024, D: 128}
 inputs:
   idx: {shape: [T, K], dtype: i32, init: {uniform: {low: -0.5, high: 1023.5}}}

@@ -345,14 +345,20 @@ class TileVerifier : public IRVisitor {
       fail("barrier inside parallel (barriers need every thread of the block)");
     if (if_depth_ > 0) fail("barrier inside if (barriers need every thread of the block)");
   }
+  // A fragment of shape [threads] (element t held by thread t), the operand of a warp step;
+  // null otherwise.
+  const TileAlloc* per_thread_fragment(const std::string& name) const {
+    const TileAlloc* a = find_alloc(k_, name);
+    if (!a || a->scope != MemScope::Fragment || a->shape != std::vector<int64_t>{k_.sig.threads})
+      return nullptr;
+    return a;
+  }
   void visit_stmt(const WarpShuffle* op) override {
     if (parallel_depth_ > 0 || if_depth_ > 0)
       fail("shuffle inside parallel or if (a shuffle needs every thread of the block)");
-    const TileAlloc* d = find_alloc(k_, op->dst);
-    const TileAlloc* s = find_alloc(k_, op->src);
-    const std::vector<int64_t> one_each{k_.sig.threads};
-    if (!d || !s || d->scope != MemScope::Fragment || s->scope != MemScope::Fragment ||
-        d->shape != one_each || s->shape != one_each || d->dtype != s->dtype)
+    const TileAlloc* d = per_thread_fragment(op->dst);
+    const TileAlloc* s = per_thread_fragment(op->src);
+    if (!d || !s || d->dtype != s->dtype)
       fail("shuffle between '" + op->dst + "' and '" + op->src +
            "': both must be fragments of one dtype and shape [threads]");
     if (op->lane_xor >= std::min(k_.sig.threads, 32))
@@ -362,12 +368,9 @@ class TileVerifier : public IRVisitor {
   void visit_stmt(const WarpBallot* op) override {
     if (parallel_depth_ > 0 || if_depth_ > 0)
       fail("ballot inside parallel or if (a ballot needs every thread of the block)");
-    const TileAlloc* d = find_alloc(k_, op->dst);
-    const TileAlloc* s = find_alloc(k_, op->src);
-    const std::vector<int64_t> one_each{k_.sig.threads};
-    if (!d || !s || d->scope != MemScope::Fragment || s->scope != MemScope::Fragment ||
-        d->shape != one_each || s->shape != one_each || d->dtype != DType::I32 ||
-        s->dtype != DType::I32)
+    const TileAlloc* d = per_thread_fragment(op->dst);
+    const TileAlloc* s = per_thread_fragment(op->src);
+    if (!d || !s || d->dtype != DType::I32 || s->dtype != DType::I32)
       fail("ballot of '" + op->src + "' into '" + op->dst +
            "': both must be i32 fragments of shape [threads]");
   }
