@@ -1,11 +1,23 @@
 // cumsum: running sums along one axis (inclusive; `reverse` sums from the end), for floats and
-// i32. Its gradient is the reverse cumsum of dy. Kernel: x seen as [P, K, R]; one thread per
-// (p, r) line adds its K elements in order (last to first when reversed) into an accumulator
-// (f32 for floats, each output rounded on store; i32 for i32), so every output's sum has one
-// fixed order whatever the grid, and nothing is atomic.
+// i32. Its gradient is the reverse cumsum of dy. Accumulation in f32 for floats (each output
+// rounded once on store), i32 for i32. Nothing is atomic and every output's sum has one fixed
+// order chosen by the axis's length and stride alone (never by the other dims, so a line's bits
+// do not depend on the batch). Two kernels, by the shape:
+//
+// Lines along the last axis of at least kLongLine elements (R = 1, K >= kLongLine): a
+// device-wide scan, reduce-then-scan over chunks of kChunk = kScanThreads x kItems elements
+// (decoupled look-back would make the association depend on timing). Each chunk is staged
+// through shared memory with coalesced loads, each thread owns kItems consecutive elements:
+//   1. chunk_sums: the chunk's total (the threads' serial sums, then block_scan_sum's order);
+//   2. chunk_offsets: per line, an exclusive block scan over its chunk totals, kScanThreads at a
+//      time with a running carry;
+//   3. chunks: y = ((offset + the thread's exclusive prefix) + its first item) + ... in item
+//      order; a line of one chunk skips 1 and 2 and starts from the prefix alone.
+// Other shapes (x seen as [P, K, R]): one thread per (p, r) line adds its K elements in order.
 #include <algorithm>
 
 #include "compiler/ir/builder.h"
+#include "kernels/block_scan.h"
 #include "kernels/expand_util.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/op_registry.h"
@@ -19,6 +31,10 @@ namespace {
 namespace cc = tilerun::compiler;
 
 constexpr int kThreads = 128;
+constexpr int kScanThreads = 256;
+constexpr int kItems = 16;
+constexpr int64_t kChunk = kScanThreads * kItems;
+constexpr int64_t kLongLine = 512;
 
 const std::vector<DType> kCumsumTypes = {DType::F32, DType::BF16, DType::F16, DType::I32};
 
@@ -93,12 +109,156 @@ cc::Kernel build_cumsum(DType dtype, bool reverse) {
   return kb.build();
 }
 
+// ---- The device-wide scan (lines along the last axis of at least kLongLine) -------------------
+
+DType accumulator_of(DType dtype) { return dtype == DType::I32 ? DType::I32 : DType::F32; }
+
+cc::Val zero_of(DType acc) { return acc == DType::I32 ? cc::to_i32(cc::Val(0)) : cc::Val(0.0f); }
+
+// The block's chunk of line `line` (in scan order: reversed lines read from the end) into
+// tile [kScanThreads, kItems + 1] (a padded row per thread: its serial reads meet no bank
+// conflict), zeros past the line's end; then sum(t) = tile(t, 0) + ... + tile(t, kItems - 1).
+void stage_chunk(cc::Scope& s, const cc::Buf& x, const cc::Val& k, bool reverse,
+                 const cc::Val& line, const cc::Val& chunk, const cc::Buf& tile, const cc::Buf& sum,
+                 DType acc) {
+  s.parallel(kChunk, [&](cc::Idx i) {
+    cc::Val pos = s.let(chunk * kChunk + i, "pos");
+    s.if_then_else(
+        pos < k, [&] { tile(i / kItems, i % kItems) = x(line, reverse ? k - 1 - pos : pos); },
+        [&] { tile(i / kItems, i % kItems) = zero_of(acc); });
+  });
+  s.barrier();
+  s.parallel(kScanThreads, [&](cc::Idx t) {
+    sum(t) = zero_of(acc);
+    s.serial(kItems, [&](cc::Idx j) { sum(t) = sum(t) + tile(t, j); });
+  });
+}
+
+std::string scan_name(const std::string& step, DType dtype, bool reverse) {
+  return "cumsum_" + step + (reverse ? "_rev_" : "_") + std::string(dtype_name(dtype));
+}
+
+// 1. sums[p, c] = the total of chunk c of line p.
+cc::Kernel build_chunk_sums(DType dtype, bool reverse) {
+  const DType acc = accumulator_of(dtype);
+  cc::KernelBuilder kb(scan_name("chunk_sums", dtype, reverse));
+  cc::Dim p = kb.dim("P"), k = kb.dim("K"), c = kb.dim("C");
+  cc::Buf x = kb.input("x", dtype, {p, k});
+  cc::Buf sums = kb.output("sums", acc, {p, c});
+  kb.body({c, p}, kScanThreads, [&](cc::Scope& s) {
+    cc::Val chunk = s.let(s.block_idx(0), "chunk"), line = s.let(s.block_idx(1), "line");
+    cc::Buf tile = s.alloc_shared("tile", acc, {kScanThreads, kItems + 1});
+    cc::Buf sum = s.alloc_fragment("sum", acc, {kScanThreads});
+    cc::Buf exclusive = s.alloc_fragment("exclusive", acc, {kScanThreads});
+    cc::Buf total = s.alloc_fragment("total", acc, {kScanThreads});
+    stage_chunk(s, x, k, reverse, line, chunk, tile, sum, acc);
+    block_scan_sum(s, "scan", kScanThreads, sum, exclusive, total);
+    s.parallel(kScanThreads,
+               [&](cc::Idx t) { s.if_then(t == 0, [&] { sums(line, chunk) = total(t); }); });
+  });
+  return kb.build();
+}
+
+// 2. offsets[p, c] = sums[p, 0] + ... + sums[p, c - 1], one block a line.
+cc::Kernel build_chunk_offsets(DType acc) {
+  cc::KernelBuilder kb("cumsum_chunk_offsets_" + std::string(dtype_name(acc)));
+  cc::Dim p = kb.dim("P"), c = kb.dim("C");
+  cc::Buf sums = kb.input("sums", acc, {p, c});
+  cc::Buf offsets = kb.output("offsets", acc, {p, c});
+  kb.body({p}, kScanThreads, [&](cc::Scope& s) {
+    cc::Val line = s.let(s.block_idx(0), "line");
+    cc::Buf value = s.alloc_fragment("value", acc, {kScanThreads});
+    cc::Buf exclusive = s.alloc_fragment("exclusive", acc, {kScanThreads});
+    cc::Buf total = s.alloc_fragment("total", acc, {kScanThreads});
+    cc::Buf carry = s.alloc_fragment("carry", acc, {kScanThreads});
+    s.parallel(kScanThreads, [&](cc::Idx t) { carry(t) = zero_of(acc); });
+    s.serial(cc::ceildiv(c, cc::Val(int64_t{kScanThreads})), [&](cc::Idx round) {
+      s.parallel(kScanThreads, [&](cc::Idx t) {
+        cc::Val at = s.let(round * kScanThreads + t, "at");
+        s.if_then_else(
+            at < c, [&] { value(t) = sums(line, at); }, [&] { value(t) = zero_of(acc); });
+      });
+      block_scan_sum(s, "scan", kScanThreads, value, exclusive, total);
+      s.parallel(kScanThreads, [&](cc::Idx t) {
+        cc::Val at = s.let(round * kScanThreads + t, "at");
+        s.if_then(at < c, [&] { offsets(line, at) = carry(t) + exclusive(t); });
+        carry(t) = carry(t) + total(t);
+      });
+    });
+  });
+  return kb.build();
+}
+
+// 3. y over chunk c of line p: the running sums from offsets[p, c] (0 without offsets).
+cc::Kernel build_chunks(DType dtype, bool reverse, bool with_offsets) {
+  const DType acc = accumulator_of(dtype);
+  cc::KernelBuilder kb(scan_name(with_offsets ? "chunks" : "chunk", dtype, reverse));
+  cc::Dim p = kb.dim("P"), k = kb.dim("K"), c = kb.dim("C");
+  cc::Buf x = kb.input("x", dtype, {p, k});
+  cc::Buf offsets;
+  if (with_offsets) offsets = kb.input("offsets", acc, {p, c});
+  cc::Buf y = kb.output("y", dtype, {p, k});
+  kb.body({c, p}, kScanThreads, [&](cc::Scope& s) {
+    cc::Val chunk = s.let(s.block_idx(0), "chunk"), line = s.let(s.block_idx(1), "line");
+    cc::Buf tile = s.alloc_shared("tile", acc, {kScanThreads, kItems + 1});
+    cc::Buf sum = s.alloc_fragment("sum", acc, {kScanThreads});
+    cc::Buf exclusive = s.alloc_fragment("exclusive", acc, {kScanThreads});
+    cc::Buf total = s.alloc_fragment("total", acc, {kScanThreads});
+    stage_chunk(s, x, k, reverse, line, chunk, tile, sum, acc);
+    block_scan_sum(s, "scan", kScanThreads, sum, exclusive, total);
+    s.parallel(kScanThreads, [&](cc::Idx t) {
+      sum(t) = with_offsets ? offsets(line, chunk) + exclusive(t) : exclusive(t);
+      s.serial(kItems, [&](cc::Idx j) {
+        sum(t) = sum(t) + tile(t, j);
+        tile(t, j) = sum(t);
+      });
+    });
+    s.barrier();
+    s.parallel(kChunk, [&](cc::Idx i) {
+      cc::Val pos = s.let(chunk * kChunk + i, "pos");
+      s.if_then(pos < k,
+                [&] { y(line, reverse ? k - 1 - pos : pos) = tile(i / kItems, i % kItems); });
+    });
+  });
+  return kb.build();
+}
+
 ExpandFn expand_cumsum(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&,
                  const Attrs& attrs) {
     const DType dt = in[0].dtype;
     const bool reverse = attr_bool(attrs, "reverse");
     const Lines l = lines_of(in[0], attrs);
+    if (l.inner == 1 && l.extent >= kLongLine) {
+      const DType acc = accumulator_of(dt);
+      const int64_t chunks = (l.extent + kChunk - 1) / kChunk;
+      const std::vector<int64_t> dims = {l.outer, l.extent, chunks};
+      auto chunks_kernel = [&](bool with_offsets) {
+        const std::string name = scan_name(with_offsets ? "chunks" : "chunk", dt, reverse);
+        return cache->get(name, [&] { return build_chunks(dt, reverse, with_offsets); });
+      };
+      auto call = [](std::shared_ptr<const cc::Kernel> kernel, std::vector<KernelArg> buffers,
+                     std::vector<int64_t> call_dims) {
+        return KernelCall{.kernel = std::move(kernel),
+                          .buffers = std::move(buffers),
+                          .dims = std::move(call_dims),
+                          .scalars = {}};
+      };
+      if (chunks == 1)
+        return OpExpansion{
+            .scratch = {},
+            .calls = {call(chunks_kernel(false), {input_slot(0), output_slot(0)}, dims)}};
+      const std::string sums_name = scan_name("chunk_sums", dt, reverse);
+      const std::string offsets_name = "cumsum_chunk_offsets_" + std::string(dtype_name(acc));
+      return OpExpansion{
+          .scratch = {{acc, {l.outer, chunks}}, {acc, {l.outer, chunks}}},
+          .calls = {
+              call(cache->get(sums_name, [&] { return build_chunk_sums(dt, reverse); }),
+                   {input_slot(0), scratch_slot(0)}, dims),
+              call(cache->get(offsets_name, [&] { return build_chunk_offsets(acc); }),
+                   {scratch_slot(0), scratch_slot(1)}, {l.outer, chunks}),
+              call(chunks_kernel(true), {input_slot(0), scratch_slot(1), output_slot(0)}, dims)}};
+    }
     KernelCall call{.kernel = cache->get(kernel_key(reverse ? "cumsum_rev" : "cumsum", dt),
                                          [&] { return build_cumsum(dt, reverse); }),
                     .buffers = {input_slot(0), output_slot(0)},
@@ -115,8 +275,10 @@ void register_cumsum(OpRegistry& registry) {
   registry.add(
       {.name = "cumsum",
        .doc = "y[.., k, ..] = x[.., 0, ..] + ... + x[.., k, ..] along axis (reverse: x[.., k, ..] "
-              "+ ... + x[.., K-1, ..]), added in that order (f32 accumulation for floats, each "
-              "output rounded once); gradient: the cumsum of dy in the other direction",
+              "+ ... + x[.., K-1, ..]), in a fixed order set by the axis alone: index order, or "
+              "for a last axis of 512 or more a chunked block scan (kernels/cumsum.cc); f32 "
+              "accumulation for floats, each output rounded once; gradient: the cumsum of dy in "
+              "the other direction",
        .inputs = {"x"},
        .outputs = {"y"},
        .attrs = {int_attr("axis", -1, "the axis summed along; negative counts from the end"),
@@ -132,6 +294,9 @@ void register_cumsum(OpRegistry& registry) {
        .tests = {.kernel = {{{{1}}},
                             {{{7, 33}}},
                             {{{2, 1000}}, {}, 0, 2},
+                            {{{3, 9000}}},
+                            {{{1, 70000}}, {{"reverse", rev}}},
+                            {{{2, 2, 4096}}, {{"reverse", rev}}},
                             {{{5, 130, 3}}, {{"axis", int64_t{1}}}},
                             {{{33, 7}}, {{"axis", int64_t{0}}, {"reverse", rev}}},
                             {{{4, 3, 5}}, {{"axis", int64_t{-1}}, {"reverse", rev}}}},

@@ -19,6 +19,10 @@ warm-up, the median of --trials runs, per call):
            (reported as argsort minus route)
   scatter  argsort + scatter of x f32[24576, 512] by its order y.index_copy_(0, order, x)
            (reported as scatter minus argsort: the scatter kernel alone)
+  cumsum_long  x f32[4, 1048576] -> running sums of each row  torch.cumsum(x, -1)
+           (the device-wide scan: chunk sums, chunk offsets, chunks)
+  cumsum_rows  x f32[4096, 1024] -> running sums of each row  torch.cumsum(x, -1)
+           (one chunk a row: a block scan)
 
 with each case's bytes-floor time at --peak-gbps (default 4800, the H200's HBM3e figure).
 --device cpu runs the tilerun side on the CPU backend (a smoke test; no PyTorch timing).
@@ -45,6 +49,17 @@ layers:
     ops:
       - {op: topk, in: scores, out: [best, picked], k: 128}
 outputs: [sel.best, sel.picked]
+"""
+
+# Running sums along each row of x [T, S].
+CUMSUM = HEADER + """dims: {dims}
+inputs:
+  x: {shape: [T, S]}
+layers:
+  - name: sel
+    ops:
+      - {op: cumsum, in: x, out: y}
+outputs: [sel.y]
 """
 
 MODELS = {
@@ -102,6 +117,8 @@ layers:
       - {op: scatter, in: [x, order], out: y}
 outputs: [sel.gate, sel.order, sel.y]
 """,
+    "cumsum_long": CUMSUM.replace("{dims}", "{T: 4, S: 1048576}"),
+    "cumsum_rows": CUMSUM.replace("{dims}", "{T: 4096, S: 1024}"),
 }
 
 # Bytes each case must move at least (reads + writes), for the floor column.
@@ -113,6 +130,8 @@ FLOOR_BYTES = {
     "sort": 4 * 4096 * 6 * 4,  # the routes read, position, order and row written
     "argsort": 2 * 4096 * 6 * 4,  # the routes read, order written
     "scatter": 2 * 24576 * 512 * 4 + 24576 * 4,  # x read, y written, the order read
+    "cumsum_long": 2 * 4 * 1048576 * 4,
+    "cumsum_rows": 2 * 4096 * 1024 * 4,
 }
 
 
@@ -147,6 +166,7 @@ def torch_times(torch, reps, trials):
     order = torch.argsort(ids, stable=True)
     x = torch.randn(ids.numel(), 512, device="cuda", generator=g)
     y = torch.empty_like(x)
+    long_rows = torch.randn(4, 1048576, device="cuda", generator=g)
     calls = {
         "topk": lambda: torch.topk(scores, 128),
         "topk_long": lambda: torch.topk(vocab, 128),
@@ -155,6 +175,8 @@ def torch_times(torch, reps, trials):
         "sort": lambda: torch.sort(ids, stable=True),
         "argsort": lambda: torch.argsort(ids, stable=True),
         "scatter": lambda: y.index_copy_(0, order, x),
+        "cumsum_long": lambda: torch.cumsum(long_rows, -1),
+        "cumsum_rows": lambda: torch.cumsum(scores, -1),
     }
     out = {}
     for name, call in calls.items():
@@ -205,11 +227,11 @@ def main():
         except Exception as e:  # noqa: BLE001 - reported, the tilerun figures still stand
             print(f"PyTorch timing skipped: {e}", file=sys.stderr)
 
-    print(f"{'case':<9} {'tilerun kernels us':>19} {'tilerun device us':>18} {'torch us':>9}"
+    print(f"{'case':<11} {'tilerun kernels us':>19} {'tilerun device us':>18} {'torch us':>9}"
           f" {'floor us':>9}")
     for name, r in results.items():
         torch_us = f"{r['torch_us']:9.2f}" if "torch_us" in r else f"{'-':>9}"
-        print(f"{name:<9} {r['tilerun_kernels_us']:19.2f} {r['tilerun_device_us']:18.2f} {torch_us}"
+        print(f"{name:<11} {r['tilerun_kernels_us']:19.2f} {r['tilerun_device_us']:18.2f} {torch_us}"
               f" {r['floor_us']:9.2f}")
     if a.json:
         with open(a.json, "w") as f:

@@ -1,0 +1,27 @@
+// Block-wide prefix sums for tile authors, built on the warp shuffle: fixed order, so the same
+// inputs give the same bits on every run, on the CPU and the GPU, whatever the timing.
+//
+// Order, for thread t in warp w at lane l (lanes = min(threads, 32)):
+//   - inside the warp a butterfly: for o = 1, 2, 4, 8, 16 (below lanes) every lane swaps its
+//     group's running total with lane l ^ o; a lane with bit o set adds the partner's total to its
+//     prefix (which starts at 0). Both partners add the same two numbers, so they agree exactly.
+//   - the warps' totals, from shared memory, summed left to right from 0: those before w give
+//     the warp's offset, all of them the block's total;
+//   - exclusive(t) = offset + the in-warp prefix (one addition).
+// Integer sums are exact in any order; float sums are this order, documented so that a kernel
+// built on it has a reference it can be checked against.
+#pragma once
+
+#include "compiler/ir/builder.h"
+
+namespace tilerun::kernels {
+
+// x, exclusive and total: fragments [threads] of one dtype (f32, i32 or i64); exclusive(t) = the
+// sum of x(u) for u < t (0 for t = 0), total(t) = the sum of all x (the same in every thread).
+// Block-uniform like barrier(): outside parallel and if. Ends with a barrier, so a loop may call
+// it again at once. `name` prefixes its scratch tiles (one scan's names must not repeat).
+void block_scan_sum(compiler::Scope& s, const std::string& name, int threads,
+                    const compiler::Buf& x, const compiler::Buf& exclusive,
+                    const compiler::Buf& total);
+
+}  // namespace tilerun::kernels
