@@ -57,4 +57,31 @@ void block_scan_sum(cc::Scope& s, const std::string& name, int threads, const cc
   s.barrier();
 }
 
+void block_sums(cc::Scope& s, const std::string& name, int threads,
+                const std::vector<cc::Buf>& counters, const cc::Buf& totals) {
+  const int lanes = std::min(threads, 32), warps = threads / lanes;
+  const int64_t n = static_cast<int64_t>(counters.size());
+  const DType dtype = counters.at(0).dtype();
+  const cc::Val zero = zero_of(dtype);
+  cc::Buf partner = s.alloc_fragment(name + "_partner", dtype, {threads});
+  cc::Buf warp_sums = s.alloc_shared(name + "_warp_sums", dtype, {warps, n});
+  for (int64_t c = 0; c < n; ++c) {
+    const cc::Buf& counter = counters[c];
+    for (int o = 1; o < lanes; o *= 2) {
+      s.shuffle_xor(partner, counter, o);
+      s.parallel(threads, [&](cc::Idx t) { counter(t) = counter(t) + partner(t); });
+    }
+    s.parallel(threads, [&](cc::Idx t) {
+      s.if_then(t % lanes == 0, [&] { warp_sums(t / lanes, c) = counter(t); });
+    });
+  }
+  s.barrier();
+  s.parallel(n, [&](cc::Idx c) {
+    cc::Val sum = zero;
+    for (int w = 0; w < warps; ++w) sum = s.let(sum + warp_sums(w, c), "sum");
+    totals(c) = sum;
+  });
+  s.barrier();
+}
+
 }  // namespace tilerun::kernels

@@ -12,6 +12,9 @@
 // built on it has a reference it can be checked against.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "compiler/ir/builder.h"
 
 namespace tilerun::kernels {
@@ -23,5 +26,14 @@ namespace tilerun::kernels {
 void block_scan_sum(compiler::Scope& s, const std::string& name, int threads,
                     const compiler::Buf& x, const compiler::Buf& exclusive,
                     const compiler::Buf& total);
+
+// totals(c) = the sum over the block's threads of counters[c] (fragments [threads], one dtype),
+// for c < counters.size(): a histogram's bins, several counts at once. totals is a shared tile
+// [counters.size()] of the counters' dtype, ready after the call (which ends with a barrier).
+// The counters are used up: each is left holding its warp's sum.
+// Order: the same butterfly inside each warp, then the warps' sums left to right from 0.
+// Block-uniform like barrier(); `name` prefixes its scratch tiles.
+void block_sums(compiler::Scope& s, const std::string& name, int threads,
+                const std::vector<compiler::Buf>& counters, const compiler::Buf& totals);
 
 }  // namespace tilerun::kernels

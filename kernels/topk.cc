@@ -16,27 +16,29 @@
 // from x. At the indexer's N = 1024 that is 55 barrier-bound stages of 1024 keys.
 //
 // topk_select (longer rows, k at most 16384): radix select, so only the k kept keys sit in
-// shared memory. Each value becomes an unsigned 32-bit key (the monotone bits). 32 passes, most
-// significant bit first, find the k-th largest key tau: each pass counts the keys that agree
-// with tau's bits decided so far and have the next bit set (a block reduction of integers:
-// exact whatever the order). Then g = k - r keys are above tau and the
-// r with the lowest indices among those equal to tau complete the k. Compaction: a second sweep
-// ranks both kinds in index order (ballot, popcount of the lanes below, the warps before, the
-// chunks before) and writes each chosen key at its rank; a bitonic network over the k keys
-// (padded to a power of two) sorts them. The row is read 33 times and never written.
-// 1024 threads a row, so that a row's sweeps keep many loads in flight. Measured on the H200
-// (bench/RESULTS.md, 2026-12-03): 256 rows of 65536, k = 128, 990 µs against torch.topk's 283
-// (one block a row re-reading its 256 KiB 33 times: latency-bound; splitting a row over blocks
-// or 8-bit digits would cut it). On rows the full sort takes, an earlier ballot-counting
-// select was slower than the sort (4096 rows of 1024, k = 128: 317 µs against 177; rows of 64,
-// k = 6: 85 against 13), so the select serves only the rows the full sort cannot.
+// shared memory. Each value becomes an unsigned 32-bit key (the monotone bits). 8 passes of a
+// 4-bit digit, most significant first, find the k-th largest key tau: each pass, every thread
+// counts its keys that agree with tau's digits decided so far, one counter per value of the
+// next digit, block_sums adds the 16 counters up (integers: exact whatever the order), and the
+// largest digit whose keys reach the ranks still to place is tau's (the digits above it are
+// kept whole). Then g = k - r keys are above tau and the r with the lowest indices among those
+// equal to tau complete the k. Compaction: a second sweep ranks both kinds in index order
+// (ballot, popcount of the lanes below, the warps before, the chunks before) and writes each
+// chosen key at its rank; a bitonic network over the k keys (padded to a power of two) sorts
+// them. The row is read 9 times and never written; 512 threads a row, two blocks an SM.
+// History (H200, bench/RESULTS.md): 32 one-bit passes took 990 µs on 256 rows of 65536, k = 128
+// (torch.topk 283); a ballot-counting select was slower than the full sort on the rows that
+// fit (4096 rows of 1024, k = 128: 317 µs against 177), so the select serves only the rows
+// the full sort cannot.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
 #include "compiler/ir/builder.h"
 #include "kernels/bitonic_sort.h"
+#include "kernels/block_scan.h"
 #include "kernels/expand_util.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/op_registry.h"
@@ -54,7 +56,9 @@ namespace cc = tilerun::compiler;
 constexpr int kSortThreads = 256;
 constexpr int64_t kMaxRow = 16384;  // the longest row fully sorted: its keys fill 128 KiB
 constexpr int64_t kMaxK = 16384;    // the most kept: their sort keys fill 128 KiB of shared memory
-constexpr int kSelectThreads = 1024;
+constexpr int kSelectThreads = 512;
+constexpr int kDigitBits = 4;  // the radix select's digit: 8 passes over the row
+constexpr int kDigits = 1 << kDigitBits;
 constexpr int kWarp = 32;
 
 // ---- Inference -----------------------------------------------------------------------------
@@ -220,9 +224,13 @@ cc::Kernel build_topk(DType dtype, int64_t m, int threads) {
                                cc::Val(int64_t{0}));
       return sum;
     };
-    // tau's bits decided so far and the ranks still to place, block-uniform in shared memory:
-    // written by thread 0 between passes, read by all.
-    cc::Buf state = s.alloc_shared("state", DType::I64, {2});
+    // tau's bits decided so far, the ranks still to place and whether this pass's digit is
+    // found, block-uniform in shared memory: written by thread 0 between passes, read by all.
+    cc::Buf state = s.alloc_shared("state", DType::I64, {3});
+    std::vector<cc::Buf> counts;
+    for (int d = 0; d < kDigits; ++d)
+      counts.push_back(s.alloc_fragment("count" + std::to_string(d), DType::I32, {threads}));
+    cc::Buf totals = s.alloc_shared("totals", DType::I32, {kDigits});
     s.parallel(threads, [&](cc::Idx t) {
       s.if_then(t == 0, [&] {
         state(0) = cc::Val(int64_t{0});
@@ -230,21 +238,56 @@ cc::Kernel build_topk(DType dtype, int64_t m, int threads) {
       });
     });
     s.barrier();
-    // Select: pass `step` decides bit 31 - step of tau. The count is a block reduction (each
-    // thread its elements in order, independent loads in flight; an integer sum, exact).
-    s.serial(32, [&](cc::Idx step) {
-      cc::Val bit = s.let(31 - step, "bit");
-      cc::Val want = s.let(cc::shr(state(0), bit) + 1, "want");
-      // Agrees with tau above `bit` and has `bit` set (tau's own bit is still 0).
-      cc::Val total = s.reduce_sum(n, [&](cc::Idx i) {
-        return cc::select(cc::shr(unsigned_key(x(row, i)), bit) == want, cc::Val(int64_t{1}),
-                          cc::Val(int64_t{0}));
+    // Select: pass `step` decides tau's digit at bits [shift, shift + 4). Each thread counts
+    // its elements (in order, independent loads in flight) that agree with tau above the digit,
+    // one counter a digit value; block_sums adds the counters up (integers: exact in any order).
+    s.serial(32 / kDigitBits, [&](cc::Idx step) {
+      cc::Val shift = s.let(32 - kDigitBits - kDigitBits * step, "shift");
+      // In 32 bits: the keys as i32 bit patterns, the digits above this one kept by `above`
+      // (0 in the first pass, where a shift by 32 would be undefined).
+      cc::Val above =
+          s.let(cc::to_i32(cc::Val(int64_t{0}) - cc::shl(cc::Val(int64_t{1}), shift + kDigitBits)),
+                "above");
+      cc::Val high = s.let(cc::to_i32(state(0)) & above, "high");
+      cc::Val shift32 = s.let(cc::to_i32(shift), "shift32");
+      s.parallel(threads, [&](cc::Idx t) {
+        for (const cc::Buf& count : counts) count(t) = cc::to_i32(cc::Val(0));
+        s.serial(chunks, [&](cc::Idx c) {
+          cc::Idx i = s.let(c * threads + t, "i");
+          s.if_then(i < n, [&] {
+            cc::Val v = s.let(x(row, i), "v");
+            cc::Val key = s.let(monotone_bits(v) ^ cc::to_i32(cc::Val(int64_t{INT32_MIN})), "key");
+            // The digit, or kDigits (no counter) for a key that disagrees above it.
+            cc::Val digit =
+                s.let(cc::select((key & above) == high,
+                                 cc::shr_logical(key, shift32) & cc::to_i32(cc::Val(kDigits - 1)),
+                                 cc::to_i32(cc::Val(kDigits))),
+                      "digit");
+            for (int d = 0; d < kDigits; ++d)
+              counts[d](t) =
+                  counts[d](t) + cc::select(digit == cc::to_i32(cc::Val(d)), cc::to_i32(cc::Val(1)),
+                                            cc::to_i32(cc::Val(0)));
+          });
+        });
       });
+      block_sums(s, "digits", threads, counts, totals);
+      // Thread 0 walks the digits from the largest: tau's is the first whose keys reach the
+      // ranks still to place; the keys of the digits above it are all kept.
       s.parallel(threads, [&](cc::Idx t) {
         s.if_then(t == 0, [&] {
-          s.if_then_else(
-              total >= state(1), [&] { state(0) = state(0) + cc::shl(cc::Val(int64_t{1}), bit); },
-              [&] { state(1) = state(1) - total; });
+          state(2) = cc::Val(int64_t{0});
+          for (int d = kDigits - 1; d >= 0; --d) {
+            s.if_then(state(2) == 0, [&] {
+              cc::Val total = s.let(cc::to_i64(totals(d)), "total");
+              s.if_then_else(
+                  total >= state(1),
+                  [&] {
+                    state(0) = state(0) + cc::shl(cc::Val(int64_t{d}), shift);
+                    state(2) = cc::Val(int64_t{1});
+                  },
+                  [&] { state(1) = state(1) - total; });
+            });
+          }
         });
       });
       s.barrier();
@@ -262,7 +305,7 @@ cc::Kernel build_topk(DType dtype, int64_t m, int threads) {
         s.if_then_else(
             i < n,
             [&] {
-              cc::Val key = s.let(unsigned_key(x(row, i)), "key");
+              cc::Val key = s.let(unsigned_key(s.let(x(row, i), "v")), "key");
               cc::Val tau = s.let(state(0), "tau");
               flag(t) = as_flag(key > tau);
               equal(t) = as_flag(key == tau);

@@ -107,5 +107,46 @@ TEST(BlockScan, ExclusivePrefixesAndTotalsInTheDocumentedOrder) {
   }
 }
 
+// sums[b, c] = the sum over block b's threads of x[b, c, t], for kCounters counters at once.
+constexpr int kCounters = 5;
+Kernel sums_kernel(int threads) {
+  KernelBuilder kb("block_sums_" + std::to_string(threads));
+  Dim blocks = kb.dim("B");
+  Buf x = kb.input("x", DType::I32, {blocks, Val(int64_t{kCounters}), Val(int64_t{threads})});
+  Buf sums = kb.output("sums", DType::I32, {blocks, Val(int64_t{kCounters})});
+  kb.body({blocks}, threads, [&](Scope& s) {
+    Val b = s.let(s.block_idx(0), "b");
+    std::vector<Buf> counters;
+    for (int c = 0; c < kCounters; ++c)
+      counters.push_back(s.alloc_fragment("counter" + std::to_string(c), DType::I32, {threads}));
+    Buf totals = s.alloc_shared("totals", DType::I32, {kCounters});
+    s.parallel(threads, [&](Idx t) {
+      for (int c = 0; c < kCounters; ++c) counters[c](t) = x(b, c, t);
+    });
+    block_sums(s, "bins", threads, counters, totals);
+    s.parallel(kCounters, [&](Idx c) { sums(b, c) = totals(c); });
+  });
+  return kb.build();
+}
+
+TEST(BlockScan, BlockSumsAddEachCounterOverTheBlock) {
+  std::mt19937_64 rng(testing::test_seed());
+  std::uniform_int_distribution<int32_t> d(-50, 1000);
+  for (int threads : {512, 32, 4}) {
+    std::unique_ptr<CpuKernel> k = compile_cpu(sums_kernel(threads));
+    const int64_t blocks = 3;
+    std::vector<int32_t> x(blocks * kCounters * threads), sums(blocks * kCounters, -7);
+    for (int32_t& v : x) v = d(rng);
+    k->launch({.buffers = {x.data(), sums.data()}, .dims = {blocks}, .scalars = {}});
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int c = 0; c < kCounters; ++c) {
+        int64_t want = 0;
+        for (int t = 0; t < threads; ++t) want += x[(b * kCounters + c) * threads + t];
+        EXPECT_EQ(sums[b * kCounters + c], want)
+            << threads << " threads, block " << b << " counter " << c;
+      }
+  }
+}
+
 }  // namespace
 }  // namespace tilerun::kernels
