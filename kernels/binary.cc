@@ -85,7 +85,7 @@ std::vector<GradOp> grad_div(const std::vector<TensorType>& in, const Attrs&,
 }
 
 // The gradient goes to the operand that was chosen: a where `a_chosen` (a comparison giving a
-// 0/1 mask of the output's shape; ties go to a), b elsewhere.
+// bool mask of the output's shape; ties go to a), b elsewhere.
 std::vector<GradOp> grad_choice(const std::string& a_chosen, const std::vector<TensorType>& in,
                                 const std::vector<bool>& needs) {
   if (!needs[0] && !needs[1]) return {};

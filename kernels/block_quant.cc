@@ -26,7 +26,9 @@
 //
 // Kernels. quantize with 1×B blocks up to kTileElems: a CUDA block takes R = kTileElems / B
 // consecutive blocks; every thread folds magnitudes into a padded shared tile, one thread a block
-// computes and stores its scale, then every thread encodes (x read again, from L2). R×B blocks,
+// computes and stores its scale, then every thread encodes (x read again, from L2). (A warp per
+// block, the amax by shuffles and every lane computing the scale, measured slower on the H200 at
+// 1×32 and power-of-two scales: bench/RESULTS.md, 2026-12-04.) R×B blocks,
 // or longer rows: one CUDA block a scale block, its threads striding over it. dequantize: one
 // thread per code (a byte of two codes for fp4), the scale read per element from L1.
 #include <cmath>
@@ -577,7 +579,9 @@ void register_block_quant(OpRegistry& registry) {
                             {.shapes = {{2, 256, 384}}, .attrs = qa("f8e4m3", {128, 128}, "f32")},
                             {.shapes = {{96, 64}}, .attrs = qa("fp4e2m1", {32, 16}, "e8m0")},
                             // A row block longer than a tile.
-                            {.shapes = {{3, 8192}}, .attrs = qa("f8e4m3", {8192}, "e8m0")}},
+                            {.shapes = {{3, 8192}}, .attrs = qa("f8e4m3", {8192}, "e8m0")},
+                            // Blocks of 512: four rows a CUDA block's tile.
+                            {.shapes = {{5, 1024}}, .attrs = qa("f8e4m3", {512}, "f32")}},
                  .examples = {{.inputs = {{{8}, {0.3, 6, -1.2, 2.6, 12, 5, -7, 0.9}}},
                                .attrs = qa("fp4e2m1", {4}, "e8m0"),
                                .outputs = {{{8}, {0.5, 6, -1, 3, 6, 2, -4, 0.5}}, {{2}, {1, 2}}}},

@@ -78,8 +78,8 @@ int64_t per_thread(int64_t n) { return n < (int64_t{1} << 16) ? 1 : 4; }
 // the block's row (the same for all its elements) and the last one is the block's offset plus
 // the thread's, so no element divides by a dim (three 64-bit divisions an element kept V4-mini's
 // broadcast multiplies at a fifth of their memory floor on the H200, T = 4096).
-cc::Kernel build_broadcast(const MapOp& op, const Coalesced& c, DType dtype, int64_t ept,
-                           const std::string& name, bool rows) {
+cc::Kernel build_broadcast(const MapOp& op, const Coalesced& c, const std::vector<DType>& in_dtypes,
+                           DType out_dtype, int64_t ept, const std::string& name, bool rows) {
   cc::KernelBuilder kb(name);
   const size_t rank = c.extents.size();
   std::vector<cc::Dim> dims;
@@ -90,11 +90,11 @@ cc::Kernel build_broadcast(const MapOp& op, const Coalesced& c, DType dtype, int
     for (size_t d = 0; d < rank; ++d)
       if (c.varies[i][d]) shape.push_back(dims[d]);
     if (shape.empty()) shape.push_back(cc::Val(1));
-    in.push_back(kb.input("in" + std::to_string(i), dtype, shape));
+    in.push_back(kb.input("in" + std::to_string(i), in_dtypes[i], shape));
   }
   cc::Val total = dims[0];
   for (size_t d = 1; d < rank; ++d) total = total * dims[d];
-  cc::Buf out = kb.output("out", dtype, {total});
+  cc::Buf out = kb.output("out", out_dtype, {total});
   std::vector<cc::Val> scalars;
   for (const std::string& a : op.scalar_attrs) scalars.push_back(kb.scalar_f32(a));
   const int64_t per_block = kThreads * ept;
@@ -223,7 +223,6 @@ ExpandFn expand_broadcast_map(std::shared_ptr<KernelCache> cache, MapOp op) {
     bool same = true;
     for (const TensorType& t : in) same = same && t.shape == out[0].shape;
     if (same) return flat(in, out, attrs);
-    DType dtype = out[0].dtype;
     Coalesced c = coalesce(in, out[0].shape);
     int64_t ept = per_thread(numel(out[0]));
     // A block per row when the last axis fills at least half a block and the grid holds it.
@@ -231,15 +230,15 @@ ExpandFn expand_broadcast_map(std::shared_ptr<KernelCache> cache, MapOp op) {
     for (size_t d = 0; d + 1 < c.extents.size(); ++d) outer *= c.extents[d];
     const bool rows = c.extents.size() > 1 && c.extents.back() * 2 >= kThreads * ept &&
                       c.extents.back() <= kMaxGridY * kThreads * ept && outer <= kMaxGridX;
-    std::string name = op.name + (ept == 1 ? "" : "_x" + std::to_string(ept)) +
-                       (rows ? "_rows" : "") + pattern_name(c);
-    KernelCall call{.kernel = cache->get(kernel_key(name, dtype),
-                                         [&] {
-                                           return build_broadcast(
-                                               op, c, dtype, ept,
-                                               name + "_" + std::string(dtype_name(dtype)), rows);
-                                         }),
-                    .dims = c.extents};
+    const std::string name = op.name + (ept == 1 ? "" : "_x" + std::to_string(ept)) +
+                             (rows ? "_rows" : "") + pattern_name(c) +
+                             dtypes_suffix(in, out[0].dtype);
+    std::vector<DType> in_dtypes;
+    for (const TensorType& t : in) in_dtypes.push_back(t.dtype);
+    KernelCall call{
+        .kernel = cache->get(
+            name, [&] { return build_broadcast(op, c, in_dtypes, out[0].dtype, ept, name, rows); }),
+        .dims = c.extents};
     for (int i = 0; i < op.arity; ++i) call.buffers.push_back(input_slot(i));
     call.buffers.push_back(output_slot(0));
     for (const std::string& a : op.scalar_attrs) call.scalars.push_back(attr_float(attrs, a));

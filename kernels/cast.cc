@@ -3,7 +3,8 @@
 // and keeps NaN (canonical), as every bf16/f16 store does (compiler/transforms/strict_math.h).
 // To i32 (index arithmetic built in floats, e.g. a sliding window's positions): truncation
 // toward zero as C and torch's .to(int32) do, saturating at the i32 range, NaN to 0 (the IR's
-// conversion, builder.h); from i32 to a float: exact up to 2^24 in f32, then rounded.
+// conversion, builder.h); from i32 to a float: exact up to 2^24 in f32, then rounded. To bool:
+// nonzero (NaN included) is true, as C and torch convert; from bool: 0 or 1.
 #include <algorithm>
 #include <cmath>
 
@@ -21,16 +22,20 @@ namespace {
 
 namespace cc = tilerun::compiler;
 
-// f32, bf16, f16 or i32, named by attribute `attr`.
+// f32, bf16, f16, i32 or bool, named by attribute `attr`.
 DType cast_dtype_attr(const Attrs& attrs, const std::string& attr) {
   const std::string& name = attr_string(attrs, attr);
   if (name == "i32") return DType::I32;
+  if (name == "bool") return DType::Bool;
   return float_dtype_attr(attrs, attr);
 }
 
+// Neither integers nor bools carry a gradient.
+bool exact_side(DType t) { return t == DType::I32 || t == DType::Bool; }
+
 std::vector<TensorType> infer_cast(const std::vector<TensorType>& in, const Attrs& attrs) {
   DType to = cast_dtype_attr(attrs, "to");
-  if (in[0].dtype != DType::I32) expect_float(in[0], "x");
+  if (!exact_side(in[0].dtype)) expect_float(in[0], "x");
   return {{to, in[0].shape}};
 }
 
@@ -55,6 +60,8 @@ double round_to(DType to, double x) {
     case DType::I32:
       if (std::isnan(x)) return 0;
       return std::clamp(std::trunc(x), -2147483648.0, 2147483647.0) + 0.0;  // no -0 in i32
+    case DType::Bool:
+      return x != 0 ? 1 : 0;  // NaN != 0: true
     default:
       return x;
   }
@@ -68,11 +75,10 @@ std::vector<RefTensor> ref_cast(const std::vector<RefTensor>& in, const Attrs& a
 }
 
 // The gradient casts back to the input's dtype.
-// No gradient through an i32 side: integers are not differentiable.
+// No gradient through an i32 or bool side: neither is differentiable.
 std::vector<GradOp> grad_cast(const std::vector<TensorType>& in, const Attrs& attrs,
                               const std::vector<bool>& needs) {
-  if (!needs[0] || in[0].dtype == DType::I32 || cast_dtype_attr(attrs, "to") == DType::I32)
-    return {};
+  if (!needs[0] || exact_side(in[0].dtype) || exact_side(cast_dtype_attr(attrs, "to"))) return {};
   return {{"cast", {"dy0"}, {"dx0"}, {{"to", std::string(dtype_name(in[0].dtype))}}}};
 }
 
@@ -91,9 +97,13 @@ cc::Kernel build_cast(DType from, DType to, int64_t ept, const std::string& name
       cc::Idx e = base + i;
       s.if_then(e < n, [&] {
         // The IR converts between int and float only when asked (builder.h cast).
-        if (to == DType::I32)
-          y(e) = cc::to_i32(x(e));
-        else if (from == DType::I32)
+        if (to == DType::Bool)  // a bool stores any nonzero i32 as true
+          y(e) = exact_side(from)
+                     ? x(e)
+                     : cc::select(x(e) != 0.0f, cc::to_i32(cc::Val(1)), cc::to_i32(cc::Val(0)));
+        else if (to == DType::I32)
+          y(e) = exact_side(from) ? x(e) : cc::to_i32(x(e));
+        else if (exact_side(from))
           y(e) = cc::to_f32(x(e));
         else
           y(e) = x(e);
@@ -128,13 +138,14 @@ void register_cast(OpRegistry& registry) {
       {.name = "cast",
        .doc = "y = x converted to the dtype named by to: between floats rounded to nearest even, "
               "overflow to inf, NaN kept; to i32 truncated toward zero, saturating, NaN to 0; "
-              "from i32 exact up to 2^24; gradient dy cast back to x's dtype (none through i32)",
+              "from i32 exact up to 2^24; to bool: nonzero (NaN included) is true, from bool 0 or "
+              "1; gradient dy cast back to x's dtype (none through i32 or bool)",
        .inputs = {"x"},
        .outputs = {"y"},
        .attrs = {{.name = "to",
                   .kind = AttrKind::String,
-                  .doc = "the output dtype: f32, bf16, f16 or i32"}},
-       .dtypes = {DType::F32, DType::BF16, DType::F16, DType::I32},
+                  .doc = "the output dtype: f32, bf16, f16, i32 or bool"}},
+       .dtypes = {DType::F32, DType::BF16, DType::F16, DType::I32, DType::Bool},
        .dtype_attr = "to",
        .infer = infer_cast,
        .reference = ref_cast,
@@ -153,7 +164,9 @@ void register_cast(OpRegistry& registry) {
                        .hi = 300,
                        .int_lo = -50,
                        .int_hi = 50},
-                      {.shapes = {{9, 70}}, .attrs = to("f32"), .int_lo = -50, .int_hi = 50}},
+                      {.shapes = {{9, 70}}, .attrs = to("f32"), .int_lo = -50, .int_hi = 50},
+                      // To masks: a quarter of the values are zeros.
+                      {.shapes = {{5, 300}}, .attrs = to("bool"), .step = 1}},
            .gradient = {{.shapes = {{7, 5}}, .attrs = to("f32")}},
            // 1 + 2^-8 is a tie in bf16 (to 1, even); 1 + 3·2^-9 rounds up; 65520 is f16's
            // overflow tie (to inf); 2^-25 a tie below f16's smallest subnormal (to 0).
@@ -166,7 +179,11 @@ void register_cast(OpRegistry& registry) {
                         // Toward zero, saturating, NaN to 0.
                         {.inputs = {{{7}, {2.75, -2.75, -0.5, 3e9, -3e9, nan, 127}}},
                          .attrs = to("i32"),
-                         .outputs = {{{7}, {2, -2, 0, 2147483647, -2147483648, 0, 127}}}}}}});
+                         .outputs = {{{7}, {2, -2, 0, 2147483647, -2147483648, 0, 127}}}},
+                        // Nonzero, NaN included, is true.
+                        {.inputs = {{{6}, {0, -0.0, 0.5, nan, -3, inf}}},
+                         .attrs = to("bool"),
+                         .outputs = {{{6}, {0, 0, 1, 1, 1, 1}}}}}}});
 }
 
 }  // namespace tilerun::kernels

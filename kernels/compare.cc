@@ -1,9 +1,13 @@
-// Comparisons producing masks (lt, le, gt, ge, eq, ne), where(mask, a, b), and where's backward
-// op where_grad, all over broadcast operands (kernels/broadcast.h), one broadcast map kernel
-// each. There are no boolean tensors yet: a mask is 1 (true) or 0 (false) in the operands' float
-// dtype, and `where` takes any nonzero value (NaN included) as true. Comparisons follow IEEE: any
-// comparison with NaN is false except `ne`, and -0 equals +0.
+// Boolean masks: comparisons (lt, le, gt, ge, eq, ne) of floats, i32 or bools giving bool,
+// the logical ops over bools (logical_and, logical_or, logical_xor, logical_not), where(mask, a,
+// b) and where's backward op where_grad, all over broadcast operands (kernels/broadcast.h), one
+// broadcast map kernel each (each operand read in its own dtype). A bool is one byte, 0 or 1 as
+// written; a nonzero byte reads as true. Comparisons follow IEEE: any comparison with NaN is false
+// except `ne`, and -0 equals +0; false < true. Masks carry no gradient (bool is not
+// differentiable); `cast` turns one into 0/1 floats where arithmetic needs it.
+#include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "kernels/broadcast.h"
 #include "kernels/op_registry.h"
@@ -16,14 +20,45 @@ namespace {
 
 namespace cc = tilerun::compiler;
 
-std::vector<TensorType> infer_compare(const std::vector<TensorType>& in, const Attrs&) {
-  return infer_broadcast(in, {"a", "b"});
+const std::vector<DType> kCompareTypes = {DType::F32, DType::BF16, DType::F16, DType::I32,
+                                          DType::Bool};
+
+void expect_bool(const TensorType& t, const std::string& slot) {
+  if (t.dtype != DType::Bool)
+    throw ShapeError("input '" + slot + "' is " + to_string(t) +
+                     ", expected bool (a comparison's mask; cast converts with to: bool)");
 }
+
+// Operands of one dtype among `allowed` (named in the message); the output bool.
+std::vector<TensorType> infer_bool_map(const std::vector<TensorType>& in,
+                                       const std::vector<std::string>& slots,
+                                       const std::vector<DType>& allowed,
+                                       const std::string& names) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (std::find(allowed.begin(), allowed.end(), in[i].dtype) == allowed.end())
+      throw ShapeError("input '" + slots[i] + "' is " + to_string(in[i]) + ", expected " + names);
+    if (in[i].dtype != in[0].dtype)
+      throw ShapeError("input '" + slots[i] + "' is " + to_string(in[i]) + ", expected dtype " +
+                       std::string(dtype_name(in[0].dtype)) + " like '" + slots[0] + "'");
+  }
+  return {{DType::Bool, broadcast_shape(in, slots)}};
+}
+
+std::vector<TensorType> infer_compare(const std::vector<TensorType>& in, const Attrs&) {
+  return infer_bool_map(in, {"a", "b"}, kCompareTypes, "f32, bf16, f16, i32 or bool");
+}
+// where(mask, a, b): a bool mask, a and b floats of one dtype (the output's).
 std::vector<TensorType> infer_where(const std::vector<TensorType>& in, const Attrs&) {
-  return infer_broadcast(in, {"mask", "a", "b"});
+  expect_bool(in[0], "mask");
+  std::vector<TensorType> out = infer_broadcast({in[1], in[2]}, {"a", "b"});
+  out[0].shape = broadcast_shape(in, {"mask", "a", "b"});
+  return out;
 }
 std::vector<TensorType> infer_where_grad(const std::vector<TensorType>& in, const Attrs&) {
-  return infer_broadcast(in, {"mask", "dy"});
+  expect_bool(in[0], "mask");
+  std::vector<TensorType> out = infer_broadcast({in[1]}, {"dy"});
+  out[0].shape = broadcast_shape(in, {"mask", "dy"});
+  return out;
 }
 
 // A comparison's gradient is zero everywhere it exists: "zeros" for every input that needs one
@@ -61,16 +96,22 @@ std::vector<RefTensor> ref_where_grad(const std::vector<RefTensor>& in, const At
                        [branch](const double* v) { return (v[0] != 0) == branch ? v[1] : 0.0; });
 }
 
-cc::Val mask_of(const cc::Val& cond) { return cc::select(cond, cc::Val(1.0f), cc::Val(0.0f)); }
+// A condition as a bool output's value (an i32 0/1, stored as one byte).
+cc::Val mask_of(const cc::Val& cond) {
+  return cc::select(cond, cc::to_i32(cc::Val(1)), cc::to_i32(cc::Val(0)));
+}
+
+// A bool operand (an i32 0 or 1 once loaded) as a condition.
+cc::Val is_true(const cc::Val& mask) { return mask != cc::to_i32(cc::Val(0)); }
 
 const MapOp kWhere{"where", 3, {}, [](cc::Scope&, const auto& v, const auto&) {
-                     return cc::select(v[0] != 0.0f, v[1], v[2]);
+                     return cc::select(is_true(v[0]), v[1], v[2]);
                    }};
 const MapOp kWhereGradTrue{"where_grad_true", 2, {}, [](cc::Scope&, const auto& v, const auto&) {
-                             return cc::select(v[0] != 0.0f, v[1], cc::Val(0.0f));
+                             return cc::select(is_true(v[0]), v[1], cc::Val(0.0f));
                            }};
 const MapOp kWhereGradFalse{"where_grad_false", 2, {}, [](cc::Scope&, const auto& v, const auto&) {
-                              return cc::select(v[0] != 0.0f, cc::Val(0.0f), v[1]);
+                              return cc::select(is_true(v[0]), cc::Val(0.0f), v[1]);
                             }};
 
 ExpandFn expand_where_grad(std::shared_ptr<KernelCache> cache) {
@@ -135,9 +176,8 @@ std::vector<OpTestCase> broadcast_cases(int arity) {
         {{1}, {3, 1, 7}, {7}},
         {{5, 7}, {}, {5, 1}}}) {
     shapes.resize(arity);
-    // where's condition a 0/1 mask, so that both branches are taken.
-    cases.push_back(
-        {.shapes = shapes, .masks = arity == 3 ? std::vector<int>{0} : std::vector<int>{}});
+    // where's condition a bool (drawn as integers in [0, 2)), so that both branches are taken.
+    cases.push_back({.shapes = shapes, .int_lo = 0, .int_hi = 2});
   }
   return cases;
 }
@@ -156,71 +196,151 @@ void register_compare(OpRegistry& registry) {
   for (const Comparison& c : kComparisons) {
     auto ref = c.ref;
     auto kernel = c.kernel;
-    registry.add(
-        {.name = c.name,
-         .doc = std::string("mask = 1 where a ") + c.symbol +
-                " b, else 0, in the operands' dtype (IEEE: NaN compares unequal to everything; "
-                "NumPy broadcasting; zero gradient)",
-         .inputs = {"a", "b"},
-         .outputs = {"mask"},
-         .infer = infer_compare,
-         .reference =
-             [ref](const std::vector<RefTensor>& in, const Attrs&) {
-               return ref_broadcast(in,
-                                    [ref](const double* v) { return ref(v[0], v[1]) ? 1.0 : 0.0; });
-             },
-         .gradient = grad_compare,
-         .expand =
-             expand_broadcast_map(cache, MapOp{c.name,
-                                               2,
-                                               {},
-                                               [kernel](cc::Scope&, const auto& v, const auto&) {
-                                                 return mask_of(kernel(v[0], v[1]));
-                                               }}),
-         .tests = {.kernel = with_ties(broadcast_cases(2)),
-                   .gradient = {{.shapes = {{4, 3}, {3}}}},
-                   .examples = {{.inputs = {{{n}, kExampleA}, {{n}, kExampleB}},
-                                 .outputs = {{{n}, c.example}}}}}});
+    registry.add({.name = c.name,
+                  .doc = std::string("mask (bool) = a ") + c.symbol +
+                         " b (IEEE: NaN compares unequal to everything; false < true; NumPy "
+                         "broadcasting; no gradient)",
+                  .inputs = {"a", "b"},
+                  .outputs = {"mask"},
+                  .dtypes = kCompareTypes,
+                  .output_dtypes = {{0, DType::Bool}},
+                  .infer = infer_compare,
+                  .reference =
+                      [ref](const std::vector<RefTensor>& in, const Attrs&) {
+                        return ref_broadcast(
+                            in, [ref](const double* v) { return ref(v[0], v[1]) ? 1.0 : 0.0; });
+                      },
+                  .gradient = grad_compare,
+                  .expand = expand_broadcast_map(
+                      cache, MapOp{c.name,
+                                   2,
+                                   {},
+                                   [kernel](cc::Scope&, const auto& v, const auto&) {
+                                     return mask_of(kernel(v[0], v[1]));
+                                   }}),
+                  .tests = {.kernel = with_ties(broadcast_cases(2)),
+                            .examples = {{.inputs = {{{n}, kExampleA}, {{n}, kExampleB}},
+                                          .outputs = {{{n}, c.example}}}}}});
   }
   const double nan = kNaN();
   registry.add(
       {.name = "where",
-       .doc = "out = a where mask is nonzero (NaN counts as true), else b: masks are 0/1 in the "
-              "float dtype until boolean tensors exist; NumPy broadcasting over all three; "
+       .doc = "out = a where mask (bool) is true, else b; NumPy broadcasting over all three; "
               "gradient to a and b only",
        .inputs = {"mask", "a", "b"},
        .outputs = {"out"},
+       .input_dtypes = {{0, DType::Bool}},
        .infer = infer_where,
        .reference = ref_where,
        .gradient = grad_where,
        .expand = expand_broadcast_map(cache, kWhere),
-       .tests = {.kernel = broadcast_cases(3),
-                 .gradient = {{.shapes = {{4, 3}, {4, 3}, {4, 3}}, .masks = {0}},
-                              {.shapes = {{4, 1}, {3}, {4, 3}}, .masks = {0}}},
-                 .examples = {
-                     {.inputs = {{{5}, {1, 0, -0.0, nan, -2}}, {{5}, {1, 2, 3, 4, 5}}, {{1}, {-1}}},
-                      .outputs = {{{5}, {1, -1, -1, 4, 5}}}}}}});
-  registry.add(
-      {.name = "where_grad",
-       .doc = "out = dy where (mask != 0) == branch, else 0 (the backward op of where, "
-              "minimum and maximum; broadcasting)",
-       .inputs = {"mask", "dy"},
-       .outputs = {"out"},
-       .attrs = {{.name = "branch",
-                  .kind = AttrKind::Bool,
-                  .doc = "true: dy where the mask is nonzero; false: where it is zero"}},
-       .infer = infer_where_grad,
-       .reference = ref_where_grad,
-       .expand = expand_where_grad(cache),
        .tests = {
-           .kernel = {{.shapes = {{33, 130}, {33, 130}}, .attrs = {{"branch", true}}, .masks = {0}},
-                      {.shapes = {{7, 1}, {7, 5}}, .attrs = {{"branch", false}}, .masks = {0}}},
-           .examples = {{.inputs = {{{3}, {1, 0, nan}}, {{3}, {5, 6, 7}}},
-                         .attrs = {{"branch", true}},
-                         .outputs = {{{3}, {5, 0, 7}}}},
-                        {.inputs = {{{3}, {1, 0, nan}}, {{3}, {5, 6, 7}}},
-                         .attrs = {{"branch", false}},
-                         .outputs = {{{3}, {0, 6, 0}}}}}}});
+           .kernel = broadcast_cases(3),
+           .gradient = {{.shapes = {{4, 3}, {4, 3}, {4, 3}}, .int_lo = 0, .int_hi = 2},
+                        {.shapes = {{4, 1}, {3}, {4, 3}}, .int_lo = 0, .int_hi = 2}},
+           .examples = {{.inputs = {{{5}, {1, 0, 0, 1, 1}}, {{5}, {1, 2, nan, 4, 5}}, {{1}, {-1}}},
+                         .outputs = {{{5}, {1, -1, -1, 4, 5}}}}}}});
+  registry.add({.name = "where_grad",
+                .doc = "out = dy where mask (bool) == branch, else 0 (the backward op of where, "
+                       "minimum and maximum; broadcasting)",
+                .inputs = {"mask", "dy"},
+                .outputs = {"out"},
+                .attrs = {{.name = "branch",
+                           .kind = AttrKind::Bool,
+                           .doc = "true: dy where the mask is true; false: where it is false"}},
+                .input_dtypes = {{0, DType::Bool}},
+                .infer = infer_where_grad,
+                .reference = ref_where_grad,
+                .expand = expand_where_grad(cache),
+                .tests = {.kernel = {{.shapes = {{33, 130}, {33, 130}},
+                                      .attrs = {{"branch", true}},
+                                      .int_lo = 0,
+                                      .int_hi = 2},
+                                     {.shapes = {{7, 1}, {7, 5}},
+                                      .attrs = {{"branch", false}},
+                                      .int_lo = 0,
+                                      .int_hi = 2}},
+                          .examples = {{.inputs = {{{3}, {1, 0, 1}}, {{3}, {5, 6, 7}}},
+                                        .attrs = {{"branch", true}},
+                                        .outputs = {{{3}, {5, 0, 7}}}},
+                                       {.inputs = {{{3}, {1, 0, 1}}, {{3}, {5, 6, 7}}},
+                                        .attrs = {{"branch", false}},
+                                        .outputs = {{{3}, {0, 6, 0}}}}}}});
+  // The logical ops over bools.
+  struct Logical {
+    const char* name;
+    const char* doc;
+    int arity;
+    double (*ref)(const double*);
+    cc::Val (*kernel)(const cc::Val*);  // over 0/1 i32 operands
+    std::vector<double> example;        // over a = {0, 0, 1, 1}, b = {0, 1, 0, 1}
+  };
+  const std::vector<Logical> logicals = {
+      {"logical_and",
+       "out = a and b",
+       2,
+       [](const double* v) { return v[0] != 0 && v[1] != 0 ? 1.0 : 0.0; },
+       [](const cc::Val* v) { return v[0] & v[1]; },
+       {0, 0, 0, 1}},
+      {"logical_or",
+       "out = a or b",
+       2,
+       [](const double* v) { return v[0] != 0 || v[1] != 0 ? 1.0 : 0.0; },
+       [](const cc::Val* v) { return v[0] | v[1]; },
+       {0, 1, 1, 1}},
+      {"logical_xor",
+       "out = a xor b (true where they differ)",
+       2,
+       [](const double* v) { return (v[0] != 0) != (v[1] != 0) ? 1.0 : 0.0; },
+       [](const cc::Val* v) { return v[0] ^ v[1]; },
+       {0, 1, 1, 0}},
+      {"logical_not",
+       "out = not a",
+       1,
+       [](const double* v) { return v[0] != 0 ? 0.0 : 1.0; },
+       [](const cc::Val* v) { return v[0] ^ cc::to_i32(cc::Val(1)); },
+       {1, 1, 0, 0}},
+  };
+  for (const Logical& l : logicals) {
+    auto ref = l.ref;
+    auto kernel = l.kernel;
+    const std::vector<std::string> slots =
+        l.arity == 2 ? std::vector<std::string>{"a", "b"} : std::vector<std::string>{"a"};
+    std::vector<OpTestCase> cases;
+    for (OpTestCase c : with_ties(broadcast_cases(2))) {
+      c.shapes.resize(l.arity);
+      c.masks = {};  // bool slots draw integers in [0, 2)
+      c.int_lo = 0;
+      c.int_hi = 2;
+      cases.push_back(c);
+    }
+    std::map<int, DType> bools;
+    for (int i = 0; i < l.arity; ++i) bools[i] = DType::Bool;
+    std::vector<RefTensor> example_in = {{{4}, {0, 0, 1, 1}}, {{4}, {0, 1, 0, 1}}};
+    example_in.resize(l.arity);
+    registry.add({.name = l.name,
+                  .doc = std::string(l.doc) + " over bools (NumPy broadcasting; no gradient)",
+                  .inputs = slots,
+                  .outputs = {"out"},
+                  .dtypes = {DType::Bool},
+                  .input_dtypes = bools,
+                  .output_dtypes = {{0, DType::Bool}},
+                  .infer =
+                      [slots](const std::vector<TensorType>& in, const Attrs&) {
+                        return infer_bool_map(in, slots, {DType::Bool}, "bool");
+                      },
+                  .reference = [ref](const std::vector<RefTensor>& in,
+                                     const Attrs&) { return ref_broadcast(in, ref); },
+                  .expand = expand_broadcast_map(
+                      cache, MapOp{l.name,
+                                   l.arity,
+                                   {},
+                                   [kernel](cc::Scope&, const auto& v, const auto&) {
+                                     return kernel(v.data());
+                                   }}),
+                  .tests = {.kernel = cases,
+                            .examples = {{.inputs = example_in, .outputs = {{{4}, l.example}}}}}});
+  }
 }
 
 }  // namespace tilerun::kernels

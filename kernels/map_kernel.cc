@@ -21,12 +21,14 @@ std::string map_name(const MapOp& op, int64_t ept) {
 // out[e] = fn(in0[e], in1[e], ..., scalars) for e in [0, N), `ept` elements per thread. N, the
 // flat element count, may pass 2^31 (its index arithmetic is 64-bit): up to the 2^40 elements
 // graph/expand.cc allows a tensor.
-cc::Kernel build_map(const MapOp& op, DType dtype, int64_t ept) {
-  cc::KernelBuilder kb(map_name(op, ept) + "_" + std::string(dtype_name(dtype)));
+cc::Kernel build_map(const MapOp& op, const std::vector<DType>& in_dtypes, DType out_dtype,
+                     int64_t ept, const std::string& name) {
+  cc::KernelBuilder kb(name);
   cc::Dim n = kb.dim("N", {.min = 1, .max = int64_t{1} << 40});
   std::vector<cc::Buf> in;
-  for (int i = 0; i < op.arity; ++i) in.push_back(kb.input("in" + std::to_string(i), dtype, {n}));
-  cc::Buf out = kb.output("out", dtype, {n});
+  for (int i = 0; i < op.arity; ++i)
+    in.push_back(kb.input("in" + std::to_string(i), in_dtypes[i], {n}));
+  cc::Buf out = kb.output("out", out_dtype, {n});
   std::vector<cc::Val> scalars;
   for (const std::string& a : op.scalar_attrs) scalars.push_back(kb.scalar_f32(a));
   const int64_t per_block = kThreads * ept;
@@ -46,13 +48,24 @@ cc::Kernel build_map(const MapOp& op, DType dtype, int64_t ept) {
 
 }  // namespace
 
+std::string dtypes_suffix(const std::vector<TensorType>& in, DType out) {
+  bool same = true;
+  for (const TensorType& t : in) same = same && t.dtype == out;
+  std::string s;
+  if (!same)
+    for (const TensorType& t : in) s += "_" + std::string(dtype_name(t.dtype));
+  return s + "_" + std::string(dtype_name(out));
+}
+
 ExpandFn expand_map(std::shared_ptr<KernelCache> cache, MapOp op) {
   return [cache, op](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                      const Attrs& attrs) {
-    DType dtype = out[0].dtype;
     int64_t n = numel(out[0]), ept = per_thread(n);
-    KernelCall call{.kernel = cache->get(kernel_key(map_name(op, ept), dtype),
-                                         [&] { return build_map(op, dtype, ept); }),
+    const std::string name = map_name(op, ept) + dtypes_suffix(in, out[0].dtype);
+    std::vector<DType> in_dtypes;
+    for (const TensorType& t : in) in_dtypes.push_back(t.dtype);
+    KernelCall call{.kernel = cache->get(
+                        name, [&] { return build_map(op, in_dtypes, out[0].dtype, ept, name); }),
                     .dims = {n}};
     for (int i = 0; i < op.arity; ++i) call.buffers.push_back(input_slot(i));
     call.buffers.push_back(output_slot(0));

@@ -13,7 +13,9 @@
 
 namespace tilerun::kernels {
 
-// The element function: the inputs' values at one element (as f32) and the scalars.
+// The element function: the inputs' values at one element (floats as f32, bool and i32 as i32)
+// and the scalars; its value is stored in the output's dtype (a bool output takes a nonzero i32
+// as true).
 using MapFn = std::function<compiler::Val(compiler::Scope&, const std::vector<compiler::Val>& in,
                                           const std::vector<compiler::Val>& scalars)>;
 
@@ -24,8 +26,13 @@ struct MapOp {
   MapFn fn;
 };
 
-// The expansion of a map op: one kernel (built once per dtype and elements-per-thread in `cache`)
-// with parameters in0.., out; N; scalars.
+// The expansion of a map op: one kernel (built once per dtypes and elements-per-thread in
+// `cache`) with parameters in0.., out; N; scalars. Each operand keeps its own dtype (where's bool
+// mask beside float branches, a comparison's bool output).
 ExpandFn expand_map(std::shared_ptr<KernelCache> cache, MapOp op);
+
+// The kernel name's dtype suffix: "_f32" when every operand and the output share one dtype,
+// else every operand's then the output's ("_bool_f32_f32_f32").
+std::string dtypes_suffix(const std::vector<TensorType>& in, DType out);
 
 }  // namespace tilerun::kernels

@@ -31,8 +31,8 @@ TABLES_BF16 = [
      "      - {op: cos, in: cangle, out: ccos32}\n      - {op: cast, in: ccos32, out: ccos, to: bf16}"),
     ("      - {op: sin, in: cangle, out: csin}",
      "      - {op: sin, in: cangle, out: csin32}\n      - {op: cast, in: csin32, out: csin, to: bf16}"),
-    ("      - {op: scale, in: cfuture, out: cmask, alpha: -1.0e9}",
-     "      - {op: scale, in: cfuture, out: cmask32, alpha: -1.0e9}\n"
+    ("      - {op: scale, in: cfuturef, out: cmask, alpha: -1.0e9}",
+     "      - {op: scale, in: cfuturef, out: cmask32, alpha: -1.0e9}\n"
      "      - {op: cast, in: cmask32, out: cmask, to: bf16}"),
     ("      - {op: scale, in: h128, out: hadamard, alpha: 0.08838834764831845}",
      "      - {op: scale, in: h128, out: hadamard32, alpha: 0.08838834764831845}\n"

@@ -156,6 +156,8 @@ def main():
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--peak-gbps", type=float, default=4800.0)
+    ap.add_argument("--no-compile", action="store_true",
+                    help="skip torch.compile (its compile time dominates a short run)")
     ap.add_argument("--json")
     a = ap.parse_args()
     dims = {"T": a.T, "D": a.D, "F": a.F, "S": a.D // 128}
@@ -172,6 +174,8 @@ def main():
             import torch
             for name, (fn, arg) in torch_calls(torch, a.T, a.D, a.F).items():
                 results[name]["torch_eager_us"] = time_call(torch, lambda: fn(arg), a.reps, a.trials)
+                if a.no_compile:
+                    continue
                 compiled = torch.compile(fn)
                 results[name]["torch_compile_us"] = time_call(torch, lambda: compiled(arg), a.reps,
                                                               a.trials)

@@ -11,7 +11,7 @@ struct DTypeInfo {
   int bits;
   bool is_float;
 };
-constexpr std::array<DTypeInfo, 10> kDTypes = {{
+constexpr std::array<DTypeInfo, 11> kDTypes = {{
     {DType::F32, "f32", 32, true},
     {DType::BF16, "bf16", 16, true},
     {DType::F16, "f16", 16, true},
@@ -22,6 +22,7 @@ constexpr std::array<DTypeInfo, 10> kDTypes = {{
     {DType::FP4E2M1, "fp4e2m1", 4, true},
     {DType::E8M0, "e8m0", 8, true},
     {DType::F8E5M2, "f8e5m2", 8, true},
+    {DType::Bool, "bool", 8, false},
 }};
 const DTypeInfo& info(DType t) { return kDTypes[static_cast<size_t>(t)]; }
 }  // namespace

@@ -53,6 +53,7 @@ bool dtype_supported(DType d) {
     case DType::I32:
     case DType::I64:
     case DType::U8:
+    case DType::Bool:
     case DType::F8E4M3:
     case DType::F8E5M2:
     case DType::E8M0:
@@ -73,6 +74,7 @@ Type compute_type(DType d) {
       return Type::F32;
     case DType::I32:
     case DType::U8:
+    case DType::Bool:
       return Type::I32;
     case DType::I64:
       return Type::I64;
@@ -91,6 +93,7 @@ Type storage_type(DType d) {
     case DType::I32:
       return Type::I32;
     case DType::U8:
+    case DType::Bool:
     case DType::F8E4M3:
     case DType::F8E5M2:
     case DType::E8M0:

@@ -24,6 +24,8 @@ class StorageLowerer : public IRMutator {
         return f16_bits_to_f32(raw, names_->fresh("f16"));
       case DType::U8:
         return Binary::make(BinaryOp::And, Cast::make(Type::I32, raw), make_i32(0xff));
+      case DType::Bool:  // any nonzero byte is true: 1
+        return Cast::make(Type::I32, Binary::make(BinaryOp::Ne, raw, make_const(Type::I8, 0)));
       case DType::F8E4M3:
       case DType::F8E5M2:
       case DType::E8M0:
@@ -53,6 +55,9 @@ class StorageLowerer : public IRMutator {
         break;
       case DType::U8:
         v = Cast::make(Type::I8, v);
+        break;
+      case DType::Bool:  // any nonzero value stores as 1
+        v = Cast::make(Type::I8, Binary::make(BinaryOp::Ne, v, make_const(v.type(), 0)));
         break;
       case DType::F8E4M3:
       case DType::F8E5M2:

@@ -211,6 +211,10 @@ void store_element(DType dtype, uint8_t* data, int64_t index, double value) {
     case DType::U8:
       data[index] = static_cast<uint8_t>(round_to_integer(value, 0, 255));
       return;
+    case DType::Bool:  // rounded to an integer as the integer types are (ties to even), then
+                       // nonzero (NaN included) is true: uniform [0, 1) gives fair coin flips
+      data[index] = std::isnan(value) || std::nearbyint(value) != 0 ? 1 : 0;
+      return;
     case DType::FP4E2M1: {
       uint8_t& byte = data[index / 2];
       int shift = index % 2 ? 4 : 0;
@@ -241,6 +245,8 @@ double load_element(DType dtype, const uint8_t* data, int64_t index) {
       return static_cast<double>(static_cast<int64_t>(get_le(data + 8 * index, 8)));
     case DType::U8:
       return data[index];
+    case DType::Bool:
+      return data[index] != 0 ? 1 : 0;
     case DType::FP4E2M1:
       return fp4e2m1_to_double(static_cast<uint8_t>(data[index / 2] >> (index % 2 ? 4 : 0)));
   }

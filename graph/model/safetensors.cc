@@ -47,7 +47,7 @@ struct FileCode {
   std::string_view code;
 };
 // FP4E2M1 has no code of its own: it is stored as U8.
-constexpr std::array<FileCode, 9> kFileCodes = {{
+constexpr std::array<FileCode, 10> kFileCodes = {{
     {DType::F32, "F32"},
     {DType::BF16, "BF16"},
     {DType::F16, "F16"},
@@ -57,6 +57,7 @@ constexpr std::array<FileCode, 9> kFileCodes = {{
     {DType::I64, "I64"},
     {DType::U8, "U8"},
     {DType::E8M0, "F8_E8M0"},
+    {DType::Bool, "BOOL"},
 }};
 
 std::optional<DType> parse_file_code(std::string_view code) {

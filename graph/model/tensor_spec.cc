@@ -169,6 +169,8 @@ bool dtype_holds(DType dtype, double v) {
       return v >= -0x1p63 && v < 0x1p63;
     case DType::U8:
       return v >= 0 && v <= 255;
+    case DType::Bool:  // any number: rounded, nonzero is true
+      return true;
   }
   return false;
 }

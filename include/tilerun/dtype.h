@@ -19,9 +19,11 @@ enum class DType : uint8_t {
   FP4E2M1,  // two E2M1 values per byte, even element in the low nibble; stored as uint8
   E8M0,     // power-of-two scale 2^(e-127), 0xFF = NaN; one byte
   F8E5M2,   // 1 sign, 5 exponent (bias 15), 2 mantissa bits; IEEE-like: infinities and NaNs
+  Bool,     // false or true, one byte each (0 or 1 as written; any nonzero byte reads as true)
 };
 
-// The YAML name: "f32", "bf16", "f16", "f8e4m3", "i32", "i64", "u8", "fp4e2m1", "e8m0", "f8e5m2".
+// The YAML name: "f32", "bf16", "f16", "f8e4m3", "i32", "i64", "u8", "fp4e2m1", "e8m0", "f8e5m2",
+// "bool".
 std::string_view dtype_name(DType t);
 std::optional<DType> parse_dtype(std::string_view name);
 // Bits per element (4 for FP4E2M1).

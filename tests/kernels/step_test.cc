@@ -81,9 +81,12 @@ size_t check_step(const char* yaml) {
     if (ops.tensors[x].kind != graph::TensorKind::Activation)
       checked.push_back({"grad of " + ops.tensors[x].name, dx});
   for (const auto& [name, t] : checked) {
+    // A bool tensor's kernels wrote a byte an element into its (f32-sized) buffer.
+    const bool is_bool = kg.ops.tensors[t].type.dtype == DType::Bool;
+    const auto* bytes = reinterpret_cast<const uint8_t*>(buf[t].data());
     double err2 = 0, ref2 = 0;
     for (size_t i = 0; i < buf[t].size(); ++i) {
-      double e = buf[t][i] - want[t].data[i];
+      double e = (is_bool ? bytes[i] : buf[t][i]) - want[t].data[i];
       err2 += e * e;
       ref2 += want[t].data[i] * want[t].data[i];
     }
@@ -99,8 +102,8 @@ TEST(StepTest, ForwardAndBackwardMatchReference) {
 }
 
 // Broadcast operands (a bias row, a per-row gate, a scalar) whose gradients are summed back by
-// sum_to, a mask from a comparison of tensors that need gradients (its gradient is zero, no
-// kernel), where, minimum and div.
+// sum_to, a bool mask from a comparison of tensors that need gradients (no gradient, no kernel),
+// where, minimum and div.
 constexpr const char* kBroadcastModel = R"(
 model: broadcast_step
 dtype: f32

@@ -98,9 +98,9 @@ inline std::vector<OpCase> registry_cases(bool gradient) {
 }
 
 // Every dtype there is (to check that an op refuses those it does not list).
-inline const std::vector<DType> kAllDTypes = {DType::F32,  DType::BF16,  DType::F16, DType::F8E4M3,
-                                              DType::I32,  DType::I64,   DType::U8,  DType::FP4E2M1,
-                                              DType::E8M0, DType::F8E5M2};
+inline const std::vector<DType> kAllDTypes = {
+    DType::F32, DType::BF16,    DType::F16,  DType::F8E4M3, DType::I32, DType::I64,
+    DType::U8,  DType::FP4E2M1, DType::E8M0, DType::F8E5M2, DType::Bool};
 
 inline const OpSchema& schema_of(const std::string& op) {
   const OpSchema* s = op_registry().find(op);

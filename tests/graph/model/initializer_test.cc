@@ -212,6 +212,8 @@ TEST(InitializerTest, ConstantKindsInEveryDType) {
       {DType::FP4E2M1, {K::Constant, -1.5}, {0xbb}},  // code 0xb = -1.5, both nibbles
       {DType::E8M0, {K::Ones}, {127, 127}},
       {DType::F8E5M2, {K::Constant, 1e6}, {0x7c, 0x7c}},  // overflows to +inf
+      {DType::Bool, {K::Ones}, {1, 1}},
+      {DType::Bool, {K::Constant, 0.25}, {0, 0}},  // rounds to false
   };
   for (const Case& c : cases) {
     HostTensor t = initialize_tensor(decl("c", TensorRole::Weight, c.dtype, {2}, c.init), 3);
@@ -527,6 +529,18 @@ TEST(ConvertTest, ElementsPackLittleEndianAndFp4LowNibbleFirst) {
     store_element(t, buf.data(), 0, 4.0);  // exact in every type
     EXPECT_EQ(load_element(t, buf.data(), 0), 4.0) << dtype_name(t);
   }
+  // A bool holds false or true: values round to an integer (ties to even), nonzero (NaN
+  // included) is true, and any nonzero byte reads as true.
+  const std::pair<double, uint8_t> bools[] = {{0.0, 0},  {0.49, 0}, {0.5, 0},         {0.51, 1},
+                                              {-0.5, 0}, {1.5, 1},  {-3.0, 1},        {1.0, 1},
+                                              {-0.0, 0}, {1e30, 1}, {std::nan(""), 1}};
+  for (auto [value, byte] : bools) {
+    store_element(DType::Bool, buf.data(), 0, value);
+    EXPECT_EQ(buf[0], byte) << value;
+    EXPECT_EQ(load_element(DType::Bool, buf.data(), 0), byte) << value;
+  }
+  buf[0] = 0x80;
+  EXPECT_EQ(load_element(DType::Bool, buf.data(), 0), 1.0);
 }
 
 // ----------------------------------------------------------------------------------------------

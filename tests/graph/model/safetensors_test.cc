@@ -25,9 +25,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr DType kAllDTypes[] = {DType::F32,  DType::BF16,  DType::F16, DType::F8E4M3,
-                                DType::I32,  DType::I64,   DType::U8,  DType::FP4E2M1,
-                                DType::E8M0, DType::F8E5M2};
+constexpr DType kAllDTypes[] = {DType::F32,  DType::BF16,   DType::F16, DType::F8E4M3,
+                                DType::I32,  DType::I64,    DType::U8,  DType::FP4E2M1,
+                                DType::E8M0, DType::F8E5M2, DType::Bool};
 
 // A fresh directory per test, removed afterwards.
 class TempDir {
@@ -174,11 +174,11 @@ TEST_F(SafetensorsTest, WriterOutputFollowsTheSpec) {
   json h = json::parse(header);
   std::string buffer = bytes.substr(8 + n);
 
-  const std::map<DType, std::string> codes = {{DType::F32, "F32"},      {DType::BF16, "BF16"},
-                                              {DType::F16, "F16"},      {DType::F8E4M3, "F8_E4M3"},
-                                              {DType::I32, "I32"},      {DType::I64, "I64"},
-                                              {DType::U8, "U8"},        {DType::FP4E2M1, "U8"},
-                                              {DType::E8M0, "F8_E8M0"}, {DType::F8E5M2, "F8_E5M2"}};
+  const std::map<DType, std::string> codes = {
+      {DType::F32, "F32"},        {DType::BF16, "BF16"},  {DType::F16, "F16"},
+      {DType::F8E4M3, "F8_E4M3"}, {DType::I32, "I32"},    {DType::I64, "I64"},
+      {DType::U8, "U8"},          {DType::FP4E2M1, "U8"}, {DType::E8M0, "F8_E8M0"},
+      {DType::F8E5M2, "F8_E5M2"}, {DType::Bool, "BOOL"}};
   uint64_t expected_begin = 0;
   for (const auto& [name, t] : tensors) {  // name order is layout order
     SCOPED_TRACE(name);
