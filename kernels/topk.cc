@@ -26,10 +26,11 @@
 // (ballot, popcount of the lanes below, the warps before, the chunks before) and writes each
 // chosen key at its rank; a bitonic network over the k keys (padded to a power of two) sorts
 // them. The row is read 9 times and never written; 512 threads a row, two blocks an SM.
-// History (H200, bench/RESULTS.md): 32 one-bit passes took 990 µs on 256 rows of 65536, k = 128
-// (torch.topk 283); a ballot-counting select was slower than the full sort on the rows that
-// fit (4096 rows of 1024, k = 128: 317 µs against 177), so the select serves only the rows
-// the full sort cannot.
+// Measured on the H200 (bench/RESULTS.md): 256 rows of 65536, k = 128, 649 µs (torch.topk 273;
+// 32 one-bit passes took 990): one block a row is still latency-bound, splitting a row over
+// blocks is the next step. A ballot-counting select was slower than the full sort on the rows
+// that fit (4096 rows of 1024, k = 128: 317 µs against 177), so the select serves only the
+// rows the full sort cannot.
 #include <algorithm>
 #include <climits>
 #include <cmath>
