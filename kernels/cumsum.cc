@@ -138,6 +138,26 @@ std::string scan_name(const std::string& step, DType dtype, bool reverse) {
   return "cumsum_" + step + (reverse ? "_rev_" : "_") + std::string(dtype_name(dtype));
 }
 
+// The common start of kernels 1 and 3, a block of grid {C, P}: chunk `chunk` of line `line`
+// staged in `tile`, sum(t) thread t's serial total of its items, exclusive(t) the sum of the
+// threads before it and total(t) the chunk's (block_scan_sum).
+struct ScannedChunk {
+  cc::Val chunk, line;
+  cc::Buf tile, sum, exclusive, total;
+};
+
+ScannedChunk scan_chunk(cc::Scope& s, const cc::Buf& x, const cc::Val& k, bool reverse, DType acc) {
+  ScannedChunk c{.chunk = s.let(s.block_idx(0), "chunk"),
+                 .line = s.let(s.block_idx(1), "line"),
+                 .tile = s.alloc_shared("tile", acc, {kScanThreads, kItems + 1}),
+                 .sum = s.alloc_fragment("sum", acc, {kScanThreads}),
+                 .exclusive = s.alloc_fragment("exclusive", acc, {kScanThreads}),
+                 .total = s.alloc_fragment("total", acc, {kScanThreads})};
+  stage_chunk(s, x, k, reverse, c.line, c.chunk, c.tile, c.sum, acc);
+  block_scan_sum(s, "scan", kScanThreads, c.sum, c.exclusive, c.total);
+  return c;
+}
+
 // 1. sums[p, c] = the total of chunk c of line p.
 cc::Kernel build_chunk_sums(DType dtype, bool reverse) {
   const DType acc = accumulator_of(dtype);
@@ -146,15 +166,10 @@ cc::Kernel build_chunk_sums(DType dtype, bool reverse) {
   cc::Buf x = kb.input("x", dtype, {p, k});
   cc::Buf sums = kb.output("sums", acc, {p, c});
   kb.body({c, p}, kScanThreads, [&](cc::Scope& s) {
-    cc::Val chunk = s.let(s.block_idx(0), "chunk"), line = s.let(s.block_idx(1), "line");
-    cc::Buf tile = s.alloc_shared("tile", acc, {kScanThreads, kItems + 1});
-    cc::Buf sum = s.alloc_fragment("sum", acc, {kScanThreads});
-    cc::Buf exclusive = s.alloc_fragment("exclusive", acc, {kScanThreads});
-    cc::Buf total = s.alloc_fragment("total", acc, {kScanThreads});
-    stage_chunk(s, x, k, reverse, line, chunk, tile, sum, acc);
-    block_scan_sum(s, "scan", kScanThreads, sum, exclusive, total);
-    s.parallel(kScanThreads,
-               [&](cc::Idx t) { s.if_then(t == 0, [&] { sums(line, chunk) = total(t); }); });
+    const ScannedChunk chunk = scan_chunk(s, x, k, reverse, acc);
+    s.parallel(kScanThreads, [&](cc::Idx t) {
+      s.if_then(t == 0, [&] { sums(chunk.line, chunk.chunk) = chunk.total(t); });
+    });
   });
   return kb.build();
 }
@@ -199,13 +214,9 @@ cc::Kernel build_chunks(DType dtype, bool reverse, bool with_offsets) {
   if (with_offsets) offsets = kb.input("offsets", acc, {p, c});
   cc::Buf y = kb.output("y", dtype, {p, k});
   kb.body({c, p}, kScanThreads, [&](cc::Scope& s) {
-    cc::Val chunk = s.let(s.block_idx(0), "chunk"), line = s.let(s.block_idx(1), "line");
-    cc::Buf tile = s.alloc_shared("tile", acc, {kScanThreads, kItems + 1});
-    cc::Buf sum = s.alloc_fragment("sum", acc, {kScanThreads});
-    cc::Buf exclusive = s.alloc_fragment("exclusive", acc, {kScanThreads});
-    cc::Buf total = s.alloc_fragment("total", acc, {kScanThreads});
-    stage_chunk(s, x, k, reverse, line, chunk, tile, sum, acc);
-    block_scan_sum(s, "scan", kScanThreads, sum, exclusive, total);
+    const ScannedChunk scanned = scan_chunk(s, x, k, reverse, acc);
+    const cc::Val &chunk = scanned.chunk, &line = scanned.line;
+    const cc::Buf &tile = scanned.tile, &sum = scanned.sum, &exclusive = scanned.exclusive;
     s.parallel(kScanThreads, [&](cc::Idx t) {
       sum(t) = with_offsets ? offsets(line, chunk) + exclusive(t) : exclusive(t);
       s.serial(kItems, [&](cc::Idx j) {
