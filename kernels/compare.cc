@@ -1,18 +1,21 @@
 // Boolean masks: comparisons (lt, le, gt, ge, eq, ne) of floats, i32 or bools giving bool,
 // the logical ops over bools (logical_and, logical_or, logical_xor, logical_not), where(mask, a,
 // b) and where's backward op where_grad, all over broadcast operands (kernels/broadcast.h), one
-// broadcast map kernel each (each operand read in its own dtype). A bool is one byte, 0 or 1 as
-// written; a nonzero byte reads as true. Comparisons follow IEEE: any comparison with NaN is false
-// except `ne`, and -0 equals +0; false < true. Masks carry no gradient (bool is not
-// differentiable); `cast` turns one into 0/1 floats where arithmetic needs it.
+// broadcast map kernel each (each operand read in its own dtype); and any / all along one axis
+// (x seen as [P, K, R], a thread per (p, r) folding its K bools in order: exact). A bool is one
+// byte, 0 or 1 as written; a nonzero byte reads as true. Comparisons follow IEEE: any comparison
+// with NaN is false except `ne`, and -0 equals +0; false < true. Masks carry no gradient (bool is
+// not differentiable); `cast` turns one into 0/1 floats where arithmetic needs it.
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "kernels/broadcast.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
 #include "kernels/ref_values.h"
+#include "kernels/shape_attrs.h"
 
 namespace tilerun::kernels {
 
@@ -188,6 +191,82 @@ std::vector<OpTestCase> with_ties(std::vector<OpTestCase> cases) {
   return cases;
 }
 
+// any / all along `axis`: x bool [.., K, ..] -> bool, the axis dropped (kept as 1 with keepdims).
+struct AxisLines {
+  int64_t axis = 0, outer = 1, extent = 1, inner = 1;
+};
+
+AxisLines axis_lines(const TensorType& x, const Attrs& attrs) {
+  if (x.shape.empty()) throw ShapeError("input 'x' is a scalar, expected rank >= 1");
+  const int64_t a = normalize_axis(attr_int(attrs, "axis"), x.shape.size(), "axis", x, "x");
+  return {a, product(x.shape, 0, a), x.shape[a], product(x.shape, a + 1, x.shape.size())};
+}
+
+std::vector<TensorType> infer_any_all(const std::vector<TensorType>& in, const Attrs& attrs) {
+  expect_bool(in[0], "x");
+  const AxisLines l = axis_lines(in[0], attrs);
+  std::vector<int64_t> shape = in[0].shape;
+  if (attr_bool(attrs, "keepdims"))
+    shape[l.axis] = 1;
+  else
+    shape.erase(shape.begin() + l.axis);
+  return {{DType::Bool, shape}};
+}
+
+std::vector<RefTensor> ref_any_all(const std::vector<RefTensor>& in, const Attrs& attrs, bool all) {
+  const AxisLines l = axis_lines({DType::Bool, in[0].shape}, attrs);
+  std::vector<int64_t> shape = infer_any_all({{DType::Bool, in[0].shape}}, attrs)[0].shape;
+  RefTensor y = ref_zeros(shape);
+  for (int64_t p = 0; p < l.outer; ++p)
+    for (int64_t r = 0; r < l.inner; ++r) {
+      bool acc = all;
+      for (int64_t k = 0; k < l.extent; ++k) {
+        const bool v = in[0].data[(p * l.extent + k) * l.inner + r] != 0;
+        acc = all ? acc && v : acc || v;
+      }
+      y.data[p * l.inner + r] = acc ? 1 : 0;
+    }
+  return {y};
+}
+
+constexpr int kLineThreads = 128;
+
+cc::Kernel build_any_all(bool all) {
+  cc::KernelBuilder kb(all ? "all_bool" : "any_bool");
+  cc::Dim n = kb.dim("N"), p = kb.dim("P"), k = kb.dim("K"), r = kb.dim("R");
+  cc::Buf x = kb.input("x", DType::Bool, {p, k, r});
+  cc::Buf y = kb.output("y", DType::Bool, {p, r});
+  kb.body({cc::ceildiv(n, cc::Val(int64_t{kLineThreads}))}, kLineThreads, [&](cc::Scope& s) {
+    cc::Idx base = s.block_idx(0) * kLineThreads;
+    cc::Buf acc = s.alloc_fragment("acc", DType::I32, {kLineThreads});
+    s.parallel(kLineThreads, [&](cc::Idx t) {
+      cc::Idx e = base + t;
+      s.if_then(e < n, [&] {
+        cc::Val line = s.let(e / r, "line"), col = s.let(e % r, "col");
+        acc(t) = cc::to_i32(cc::Val(all ? 1 : 0));
+        s.serial(k, [&](cc::Idx j) {
+          acc(t) = all ? acc(t) & x(line, j, col) : acc(t) | x(line, j, col);
+        });
+        y(line, col) = acc(t);
+      });
+    });
+  });
+  return kb.build();
+}
+
+ExpandFn expand_any_all(std::shared_ptr<KernelCache> cache, bool all) {
+  return [cache, all](const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                      const Attrs& attrs) {
+    const AxisLines l = axis_lines(in[0], attrs);
+    KernelCall call{
+        .kernel = cache->get(all ? "all_bool" : "any_bool", [&] { return build_any_all(all); }),
+        .buffers = {input_slot(0), output_slot(0)},
+        .dims = {l.outer * l.inner, l.outer, l.extent, l.inner},
+        .scalars = {}};
+    return OpExpansion{.scratch = {}, .calls = {call}};
+  };
+}
+
 }  // namespace
 
 void register_compare(OpRegistry& registry) {
@@ -340,6 +419,40 @@ void register_compare(OpRegistry& registry) {
                                    }}),
                   .tests = {.kernel = cases,
                             .examples = {{.inputs = example_in, .outputs = {{{4}, l.example}}}}}});
+  }
+  // any / all along one axis.
+  for (bool all : {false, true}) {
+    std::vector<OpTestCase> cases;
+    for (auto [shape, axis] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
+             {{7, 33}, -1}, {{5, 3, 4}, 1}, {{2, 300}, 0}, {{6}, 0}})
+      cases.push_back({.shapes = {shape}, .attrs = {{"axis", axis}}, .int_lo = 0, .int_hi = 2});
+    // Lines of 3: all true (or all false) one time in 8, so both answers occur.
+    cases.push_back({.shapes = {{40, 3}},
+                     .attrs = {{"axis", int64_t{1}}, {"keepdims", true}},
+                     .int_lo = 0,
+                     .int_hi = 2});
+    registry.add({.name = all ? "all" : "any",
+                  .doc = std::string(all ? "y = true where every" : "y = true where any") +
+                         " element of bool x along axis is true (folded in order; no gradient)",
+                  .inputs = {"x"},
+                  .outputs = {"y"},
+                  .attrs = {int_attr("axis", -1, "the axis folded; negative counts from the end"),
+                            {.name = "keepdims",
+                             .kind = AttrKind::Bool,
+                             .default_value = AttrValue{false},
+                             .doc = "keep the axis with extent 1"}},
+                  .dtypes = {DType::Bool},
+                  .input_dtypes = {{0, DType::Bool}},
+                  .output_dtypes = {{0, DType::Bool}},
+                  .infer = infer_any_all,
+                  .reference = [all](const std::vector<RefTensor>& in,
+                                     const Attrs& attrs) { return ref_any_all(in, attrs, all); },
+                  .expand = expand_any_all(cache, all),
+                  .tests = {.kernel = cases,
+                            .examples = {{.inputs = {{{2, 3}, {0, 1, 0, 1, 1, 1}}},
+                                          .outputs = {{{2},
+                                                       all ? std::vector<double>{0, 1}
+                                                           : std::vector<double>{1, 1}}}}}}});
   }
 }
 
