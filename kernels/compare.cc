@@ -192,16 +192,6 @@ std::vector<OpTestCase> with_ties(std::vector<OpTestCase> cases) {
 }
 
 // any / all along `axis`: x bool [.., K, ..] -> bool, the axis dropped (kept as 1 with keepdims).
-struct AxisLines {
-  int64_t axis = 0, outer = 1, extent = 1, inner = 1;
-};
-
-AxisLines axis_lines(const TensorType& x, const Attrs& attrs) {
-  if (x.shape.empty()) throw ShapeError("input 'x' is a scalar, expected rank >= 1");
-  const int64_t a = normalize_axis(attr_int(attrs, "axis"), x.shape.size(), "axis", x, "x");
-  return {a, product(x.shape, 0, a), x.shape[a], product(x.shape, a + 1, x.shape.size())};
-}
-
 std::vector<TensorType> infer_any_all(const std::vector<TensorType>& in, const Attrs& attrs) {
   expect_bool(in[0], "x");
   const AxisLines l = axis_lines(in[0], attrs);

@@ -38,26 +38,16 @@ constexpr int64_t kLongLine = 512;
 
 const std::vector<DType> kCumsumTypes = {DType::F32, DType::BF16, DType::F16, DType::I32};
 
-struct Lines {
-  int64_t outer = 1, extent = 1, inner = 1;
-};
-
-Lines lines_of(const TensorType& x, const Attrs& attrs) {
-  if (x.shape.empty()) throw ShapeError("input 'x' is a scalar, expected rank >= 1");
-  const int64_t axis = normalize_axis(attr_int(attrs, "axis"), x.shape.size(), "axis", x, "x");
-  return {product(x.shape, 0, axis), x.shape[axis], product(x.shape, axis + 1, x.shape.size())};
-}
-
 std::vector<TensorType> infer_cumsum(const std::vector<TensorType>& in, const Attrs& attrs) {
   if (std::find(kCumsumTypes.begin(), kCumsumTypes.end(), in[0].dtype) == kCumsumTypes.end())
     throw ShapeError("input 'x' is " + to_string(in[0]) + ", expected f32, bf16, f16 or i32");
-  lines_of(in[0], attrs);
+  axis_lines(in[0], attrs);
   return {in[0]};
 }
 
 std::vector<RefTensor> ref_cumsum(const std::vector<RefTensor>& in, const Attrs& attrs) {
   const RefTensor& x = in[0];
-  const Lines l = lines_of(TensorType{DType::F32, x.shape}, attrs);
+  const AxisLines l = axis_lines(TensorType{DType::F32, x.shape}, attrs);
   const bool reverse = attr_bool(attrs, "reverse");
   RefTensor y = ref_zeros(x.shape);
   for (int64_t p = 0; p < l.outer; ++p)
@@ -239,7 +229,7 @@ ExpandFn expand_cumsum(std::shared_ptr<KernelCache> cache) {
                  const Attrs& attrs) {
     const DType dt = in[0].dtype;
     const bool reverse = attr_bool(attrs, "reverse");
-    const Lines l = lines_of(in[0], attrs);
+    const AxisLines l = axis_lines(in[0], attrs);
     if (l.inner == 1 && l.extent >= kLongLine) {
       const DType acc = accumulator_of(dt);
       const int64_t chunks = (l.extent + kChunk - 1) / kChunk;

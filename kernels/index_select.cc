@@ -32,20 +32,9 @@ namespace cc = tilerun::compiler;
 
 constexpr int kThreads = 256;
 
-// x [.., N, ..] as [P, N, R] around axis `axis`.
-struct Around {
-  int64_t axis = 0, outer = 1, extent = 1, inner = 1;
-};
-
-Around around(const TensorType& x, const Attrs& attrs) {
-  if (x.shape.empty()) throw ShapeError("input 'x' is a scalar, expected rank >= 1");
-  const int64_t a = normalize_axis(attr_int(attrs, "axis"), x.shape.size(), "axis", x, "x");
-  return {a, product(x.shape, 0, a), x.shape[a], product(x.shape, a + 1, x.shape.size())};
-}
-
 std::vector<TensorType> infer_index_select(const std::vector<TensorType>& in, const Attrs& attrs) {
   expect_float(in[0], "x");
-  const Around a = around(in[0], attrs);
+  const AxisLines a = axis_lines(in[0], attrs);
   if (in[1].dtype != DType::I32 || in[1].shape.size() != 1)
     throw ShapeError("input 'index' is " + to_string(in[1]) + ", expected a 1-D i32 index");
   std::vector<int64_t> shape = in[0].shape;
@@ -54,7 +43,7 @@ std::vector<TensorType> infer_index_select(const std::vector<TensorType>& in, co
 }
 
 std::vector<RefTensor> ref_index_select(const std::vector<RefTensor>& in, const Attrs& attrs) {
-  const Around a = around({DType::F32, in[0].shape}, attrs);
+  const AxisLines a = axis_lines({DType::F32, in[0].shape}, attrs);
   const int64_t k = in[1].numel();
   std::vector<int64_t> shape = in[0].shape;
   shape[a.axis] = k;
@@ -77,7 +66,7 @@ std::vector<RefTensor> ref_index_select(const std::vector<RefTensor>& in, const 
 std::vector<GradOp> grad_index_select(const std::vector<TensorType>& in, const Attrs& attrs,
                                       const std::vector<bool>& needs) {
   if (!needs[0]) return {};
-  const Around a = around(in[0], attrs);
+  const AxisLines a = axis_lines(in[0], attrs);
   const int64_t k = in[1].shape[0], p = a.outer, n = a.extent, r = a.inner;
   using Ints = std::vector<int64_t>;
   std::vector<GradOp> ops = {{"reshape", {"x0"}, {"x0.rows"}, {{"shape", Ints{n, p * r}}}}};
@@ -138,7 +127,7 @@ ExpandFn expand_index_select(std::shared_ptr<KernelCache> cache) {
                  const Attrs& attrs) {
     const DType dt = in[0].dtype;
     const bool checked = in.size() > 2;  // the graph appended the index's check status
-    const Around a = around(in[0], attrs);
+    const AxisLines a = axis_lines(in[0], attrs);
     const std::string name = checked ? "index_select_checked" : "index_select";
     KernelCall call{
         .kernel = cache->get(kernel_key(name, dt), [&] { return build_index_select(dt, checked); }),
@@ -154,7 +143,7 @@ ExpandFn expand_index_select(std::shared_ptr<KernelCache> cache) {
 const IndexContract kIndexContract{
     .slot = 1,
     .bound = [](const std::vector<TensorType>& in,
-                const Attrs& attrs) { return around(in[0], attrs).extent; },
+                const Attrs& attrs) { return axis_lines(in[0], attrs).extent; },
     .indexes = "input 'x' along its axis"};
 
 // A case of x `shape`, an index of `k` ids drawn from [0, the axis's extent), `axis`.

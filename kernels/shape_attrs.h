@@ -40,6 +40,18 @@ inline int64_t product(const std::vector<int64_t>& shape, size_t from, size_t to
   return n;
 }
 
+// Input 'x' seen as [outer, extent, inner] around the axis its op's attribute "axis" names (the
+// lines of cumsum, any and all; index_select's slices).
+struct AxisLines {
+  int64_t axis = 0, outer = 1, extent = 1, inner = 1;
+};
+
+inline AxisLines axis_lines(const TensorType& x, const Attrs& attrs) {
+  if (x.shape.empty()) throw ShapeError("input 'x' is a scalar, expected rank >= 1");
+  const int64_t a = normalize_axis(attr_int(attrs, "axis"), x.shape.size(), "axis", x, "x");
+  return {a, product(x.shape, 0, a), x.shape[a], product(x.shape, a + 1, x.shape.size())};
+}
+
 // Views must start 16-byte aligned: kernels assume it of every buffer (vector accesses).
 inline bool aligned_view(DType dtype, int64_t element_offset) {
   return dtype_bytes(dtype, element_offset) % 16 == 0;

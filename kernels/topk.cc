@@ -25,7 +25,7 @@
 // equal to tau complete the k. Compaction: a second sweep ranks both kinds in index order
 // (ballot, popcount of the lanes below, the warps before, the chunks before) and writes each
 // chosen key at its rank; a bitonic network over the k keys (padded to a power of two) sorts
-// them. The row is read 9 times and never written; 512 threads a row, two blocks an SM.
+// them. The row is read 9 times and never written; 512 threads a row (so two rows may share an SM).
 // Measured on the H200 (bench/RESULTS.md): 256 rows of 65536, k = 128, 649 µs (torch.topk 273;
 // 32 one-bit passes took 990): one block a row is still latency-bound, splitting a row over
 // blocks is the next step. A ballot-counting select was slower than the full sort on the rows
