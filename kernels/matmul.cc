@@ -243,6 +243,20 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
     if (mb.count == 1 || folds_into_rows(mb, ta)) {
       // One product: a's batch elements, when a is the only batched operand, stacked as rows.
       m *= mb.count;
+      // A few columns over a long K: the skinny kernel (matmul_simt.h), chosen by N and K.
+      if (n <= kSkinnyMaxN && k >= kSkinnyMinK) {
+        const int64_t nc = skinny_columns(n), splits = (k + kSkinnySlice - 1) / kSkinnySlice;
+        KernelCall part{.kernel = cache->get(kernel_key(matmul_skinny_name(ta, tb, nc), dt),
+                                             [&] { return build_matmul_skinny(dt, ta, tb, nc); }),
+                        .buffers = {input_slot(0), input_slot(1), scratch_slot(0)},
+                        .dims = {m, n, k, kSkinnySlice, splits}};
+        KernelCall sum{
+            .kernel = cache->get(kernel_key(tc_splitk_sum_name(n < kSumFlatBelow), dt),
+                                 [&] { return build_tc_splitk_sum(dt, n < kSumFlatBelow); }),
+            .buffers = {scratch_slot(0), output_slot(0)},
+            .dims = {m, n, splits}};
+        return OpExpansion{.scratch = {{DType::F32, {splits, m, n}}}, .calls = {part, sum}};
+      }
       if (t.splits > 1) {
         KernelCall part{.kernel = cache->get(kernel_key(matmul_name(ta, tb, t), dt),
                                              [&] { return build_matmul(dt, ta, tb, t); }),
@@ -312,10 +326,12 @@ std::vector<OpTestCase> matmul_kernel_cases() {
       {{{700, 33}, {700, 40}}, {{"transpose_a", true}}},
       {{{33, 700}, {40, 700}}, {{"transpose_b", true}}},
       {{{700, 33}, {40, 700}}, {{"transpose_a", true}, {"transpose_b", true}}},
+      // f32 with at most 32 columns and K of 512 or more: the skinny kernel (32 rows a
+      // block, K in slices of 256 over grid z, the last ragged), every transpose pair.
       {{{20, 1100}, {1100, 18}}},
-      // f32 with a long K over few outputs: K split over grid z too (the last slice ragged).
       {{{40, 4100}, {4100, 24}}},
       {{{9, 2300}, {24, 2300}}, {{"transpose_b", true}}},
+      {{{1030, 33}, {20, 1030}}, {{"transpose_a", true}, {"transpose_b", true}}},
       // Enough 32x32 tiles: the large tiling, one K group and four.
       {{{130, 33}, {33, 1000}}},
       {{{130, 300}, {1000, 300}}, {{"transpose_b", true}}},

@@ -260,4 +260,136 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
   return kb.build();
 }
 
+namespace {
+constexpr int64_t kSkinnyRows = 64, kSkinnyStep = 32, kSkinnyWarps = 8;
+constexpr int64_t kSkinnyHalves = kSkinnyRows / 32;  // rows a lane: l, l + 32
+constexpr int64_t kSkinnyKPerWarp = kSkinnyStep / kSkinnyWarps;
+}  // namespace
+
+int64_t skinny_columns(int64_t n) { return (n + 7) / 8 * 8; }
+
+std::string matmul_skinny_name(bool ta, bool tb, int64_t nc) {
+  return std::string("matmul_skinny_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_n" +
+         std::to_string(nc);
+}
+
+cc::Kernel build_matmul_skinny(DType dtype, bool ta, bool tb, int64_t nc) {
+  TR_CHECK(nc % 8 == 0 && nc <= kSkinnyMaxN, "skinny columns");
+  cc::KernelBuilder kb(matmul_skinny_name(ta, tb, nc) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim m = kb.dim("M"), n = kb.dim("N", {.max = nc}), k = kb.dim("K");
+  cc::Dim slice = kb.dim("L", {.min = kSkinnyStep, .divisible_by = kSkinnyStep});
+  cc::Dim splits = kb.dim("S");
+  cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
+  cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
+  cc::Buf part = kb.output("part", DType::F32, {splits, m, n});
+  const int64_t bm = kSkinnyRows, ks = kSkinnyStep, warps = kSkinnyWarps;
+  kb.body({cc::ceildiv(m, bm), splits}, static_cast<int>(warps * 32), [&](cc::Scope& s) {
+    cc::Idx m0 = s.let(s.block_idx(0) * bm, "m0"), bz = s.block_idx(1);
+    cc::Val k_lo = s.let(bz * slice, "k_lo");
+    cc::Val k_hi = s.let(cc::min(cc::Val(k), k_lo + slice), "k_hi");
+    cc::Val steps = s.let(cc::ceildiv(cc::max(k_hi - k_lo, cc::Val(0)), cc::Val(ks)), "steps");
+    // Shared: two k-major steps of a ([ks][bm + 1]) and of b ([ks][nc]); after the K loop the
+    // a space holds the warps' partial tiles [warp][column][row].
+    // b's rows unpadded: nc floats, a multiple of 16 bytes, so a thread's reads of 4
+    // neighbouring columns (the same for the whole warp: broadcasts) may be one vector.
+    const int64_t a_row = bm + 1, b_row = nc;
+    const int64_t a_buf = ks * a_row, b_buf = ks * b_row;
+    cc::Buf as = s.alloc_shared("As", DType::F32, {std::max(2 * a_buf, warps * nc * 32)});
+    cc::Buf bs = s.alloc_shared("Bs", DType::F32, {2 * b_buf});
+    auto a_sh = [&](const cc::Val& buf, const cc::Val& kk, const cc::Val& r) {
+      return as(buf * a_buf + kk * a_row + r);
+    };
+    auto b_sh = [&](const cc::Val& buf, const cc::Val& kk, const cc::Val& j) {
+      return bs(buf * b_buf + kk * b_row + j);
+    };
+    // The next step's tiles in registers, in stored orientation (global reads along memory rows).
+    const std::vector<int64_t> a_tile = ta ? std::vector{ks, bm} : std::vector{bm, ks};
+    const std::vector<int64_t> b_tile = tb ? std::vector{nc, ks} : std::vector{ks, nc};
+    cc::Buf ra = s.alloc_fragment("ra", dtype, a_tile);
+    cc::Buf rb = s.alloc_fragment("rb", dtype, b_tile);
+    std::vector<std::vector<cc::Buf>> acc(kSkinnyHalves);  // [half][column]
+    for (int64_t h = 0; h < kSkinnyHalves; ++h)
+      for (int64_t j = 0; j < nc; ++j)
+        acc[h].push_back(s.alloc_fragment("acc" + std::to_string(h) + "_" + std::to_string(j),
+                                          DType::F32, {warps, 32}));
+    auto load = [&](const cc::Val& step) {
+      cc::Val k0 = s.let(k_lo + step * ks, "k0");
+      s.parallel(a_tile[0], a_tile[1], [&](cc::Idx r0, cc::Idx r1) {
+        cc::Val kk = ta ? cc::Val(r0) : cc::Val(r1), rr = ta ? cc::Val(r1) : cc::Val(r0);
+        cc::Val kg = s.let(k0 + kk, "kg"), row = s.let(m0 + rr, "row");
+        s.if_then_else(
+            kg < k_hi && row < m, [&] { ra(r0, r1) = ta ? a(kg, row) : a(row, kg); },
+            [&] { ra(r0, r1) = 0.0f; });
+      });
+      s.parallel(b_tile[0], b_tile[1], [&](cc::Idx r0, cc::Idx r1) {
+        cc::Val kk = tb ? cc::Val(r1) : cc::Val(r0), j = tb ? cc::Val(r0) : cc::Val(r1);
+        cc::Val kg = s.let(k0 + kk, "kg");
+        s.if_then_else(
+            kg < k_hi && j < n, [&] { rb(r0, r1) = tb ? b(j, kg) : b(kg, j); },
+            [&] { rb(r0, r1) = 0.0f; });
+      });
+    };
+    auto store = [&](const cc::Val& buf) {
+      s.parallel(a_tile[0], a_tile[1], [&](cc::Idx r0, cc::Idx r1) {
+        if (ta)
+          a_sh(buf, r0, r1) = ra(r0, r1);
+        else
+          a_sh(buf, r1, r0) = ra(r0, r1);
+      });
+      s.parallel(b_tile[0], b_tile[1], [&](cc::Idx r0, cc::Idx r1) {
+        if (tb)
+          b_sh(buf, r1, r0) = rb(r0, r1);
+        else
+          b_sh(buf, r0, r1) = rb(r0, r1);
+      });
+    };
+    s.parallel(warps, 32, [&](cc::Idx w, cc::Idx l) {
+      for (auto& half : acc)
+        for (cc::Buf& f : half) f(w, l) = 0.0f;
+    });
+    // As build_matmul: step ko's tiles load while the fma loop runs on step ko - 1's.
+    s.serial(steps + 1, [&](cc::Idx ko) {
+      cc::Val cur = s.let(ko % 2, "cur");
+      cc::Val more = s.let(ko < steps, "more");
+      s.if_then(more, [&] { load(ko); });
+      s.if_then(ko > 0, [&] {
+        cc::Val prev = s.let(1 - cur, "prev");
+        s.parallel(warps, 32, [&](cc::Idx w, cc::Idx l) {
+          for (int64_t q = 0; q < kSkinnyKPerWarp; ++q) {  // unrolled: constant offsets
+            cc::Idx kk = w * kSkinnyKPerWarp + q;
+            std::vector<cc::Val> av;
+            for (int64_t h = 0; h < kSkinnyHalves; ++h)
+              av.push_back(s.let(a_sh(prev, kk, l + h * 32), "a"));
+            for (int64_t j = 0; j < nc; ++j) {
+              cc::Val bv = s.let(b_sh(prev, kk, cc::Val(j)), "b");
+              for (int64_t h = 0; h < kSkinnyHalves; ++h)
+                acc[h][j](w, l) = cc::fma(av[h], bv, acc[h][j](w, l));
+            }
+          }
+        });
+      });
+      s.if_then(more, [&] { store(cur); });
+      s.barrier();
+    });
+    // Each half's warp partials [warp][column][row] (rows innermost: a warp's stores hit
+    // distinct banks), then each output's sum over the warps in order.
+    for (int64_t h = 0; h < kSkinnyHalves; ++h) {
+      s.barrier();  // the K loop's tiles, or the last half's partials, are read
+      s.parallel(warps, 32, [&](cc::Idx w, cc::Idx l) {
+        for (int64_t j = 0; j < nc; ++j) as((w * nc + j) * 32 + l) = acc[h][j](w, l);
+      });
+      s.barrier();
+      s.parallel(nc, 32, [&](cc::Idx j, cc::Idx r) {
+        cc::Val row = s.let(m0 + (h * 32 + r), "row");
+        s.if_then(row < m && j < n, [&] {
+          cc::Val sum = as(j * 32 + r);
+          for (int64_t w = 1; w < warps; ++w) sum = s.let(sum + as((w * nc + j) * 32 + r), "sum");
+          part(bz, row, j) = sum;
+        });
+      });
+    }
+  });
+  return kb.build();
+}
+
 }  // namespace tilerun::kernels

@@ -89,4 +89,22 @@ std::string matmul_name(bool ta, bool tb, const Tiling& t, BatchMode batch = {})
 compiler::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl,
                               BatchMode batch = {});
 
+// A skinny product: N at most kSkinnyMaxN with a long K (the mHC mixing GEMMs: [T, 4096] x
+// [4096, 24], and [4096, T] x [T, 24] in their gradient), where a 16 x 16 tile's unrolled fma
+// loop held 231 registers and two blocks an SM (27 us for ~4 us of bytes on the H200, ncu).
+// A block takes 64 rows of c, all its columns and one slice of kSkinnySlice along K: per step
+// a [64 rows, 32 k] tile of a and a [32 k, nc] tile of b in shared memory (k-major), and warp w
+// of 8 takes the step's k in [4 w, 4 w + 4), lane l rows l and l + 32: 2·nc accumulators a
+// thread, each b value a broadcast used twice. Then the warps' partials are added through shared
+// memory in warp order into part [S, M, N] f32, which build_tc_splitk_sum adds in slice order.
+// Every output is the same sum whatever M is: warp w's fma chain over its k (ascending, from
+// +0), the warps 0..7 left to right, the slices left to right. nc (N rounded up to 8) and the
+// slice follow N and K only. Parameters a, b, part; dims M, N (at most nc), K, L (the slice, a
+// multiple of 32) and S. (H200, T = 1024: 27.3 -> 12.9 us for [1024, 4096] x [4096, 24]; with 32
+// rows a block, one a lane, 17.3.)
+constexpr int64_t kSkinnyMaxN = 32, kSkinnySlice = 256, kSkinnyMinK = 2 * kSkinnySlice;
+int64_t skinny_columns(int64_t n);  // nc: n rounded up to 8
+std::string matmul_skinny_name(bool ta, bool tb, int64_t nc);
+compiler::Kernel build_matmul_skinny(DType dtype, bool ta, bool tb, int64_t nc);
+
 }  // namespace tilerun::kernels

@@ -239,8 +239,9 @@ TEST(CudaCompile, EveryKernelCompilesToCubin) {
 // expansion picks ("matmul_nn_16x16g4_f32") splits K over G groups, group g taking every k with
 // (k / 16) % G == g, each group one fma chain in k order from +0, and the groups' chains added
 // in group order; a long K over few outputs ("_splitk") first cuts K into slices of L (the
-// expansion's dims), each slice such chains from +0, the slices added in slice order. Emulated
-// here in float, bit for bit.
+// expansion's dims), each slice such chains from +0, the slices added in slice order. A skinny
+// product (N <= 32, a long K: "matmul_skinny_*") is the same with 8 groups of 4 (warp w of a
+// slice's 32-k step takes its k in [4 w, 4 w + 4)). Emulated here in float, bit for bit.
 TEST(MatmulOrder, FmaChainsAddedInGroupOrder) {
   struct Shape {
     int64_t m, n, k;
@@ -249,7 +250,8 @@ TEST(MatmulOrder, FmaChainsAddedInGroupOrder) {
   int split_shapes = 0;
   for (Shape sh : {Shape{33, 40, 700, false, false}, Shape{20, 18, 1100, false, true},
                    Shape{130, 1000, 300, true, false}, Shape{7, 33, 130, true, true},
-                   Shape{40, 24, 4100, false, false}, Shape{9, 24, 2300, false, true}}) {
+                   Shape{40, 24, 4100, false, false}, Shape{9, 24, 2300, false, true},
+                   Shape{40, 24, 2144, true, false}, Shape{33, 20, 1030, true, true}}) {
     std::mt19937_64 rng(testing::test_seed());
     RefTensor a =
         testing::random_tensor(rng, sh.ta ? std::vector{sh.k, sh.m} : std::vector{sh.m, sh.k});
@@ -263,14 +265,15 @@ TEST(MatmulOrder, FmaChainsAddedInGroupOrder) {
     std::vector<TensorType> in = {{DType::F32, a.shape}, {DType::F32, b.shape}};
     OpExpansion ex = schema.expand(in, schema.infer(in, full), full);
     const std::string& name = ex.calls[0].kernel->sig.name;
-    const bool split = name.find("_splitk") != std::string::npos;
+    const bool skinny = name.rfind("matmul_skinny_", 0) == 0;
+    const bool split = skinny || name.find("_splitk") != std::string::npos;
     ASSERT_EQ(ex.calls.size(), split ? 2u : 1u) << name;
     split_shapes += split;
     const int64_t slice = split ? ex.calls[0].dims[3] : sh.k;  // (M, N, K, L, S)
     ASSERT_TRUE(!split || (slice > 0 && slice < sh.k)) << name;
     size_t gpos = name.rfind('g');
-    ASSERT_NE(gpos, std::string::npos) << name;
-    const int64_t groups = std::stoll(name.substr(gpos + 1)), bk = 16;
+    ASSERT_TRUE(skinny || gpos != std::string::npos) << name;
+    const int64_t groups = skinny ? 8 : std::stoll(name.substr(gpos + 1)), bk = skinny ? 4 : 16;
     ASSERT_GE(groups, 1) << name;
     std::vector<Bytes> got = runner().run("matmul", {a, b}, attrs, DType::F32, kNaN);
     ASSERT_EQ(got.size(), 1u);
@@ -304,7 +307,7 @@ TEST(MatmulOrder, FmaChainsAddedInGroupOrder) {
       }
     EXPECT_EQ(mismatches, 0) << name << " " << sh.m << "x" << sh.n << "x" << sh.k;
   }
-  EXPECT_EQ(split_shapes, 2) << "the two long-K shapes split K over the grid";
+  EXPECT_EQ(split_shapes, 5) << "the long-K shapes split K over the grid";
 }
 
 // bf16/f16 matmuls run on the tensor cores (kernels/matmul.cc, ir.h Gemm): every output is the
