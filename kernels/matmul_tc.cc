@@ -230,25 +230,34 @@ cc::Kernel build_tc_splitk_sum(DType dtype, bool flat) {
       const Element x = at(t);
       s.if_then(x.inside, [&] { sum(t) = part(0, x.row, x.col); });
     });
-    // Flat (narrow c): kLoadsAhead partials loaded before they are added (in split order, the
-    // same adds). One at a time, each add waited on its own load: 16 slices of [1024, 24] took
-    // 4.7 us, 3.0 this way; a block a row keeps one at a time (its wide rows' loads are many
-    // already, and four ahead measured slower there: 5.3 -> 6.5 us at T = 4096, H200).
-    const int64_t kLoadsAhead = flat ? 4 : 1;
-    s.serial(cc::ceildiv(splits - 1, cc::Val(kLoadsAhead)), [&](cc::Idx zb) {
-      s.parallel(kThreads, [&](cc::Idx t) {
-        const Element x = at(t);
-        s.if_then(x.inside, [&] {
-          std::vector<cc::Val> z, v;
-          for (int64_t q = 0; q < kLoadsAhead; ++q) {
-            z.push_back(s.let(zb * kLoadsAhead + (q + 1), "z"));
-            v.push_back(s.let(part(cc::min(z.back(), splits - 1), x.row, x.col), "p"));
-          }
-          for (int64_t q = 0; q < kLoadsAhead; ++q)
-            sum(t) = cc::select(z[q] < splits, sum(t) + v[q], sum(t));
+    if (!flat) {
+      s.serial(splits - 1, [&](cc::Idx z) {
+        s.parallel(kThreads, [&](cc::Idx t) {
+          const Element x = at(t);
+          s.if_then(x.inside, [&] { sum(t) = sum(t) + part(z + 1, x.row, x.col); });
         });
       });
-    });
+    } else {
+      // Narrow c: kLoadsAhead partials loaded before they are added (in split order: the same
+      // adds). One at a time, each add waited on its own load: 16 slices of [1024, 24] took
+      // 4.7 us, 3.0 this way (H200). A block a row keeps one at a time: its wide rows have
+      // loads enough in flight, and four ahead measured slower there (5.3 -> 6.5 us, T = 4096).
+      constexpr int64_t kLoadsAhead = 4;
+      s.serial(cc::ceildiv(splits - 1, cc::Val(kLoadsAhead)), [&](cc::Idx zb) {
+        s.parallel(kThreads, [&](cc::Idx t) {
+          const Element x = at(t);
+          s.if_then(x.inside, [&] {
+            std::vector<cc::Val> z, v;
+            for (int64_t q = 0; q < kLoadsAhead; ++q) {
+              z.push_back(s.let(zb * kLoadsAhead + (q + 1), "z"));
+              v.push_back(s.let(part(cc::min(z.back(), splits - 1), x.row, x.col), "p"));
+            }
+            for (int64_t q = 0; q < kLoadsAhead; ++q)
+              sum(t) = cc::select(z[q] < splits, sum(t) + v[q], sum(t));
+          });
+        });
+      });
+    }
     s.parallel(kThreads, [&](cc::Idx t) {
       const Element x = at(t);
       s.if_then(x.inside, [&] { c(x.row, x.col) = sum(t); });
