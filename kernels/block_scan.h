@@ -27,6 +27,20 @@ void block_scan_sum(compiler::Scope& s, const std::string& name, int threads,
                     const compiler::Buf& x, const compiler::Buf& exclusive,
                     const compiler::Buf& total);
 
+// A segmented inclusive scan: heads (i32 fragment [threads], nonzero where a segment starts)
+// cut the block into runs of threads, and inclusive(t) = the sum of x(u) from the start of t's
+// run (the last head at or before t; thread 0 when there is none) to t. x and inclusive: one
+// dtype (f32, i32 or i64). Per-expert or per-row sums over rows sorted by key, in one block.
+// Order, a segmented form of block_scan_sum's: each group of lanes carries (has a head, its sum
+// since its last head); at step o a lane with bit o set puts its partner's group before its own
+// prefix, and both partners combine (left, right) as right's sum where right has a head, else
+// left's + right's (one addition, the same operands in the same order on both, so the same
+// bits). Then the warps' totals, combined left to right, go before each thread's in-warp prefix
+// where that prefix has no head. Block-uniform like barrier(); ends with a barrier.
+void block_segmented_scan_sum(compiler::Scope& s, const std::string& name, int threads,
+                              const compiler::Buf& x, const compiler::Buf& heads,
+                              const compiler::Buf& inclusive);
+
 // totals(c) = the sum over the block's threads of counters[c] (fragments [threads], one dtype),
 // for c < counters.size(): a histogram's bins, several counts at once. totals is a shared tile
 // [counters.size()] of the counters' dtype, ready after the call (which ends with a barrier).
