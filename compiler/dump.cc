@@ -1,6 +1,10 @@
 #include "compiler/dump.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "compiler/base/atomic_file.h"
 #include "compiler/base/check.h"
@@ -36,6 +40,66 @@ std::string pipeline_text(const std::string& name, const LowerOptions& options,
   }
   return out;
 }
+// An upper estimate of an i64 shape expression at these dim values, in double (no overflow).
+double extent_at(const Expr& e, const std::map<std::string, int64_t>& values) {
+  if (const IntImm* imm = e.as<IntImm>()) return static_cast<double>(imm->value);
+  if (const Var* v = e.as<Var>()) {
+    auto it = values.find(v->name);
+    return it == values.end() ? 9.3e18 : static_cast<double>(it->second);
+  }
+  const Binary* op = e.as<Binary>();
+  if (!op) return 9.3e18;  // not a shape we know how to bound: as large as an i64
+  const double a = extent_at(op->a, values), b = extent_at(op->b, values);
+  switch (op->op) {
+    case BinaryOp::Add:
+      return a + b;
+    case BinaryOp::Sub:
+      return a;  // at most a for the non-negative b of a shape
+    case BinaryOp::Mul:
+      return a * b;
+    case BinaryOp::Div:
+      return b > 0 ? std::ceil(a / b) : a;
+    case BinaryOp::Mod:
+      return std::min(a, b);
+    case BinaryOp::Min:
+      return std::min(a, b);
+    case BinaryOp::Max:
+      return std::max(a, b);
+    default:
+      return 9.3e18;
+  }
+}
+
+// Which index width the kernel's buffers need at its dims (the caller's concrete values where it
+// pinned them, else each dim's upper bound): whether every buffer has fewer than 2^31 elements,
+// so that 32-bit offsets would address it. A report: the generated code keeps 64-bit index math
+// either way (explicit 32-bit math measured slower on the H200, NVRTC narrowing the arithmetic it
+// can bound itself: bench/RESULTS.md, twenty-fourth session).
+std::string index_width_text(const Kernel& k, const std::map<std::string, int64_t>& concrete) {
+  std::map<std::string, int64_t> values;
+  bool pinned = true;
+  for (const DimParam& d : k.sig.dims) {
+    auto it = concrete.find(d.name);
+    pinned = pinned && it != concrete.end();
+    values[d.name] = it != concrete.end() ? it->second : d.bounds.max;
+  }
+  std::string widest;
+  double most = 0;
+  for (const BufferParam& b : k.sig.buffers) {
+    double n = 1;
+    for (const Expr& e : b.shape) n *= extent_at(e, values);
+    if (n > most || widest.empty()) most = n, widest = b.name;
+  }
+  char count[32];
+  std::snprintf(count, sizeof count, "%.4g", most);
+  const bool fits = most < 2147483648.0;
+  return std::string("index width: ") +
+         (fits ? "every buffer below 2^31 elements, 32-bit offsets would do"
+               : "64-bit offsets needed") +
+         " (largest '" + widest + "', " + count + " elements at " +
+         (pinned ? "the model's dims" : "the dims' upper bounds") +
+         "); the code's index math is 64-bit\n";
+}
 }  // namespace
 
 void dump_kernel(const Kernel& kernel, const std::string& dir, const LowerOptions& options) {
@@ -59,7 +123,8 @@ void dump_kernel(const Kernel& kernel, const std::string& dir, const LowerOption
     std::vector<int64_t> shape(a.shape.begin(), a.shape.end());
     layouts += "  shared " + a.name + ": element " + to_string(compact_row_major(shape)) + "\n";
   }
-  write_file(base / (name + ".proofs.txt"), report.text() + layouts);
+  write_file(base / (name + ".proofs.txt"),
+             report.text() + index_width_text(kernel, options.analysis.concrete) + layouts);
   write_file(base / (name + ".tile.txt"), print(kernel));
   write_file(base / (name + ".simt.txt"), print(simt));
   write_file(base / (name + ".passes.txt"), pipeline_text(name, options, trace));

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 
 #include "compiler/codegen/cpu_backend.h"
@@ -106,6 +107,32 @@ TEST(IrText, DumpWritesTheThreeLevels) {
   std::string first = read(dir / "matmul.ll");
   dump_kernel(testing::matmul_kernel(), dir.string());
   EXPECT_EQ(read(dir / "matmul.ll"), first);
+}
+
+// proofs.txt says which index width the kernel's buffers need: at the model's dims when the
+// caller pins them (a [M, K] a of 50000 x 50000 is 2.5e9 elements: 64-bit; 1000 x 1000 fits 32
+// bits), else at the dims' upper bounds (2^31 - 1 rows of K columns: 64-bit).
+TEST(IrText, ProofsReportTheIndexWidthTheBuffersNeed) {
+  auto dir = std::filesystem::path(::testing::TempDir()) / "tilerun_index_width_test";
+  auto width_line = [&](const std::map<std::string, int64_t>& dims) {
+    std::filesystem::remove_all(dir);
+    LowerOptions options;
+    options.analysis.concrete = dims;
+    dump_kernel(testing::matmul_kernel(), dir.string(), options);
+    std::string text = read(dir / "matmul.proofs.txt");
+    size_t at = text.find("index width: ");
+    EXPECT_NE(at, std::string::npos) << text;
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  std::string small = width_line({{"M", 1000}, {"N", 64}, {"K", 1000}});
+  EXPECT_NE(small.find("32-bit offsets would do"), std::string::npos) << small;
+  EXPECT_NE(small.find("the model's dims"), std::string::npos) << small;
+  std::string large = width_line({{"M", 50000}, {"N", 64}, {"K", 50000}});
+  EXPECT_NE(large.find("64-bit offsets needed"), std::string::npos) << large;
+  EXPECT_NE(large.find("largest 'a', 2.5e+09 elements"), std::string::npos) << large;
+  std::string bounds = width_line({});
+  EXPECT_NE(bounds.find("64-bit offsets needed"), std::string::npos) << bounds;
+  EXPECT_NE(bounds.find("the dims' upper bounds"), std::string::npos) << bounds;
 }
 
 }  // namespace
