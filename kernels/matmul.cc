@@ -300,6 +300,24 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
       return ex;
     }
     BatchMode mode{.on = true, .a = a.batched, .b = b.batched};
+    // The skinny kernel where the rank-2 product takes it (each element's bits are its own
+    // product's): grid z over the elements, c's batch as the split sum's rows.
+    if (n <= kSkinnyMaxN && k >= kSkinnyMinK) {
+      const int64_t nc = skinny_columns(n), splits = (k + kSkinnySlice - 1) / kSkinnySlice;
+      const int part = static_cast<int>(ex.scratch.size());
+      ex.scratch.push_back({DType::F32, {splits, mb.count * m, n}});
+      ex.calls.push_back(
+          {.kernel = cache->get(kernel_key(matmul_skinny_name(ta, tb, nc, mode), dt),
+                                [&] { return build_matmul_skinny(dt, ta, tb, nc, mode); }),
+           .buffers = {a.arg, b.arg, scratch_slot(part)},
+           .dims = {m, n, k, kSkinnySlice, splits, mb.count}});
+      ex.calls.push_back(
+          {.kernel = cache->get(kernel_key(tc_splitk_sum_name(n < kSumFlatBelow), dt),
+                                [&] { return build_tc_splitk_sum(dt, n < kSumFlatBelow); }),
+           .buffers = {scratch_slot(part), output_slot(0)},
+           .dims = {mb.count * m, n, splits}});
+      return ex;
+    }
     const Tiling whole{
         .bm = t.bm, .bn = t.bn, .groups = t.groups, .bk = t.bk};  // grid z is the batch's
     ex.calls.push_back({.kernel = cache->get(kernel_key(matmul_name(ta, tb, whole, mode), dt),
@@ -358,6 +376,7 @@ std::vector<OpTestCase> matmul_kernel_cases() {
       {{{2, 130, 33}, {2, 40, 130}}, {{"transpose_a", true}, {"transpose_b", true}}},
       {{{33, 7}, {4, 7, 130}}},
       {{{2, 33, 700}, {700, 40}}, {{"transpose_a", false}}},
+      {{{2, 40, 600}, {2, 600, 24}}},  // skinny, both operands batched
       {{{3, 700, 33}, {1, 700, 40}}, {{"transpose_a", true}}},
       // Batched bf16/f16 with 16-byte aligned rows: the tensor cores, grid z over the batch
       // (two row tiles, the second ragged; a broadcast a; a shared matrix on either side; every

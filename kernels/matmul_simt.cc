@@ -268,23 +268,41 @@ constexpr int64_t kSkinnyKPerWarp = kSkinnyStep / kSkinnyWarps;
 
 int64_t skinny_columns(int64_t n) { return (n + 7) / 8 * 8; }
 
-std::string matmul_skinny_name(bool ta, bool tb, int64_t nc) {
+std::string matmul_skinny_name(bool ta, bool tb, int64_t nc, BatchMode batch) {
   return std::string("matmul_skinny_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_n" +
-         std::to_string(nc);
+         std::to_string(nc) +
+         (batch.on ? std::string("_batch_") + (batch.a ? "a" : "") + (batch.b ? "b" : "") : "");
 }
 
-cc::Kernel build_matmul_skinny(DType dtype, bool ta, bool tb, int64_t nc) {
+cc::Kernel build_matmul_skinny(DType dtype, bool ta, bool tb, int64_t nc, BatchMode batch) {
   TR_CHECK(nc % 8 == 0 && nc <= kSkinnyMaxN, "skinny columns");
-  cc::KernelBuilder kb(matmul_skinny_name(ta, tb, nc) + "_" + std::string(dtype_name(dtype)));
+  cc::KernelBuilder kb(matmul_skinny_name(ta, tb, nc, batch) + "_" +
+                       std::string(dtype_name(dtype)));
   cc::Dim m = kb.dim("M"), n = kb.dim("N", {.max = nc}), k = kb.dim("K");
   cc::Dim slice = kb.dim("L", {.min = kSkinnyStep, .divisible_by = kSkinnyStep});
   cc::Dim splits = kb.dim("S");
-  cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
-  cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
-  cc::Buf part = kb.output("part", DType::F32, {splits, m, n});
+  cc::Dim nb = batch.on ? kb.dim("B") : cc::Dim();
+  // Batched: a leading axis on a and b (B where batched, 1 where shared), part's rows per
+  // element (element z's rows at z·M), grid z over the elements.
+  auto shape = [&](bool batched, std::vector<cc::Val> dims) {
+    if (batch.on) dims.insert(dims.begin(), batched ? cc::Val(nb) : cc::Val(1));
+    return dims;
+  };
+  cc::Buf a = kb.input(
+      "a", dtype, shape(batch.a, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k}));
+  cc::Buf b = kb.input(
+      "b", dtype, shape(batch.b, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n}));
+  cc::Buf part =
+      kb.output("part", DType::F32, {splits, batch.on ? cc::Val(nb) * cc::Val(m) : cc::Val(m), n});
   const int64_t bm = kSkinnyRows, ks = kSkinnyStep, warps = kSkinnyWarps;
-  kb.body({cc::ceildiv(m, bm), splits}, static_cast<int>(warps * 32), [&](cc::Scope& s) {
+  std::vector<cc::Val> grid = {cc::ceildiv(m, bm), splits};
+  if (batch.on) grid.push_back(nb);
+  kb.body(grid, static_cast<int>(warps * 32), [&](cc::Scope& s) {
     cc::Idx m0 = s.let(s.block_idx(0) * bm, "m0"), bz = s.block_idx(1);
+    cc::Idx z = batch.on ? s.block_idx(2) : cc::Val(0);
+    auto at = [&](const cc::Buf& buf, bool batched, const cc::Val& i, const cc::Val& j) {
+      return batch.on ? buf(batched ? z : cc::Val(0), i, j) : buf(i, j);
+    };
     cc::Val k_lo = s.let(bz * slice, "k_lo");
     cc::Val k_hi = s.let(cc::min(cc::Val(k), k_lo + slice), "k_hi");
     cc::Val steps = s.let(cc::ceildiv(cc::max(k_hi - k_lo, cc::Val(0)), cc::Val(ks)), "steps");
@@ -319,14 +337,16 @@ cc::Kernel build_matmul_skinny(DType dtype, bool ta, bool tb, int64_t nc) {
         cc::Val kk = ta ? cc::Val(r0) : cc::Val(r1), rr = ta ? cc::Val(r1) : cc::Val(r0);
         cc::Val kg = s.let(k0 + kk, "kg"), row = s.let(m0 + rr, "row");
         s.if_then_else(
-            kg < k_hi && row < m, [&] { ra(r0, r1) = ta ? a(kg, row) : a(row, kg); },
+            kg < k_hi && row < m,
+            [&] { ra(r0, r1) = ta ? at(a, batch.a, kg, row) : at(a, batch.a, row, kg); },
             [&] { ra(r0, r1) = 0.0f; });
       });
       s.parallel(b_tile[0], b_tile[1], [&](cc::Idx r0, cc::Idx r1) {
         cc::Val kk = tb ? cc::Val(r1) : cc::Val(r0), j = tb ? cc::Val(r0) : cc::Val(r1);
         cc::Val kg = s.let(k0 + kk, "kg");
         s.if_then_else(
-            kg < k_hi && j < n, [&] { rb(r0, r1) = tb ? b(j, kg) : b(kg, j); },
+            kg < k_hi && j < n,
+            [&] { rb(r0, r1) = tb ? at(b, batch.b, j, kg) : at(b, batch.b, kg, j); },
             [&] { rb(r0, r1) = 0.0f; });
       });
     };
@@ -385,7 +405,7 @@ cc::Kernel build_matmul_skinny(DType dtype, bool ta, bool tb, int64_t nc) {
         s.if_then(row < m && j < n, [&] {
           cc::Val sum = as(j * 32 + r);
           for (int64_t w = 1; w < warps; ++w) sum = s.let(sum + as((w * nc + j) * 32 + r), "sum");
-          part(bz, row, j) = sum;
+          part(bz, batch.on ? z * m + row : row, j) = sum;
         });
       });
     }

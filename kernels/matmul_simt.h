@@ -104,7 +104,10 @@ compiler::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl,
 // rows a block, one a lane, 17.3.)
 constexpr int64_t kSkinnyMaxN = 32, kSkinnySlice = 256, kSkinnyMinK = 2 * kSkinnySlice;
 int64_t skinny_columns(int64_t n);  // nc: n rounded up to 8
-std::string matmul_skinny_name(bool ta, bool tb, int64_t nc);
-compiler::Kernel build_matmul_skinny(DType dtype, bool ta, bool tb, int64_t nc);
+// Batched (BatchMode::on): dim B, a and b with a leading axis (B or 1), part [S, B·M, N] (c's
+// batch as rows), grid z over the elements: each element's bits those of its rank-2 product.
+std::string matmul_skinny_name(bool ta, bool tb, int64_t nc, BatchMode batch = {});
+compiler::Kernel build_matmul_skinny(DType dtype, bool ta, bool tb, int64_t nc,
+                                     BatchMode batch = {});
 
 }  // namespace tilerun::kernels

@@ -40,7 +40,9 @@ TEST(MatmulBatch, EachElementIsTheRank2ProductBitForBit) {
       {{3, 33, 130}, {3, 130, 40}, false, false, same, same, 3},
       {{2, 130, 33}, {2, 40, 130}, true, true, same, same, 2},
       {{33, 70}, {4, 70, 20}, false, false, first, same, 4},
-      {{3, 700, 20}, {700, 18}, true, false, same, first, 3},
+      {{3, 700, 20}, {700, 18}, true, false, same, first, 3},    // skinny (N <= 32, K >= 512)
+      {{2, 24, 600}, {2, 20, 600}, false, true, same, same, 2},  // skinny, both batched
+      {{600, 9}, {3, 600, 30}, true, false, first, same, 3},     // skinny, b batched
       // a [2,1,..] and b [3,..] broadcast to c's [2,3]: a's matrix z / 3, b's z % 3.
       {{2, 1, 9, 70},
        {3, 70, 5},
