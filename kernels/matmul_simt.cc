@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "compiler/base/check.h"
@@ -29,6 +30,23 @@ constexpr int64_t kTargetGroups = 1024, kMinGroupK = 64, kMaxGroups = 8, kMaxGro
 // Planned for this many rows whatever M is: G sets each output's chains (batch invariance).
 constexpr int64_t kPlannedRows = 1024;
 constexpr int64_t kSplitBlocks = 512, kMinSplitK = 1024;
+
+// A batched kernel's tensors carry a leading axis: B where batched, 1 where shared.
+std::vector<cc::Val> batched_shape(const BatchMode& batch, const cc::Dim& nb, bool batched,
+                                   std::vector<cc::Val> dims) {
+  if (batch.on) dims.insert(dims.begin(), batched ? cc::Val(nb) : cc::Val(1));
+  return dims;
+}
+
+// a [M, K] ([K, M] transposed) and b [K, N] ([N, K] transposed), batched as `batch` says.
+std::pair<cc::Buf, cc::Buf> declare_operands(cc::KernelBuilder& kb, DType dtype, bool ta, bool tb,
+                                             const cc::Dim& m, const cc::Dim& n, const cc::Dim& k,
+                                             const BatchMode& batch, const cc::Dim& nb) {
+  using Dims = std::vector<cc::Val>;
+  cc::Buf a = kb.input("a", dtype, batched_shape(batch, nb, batch.a, ta ? Dims{k, m} : Dims{m, k}));
+  cc::Buf b = kb.input("b", dtype, batched_shape(batch, nb, batch.b, tb ? Dims{n, k} : Dims{k, n}));
+  return {a, b};
+}
 
 }  // namespace
 
@@ -82,16 +100,10 @@ cc::Kernel build_matmul(DType dtype, bool ta, bool tb, const Tiling& tl, BatchMo
   cc::Dim nb = batch.on ? kb.dim("B") : cc::Dim();
   cc::Dim slice = split ? kb.dim("L", {.divisible_by = tl.groups * tl.bk}) : cc::Dim();
   cc::Dim splits = split ? kb.dim("S") : cc::Dim();
-  auto shape = [&](bool batched, std::vector<cc::Val> dims) {
-    if (batch.on) dims.insert(dims.begin(), batched ? cc::Val(nb) : cc::Val(1));
-    return dims;
-  };
-  cc::Buf a = kb.input(
-      "a", dtype, shape(batch.a, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k}));
-  cc::Buf b = kb.input(
-      "b", dtype, shape(batch.b, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n}));
+  const std::pair<cc::Buf, cc::Buf> ab = declare_operands(kb, dtype, ta, tb, m, n, k, batch, nb);
+  const cc::Buf a = ab.first, b = ab.second;
   cc::Buf c = split ? kb.output("part", DType::F32, {splits, m, n})
-                    : kb.output("c", dtype, shape(true, {m, n}));
+                    : kb.output("c", dtype, batched_shape(batch, nb, true, {m, n}));
   const int64_t bm = tl.bm, bn = tl.bn, ty_n = tl.ty(), tx_n = tl.tx(), G = tl.groups;
   const int64_t bk = tl.bk, kstep = G * bk;  // K per group and step, per step of the block
   std::vector<cc::Val> grid = {cc::ceildiv(n, bn), cc::ceildiv(m, bm)};
@@ -284,14 +296,8 @@ cc::Kernel build_matmul_skinny(DType dtype, bool ta, bool tb, int64_t nc, BatchM
   cc::Dim nb = batch.on ? kb.dim("B") : cc::Dim();
   // Batched: a leading axis on a and b (B where batched, 1 where shared), part's rows per
   // element (element z's rows at z·M), grid z over the elements.
-  auto shape = [&](bool batched, std::vector<cc::Val> dims) {
-    if (batch.on) dims.insert(dims.begin(), batched ? cc::Val(nb) : cc::Val(1));
-    return dims;
-  };
-  cc::Buf a = kb.input(
-      "a", dtype, shape(batch.a, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k}));
-  cc::Buf b = kb.input(
-      "b", dtype, shape(batch.b, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n}));
+  const std::pair<cc::Buf, cc::Buf> ab = declare_operands(kb, dtype, ta, tb, m, n, k, batch, nb);
+  const cc::Buf a = ab.first, b = ab.second;
   cc::Buf part =
       kb.output("part", DType::F32, {splits, batch.on ? cc::Val(nb) * cc::Val(m) : cc::Val(m), n});
   const int64_t bm = kSkinnyRows, ks = kSkinnyStep, warps = kSkinnyWarps;
