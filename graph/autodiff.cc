@@ -264,8 +264,8 @@ void add_seed(OpGraph& g, int x, int contribution, const GraphOp& at) {
 }
 
 // The op that wrote `ids` when it declares their values in [0, b) with b <= bound
-// (kernels::IndexOutput), and distinct when `distinct`, else -1.
-int range_producer(const OpGraph& g, int ids, int64_t bound, bool distinct) {
+// (kernels::IndexOutput), distinct when `distinct` and sorted when `sorted`, else -1.
+int range_producer(const OpGraph& g, int ids, int64_t bound, bool distinct, bool sorted) {
   const int p = g.tensors[ids].producer;
   if (p < 0) return -1;
   const GraphOp& op = g.ops[p];
@@ -275,7 +275,7 @@ int range_producer(const OpGraph& g, int ids, int64_t bound, bool distinct) {
   for (int in : op.inputs) in_types.push_back(g.tensors[in].type);
   for (const kernels::IndexOutput& o : schema->index_outputs)
     if (static_cast<size_t>(o.slot) < op.outputs.size() && op.outputs[o.slot] == ids &&
-        o.bound(in_types, op.attrs) <= bound && (o.distinct || !distinct))
+        o.bound(in_types, op.attrs) <= bound && (o.distinct || !distinct) && (o.sorted || !sorted))
       return p;
   return -1;
 }
@@ -312,7 +312,7 @@ void add_index_checks(OpGraph& g, GraphOp& op) {
   for (const kernels::IndexContract& c : schema->index_contracts) {
     const int ids = op.inputs[c.slot];
     const int64_t bound = c.bound(in_types, op.attrs);
-    const int producer = range_producer(g, ids, bound, c.distinct);
+    const int producer = range_producer(g, ids, bound, c.distinct, c.sorted);
     if (c.distinct && producer < 0) {
       const int p = g.tensors[ids].producer;
       throw Error(op.loc, "op '" + op.type + "': input '" + schema->inputs[c.slot] + "' ('" +
@@ -330,13 +330,16 @@ void add_index_checks(OpGraph& g, GraphOp& op) {
                                 .ids = ids,
                                 .bound = bound,
                                 .slot = c.slot,
-                                .indexes = c.indexes});
+                                .indexes = c.indexes,
+                                .sorted = c.sorted});
       statuses.push_back(status);
       continue;
     }
+    // A check for sortedness also checks the range, so it serves a contract without.
     int status = -1;
     for (const GraphIndexCheck& k : g.index_checks)
-      if (k.ids == ids && k.bound == bound) status = k.status;
+      if (k.producer < 0 && k.ids == ids && k.bound == bound && (k.sorted || !c.sorted))
+        status = k.status;
     if (status < 0) {
       status = g.add_tensor({.name = g.unique_name("check:" + g.tensors[ids].name),
                              .type = {DType::I32, {2}},
@@ -345,12 +348,16 @@ void add_index_checks(OpGraph& g, GraphOp& op) {
       g.ops.push_back(GraphOp{.type = "check_index",
                               .inputs = {ids},
                               .outputs = {status},
-                              .attrs = {{"bound", bound}},
+                              .attrs = {{"bound", bound}, {"sorted", c.sorted}},
                               .layer = op.layer,
                               .direction = Direction::Forward,
                               .loc = op.loc});
-      g.index_checks.push_back(
-          {.status = status, .ids = ids, .bound = bound, .slot = c.slot, .indexes = c.indexes});
+      g.index_checks.push_back({.status = status,
+                                .ids = ids,
+                                .bound = bound,
+                                .slot = c.slot,
+                                .indexes = c.indexes,
+                                .sorted = c.sorted});
     }
     statuses.push_back(status);
   }

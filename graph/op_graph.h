@@ -63,6 +63,7 @@ struct GraphIndexCheck {
   int op = -1;
   int slot = 0;
   std::string indexes;  // what the indices select: "the rows of input 'table'"
+  bool sorted = false;  // the values must also not decrease (kernels::IndexContract::sorted)
 };
 
 struct OpGraph {

@@ -523,7 +523,7 @@ void register_counting_sort(OpRegistry& registry) {
               "place in bin-major order (ties: index order), order [N] = its inverse (the flat "
               "index at each place), row [N] = order / (ids' last axis) (a [T, k] route's "
               "token), offsets [bins] = where each bin starts; position, order and row lie in "
-              "range by construction; no gradient",
+              "range by construction, offsets too and sorted; no gradient",
        .inputs = {"ids"},
        .outputs = {"position", "order", "row", "offsets"},
        .attrs = {bins_attr},
@@ -538,7 +538,12 @@ void register_counting_sort(OpRegistry& registry) {
                          {.slot = 1, .bound = n_of, .distinct = true},
                          {.slot = 2,
                           .bound = [](const std::vector<TensorType>& in,
-                                      const Attrs&) { return numel(in[0]) / in[0].shape.back(); }}},
+                                      const Attrs&) { return numel(in[0]) / in[0].shape.back(); }},
+                         // An exclusive scan of counts: starts in [0, N], never decreasing.
+                         {.slot = 3,
+                          .bound = [](const std::vector<TensorType>& in,
+                                      const Attrs&) { return numel(in[0]) + 1; },
+                          .sorted = true}},
        .tests = {.kernel = sort_cases(),
                  // Routes of 3 tokens × 2 slots into 4 experts; expert 1 gets none.
                  .examples = {{.inputs = {{{3, 2}, {2, 0, 0, 3, 2, 0}}},

@@ -1,8 +1,10 @@
 // grouped_matmul: the MoE experts' GEMMs over rows sorted into expert-major segments (counting
 // sort's `offsets`: where each expert's segment starts; the last one ends at R), and its weight
-// gradient grouped_matmul_wgrad. Any offsets are memory-safe and well defined: segment e is the
-// rows r with offsets[e] <= r < end[e] (end[e] = offsets[e + 1], the last R), clamped to [0, R);
-// a row in no segment gets 0, a row in several (offsets not sorted) their sum in expert order.
+// gradient grouped_matmul_wgrad. Any offsets are memory-safe and well defined for the kernels:
+// segment e is the rows r with offsets[e] <= r < end[e] (end[e] = offsets[e + 1], the last R),
+// clamped to [0, R); a row in no segment gets 0, a row in several (offsets not sorted) their sum
+// in expert order. In a model the op takes an index contract on offsets (in [0, R], sorted:
+// kOffsetsContract), under which bf16/f16 take build_grouped_tc_aligned, one expert a row tile.
 //
 // f32 kernels (strict fma chains, written for any float dtype; the same bits on the CPU and the
 // GPU); bf16/f16 run on the tensor cores instead (grouped_matmul_tc.h, the same schemes):
@@ -140,12 +142,15 @@ std::vector<RefTensor> ref_wgrad(const std::vector<RefTensor>& in, const Attrs& 
 
 // y[seg e] = x[seg e] W_e:  dx[seg e] = dy[seg e] W_e^T (the same grouping with w read the other
 // way round), dW_e = x[seg e]^T dy[seg e] (or its transpose). The offsets get no gradient.
-std::vector<GradOp> grad_grouped(const std::vector<TensorType>&, const Attrs& attrs,
+std::vector<GradOp> grad_grouped(const std::vector<TensorType>& in, const Attrs& attrs,
                                  const std::vector<bool>& needs) {
   const bool tb = attr_bool(attrs, "transpose_b");
   std::vector<GradOp> ops;
-  if (needs[0])
-    ops.push_back({"grouped_matmul", {"dy0", "x1", "x2"}, {"dx0"}, {{"transpose_b", !tb}}});
+  // The offsets' contract status, when the graph appended one (in[3]), goes along: dx is a
+  // grouped product over the same sorted segments.
+  std::vector<std::string> dx_in = {"dy0", "x1", "x2"};
+  if (in.size() > 3) dx_in.push_back("x3");
+  if (needs[0]) ops.push_back({"grouped_matmul", dx_in, {"dx0"}, {{"transpose_b", !tb}}});
   if (needs[1])
     ops.push_back({"grouped_matmul_wgrad", {"x0", "dy0", "x2"}, {"dx1"}, {{"transpose_b", tb}}});
   return ops;
@@ -351,6 +356,17 @@ ExpandFn expand_grouped(std::shared_ptr<KernelCache> cache) {
     // slower, bench/RESULTS.md thirteenth session.)
     // (N a multiple of 8 for a transposed w too: the epilogue's 16-byte rows.)
     const bool async = k % 8 == 0 && n % 8 == 0;
+    // With the offsets' sorted contract (the graph appended its status): one K pass a tile of
+    // one expert's rows, instead of one per expert the tile meets.
+    const bool sorted = in.size() > 3;
+    if (tensor_cores(dt) && async && sorted) {
+      KernelCache::KernelPtr aligned = cache->get(kernel_key(grouped_tc_aligned_name(tb), dt),
+                                                  [&] { return build_grouped_tc_aligned(dt, tb); });
+      return OpExpansion{.calls = {{.kernel = aligned,
+                                    .buffers = {input_slot(0), input_slot(1), input_slot(2),
+                                                input_slot(3), output_slot(0)},
+                                    .dims = {r, n, k, e}}}};
+    }
     KernelCache::KernelPtr kernel =
         !tensor_cores(dt) ? cache->get(std::string("grouped_") + (tb ? "nt" : "nn") + suffix(dt),
                                        [&] { return build_grouped(dt, tb); })
@@ -437,6 +453,16 @@ std::vector<OpTestCase> wgrad_cases() {
 
 }  // namespace
 
+// In a model the offsets must be segment starts: in [0, R] and sorted (counting_sort's are by
+// construction; others are checked at run time). The kernels then give each 128-row tile one
+// expert (build_grouped_tc_aligned); called without the status (the op's own suites), they keep
+// the any-offsets semantics above.
+const IndexContract kOffsetsContract{
+    .slot = 2,
+    .bound = [](const std::vector<TensorType>& in, const Attrs&) { return in[0].shape[0] + 1; },
+    .indexes = "the rows of input 'x' where each expert's segment starts",
+    .sorted = true};
+
 void register_grouped_matmul(OpRegistry& registry) {
   auto cache = std::make_shared<KernelCache>();
   const AttrSpec tb_attr{.name = "transpose_b",
@@ -447,8 +473,9 @@ void register_grouped_matmul(OpRegistry& registry) {
       {.name = "grouped_matmul",
        .doc = "y [R, N] = x [R, K] @ w[e] for the rows of each expert's segment: offsets i32 [E] "
               "(counting_sort's) start them, each ends where the next starts (the last at R); w "
-              "is [E, K, N] ([E, N, K] with transpose_b); rows in no segment get 0; gradient: "
-              "dx by grouped_matmul, dw by grouped_matmul_wgrad, none for offsets",
+              "is [E, K, N] ([E, N, K] with transpose_b); rows in no segment get 0; offsets "
+              "must be sorted and in [0, R] (counting_sort's are; others are checked at run "
+              "time); gradient: dx by grouped_matmul, dw by grouped_matmul_wgrad, none for offsets",
        .inputs = {"x", "w", "offsets"},
        .outputs = {"y"},
        .attrs = {tb_attr},
@@ -457,6 +484,7 @@ void register_grouped_matmul(OpRegistry& registry) {
        .reference = ref_grouped,
        .gradient = grad_grouped,
        .expand = expand_grouped(cache),
+       .index_contracts = {kOffsetsContract},
        .tests = {.kernel = grouped_cases(),
                  .gradient = {segments_case({{7, 3}, {3, 3, 4}, {3}}, false, 0, 3),
                               segments_case({{7, 3}, {3, 4, 3}, {3}}, true, 0, 3),

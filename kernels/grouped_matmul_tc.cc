@@ -132,6 +132,83 @@ cc::Kernel build_grouped_tc_async(DType dtype, bool tb) {
   return kb.build();
 }
 
+std::string grouped_tc_aligned_name(bool tb) {
+  return std::string("grouped_matmul_tc_") + (tb ? "nt" : "nn") + "_128x128x64_tma_aligned";
+}
+
+// Proved race-free by the analysis from the sorted contract alone: two blocks of one segment
+// write rows 128 apart by their slots, and segments e < e' end no later than the other starts
+// (offsets[e + 1] <= offsets[e']), whatever the search found.
+cc::Kernel build_grouped_tc_aligned(DType dtype, bool tb) {
+  cc::KernelBuilder kb(grouped_tc_aligned_name(tb) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim r = kb.dim("R"), n = kb.dim("N", {.min = 1, .divisible_by = 8}),
+          k = kb.dim("K", {.min = 0, .divisible_by = 8}), experts = kb.dim("E");
+  cc::Buf x = kb.input("x", dtype, {r, k});
+  cc::Buf w = kb.input(
+      "w", dtype, tb ? std::vector<cc::Val>{experts, n, k} : std::vector<cc::Val>{experts, k, n});
+  cc::Buf offsets = kb.sorted_input("offsets", experts, r + 1);
+  cc::Buf status = kb.input("status", DType::I32, {2});
+  cc::Buf y = kb.output("y", dtype, {r, n});
+  // Slots: floor(R / 128) + E + 1 (segment e's first at floor(offsets[e] / 128) + e + 1).
+  kb.body({cc::ceildiv(n, kTcN), r / kTcM + experts + 1}, kTcThreads, [&](cc::Scope& s) {
+    cc::Idx n0 = s.block_idx(0) * kTcN, slot = s.block_idx(1);
+    const cc::Val zero(int64_t{0});
+    auto start = [&](const cc::Val& v) { return cc::max(cc::min(v, r), zero); };
+    // The segment of this slot: the one e in [-1, E) whose slots [first(e), first(e + 1)) hold
+    // it, found by E + 1 threads at once (each reads its segment's start and the next one's) and
+    // written by that one thread; the analysis proves the shared store unique from the sorted
+    // contract (two segments' slot ranges never overlap). The bounds below are read again from
+    // offsets, so the proof of the tile's rows needs nothing of how e was found.
+    cc::Buf found = s.alloc_shared("segment", DType::I32, {1});
+    s.parallel(experts + 1, [&](cc::Idx c1) {
+      cc::Val c = c1 - 1;
+      cc::Val at = s.let(cc::to_i64(offsets(cc::max(c, zero))), "at");
+      cc::Val after = s.let(cc::to_i64(offsets(cc::min(c + 1, experts - 1))), "after");
+      cc::Val first = cc::select(c < 0, zero, start(at) / kTcM + c + 1);
+      cc::Val next = start(after) / kTcM + c + 2;  // first(c + 1), for c + 1 < E
+      s.if_then(first <= slot && (c + 1 >= experts || next > slot),
+                [&] { found(cc::Val(int64_t{0})) = cc::to_i32(c); });
+    });
+    s.barrier();
+    cc::Val e = s.let(
+        cc::max(cc::min(cc::to_i64(found(cc::Val(int64_t{0}))), experts - 1), cc::Val(int64_t{-1})),
+        "e");
+    // The segment's bounds, from lets of the loads themselves (what the sorted contract speaks
+    // of); e = -1 is the rows before the first segment, [0, offsets[0]).
+    cc::Val first_load = s.let(cc::to_i64(offsets(cc::max(e, zero))), "seg_first");
+    cc::Val next_load = s.let(cc::to_i64(offsets(cc::min(e + 1, experts - 1))), "seg_next");
+    cc::Val lo = s.let(cc::select(e < 0, zero, start(first_load)), "lo");
+    cc::Val hi = s.let(cc::select(e + 1 < experts, cc::max(cc::min(next_load, r), lo), r), "hi");
+    cc::Val first_slot = s.let(cc::select(e < 0, zero, lo / kTcM + e + 1), "first_slot");
+    cc::Val r0 = s.let(lo + (slot - first_slot) * kTcM, "r0");
+    cc::Val present = s.let(status(0) < 0 && slot >= first_slot && r0 < hi, "present");
+    TcAsyncStaging st = tc_async_staging(s, dtype, /*ta=*/false, tb, kTcM, kTcAsyncStages);
+    // A 0-or-1-trip loop, not an if: the pass holds barriers and gemms.
+    s.serial(cc::select(present, cc::Val(int64_t{1}), zero), [&](cc::Idx) {
+      s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
+      const cc::Val we = cc::max(e, zero);
+      // The rows before the first segment stay zeros: no K loop.
+      s.serial(cc::select(e >= 0, cc::Val(int64_t{1}), zero), [&](cc::Idx) {
+        tc_async_steps(s, st,
+                       {.a =
+                            [&](const cc::Val& j, int) {
+                              return x.region({r0, j * kTcK}, {kTcM, kTcK});
+                            },
+                        .b =
+                            [&](const cc::Val& j, int h) {
+                              return tb ? w.region({we, n0, j * kTcK}, {1, kTcN, kTcK})
+                                        : w.region({we, j * kTcK, n0 + h * 64}, {1, kTcK, 64});
+                            }},
+                       k);
+      });
+      // Rows past the segment's end (the next expert's, computed and dropped) are not stored.
+      tc_store_through_shared(s, dtype, {st.acc}, kTcM, r0, n0, hi, n,
+                              [&](const cc::Val& row, const cc::Val& col) { return y(row, col); });
+    });
+  });
+  return kb.build();
+}
+
 std::string grouped_wgrad_tc_name(bool tb) {
   return std::string("grouped_matmul_wgrad_tc_") + (tb ? "t" : "n") + "_128x128x64";
 }

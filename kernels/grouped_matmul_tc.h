@@ -27,6 +27,17 @@ compiler::Kernel build_grouped_tc(DType dtype, bool tb);
 std::string grouped_tc_async_name(bool tb);
 compiler::Kernel build_grouped_tc_async(DType dtype, bool tb);
 
+// The same product for sorted offsets in [0, R] (a sorted_input: the graph's contract, with the
+// status of its check as a parameter after offsets; nothing is written when it reports a bad
+// offset): each block owns one 128-row tile of one expert's segment, so a row tile runs one K pass
+// instead of one per expert it meets. Tile slots: segment e's start at slot
+// floor(offsets[e] / 128) + e + 1 (the rows before offsets[0], zeros, at slot 0), which leaves
+// every segment at least the tiles it needs; a block finds its segment (E + 1 threads, one
+// load each) and exits when the slot is past the segment's last tile. The same chains, so the
+// same bits as build_grouped_tc_async.
+std::string grouped_tc_aligned_name(bool tb);
+compiler::Kernel build_grouped_tc_aligned(DType dtype, bool tb);
+
 // dw[e] = x[seg e]^T dy[seg e] (parameters x, dy, offsets, dw; R, K, N, E), as the SIMT wgrad.
 std::string grouped_wgrad_tc_name(bool tb);
 compiler::Kernel build_grouped_wgrad_tc(DType dtype, bool tb);

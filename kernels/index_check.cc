@@ -1,6 +1,7 @@
 // check_index: the run-time half of an index contract (OpSchema::index_contracts). graph/ runs it
 // on an op's index input before the op; its status says whether every index lies in
-// [0, bound) and, when not, the first element that does not and its value. The session reads the
+// [0, bound) (and, for a sorted contract, is not below the element before it) and, when not, the
+// first element that fails and its value. The session reads the
 // status after forward() and fails the step with an error naming the tensor, the element and the
 // value; the op's kernels read the status too and do nothing when it reports a bad index, so an
 // index outside the contract is never used as an address.
@@ -38,10 +39,11 @@ std::vector<TensorType> infer_check_index(const std::vector<TensorType>& in, con
 
 std::vector<RefTensor> ref_check_index(const std::vector<RefTensor>& in, const Attrs& attrs) {
   const int64_t bound = attr_int(attrs, "bound");
+  const bool sorted = attr_bool(attrs, "sorted");
   RefTensor status{.shape = {2}, .data = {-1, 0}};
   for (int64_t e = 0; e < in[0].numel(); ++e) {
     const double v = in[0].data[e];
-    if (v < 0 || v >= static_cast<double>(bound)) {
+    if (v < 0 || v >= static_cast<double>(bound) || (sorted && e > 0 && v < in[0].data[e - 1])) {
       status.data = {static_cast<double>(e), v};
       break;
     }
@@ -49,19 +51,25 @@ std::vector<RefTensor> ref_check_index(const std::vector<RefTensor>& in, const A
   return {status};
 }
 
-// first[c] = the lowest bad element of chunk c, or N. Parameters ids, first; N; bound.
+// first[c] = the lowest bad element of chunk c, or N. Parameters ids, first; N; bound, sorted
+// (nonzero: an element below the one before it is bad too).
 cc::Kernel build_check_index_chunks() {
   cc::KernelBuilder kb("check_index_chunks");
   cc::Dim n = kb.dim("N");
   cc::Buf ids = kb.input("ids", DType::I32, {n});
   cc::Buf first = kb.output("first", DType::I64, {cc::ceildiv(n, cc::Val(kChunk))});
   cc::Val bound = kb.scalar_i64("bound");
+  cc::Val sorted = kb.scalar_i64("sorted");
   kb.body({cc::ceildiv(n, cc::Val(kChunk))}, kThreads, [&](cc::Scope& s) {
     cc::Idx c = s.block_idx(0);
     cc::Idx e0 = s.let(c * kChunk, "e0");
     cc::Val m = s.reduce_min(cc::min(n - e0, cc::Val(kChunk)), [&](cc::Idx i) {
-      cc::Val v = cc::to_i64(ids(e0 + i));
-      return cc::select(v < 0 || v >= bound, e0 + i, n);
+      cc::Idx at = e0 + i;
+      cc::Val v = cc::to_i64(ids(at));
+      // The element before (itself for the first: never below it).
+      cc::Val before = cc::to_i64(ids(cc::max(at - 1, cc::Val(int64_t{0}))));
+      cc::Val bad = v < 0 || v >= bound || (sorted != 0 && v < before);
+      return cc::select(bad, at, n);
     });
     s.parallel(1, [&](cc::Idx) { first(c) = m; });
   });
@@ -102,7 +110,8 @@ ExpandFn expand_check_index(std::shared_ptr<KernelCache> cache) {
     KernelCall chunks{.kernel = cache->get("check_index_chunks", build_check_index_chunks),
                       .buffers = {input_slot(0), scratch_slot(0)},
                       .dims = {n},
-                      .scalars = {static_cast<double>(attr_int(attrs, "bound"))}};
+                      .scalars = {static_cast<double>(attr_int(attrs, "bound")),
+                                  attr_bool(attrs, "sorted") ? 1.0 : 0.0}};
     KernelCall call{.kernel = cache->get("check_index", build_check_index),
                     .buffers = {input_slot(0), scratch_slot(0), output_slot(0)},
                     .dims = {n}};
@@ -142,6 +151,16 @@ OpTestCase ids_case(std::vector<int64_t> shape, int64_t bound, int64_t lo, int64
   return {.shapes = {std::move(shape)}, .attrs = {{"bound", bound}}, .int_lo = lo, .int_hi = hi};
 }
 
+// A sorted contract's check: running sums of steps in [lo, hi) (sorted unless a step is
+// negative), or plain draws when not `running`.
+OpTestCase sorted_case(std::vector<int64_t> shape, int64_t bound, int64_t lo, int64_t hi,
+                       bool running) {
+  OpTestCase c = ids_case(std::move(shape), bound, lo, hi);
+  c.attrs["sorted"] = true;
+  if (running) c.running_sums = {0};
+  return c;
+}
+
 }  // namespace
 
 void register_index_check(OpRegistry& registry) {
@@ -156,7 +175,12 @@ void register_index_check(OpRegistry& registry) {
        .attrs = {{.name = "bound",
                   .kind = AttrKind::Int,
                   .doc = "the indices' exclusive upper bound",
-                  .positive = true}},
+                  .positive = true},
+                 {.name = "sorted",
+                  .kind = AttrKind::Bool,
+                  .default_value = AttrValue{false},
+                  .doc = "an element below the one before it (row-major) fails too: the "
+                         "check of a sorted contract (segment starts)"}},
        .dtypes = {DType::I32},  // every slot is fixed: run once
        .input_dtypes = {{0, DType::I32}},
        .output_dtypes = {{0, DType::I32}},
@@ -167,7 +191,12 @@ void register_index_check(OpRegistry& registry) {
                             ids_case({2, 1000}, 50, 0, 51), ids_case({3000}, 5, -1, 5),
                             ids_case({65}, 100, -200, 200),
                             // Several chunks, every index in range but a rare one.
-                            ids_case({5, 10000}, 49999, 0, 50000)},
+                            ids_case({5, 10000}, 49999, 0, 50000),
+                            // Sorted: running sums in range; ones that run past the bound;
+                            // steps that go down now and then; plain draws.
+                            sorted_case({70}, 1000, 0, 9, true), sorted_case({70}, 100, 0, 9, true),
+                            sorted_case({40000}, 1 << 30, -1, 2000, true),
+                            sorted_case({64}, 64, 0, 64, false)},
                  // All in range; the first of two bad ones (element 1, value 7) is reported.
                  .examples = {{.inputs = {{{3}, {0, 4, 2}}},
                                .attrs = {{"bound", int64_t{5}}},

@@ -167,6 +167,11 @@ struct IndexContract {
   // check establishes that: the indices must come from a producer declaring them distinct
   // (IndexOutput::distinct); any other is refused when the model is built, naming the op.
   bool distinct = false;
+  // The values must also not decrease along the (1-d) tensor: segment starts, such as
+  // counting_sort's offsets, whose segments [v[e], v[e + 1]) a kernel owns row by row. Established
+  // by a producer declaring them so (IndexOutput::sorted), else by check_index at run time (the
+  // first element below the one before it fails the step).
+  bool sorted = false;
 };
 
 // An output slot of indices that the op's kernels write only in [0, bound) by construction
@@ -182,6 +187,9 @@ struct IndexOutput {
   // No two elements hold one value (counting_sort's position and order, argsort's order: each a
   // permutation of [0, N)): what a contract with `distinct` (scatter's) asks of its producer.
   bool distinct = false;
+  // The values do not decrease (counting_sort's offsets, an exclusive scan of counts): what a
+  // contract with `sorted` (grouped_matmul's) takes without a run-time check.
+  bool sorted = false;
 };
 
 // The floating-point element types every op of the first families accepts.

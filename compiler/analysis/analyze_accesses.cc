@@ -311,18 +311,21 @@ class Analyzer : public IRMutator {
           n(a->facts_.size()),
           ranges(a->ranges_),
           lets(a->lets_),
-          distinct(a->distinct_lets_) {}
+          distinct(a->distinct_lets_),
+          sorted(a->sorted_lets_) {}
     ~Scope() {
       a->facts_.resize(n);
       a->ranges_ = ranges;
       a->lets_ = lets;
       a->distinct_lets_ = distinct;
+      a->sorted_lets_ = sorted;
     }
     Analyzer* a;
     size_t n;
     std::map<std::string, Interval> ranges;
     std::map<std::string, Expr> lets;
     std::map<std::string, const Load*> distinct;
+    std::map<std::string, const Load*> sorted;
   };
 
   void push(Expr f) { facts_.push_back(std::move(f)); }
@@ -353,6 +356,8 @@ class Analyzer : public IRMutator {
     if (!b || !b->values_below.defined()) return;
     if (b->values_distinct && std::all_of(ld->indices.begin(), ld->indices.end(), encodable))
       distinct_lets_[name] = ld;
+    if (b->values_sorted && ld->indices.size() == 1 && encodable(ld->indices[0]))
+      sorted_lets_[name] = ld;
     Expr v = Var::make(value.type(), name);
     push(le(make_const(value.type(), 0), v));
     push(lt(v, value.type() == Type::I64 ? b->values_below
@@ -535,6 +540,7 @@ class Analyzer : public IRMutator {
     }
     for (const Expr& i : idx) differ = lor(differ, ne(ra.mutate(i), rb.mutate(i)));
     distinct_facts(ra, rb, &facts);
+    sorted_facts(ra, rb, &facts);
     ProofResult pr = ask("unique", buffer, "store " + text, lor(same, differ), idx, shape,
                          std::move(facts), true);
     if (pr.outcome == Outcome::Unknown && global && loaded_address(idx)) {
@@ -595,6 +601,28 @@ class Analyzer : public IRMutator {
         Expr a = Cast::make(Type::I64, u.var), b = Cast::make(Type::I64, w.var);
         facts->push_back(
             lor(logical_and(same_element, eq(a, b)), logical_and(lnot(same_element), ne(a, b))));
+      }
+  }
+
+  // For the values let-bound to loads of a 1-d buffer with sorted values (segment starts):
+  // between any two of them, in either execution, the one read at the lower element is not the
+  // larger (equal elements, equal values). Without it two segments' rows could overlap.
+  void sorted_facts(Renamer& ra, Renamer& rb, std::vector<Expr>* facts) {
+    struct Value {
+      Expr var, index;
+      std::string buffer;
+    };
+    std::vector<Value> values;
+    for (const auto& [name, ld] : sorted_lets_)
+      for (Renamer* r : {&ra, &rb})
+        values.push_back({Cast::make(Type::I64, r->mutate(Var::make(lets_.at(name).type(), name))),
+                          Cast::make(Type::I64, r->mutate(ld->indices[0])), ld->buffer});
+    for (size_t x = 0; x < values.size(); ++x)
+      for (size_t y = x + 1; y < values.size(); ++y) {
+        const Value &u = values[x], &w = values[y];
+        if (u.buffer != w.buffer) continue;
+        facts->push_back(lor(lnot(le(u.index, w.index)), le(u.var, w.var)));
+        facts->push_back(lor(lnot(le(w.index, u.index)), le(w.var, u.var)));
       }
   }
 
@@ -917,6 +945,8 @@ class Analyzer : public IRMutator {
   std::map<std::string, Expr> lets_;
   // Lets bound to a load of a distinct-valued buffer (distinct_facts), by name.
   std::map<std::string, const Load*> distinct_lets_;
+  // Lets bound to loads of a buffer with sorted values (BufferParam::values_sorted).
+  std::map<std::string, const Load*> sorted_lets_;
   std::set<std::string> shared_vars_, opaque_;
   std::set<std::string> loaded_;  // lets whose value depends on memory (loaded_address)
   std::vector<std::string> block_vars_;

@@ -636,6 +636,12 @@ Buf KernelBuilder::permutation_input(const std::string& name, const std::vector<
   return b;
 }
 
+Buf KernelBuilder::sorted_input(const std::string& name, const Val& length, const Val& below) {
+  Buf b = index_input(name, {length}, below);
+  state_->kernel.sig.buffers.back().values_sorted = true;
+  return b;
+}
+
 Buf KernelBuilder::output(const std::string& name, DType dtype, const std::vector<Val>& shape) {
   return add_buffer(state_.get(), name, dtype, shape, true);
 }

@@ -368,6 +368,10 @@ class KernelBuilder {
   // counting_sort's positions): a store through a value let-bound to one of its loads, y[perm[i]],
   // is proved unique when the loads' indices are, so scatters need no atomics.
   Buf permutation_input(const std::string& name, const std::vector<Val>& shape, const Val& below);
+  // A 1-d index input whose values also do not decrease (BufferParam::values_sorted: segment
+  // starts such as counting_sort's offsets): a store into rows [b[e], b[e + 1]) owned by e is
+  // proved unique across e.
+  Buf sorted_input(const std::string& name, const Val& length, const Val& below);
   Val scalar_f32(const std::string& name) { return scalar(name, Type::F32); }
   Val scalar_i32(const std::string& name) { return scalar(name, Type::I32); }
   Val scalar_i64(const std::string& name) { return scalar(name, Type::I64); }

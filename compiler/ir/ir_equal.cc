@@ -31,7 +31,7 @@ bool equal_sig(const KernelSignature& a, const KernelSignature& b) {
     const BufferParam &x = a.buffers[i], &y = b.buffers[i];
     if (x.name != y.name || x.dtype != y.dtype || x.is_output != y.is_output ||
         !equal_all(x.shape, y.shape) || x.values_below.defined() != y.values_below.defined() ||
-        x.values_distinct != y.values_distinct ||
+        x.values_distinct != y.values_distinct || x.values_sorted != y.values_sorted ||
         (x.values_below.defined() && !equal(x.values_below, y.values_below)))
       return false;
   }

@@ -245,6 +245,10 @@ class Parser {
         b.values_below = i64_expr("the values' bound");
         expect(")");
         b.values_distinct = accept("distinct");
+        b.values_sorted = accept("sorted");
+        if (b.values_sorted && b.shape.size() != 1)
+          fail(peek(), "sorted values need a 1-d buffer, '" + b.name + "' has " +
+                           std::to_string(b.shape.size()) + " dims");
       }
       buffers_[b.name] = b.dtype;
       sig.buffers.push_back(std::move(b));

@@ -293,6 +293,7 @@ void print_signature(std::ostringstream& os, const KernelSignature& sig) {
        << "[" << join(b.shape) << "]";
     if (b.values_below.defined()) os << " values in [0, " << to_string(b.values_below) << ")";
     if (b.values_distinct) os << " distinct";
+    if (b.values_sorted) os << " sorted";
     os << "\n";
   }
   for (const ScalarParam& s : sig.scalars)

@@ -42,6 +42,11 @@ struct BufferParam {
   // assumes that two loads of it give equal values exactly when they read the same element, so
   // a store through such a value (a scatter) can be proved unique.
   bool values_distinct = false;
+  // With values_below, on a 1-d buffer: the values do not decrease along it (segment starts, such
+  // as counting_sort's offsets). The index analysis assumes that of any two values let-bound to
+  // its loads: the one read at the lower element is not the larger, so rows owned by segments,
+  // [b[e], b[e + 1]), are proved disjoint across e and a store into them unique.
+  bool values_sorted = false;
 };
 
 struct ScalarParam {

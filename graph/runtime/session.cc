@@ -70,11 +70,16 @@ struct Session::Impl {
         at = std::to_string(rest % ids.type.shape[d]) + (at.empty() ? "" : ", ") + at;
         rest /= ids.type.shape[d];
       }
+      // In range, the element failed a sorted contract: it is below the one before it.
+      const bool inside = value >= 0 && value < c.bound;
+      const std::string why =
+          inside && c.sorted
+              ? ", below the element before it (the values must not decrease: " + c.indexes + ")"
+              : ", outside [0, " + std::to_string(c.bound) + ") (" + c.indexes + ")";
       throw Error(op.loc,
                   op.type + ": index tensor '" + ids.name + "' (input " + std::to_string(c.slot) +
                       ", " + kernels::to_string(ids.type) + ") element [" + at + "] is " +
-                      std::to_string(value) + ", outside [0, " + std::to_string(c.bound) + ") (" +
-                      c.indexes + "); the step's results are not valid",
+                      std::to_string(value) + why + "; the step's results are not valid",
                   ErrorKind::Runtime);
     }
   }
@@ -90,7 +95,7 @@ void dump_index_contracts(const graph::OpGraph& g, const std::string& dir) {
     const graph::GraphOp& op = g.ops[c.op];
     text += op.type + " at " + op.loc.str() + ": input " + std::to_string(c.slot) + " '" +
             g.tensors[c.ids].name + "' values in [0, " + std::to_string(c.bound) + ") (" +
-            c.indexes + "): ";
+            c.indexes + ")" + (c.sorted ? ", sorted" : "") + ": ";
     if (c.producer < 0) {
       text += "checked at run time by check_index\n";
     } else {

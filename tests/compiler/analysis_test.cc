@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "compiler/analysis/analyze_accesses.h"
@@ -162,6 +163,56 @@ TEST(Analysis, ScatterThroughAPermutationIsProvedUnique) {
   // Round trip of the contract through the IR text.
   Kernel k = scatter_rows("scatter", true, [](Idx row) { return row; });
   EXPECT_NE(print(k).find("values in [0, N) distinct"), std::string::npos) << print(k);
+}
+
+// Segments of rows [starts[e], starts[e + 1]) (the last to N), a block per (expert, 64-row tile
+// of its segment), each row of y written by its segment's block: y[starts[e] + 64 t + i] = e.
+// `sorted`: the starts are a sorted input; `overlap` stores one row past each segment's end.
+Kernel segment_rows(const std::string& name, bool sorted, bool overlap) {
+  KernelBuilder kb(name);
+  Dim N = kb.dim("N"), E = kb.dim("E");
+  Buf starts = sorted ? kb.sorted_input("starts", E, N + 1) : kb.index_input("starts", {E}, N + 1);
+  Buf y = kb.output("y", DType::I32, {N});
+  kb.body({E, ceildiv(N, Val(int64_t{64}))}, 64, [&](Scope& s) {
+    Idx e = s.block_idx(0), t = s.block_idx(1);
+    Val lo = s.let(to_i64(starts(e)), "lo");
+    Val next = s.let(to_i64(starts(min(e + 1, E - 1))), "next");
+    Val hi = s.let(select(e + 1 < E, next, Val(N)), "hi");
+    Val end = overlap ? min(hi + 1, Val(N)) : hi;
+    s.parallel(64, [&](Idx i) {
+      Idx row = lo + t * 64 + i;
+      s.if_then(row < end, [&] { y(row) = to_i32(e); });
+    });
+  });
+  return kb.build();
+}
+
+// Rows owned by segments whose starts never decrease are written once: proved from the sorted
+// contract alone (the kernel never checks the order). Without it, or with one row too many, two
+// segments share a row and the counterexample shows it.
+TEST(Analysis, SegmentRowsAreProvedUniqueFromSortedStarts) {
+  AnalysisReport r = analyze(segment_rows("segments", true, false));
+  const AccessVerdict* v = find(r, "unique", "y");
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->result.outcome, Outcome::Proved) << r.text();
+  lower(segment_rows("segments", true, false));  // compiles
+  EXPECT_NE(print(segment_rows("segments", true, false)).find("values in [0, (N + 1)) sorted"),
+            std::string::npos)
+      << print(segment_rows("segments", true, false));
+  for (const auto& [name, sorted, overlap] : std::vector<std::tuple<std::string, bool, bool>>{
+           {"segments_unsorted", false, false}, {"segments_overlap", true, true}}) {
+    AnalysisReport bad = analyze(segment_rows(name, sorted, overlap));
+    const AccessVerdict* u = find(bad, "unique", "y");
+    ASSERT_TRUE(u) << name;
+    EXPECT_EQ(u->result.outcome, Outcome::Disproved) << name << "\n" << bad.text();
+    try {
+      lower(segment_rows(name, sorted, overlap));
+      ADD_FAILURE() << name << " compiled";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name + ": y written twice"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(Analysis, ScatterWithoutAPermutationIsRefusedWithACounterexample) {

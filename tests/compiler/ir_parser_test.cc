@@ -157,6 +157,14 @@ TEST(IrParser, ErrorsNameFileLineAndColumn) {
             "no error");
   EXPECT_EQ(parse_error(std::string(kHeader) + "{\n  for i in [0, N) vectorized {\n  }\n}\n"),
             "bad.tir:6:16: error: a vectorized loop has a constant extent");
+  // A sorted contract speaks of a 1-d buffer's order.
+  EXPECT_EQ(parse_error("tile_kernel k\n  dim N in [1, 64]\n"
+                        "  input s: i32[N, N] values in [0, N) sorted\n"),
+            "bad.tir:4:1: error: sorted values need a 1-d buffer, 's' has 2 dims");
+  EXPECT_EQ(
+      parse_error("tile_kernel k\n  dim N in [1, 64]\n  input s: i32[N] values in [0, (N + 1)) "
+                  "sorted\n  output y: f32[N]\n  grid [1] threads 32\n{\n}\n"),
+      "no error");
   // Hostile nesting is an error, not a stack overflow (fuzz_ir_parser found the crash).
   const std::string deep =
       std::string(kHeader) + "{\n  y[0] = " + std::string(5000, '-') + "1f\n}\n";

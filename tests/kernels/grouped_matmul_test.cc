@@ -221,10 +221,24 @@ uint16_t bits_of(const Bytes& b, int64_t i) {
 
 uint16_t rounded_bits(DType dtype, float v) { return bits_of(testing::encode(dtype, {v}), 0); }
 
+// The status of the offsets' contract as the graph appends it (check_index's, or
+// index_established's): [-1, 0] when the offsets are good.
+RefTensor good_status() { return RefTensor{.shape = {2}, .data = {-1, 0}}; }
+
+// Runs grouped_matmul, with the offsets' contract status after them when `sorted` (the kernel a
+// model runs: one expert a row tile), else without (any offsets).
+Bytes run_grouped(DType dtype, bool tb, const RefTensor& x, const RefTensor& w,
+                  const RefTensor& off, bool sorted, const RefTensor& status = good_status()) {
+  std::vector<RefTensor> in = {x, w, off};
+  if (sorted) in.push_back(status);
+  return runner().run("grouped_matmul", in, {{"transpose_b", tb}}, dtype, 7.0,
+                      {{3, DType::I32}})[0];
+}
+
 // y[r, j] = +0 + the model's dot product of row r and column j of its expert's matrix, 0 for
 // rows in no segment; segment starts drawn from [lo, rows].
 void expect_experts_model_dots(DType dtype, bool tb, int64_t rows, int64_t k, int64_t n,
-                               int64_t experts, int64_t lo, uint64_t seed) {
+                               int64_t experts, int64_t lo, uint64_t seed, bool sorted = false) {
   std::mt19937_64 rng(seed);
   const compiler::MmaModel model = compiler::hopper_mma_model();
   RefTensor x = testing::rounded(dtype, testing::random_tensor(rng, {rows, k}));
@@ -232,7 +246,7 @@ void expect_experts_model_dots(DType dtype, bool tb, int64_t rows, int64_t k, in
       dtype,
       testing::random_tensor(rng, tb ? std::vector{experts, n, k} : std::vector{experts, k, n}));
   RefTensor off = random_offsets(rng, experts, lo, rows);
-  Bytes y = runner().run("grouped_matmul", {x, w, off}, {{"transpose_b", tb}}, dtype, 7.0)[0];
+  Bytes y = run_grouped(dtype, tb, x, w, off, sorted);
   const std::vector<uint16_t> xb = bits16(dtype, x), wb = bits16(dtype, w);
   int64_t mismatches = 0;
   for (int64_t r = 0; r < rows; ++r)
@@ -271,14 +285,57 @@ TEST(GroupedMatmulTensorCore, AsyncCopyKernelGivesEachExpertsModelDotProduct) {
   expect_experts_model_dots(DType::F16, false, 300, 72, 136, 4, 0, ++seed);
 }
 
+// The aligned kernel (sorted offsets, the contract's status given): one expert a 128-row tile,
+// found by a binary search over the tile slots. Segments of 0 to several tiles, starting
+// anywhere in a tile, the first one after rows in no segment (zeros), rows past R in the last
+// tile, K from one short step to several, one expert and many (most of them empty): every output
+// is its expert's model dot product, the same bits as the kernel that walks every expert.
+TEST(GroupedMatmulTensorCore, AlignedKernelGivesEachExpertsModelDotProduct) {
+  uint64_t seed = testing::test_seed() + 8;
+  for (int64_t k : {8, 136})
+    for (bool tb : {false, true})
+      expect_experts_model_dots(DType::BF16, tb, 300, k, tb ? 36 : 40, 5, 0, ++seed, true);
+  expect_experts_model_dots(DType::BF16, true, 700, 64, 24, 3, 100, ++seed, true);
+  expect_experts_model_dots(DType::F16, false, 260, 72, 136, 1, 0, ++seed, true);
+  expect_experts_model_dots(DType::BF16, true, 90, 16, 16, 40, 0, ++seed, true);
+}
+
+// The aligned kernel and the one that walks every expert give the same bits for one input.
+TEST(GroupedMatmulTensorCore, AlignedKernelHasTheWalkingKernelsBits) {
+  std::mt19937_64 rng(testing::test_seed() + 9);
+  const int64_t rows = 517, k = 48, n = 24, experts = 9;
+  for (bool tb : {false, true}) {
+    RefTensor x = testing::rounded(DType::BF16, testing::random_tensor(rng, {rows, k}));
+    RefTensor w = testing::rounded(
+        DType::BF16,
+        testing::random_tensor(rng, tb ? std::vector{experts, n, k} : std::vector{experts, k, n}));
+    RefTensor off = random_offsets(rng, experts, 0, rows);
+    EXPECT_EQ(run_grouped(DType::BF16, tb, x, w, off, true).data,
+              run_grouped(DType::BF16, tb, x, w, off, false).data)
+        << (tb ? "transpose_b" : "");
+  }
+}
+
+// A status reporting a bad offset (the check failed, the step will too): the aligned kernel
+// writes nothing, every output keeps its poison.
+TEST(GroupedMatmulTensorCore, AlignedKernelWritesNothingOnABadStatus) {
+  std::mt19937_64 rng(testing::test_seed() + 10);
+  RefTensor x = testing::rounded(DType::BF16, testing::random_tensor(rng, {200, 16}));
+  RefTensor w = testing::rounded(DType::BF16, testing::random_tensor(rng, {3, 16, 16}));
+  RefTensor off{.shape = {3}, .data = {0, 90, 40}};  // not sorted: what the check reports
+  Bytes y = run_grouped(DType::BF16, false, x, w, off, true, RefTensor{{2}, {2, 40}});
+  for (double v : testing::decode(y)) ASSERT_EQ(v, 7.0);
+}
+
 OpExpansion expand_grouped(DType dtype, bool tb, int64_t rows, int64_t k, int64_t n,
-                           int64_t experts) {
+                           int64_t experts, bool sorted = false) {
   const OpSchema& schema = testing::schema_of("grouped_matmul");
   const Attrs attrs{{"transpose_b", tb}};
   std::vector<TensorType> in = {
       {dtype, {rows, k}},
       {dtype, tb ? std::vector{experts, n, k} : std::vector{experts, k, n}},
       {DType::I32, {experts}}};
+  if (sorted) in.push_back({DType::I32, {2}});
   return schema.expand(in, schema.infer(in, attrs), attrs);
 }
 
@@ -304,6 +361,16 @@ TEST(GroupedMatmulTensorCore, AsyncKernelChosenForAlignedRows) {
     OpExpansion ex = expand_grouped(c.dtype, c.tb, c.rows, c.k, c.n, 64);
     ASSERT_EQ(ex.calls.size(), 1u);
     EXPECT_EQ(ex.calls[0].kernel->sig.name, c.kernel) << c.rows << "x" << c.k << "x" << c.n;
+  }
+  // With the sorted contract's status (a model's offsets): the aligned kernel where the TMA one
+  // runs, the others unchanged (they take any offsets).
+  for (const auto& c : cases) {
+    OpExpansion ex = expand_grouped(c.dtype, c.tb, c.rows, c.k, c.n, 64, true);
+    ASSERT_EQ(ex.calls.size(), 1u);
+    std::string want = c.kernel;
+    if (want.find("_tma_") != std::string::npos)
+      want.replace(want.find("_tma_"), 5, "_tma_aligned_");
+    EXPECT_EQ(ex.calls[0].kernel->sig.name, want) << c.rows << "x" << c.k << "x" << c.n;
   }
 }
 

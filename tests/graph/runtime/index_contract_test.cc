@@ -189,5 +189,78 @@ TEST(IndexContract, TheContractProvesTheGathersBoundCheck) {
   }
 }
 
+// grouped_matmul's offsets from outside the graph (a model input): the sorted contract is
+// checked at run time. Starts that go down, or run past R, fail the step naming the element;
+// good ones run, bf16 on the aligned kernel, every row its own expert's product. On the GPU (when
+// there is one) the same error, and a good step gives the CPU's bits.
+std::string grouped_yaml() {
+  return "model: moe\ndtype: bf16\ndims: {R: 300, K: 16, N: 24, E: 4}\n"
+         "inputs:\n  x: {shape: [R, K]}\n  offsets: {shape: [E], dtype: i32, init: zeros}\n"
+         "layers:\n  - name: moe\n    weights:\n      w: {shape: [E, N, K]}\n    ops:\n"
+         "      - {op: grouped_matmul, in: [x, w, offsets], out: y, transpose_b: true}\n"
+         "outputs: [moe.y]\n";
+}
+
+HostTensor offsets_tensor(const std::vector<int32_t>& v) {
+  HostTensor t{.dtype = DType::I32, .shape = {static_cast<int64_t>(v.size())}, .data = {}};
+  t.data.resize(v.size() * 4);
+  for (size_t i = 0; i < v.size(); ++i) graph::store_element(DType::I32, t.data.data(), i, v[i]);
+  return t;
+}
+
+TEST(IndexContract, GroupedOffsetsMustBeSortedSegmentStarts) {
+  const Model model = parse_model(grouped_yaml(), "moe.yaml");
+  const graph::OpGraph g = graph::build_forward(model);
+  ASSERT_EQ(g.index_checks.size(), 1u);
+  EXPECT_TRUE(g.index_checks[0].sorted);
+  EXPECT_EQ(g.index_checks[0].bound, 301);
+  std::vector<Device> devices = {Device::Cpu};
+  std::string why;
+  if (graph::cuda_driver(&why)) devices.push_back(Device::Cuda);
+  std::vector<uint8_t> cpu_y;
+  for (Device device : devices) {
+    Session s(model, {.device = device, .seed = 5});
+    for (auto [offsets, text] : {std::pair{std::vector<int32_t>{0, 130, 129, 200},
+                                           "element [2] is 129, below the element before it"},
+                                 std::pair{std::vector<int32_t>{0, 20, 301, 302},
+                                           "element [2] is 301, outside [0, 301)"}}) {
+      s.set_tensor("offsets", offsets_tensor(offsets));
+      try {
+        s.forward();
+        ADD_FAILURE() << "no error for " << text;
+      } catch (const Error& e) {
+        const std::string m = e.what();
+        EXPECT_EQ(e.kind(), ErrorKind::Runtime);
+        EXPECT_NE(m.find("moe.yaml:12:"), std::string::npos) << m;
+        EXPECT_NE(m.find("grouped_matmul: index tensor 'offsets'"), std::string::npos) << m;
+        EXPECT_NE(m.find(text), std::string::npos) << m;
+      }
+    }
+    // Rows [0, 5) in no segment (zeros), expert 0 empty, 1 [5, 140), 2 [140, 141), 3 to R.
+    const std::vector<int32_t> good = {5, 5, 140, 141};
+    s.set_tensor("offsets", offsets_tensor(good));
+    s.forward();
+    const HostTensor x = s.tensor("x"), w = s.tensor("moe.w"), y = s.tensor("moe.y");
+    if (device == Device::Cpu)
+      cpu_y = y.data;
+    else
+      EXPECT_EQ(y.data, cpu_y) << "the GPU's bits differ from the CPU's";
+    for (int64_t r = 0; r < 300; ++r) {
+      int64_t e = -1;
+      for (int64_t c = 0; c < 4; ++c)
+        if (good[c] <= r && r < (c + 1 < 4 ? good[c + 1] : 300)) e = c;
+      for (int64_t j = 0; j < 24; ++j) {
+        double want = 0;
+        for (int64_t k = 0; e >= 0 && k < 16; ++k)
+          want += graph::load_element(DType::BF16, x.data.data(), r * 16 + k) *
+                  graph::load_element(DType::BF16, w.data.data(), (e * 24 + j) * 16 + k);
+        const double got = graph::load_element(DType::BF16, y.data.data(), r * 24 + j);
+        ASSERT_NEAR(got, want, 0.02 * (1 + std::abs(want))) << "row " << r << " column " << j;
+        if (e < 0) ASSERT_EQ(got, 0.0) << "row " << r;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tilerun
