@@ -246,21 +246,18 @@ cc::Kernel build_grouped_wgrad_tc(DType dtype, bool tb) {
 
 std::string grouped_wgrad_tc_async_name(bool tb) {
   return std::string("grouped_matmul_wgrad_tc_") + (tb ? "t" : "n") + "_64x128x64_tma" +
-         std::to_string(kWgradStages) + "_passes";
+         std::to_string(kWgradStages);
 }
 
-// The wgrad's scheme on the tensor memory accelerator's K loop: a block per (64 of K, expert)
-// makes every 128-column tile of dw[e] in turn, as passes of one pipeline (tc_async_passes): a
-// segment is ~2 steps of 64 rows (MoE at T = 1024), so a block per tile spent its time in its
-// prologue and epilogue (8192 blocks of 1.5 steps for w13); here the next tile's rows are in
-// flight while a tile is written out. Pass p's step l reads the segment's rows [lo + 64 l, +64)
-// of x (a transposed a: k0's 64-wide panel) and of dy's columns [128 p, +128) (N-major b). Rows
-// past the segment's end land too (up to R; zeros after), so a pass's last step zeroes its tiles
-// from row hi on before its gemm: every product past the end is +0 * +0, as the register-staged
-// kernel reads. Empty segment: one step a pass, all zeros. The same chain for every element as
-// one block a tile (steps of 64 rows from lo, from +0), so the same bits. dw's tile goes out
-// through the pass's stage of dy (128 x 64 elements either way): 72 KB of shared memory, three
-// blocks an SM.
+// The wgrad's scheme on the tensor memory accelerator's K loop, 64 of K by 128 of N per block (one
+// warpgroup) and three stages: a segment is ~2 steps of 64 rows on average (MoE at T = 1024), so
+// the block's time is its prologue and epilogue, and 128 x 128 tiles with five stages (160 KB, 170
+// registers) held an SM to one block at a time; these take 72 KB, so two or three blocks an SM
+// overlap. Step j's boxes are the segment's rows
+// [lo + 64 j, +64) of x (read as a transposed a: k0's two 64-wide panels) and of dy (N-major b).
+// Rows past the segment's end land too (up to R; zeros after), so the last step's tiles are
+// zeroed from row hi on before its gemm: every product past the end is +0 * +0, as the
+// register-staged kernel reads. Empty segment: one step, all zeros.
 cc::Kernel build_grouped_wgrad_tc_async(DType dtype, bool tb) {
   cc::KernelBuilder kb(grouped_wgrad_tc_async_name(tb) + "_" + std::string(dtype_name(dtype)));
   cc::Dim r = kb.dim("R"), k = kb.dim("K", {.min = 1, .divisible_by = 8}),
@@ -270,58 +267,58 @@ cc::Kernel build_grouped_wgrad_tc_async(DType dtype, bool tb) {
   cc::Buf offsets = kb.input("offsets", DType::I32, {experts});
   cc::Buf dw = kb.output(
       "dw", dtype, tb ? std::vector<cc::Val>{experts, n, k} : std::vector<cc::Val>{experts, k, n});
-  kb.body({cc::ceildiv(k, kWgradRows), experts}, static_cast<int>(2 * kWgradRows),
-          [&](cc::Scope& s) {
+  kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(k, kWgradRows), experts},
+          static_cast<int>(2 * kWgradRows), [&](cc::Scope& s) {
             // Not let-bound: the copies' origins must show themselves multiples of 8
             // (tile_verifier).
-            cc::Idx k0 = s.block_idx(0) * kWgradRows;
-            cc::Idx e = s.block_idx(1);
+            cc::Idx n0 = s.block_idx(0) * kTcN, k0 = s.block_idx(1) * kWgradRows;
+            cc::Idx e = s.block_idx(2);
             const auto [lo_v, hi_v] = grouped_segment(s, offsets, e, experts, r);
             const cc::Val lo = lo_v, hi = hi_v;  // plain names, captured by the lambdas
             TcAsyncStaging st =
                 tc_async_staging(s, dtype, /*ta=*/true, /*tb=*/false, kWgradRows, kWgradStages);
+            st.short_k = true;
             s.parallel(kWgradRows, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
             cc::Val steps =
                 s.let(cc::max(cc::ceildiv(hi - lo, cc::Val(kTcK)), cc::Val(int64_t{1})), "wsteps");
-            // Rows of a pass's last step still inside the segment.
+            // Rows of the last step still inside the segment.
             cc::Val valid = s.let(hi - (lo + (steps - 1) * kTcK), "valid");
-            auto row0 = [&](const cc::Val& j) { return lo + j % steps * kTcK; };
-            tc_async_passes(
-                s, st,
-                {.a =
-                     [&](const cc::Val& j, int h) {
-                       return x.region({row0(j), k0 + h * 64}, {kTcK, 64});
-                     },
-                 .b =
-                     [&](const cc::Val& j, int h) {
-                       return dy.region({row0(j), j / steps * kTcN + h * 64}, {kTcK, 64});
-                     }},
-                steps, cc::ceildiv(n, kTcN),
-                [&](const cc::Val& stage) {
-                  // Only the rows past the end: a loop over every row with a guard was ~40% of the
-                  // block's instructions (most segments end mid-step).
-                  cc::Val past = s.let(cc::Val(kTcK) - valid, "past");
-                  for (int64_t p = 0; p < kWgradRows / 64; ++p)
-                    s.parallel(past, 64,
-                               [&](cc::Idx q, cc::Idx c) { st.as(stage, p, valid + q, c) = 0.0f; });
-                  for (int64_t p = 0; p < kTcN / 64; ++p)
-                    s.parallel(past, 64,
-                               [&](cc::Idx q, cc::Idx c) { st.bs(stage, p, valid + q, c) = 0.0f; });
+            tc_async_steps(s, st,
+                           {.a =
+                                [&](const cc::Val& j, int h) {
+                                  return x.region({lo + j * kTcK, k0 + h * 64}, {kTcK, 64});
+                                },
+                            .b =
+                                [&](const cc::Val& j, int h) {
+                                  return dy.region({lo + j * kTcK, n0 + h * 64}, {kTcK, 64});
+                                }},
+                           hi - lo, [&] {
+                             // Only the rows past the end: a loop over every row with a guard
+                             // was ~40% of the block's instructions (most segments end mid-step).
+                             cc::Val past = s.let(cc::Val(kTcK) - valid, "past");
+                             for (int64_t p = 0; p < kWgradRows / 64; ++p)
+                               s.parallel(past, 64, [&](cc::Idx q, cc::Idx c) {
+                                 st.as(0, p, valid + q, c) = 0.0f;
+                               });
+                             for (int64_t p = 0; p < kTcN / 64; ++p)
+                               s.parallel(past, 64, [&](cc::Idx q, cc::Idx c) {
+                                 st.bs(0, p, valid + q, c) = 0.0f;
+                               });
+                           });
+            // dw's rows run along N, or transposed along K: either way 16-byte vectors. The
+            // tile lies in dy's stage 0 (two panels of [64, 64]: 128 x 64 elements either way),
+            // so the block's shared memory is its stages' 72 KB and three blocks fit an SM (with
+            // a tile of its own, two).
+            tc_store_through_shared(
+                s, dtype, {st.acc}, kWgradRows, k0, n0, k, n,
+                [&](const cc::Val& kc, const cc::Val& nc) {
+                  return tb ? dw(e, nc, kc) : dw(e, kc, nc);
                 },
-                [&](const cc::Val& pass, const cc::Val& stage) {
-                  // dw's rows run along N, or transposed along K: either way 16-byte vectors.
-                  tc_store_through_shared(
-                      s, dtype, {st.acc}, kWgradRows, k0, pass * kTcN, k, n,
-                      [&](const cc::Val& kc, const cc::Val& nc) {
-                        return tb ? dw(e, nc, kc) : dw(e, kc, nc);
-                      },
-                      tb,
-                      [&](const cc::Val& rr, const cc::Val& c) {
-                        // (n, k) transposed: panel n / 64, row n % 64; else (k, n): row k, panel n
-                        // / 64.
-                        return tb ? st.bs(stage, rr / 64, rr % 64, c)
-                                  : st.bs(stage, c / 64, rr, c % 64);
-                      });
+                tb,
+                [&](const cc::Val& r, const cc::Val& c) {
+                  // (n, k) transposed: panel n / 64, row n % 64; else (k, n): row k, panel n / 64.
+                  return tb ? st.bs(cc::Val(int64_t{0}), r / 64, r % 64, c)
+                            : st.bs(cc::Val(int64_t{0}), c / 64, r, c % 64);
                 });
           });
   return kb.build();

@@ -317,29 +317,6 @@ TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb, int
   return st;
 }
 
-namespace {
-// Step j's boxes into stage `sl`, from thread 0, completing on the stage's mbarrier (when j is
-// below `steps`).
-void issue_step(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& boxes, const cc::Val& j,
-                const cc::Val& steps, const cc::Val& sl) {
-  s.if_then(j < steps, [&] {
-    for (int h = 0; h < (st.ta ? st.rows / 64 : 1); ++h)
-      s.copy_tma(st.ta ? st.as.region({sl, h, 0, 0}, {1, 1, kTcK, 64})
-                       : st.as.region({sl, 0, 0}, {1, st.rows, kTcK}),
-                 boxes.a(j, h), st.full, sl);
-    for (int h = 0; h < (st.tb ? 1 : kTcN / 64); ++h)
-      s.copy_tma(st.tb ? st.bs.region({sl, 0, 0}, {1, kTcN, kTcK})
-                       : st.bs.region({sl, h, 0, 0}, {1, 1, kTcK, 64}),
-                 boxes.b(j, h), st.full, sl);
-  });
-}
-
-// The arrivals a stage's mbarrier counts: one a box.
-int boxes_per_step(const TcAsyncStaging& st) {
-  return (st.ta ? static_cast<int>(st.rows / 64) : 1) + (st.tb ? 1 : 2);
-}
-}  // namespace
-
 void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& boxes,
                     const cc::Val& k, const std::function<void()>& mask_last) {
   cc::Val steps = s.let(cc::max(cc::ceildiv(k, cc::Val(kTcK)), cc::Val(int64_t{1})), "steps");
@@ -355,7 +332,17 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
   };
   // Step j's boxes into its stage, from thread 0, completing on the stage's mbarrier.
   auto issue = [&](const cc::Val& j) {
-    issue_step(s, st, boxes, j, steps, s.let(slot(j), "slot"));
+    cc::Val sl = s.let(slot(j), "slot");
+    s.if_then(j < steps, [&] {
+      for (int h = 0; h < (st.ta ? st.rows / 64 : 1); ++h)
+        s.copy_tma(st.ta ? st.as.region({sl, h, 0, 0}, {1, 1, kTcK, 64})
+                         : st.as.region({sl, 0, 0}, {1, st.rows, kTcK}),
+                   boxes.a(j, h), st.full, sl);
+      for (int h = 0; h < (st.tb ? 1 : kTcN / 64); ++h)
+        s.copy_tma(st.tb ? st.bs.region({sl, 0, 0}, {1, kTcN, kTcK})
+                         : st.bs.region({sl, h, 0, 0}, {1, 1, kTcK, 64}),
+                   boxes.b(j, h), st.full, sl);
+    });
   };
   // Left running: the gemm runs on into the next step (every gemm of the step before has
   // finished when the thread leaves a step, which the buffer rotation needs).
@@ -363,7 +350,7 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
     s.gemm_at(stage, st.acc, st.as, st.bs, /*trans_a=*/st.ta, /*trans_b=*/st.tb,
               left_running ? 1 : 0);
   };
-  s.mbarrier_init(st.full, boxes_per_step(st));
+  s.mbarrier_init(st.full, (st.ta ? static_cast<int>(st.rows / 64) : 1) + (st.tb ? 1 : 2));
   s.barrier();
   // With `short_k`, the prologue fills one stage more than the loop keeps ahead (no gemm runs
   // yet): a K of ~2 steps (a grouped wgrad's segment) has its second step in flight with its
@@ -389,56 +376,6 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
     s.barrier();
   }
   gemm(zero, false);
-}
-
-void tc_async_passes(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& boxes,
-                     const cc::Val& steps_per_pass, const cc::Val& passes,
-                     const std::function<void(const cc::Val&)>& mask_last,
-                     const std::function<void(const cc::Val&, const cc::Val&)>& end_pass) {
-  const cc::Val one(int64_t{1});
-  cc::Val per = s.let(cc::max(steps_per_pass, one), "per_pass");
-  cc::Val total = s.let(per * cc::max(passes, cc::Val(int64_t{0})), "total");
-  const int ahead = st.stages - 2;
-  const cc::Val stages32 = cc::literal(cc::Type::I32, st.stages);
-  // Stage j % S; the parity of the phase of its mbarrier that step j's boxes end, (j / S) % 2.
-  auto slot = [&](const cc::Val& j) { return cc::to_i64(cc::to_i32(j) % stages32); };
-  auto parity = [&](const cc::Val& j) {
-    return cc::to_i64(cc::to_i32(j) / stages32 % cc::literal(cc::Type::I32, 2));
-  };
-  s.mbarrier_init(st.full, boxes_per_step(st));
-  s.barrier();
-  // One step more in flight than the loop keeps ahead (short passes: a grouped wgrad's segment
-  // is ~2 steps), as tc_async_steps' short_k.
-  for (int d = 0; d <= ahead; ++d) {
-    const cc::Val j(int64_t{d});
-    issue_step(s, st, boxes, j, total, slot(j));
-  }
-  s.serial(total, [&](cc::Idx j) {
-    cc::Val cur = s.let(slot(j), "cur");
-    s.mbarrier_wait(st.full, cur, parity(j));
-    // Every warpgroup is past gemm j - 1's issue and gemm j - 2's completion: step j + ahead + 1
-    // may refill the stage of step j - 2 (the prologue put steps up to `ahead` in flight).
-    s.barrier();
-    s.if_then(j > 0, [&] {
-      cc::Val next = s.let(j + ahead, "next");
-      issue_step(s, st, boxes, next, total, s.let(slot(next), "next_slot"));
-    });
-    cc::Val last = s.let(j % per == per - 1, "pass_end");
-    // A 0-or-1-trip loop each, not an if: they hold barriers and gemms.
-    s.serial(cc::select(last, one, cc::Val(int64_t{0})), [&](cc::Idx) {
-      if (mask_last) {
-        mask_last(cur);
-        s.barrier();
-      }
-      s.gemm_at(cur, st.acc, st.as, st.bs, /*trans_a=*/st.ta, /*trans_b=*/st.tb, 0);
-      end_pass(j / per, cur);
-      s.barrier();  // the pass's tile is read out before the stage is refilled
-      s.parallel(st.rows, kTcN, [&](cc::Idx i, cc::Idx c) { st.acc(i, c) = 0.0f; });
-    });
-    s.serial(cc::select(last, cc::Val(int64_t{0}), one), [&](cc::Idx) {
-      s.gemm_at(cur, st.acc, st.as, st.bs, /*trans_a=*/st.ta, /*trans_b=*/st.tb, 1);
-    });
-  });
 }
 
 // Step j's boxes of a ([m, k], or [k, m] read as m's panels) and b, from k_lo: the origins are

@@ -122,19 +122,6 @@ TcAsyncStaging tc_async_staging(compiler::Scope& s, DType dtype, bool ta, bool t
 void tc_async_steps(compiler::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& boxes,
                     const compiler::Val& k, const std::function<void()>& mask_last = {});
 
-// `passes` products of `steps_per_pass` steps each (at least one), laid end to end through one
-// pipeline, so the next pass's boxes are in flight while a pass ends: step j is step
-// j % steps_per_pass of pass j / steps_per_pass, in stage j % stages. acc (zeroed by the caller)
-// is each pass's chain, in step order from +0 (tc_async_steps' chain for the same boxes). On a
-// pass's last step, once its tiles landed: `mask_last(stage)` between barriers (it may overwrite
-// the stage's tiles), the gemm waited for, `end_pass(pass, stage)` (acc final; the stage's tiles
-// free for an epilogue, tc_store_through_shared's `tile`), a barrier, acc zeroed.
-void tc_async_passes(
-    compiler::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& boxes,
-    const compiler::Val& steps_per_pass, const compiler::Val& passes,
-    const std::function<void(const compiler::Val&)>& mask_last,
-    const std::function<void(const compiler::Val&, const compiler::Val&)>& end_pass);
-
 // The epilogue through shared memory: the fragments (f32 [rows, 128 / frags.size()] each, side by
 // side along n) rounded to `dtype` into a padded shared tile, a barrier, then a tile wholly inside
 // c ([m, n] from (m0, n0)) as 16-byte vectors where c_at's rows are proved 16-byte aligned, an
