@@ -6,16 +6,17 @@
 // written by exactly one thread (the inverse through position, a permutation: its stores proved
 // unique), so the result is the same on every device.
 //
-// counting_sort's kernels, over the ids flattened to N, in chunks of kChunk (G = ceil(N/kChunk)):
+// counting_sort's kernels, over the ids flattened to N, in chunks of C ids (G = ceil(N / C); C =
+// 256, or up to 2048 for many bins, chunk_for):
 //   1. chunk_counts: cnt[c, e] = how many ids of chunk c are e (the chunk sorted in a block, then
-//      two binary searches a bin, O(log kChunk));
+//      two binary searches a bin, O(log C));
 //   2. segment_sums: seg[s, e] = the e's of the kSegment chunks of segment s (a thread per (s, e));
 //   3. bin_totals: total[e] = the e's of all segments (a thread per e, O(G / kSegment));
 //   4. bin_offsets: offsets[e] = sum over e' < e of the totals (a block per e);
 //   5. chunk_starts: start[c, e] = offsets[e] + the e's of the chunks before c (a thread per
 //      (segment, e): the segments before, then its own chunks in order);
 //   6. positions: position[i] = start[chunk(i), ids[i]] + the ids[i]'s before i in its chunk
-//      (a thread per element, O(kChunk));
+//      (a thread per element, O(log C));
 //   7. order (the inverse permutation): order[position[i]] = i, a thread per element, the store
 //      through position proved unique from position being a permutation (by construction);
 //      row[q] = order[q] / (ids' last axis): the token of a [T, k] route.
@@ -51,7 +52,11 @@ namespace {
 namespace cc = tilerun::compiler;
 
 constexpr int kThreads = 128;
-constexpr int64_t kChunk = 256;         // a power of two: chunk_counts sorts a chunk in one block
+// Ids a chunk (a power of two: chunk_counts sorts a chunk in one block): kChunk, or up to
+// kMaxChunk for many bins (chunk_for: the [G, E] count matrices shrink with the chunks).
+constexpr int64_t kChunk = 256;
+constexpr int64_t kMaxChunk = 2048;
+constexpr int kChunkThreads = 512;      // chunk_counts' block for chunks above kChunk
 constexpr int64_t kBinsPerStep = 1024;  // chunk_counts' bins a step of its block
 constexpr int64_t kSegment = 64;        // chunks a segment (chunk_starts' two-level scan)
 constexpr int kOffsetThreads = 256;     // bin_offsets' block
@@ -131,13 +136,25 @@ cc::Kernel build_bincount(bool checked) {
   return kb.build();
 }
 
-// The first position p in [0, kChunk) of a sorted chunk with key(p) >= target (kChunk if none),
+// The first position p in [0, chunk) of a sorted chunk with key(p) >= target (chunk if none),
 // by halving, in lo(t) (hi(t) its scratch).
-cc::Val chunk_lower_bound(cc::Scope& s, const cc::Buf& lo, const cc::Buf& hi, const cc::Idx& t,
-                          const std::function<cc::Val(const cc::Val&)>& key,
+cc::Val chunk_lower_bound(cc::Scope& s, int64_t chunk, const cc::Buf& lo, const cc::Buf& hi,
+                          const cc::Idx& t, const std::function<cc::Val(const cc::Val&)>& key,
                           const cc::Val& target) {
-  sorted_lower_bound(s, lo, hi, t, cc::Val(kChunk), search_steps(kChunk), key, target);
+  sorted_lower_bound(s, lo, hi, t, cc::Val(chunk), search_steps(chunk), key, target);
   return s.let(lo(t), "bound");
+}
+
+// The ids a chunk for E bins: kChunk, or for many bins the power of two near E / 2 up to
+// kMaxChunk. Every kernel but chunk_counts and positions sees only G, and the sort is the same
+// whatever the chunks (a stable order), so the choice changes no output.
+int64_t chunk_for(int64_t bins) {
+  return std::clamp<int64_t>(bitonic_length(bins) / 2, kChunk, kMaxChunk);
+}
+
+// "<base>", or "<base>_c<chunk>" for chunks other than kChunk, then the checked tag.
+std::string chunked_name(const std::string& base, int64_t chunk, bool checked) {
+  return base + (chunk == kChunk ? "" : "_c" + std::to_string(chunk)) + (checked ? "_checked" : "");
 }
 
 // A chunk's sort key of the id at position j: id·2^32 + j, distinct, in (id, position) order.
@@ -149,25 +166,26 @@ constexpr int64_t kKeyShift = int64_t{1} << 32;
 // step, O(log kChunk)), kBinsPerStep bins a step. positions and order find an id's rank in its
 // chunk in the sorted keys the same way. (A thread per (chunk, bin) scanning the chunk, O(N·E)
 // compares in all, took 1.18 ms for sparse attention's 5,120 key bins at T = 4096 on the H200.)
-cc::Kernel build_chunk_counts(bool checked) {
-  cc::KernelBuilder kb(checked ? "sort_chunk_counts_checked" : "sort_chunk_counts");
+cc::Kernel build_chunk_counts(bool checked, int64_t chunk_ids) {
+  const int threads = chunk_ids == kChunk ? kThreads : kChunkThreads;
+  cc::KernelBuilder kb(chunked_name("sort_chunk_counts", chunk_ids, checked));
   cc::Dim n = kb.dim("N"), g = kb.dim("G"), e = kb.dim("E");
   cc::Buf ids = kb.input("ids", DType::I32, {n});
   cc::Buf status = checked ? kb.input("status", DType::I32, {2}) : cc::Buf{};
   cc::Buf cnt = kb.output("cnt", DType::I32, {g, e});
-  cc::Buf sorted = kb.output("sorted", DType::I64, {g, kChunk});
-  kb.body({g}, kThreads, [&](cc::Scope& s) {
+  cc::Buf sorted = kb.output("sorted", DType::I64, {g, cc::Val(chunk_ids)});
+  kb.body({g}, threads, [&](cc::Scope& s) {
     cc::Idx chunk = s.block_idx(0);
     cc::Val ok = status_ok(s, status, checked);
-    cc::Buf keys = s.alloc_shared("keys", DType::I64, {kChunk});
-    s.parallel(kChunk, [&](cc::Idx j) {
-      cc::Idx i = s.let(chunk * kChunk + j, "i");
+    cc::Buf keys = s.alloc_shared("keys", DType::I64, {chunk_ids});
+    s.parallel(chunk_ids, [&](cc::Idx j) {
+      cc::Idx i = s.let(chunk * chunk_ids + j, "i");
       s.if_then_else(
           i < n, [&] { keys(j) = cc::to_i64(ids(i)) * kKeyShift + j; },
           [&] { keys(j) = cc::Val(std::numeric_limits<int64_t>::max()); });  // sorts last
     });
-    bitonic_sort(s, keys, kChunk, /*descending=*/false);
-    s.parallel(kChunk, [&](cc::Idx j) { s.if_then(ok, [&] { sorted(chunk, j) = keys(j); }); });
+    bitonic_sort(s, keys, chunk_ids, /*descending=*/false);
+    s.parallel(chunk_ids, [&](cc::Idx j) { s.if_then(ok, [&] { sorted(chunk, j) = keys(j); }); });
     // A step's kBinsPerStep + 1 lower bounds, one search each, then each bin's count the
     // difference of its bound and the next (two searches a bin before: at 5,120 bins and 4,096
     // chunks, sparse attention's T = 4096, the searches were the kernel's 329 us).
@@ -179,7 +197,7 @@ cc::Kernel build_chunk_counts(bool checked) {
         cc::Idx bin = step * kBinsPerStep + t;
         s.if_then(bin <= e, [&] {
           auto key = [&](const cc::Val& p) { return keys(p); };
-          bound(t) = chunk_lower_bound(s, lo, hi, t, key, bin * kKeyShift);
+          bound(t) = chunk_lower_bound(s, chunk_ids, lo, hi, t, key, bin * kKeyShift);
         });
       });
       s.barrier();
@@ -309,13 +327,13 @@ cc::Kernel build_chunk_starts() {
 
 // 6. position[i] = start[chunk, id] + the id's earlier positions in the chunk: the rank of i's
 // key among the chunk's sorted keys less that of its id's first key (two binary searches).
-cc::Kernel build_positions(bool checked) {
-  cc::KernelBuilder kb(checked ? "sort_positions_checked" : "sort_positions");
+cc::Kernel build_positions(bool checked, int64_t chunk_ids) {
+  cc::KernelBuilder kb(chunked_name("sort_positions", chunk_ids, checked));
   cc::Dim n = kb.dim("N"), g = kb.dim("G"), e = kb.dim("E");
   cc::Buf ids = checked ? kb.index_input("ids", {n}, e) : kb.input("ids", DType::I32, {n});
   cc::Buf status = checked ? kb.input("status", DType::I32, {2}) : cc::Buf{};
   cc::Buf start = kb.input("start", DType::I32, {g, e});
-  cc::Buf sorted = kb.input("sorted", DType::I64, {g, kChunk});
+  cc::Buf sorted = kb.input("sorted", DType::I64, {g, cc::Val(chunk_ids)});
   cc::Buf position = kb.output("position", DType::I32, {n});
   kb.body({cc::ceildiv(n, kThreads)}, kThreads, [&](cc::Scope& s) {
     cc::Idx base = s.block_idx(0) * kThreads;
@@ -327,11 +345,12 @@ cc::Kernel build_positions(bool checked) {
       cc::Idx i = base + t;
       s.if_then(i < n && ok, [&] {
         cc::Val bin = s.let(cc::to_i64(ids(i)), "bin");
-        cc::Idx chunk = s.let(i / kChunk, "chunk");
+        cc::Idx chunk = s.let(i / chunk_ids, "chunk");
         s.if_then(bin >= 0 && bin < e, [&] {
           auto key = [&](const cc::Val& p) { return sorted(chunk, p); };
-          first(t) = chunk_lower_bound(s, lo, hi, t, key, bin * kKeyShift);
-          cc::Val at = chunk_lower_bound(s, lo, hi, t, key, bin * kKeyShift + (i - chunk * kChunk));
+          first(t) = chunk_lower_bound(s, chunk_ids, lo, hi, t, key, bin * kKeyShift);
+          cc::Val at = chunk_lower_bound(s, chunk_ids, lo, hi, t, key,
+                                         bin * kKeyShift + (i - chunk * chunk_ids));
           position(i) = start(chunk, bin) + cc::to_i32(at - first(t));
         });
       });
@@ -368,8 +387,6 @@ cc::Kernel build_order(bool checked) {
   return kb.build();
 }
 
-int64_t chunks(int64_t n) { return (n + kChunk - 1) / kChunk; }
-
 ExpandFn expand_bincount(std::shared_ptr<KernelCache> cache) {
   return
       [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out, const Attrs&) {
@@ -387,22 +404,23 @@ ExpandFn expand_counting_sort(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                  const Attrs&) {
     const bool checked = in.size() > 1;  // the graph appended the ids' check status
-    const int64_t n = numel(in[0]), g = chunks(n), e = out[3].shape[0];
+    const int64_t n = numel(in[0]), e = out[3].shape[0], chunk = chunk_for(e);
+    const int64_t g = (n + chunk - 1) / chunk;
     const std::string tag = checked ? "_checked" : "";
     // Scratch 0: cnt [G, E]; 1: start [G, E]; 2: total [E]; 3: seg [S, E]; 4: the chunks'
-    // sorted keys [G, kChunk].
+    // sorted keys [G, chunk].
     const int64_t sg = (g + kSegment - 1) / kSegment;
     OpExpansion ex{.scratch = {{DType::I32, {g, e}},
                                {DType::I32, {g, e}},
                                {DType::I32, {e}},
                                {DType::I32, {sg, e}},
-                               {DType::I64, {g, kChunk}}}};
+                               {DType::I64, {g, chunk}}}};
     auto with_status = [&](std::vector<KernelArg> b) {
       if (checked) b.insert(b.begin() + 1, input_slot(1));
       return b;
     };
-    ex.calls.push_back({.kernel = cache->get("sort_chunk_counts" + tag,
-                                             [&] { return build_chunk_counts(checked); }),
+    ex.calls.push_back({.kernel = cache->get(chunked_name("sort_chunk_counts", chunk, checked),
+                                             [&] { return build_chunk_counts(checked, chunk); }),
                         .buffers = with_status({input_slot(0), scratch_slot(0), scratch_slot(4)}),
                         .dims = {n, g, e}});
     ex.calls.push_back({.kernel = cache->get("sort_segment_sums", build_segment_sums),
@@ -419,7 +437,8 @@ ExpandFn expand_counting_sort(std::shared_ptr<KernelCache> cache) {
          .buffers = {scratch_slot(0), scratch_slot(3), output_slot(3), scratch_slot(1)},
          .dims = {g, sg, e}});
     ex.calls.push_back(
-        {.kernel = cache->get("sort_positions" + tag, [&] { return build_positions(checked); }),
+        {.kernel = cache->get(chunked_name("sort_positions", chunk, checked),
+                              [&] { return build_positions(checked, chunk); }),
          .buffers = with_status({input_slot(0), scratch_slot(1), scratch_slot(4), output_slot(0)}),
          .dims = {n, g, e}});
     // order reads no ids (position holds them): the status, when there is one, comes first.
@@ -479,11 +498,14 @@ OpTestCase ids_case(std::vector<int64_t> shape, int64_t e) {
 
 // ids_case({513}, 2100): three bin steps of chunk_counts (the last ragged), a ragged last chunk;
 // ids_case({16796}, 70): 66 chunks, so two segments of chunk_starts' scan, the second ragged;
-// ids_case({33000}, 70): 129 chunks, two whole segments (the unguarded scan) and a ragged one.
+// ids_case({33000}, 70): 129 chunks, two whole segments (the unguarded scan) and a ragged one;
+// ids_case({9000}, 1500) and ({70000}, 3000): many bins, so chunks of 1024 and 2048 ids (9 and 35
+// of them, the last ragged).
 std::vector<OpTestCase> sort_cases() {
-  return {ids_case({1}, 1),      ids_case({7}, 3),     ids_case({5, 2}, 40), ids_case({300, 6}, 64),
-          ids_case({1000}, 1),   ids_case({257}, 300), ids_case({96, 6}, 8), ids_case({513}, 2100),
-          ids_case({16796}, 70), ids_case({33000}, 70)};
+  return {ids_case({1}, 1),       ids_case({7}, 3),       ids_case({5, 2}, 40),
+          ids_case({300, 6}, 64), ids_case({1000}, 1),    ids_case({257}, 300),
+          ids_case({96, 6}, 8),   ids_case({513}, 2100),  ids_case({16796}, 70),
+          ids_case({33000}, 70),  ids_case({9000}, 1500), ids_case({70000}, 3000)};
 }
 
 // The cases plus one with ids outside [0, bins) (bincount counts them nowhere).
