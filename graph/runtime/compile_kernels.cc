@@ -51,7 +51,8 @@ void compile_kernels(const KernelGraph& g, const SessionOptions& options, Compil
   const size_t n = g.kernels.size();
   std::vector<compiler::AnalysisReport> reports(n);
   std::vector<std::exception_ptr> errors(n);
-  std::vector<double> busy_ms(n, 0.0);  // per kernel: the compile thread's time on it
+  std::vector<double> busy_ms(n, 0.0);   // per kernel: the compile thread's time on it
+  std::vector<double> lower_ms(n, 0.0);  // of it, lowering and proofs
   std::atomic<size_t> next{0}, done{0};
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < n;) {
@@ -59,7 +60,11 @@ void compile_kernels(const KernelGraph& g, const SessionOptions& options, Compil
       try {
         compiler::LowerOptions lo = lower_options(g, i);
         lo.report = &reports[i];
-        compile(i, compiler::lower(*g.kernels[i], lo));
+        compiler::SimtKernel lowered = compiler::lower(*g.kernels[i], lo);
+        lower_ms[i] =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count();
+        compile(i, lowered);
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -82,6 +87,7 @@ void compile_kernels(const KernelGraph& g, const SessionOptions& options, Compil
     if (e) std::rethrow_exception(e);
   for (const compiler::AnalysisReport& r : reports) add_proof_stats(r, stats);
   for (double ms : busy_ms) stats.compile_thread_ms += ms;
+  for (double ms : lower_ms) stats.lower_thread_ms += ms;
 }
 
 }  // namespace tilerun::graph

@@ -71,6 +71,7 @@ class CudaExecutor final : public Executor {
     compile_kernels(g, options, stats, [&](size_t i, const compiler::SimtKernel& k) {
       binaries[i] = compiler::compile_cuda(k, cache);
     });
+    const auto load_start = Clock::now();
     for (size_t k = 0; k < binaries.size(); ++k) {
       CUmodule module = nullptr;
       CUfunction fn = nullptr;
@@ -90,6 +91,7 @@ class CudaExecutor final : public Executor {
       dynamic_shared_.push_back(static_cast<unsigned>(dyn));
     }
     stats.compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    stats.load_ms = std::chrono::duration<double, std::milli>(Clock::now() - load_start).count();
     stats.kernels_distinct = static_cast<int>(binaries.size());
     stats.kernels_total = static_cast<int>(g.nodes.size());
 

@@ -74,6 +74,12 @@ struct CompileStats {
   // The compile threads' time summed over the distinct kernels (lowering, proofs, code
   // generation), the measure z3_ms is a share of (both are summed over threads).
   double compile_thread_ms = 0;
+  // Of compile_thread_ms: lowering with its proofs (the compiler's passes), the rest code
+  // generation and the backend (LLVM or NVRTC, or their on-disk caches).
+  double lower_thread_ms = 0;
+  // Of compile_ms (wall): loading the compiled kernels into the device (CUDA modules, serially
+  // after the compile threads); 0 on the CPU.
+  double load_ms = 0;
 };
 
 // The last step compared with the double-precision reference composed over the same graph.
