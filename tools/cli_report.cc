@@ -204,7 +204,7 @@ void print_compiled(const Model& model, const Session& session) {
   std::printf(
       "index proofs: %d proved, %d unknown (guard kept), %d disproved; %d Z3 queries (%d from the "
       "disk cache), %.0f ms of solver time (%.0f%% of the compile threads' %.0f ms: lowering and "
-      "proofs %.0f, code generation %.0f); kernels loaded in %.0f ms\n",
+      "proofs %.0f ms, code generation %.0f ms); kernels loaded in %.0f ms\n",
       cs.proved, cs.unknown, cs.disproved, cs.z3_queries, cs.z3_disk_hits, cs.z3_ms,
       cs.compile_thread_ms > 0 ? 100.0 * cs.z3_ms / cs.compile_thread_ms : 0.0,
       cs.compile_thread_ms, cs.lower_thread_ms, cs.compile_thread_ms - cs.lower_thread_ms,
