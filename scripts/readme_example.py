@@ -44,6 +44,10 @@ def without_timings(text):
         line = re.sub(rf"^(host us per kernel:) {TIME}$", r"\1 #", line)
         # How many verdicts the on-disk cache held depends on what ran before, like a timing.
         line = re.sub(r"\([0-9]+ from the disk cache\)", "(# from the disk cache)", line)
+        # So do the kernels the lowering cache answered, and with them the Z3 queries asked.
+        line = re.sub(r"[0-9]+ Z3 queries", "# Z3 queries", line)
+        line = re.sub(r"\([0-9]+ of ([0-9]+) kernels from the lowering cache\)",
+                      r"(# of \1 kernels from the lowering cache)", line)
         lines.append(re.sub(" +", " ", line).rstrip())
     return lines
 

@@ -18,7 +18,7 @@ LAYERS = [
     (1, "compiler/ir/"),
     (2, "compiler/analysis/"),
     (3, "compiler/transforms/"),
-    (4, "compiler/lower."), (4, "compiler/pipeline."),
+    (4, "compiler/lower."), (4, "compiler/lower_cache."), (4, "compiler/pipeline."),
     (5, "compiler/codegen/"),
     (6, "compiler/dump."),
     (7, "kernels/"),

@@ -97,6 +97,8 @@ json report_json(const Options& o, const Model& model, const RunResult& r) {
         {"compile_ms", cs.compile_ms},
         {"compile_thread_ms", cs.compile_thread_ms},
         {"lower_thread_ms", cs.lower_thread_ms},
+        {"lowered_from_cache", cs.lowered_from_cache},
+        {"kernels_distinct", cs.kernels_distinct},
         {"load_ms", cs.load_ms},
         {"z3_share", cs.compile_thread_ms > 0 ? cs.z3_ms / cs.compile_thread_ms : 0.0}}},
   };
@@ -204,11 +206,12 @@ void print_compiled(const Model& model, const Session& session) {
   std::printf(
       "index proofs: %d proved, %d unknown (guard kept), %d disproved; %d Z3 queries (%d from the "
       "disk cache), %.0f ms of solver time (%.0f%% of the compile threads' %.0f ms: lowering and "
-      "proofs %.0f ms, code generation %.0f ms); kernels loaded in %.0f ms\n",
+      "proofs %.0f ms (%d of %d kernels from the lowering cache), code generation %.0f ms); "
+      "kernels loaded in %.0f ms\n",
       cs.proved, cs.unknown, cs.disproved, cs.z3_queries, cs.z3_disk_hits, cs.z3_ms,
       cs.compile_thread_ms > 0 ? 100.0 * cs.z3_ms / cs.compile_thread_ms : 0.0,
-      cs.compile_thread_ms, cs.lower_thread_ms, cs.compile_thread_ms - cs.lower_thread_ms,
-      cs.load_ms);
+      cs.compile_thread_ms, cs.lower_thread_ms, cs.lowered_from_cache, cs.kernels_distinct,
+      cs.compile_thread_ms - cs.lower_thread_ms, cs.load_ms);
 }
 
 double total_loss(const std::vector<LossValue>& losses) {

@@ -1,34 +1,34 @@
-// Compiling a program's distinct kernels: lowered with their proofs and handed to a backend on
-// all cores. Each result lands at its own index and the proof stats are summed in kernel order,
-// so nothing depends on scheduling.
+// Compiling a program's distinct kernels: lowered with their proofs (or read back from the
+// lowering cache, compiler/lower_cache.h) and handed to a backend on all cores. Each result lands
+// at its own index and the proof stats are summed in kernel order, so nothing depends on
+// scheduling.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
 
-#include "compiler/lower.h"
+#include "compiler/base/disk_cache.h"
+#include "compiler/lower_cache.h"
 #include "graph/runtime/executor.h"
 
 namespace tilerun::graph {
 
+namespace {
+
+void add_counts(const compiler::ProofCounts& c, const compiler::AnalysisStats& s,
+                CompileStats& stats) {
+  stats.proved += c.proved;
+  stats.unknown += c.unknown;
+  stats.disproved += c.disproved;
+  stats.z3_queries += s.z3_queries;
+  stats.z3_disk_hits += s.z3_disk_hits;
+  stats.z3_ms += s.z3_ms;
+}
+
+}  // namespace
+
 void add_proof_stats(const compiler::AnalysisReport& report, CompileStats& stats) {
-  for (const compiler::AccessVerdict& v : report.verdicts) {
-    if (v.question != "in_bounds" && v.question != "unique") continue;
-    switch (v.result.outcome) {
-      case compiler::Outcome::Proved:
-        ++stats.proved;
-        break;
-      case compiler::Outcome::Unknown:
-        ++stats.unknown;
-        break;
-      case compiler::Outcome::Disproved:
-        ++stats.disproved;
-        break;
-    }
-  }
-  stats.z3_queries += report.stats.z3_queries;
-  stats.z3_disk_hits += report.stats.z3_disk_hits;
-  stats.z3_ms += report.stats.z3_ms;
+  add_counts(compiler::proof_counts(report), report.stats, stats);
 }
 
 compiler::LowerOptions lower_options(const KernelGraph& g, size_t k) {
@@ -49,22 +49,27 @@ compiler::LowerOptions lower_options(const KernelGraph& g, size_t k) {
 void compile_kernels(const KernelGraph& g, const SessionOptions& options, CompileStats& stats,
                      const std::function<void(size_t, const compiler::SimtKernel&)>& compile) {
   const size_t n = g.kernels.size();
-  std::vector<compiler::AnalysisReport> reports(n);
+  const std::string cache_dir = compiler::default_cache_dir();
+  std::vector<compiler::ProofCounts> proofs(n);
+  std::vector<compiler::AnalysisStats> analysis(n);
+  std::vector<char> from_cache(n, 0);
   std::vector<std::exception_ptr> errors(n);
   std::vector<double> busy_ms(n, 0.0);   // per kernel: the compile thread's time on it
-  std::vector<double> lower_ms(n, 0.0);  // of it, lowering and proofs
+  std::vector<double> lower_ms(n, 0.0);  // of it, lowering and proofs (or the cache's answer)
   std::atomic<size_t> next{0}, done{0};
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < n;) {
       auto start = std::chrono::steady_clock::now();
       try {
-        compiler::LowerOptions lo = lower_options(g, i);
-        lo.report = &reports[i];
-        compiler::SimtKernel lowered = compiler::lower(*g.kernels[i], lo);
+        compiler::CachedLowering lowered =
+            compiler::lower_cached(*g.kernels[i], lower_options(g, i), cache_dir);
+        proofs[i] = lowered.proofs;
+        analysis[i] = lowered.stats;
+        from_cache[i] = lowered.hit;
         lower_ms[i] =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                 .count();
-        compile(i, lowered);
+        compile(i, lowered.kernel);
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -85,9 +90,12 @@ void compile_kernels(const KernelGraph& g, const SessionOptions& options, Compil
   for (std::thread& t : pool) t.join();
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
-  for (const compiler::AnalysisReport& r : reports) add_proof_stats(r, stats);
-  for (double ms : busy_ms) stats.compile_thread_ms += ms;
-  for (double ms : lower_ms) stats.lower_thread_ms += ms;
+  for (size_t i = 0; i < n; ++i) {
+    add_counts(proofs[i], analysis[i], stats);
+    stats.lowered_from_cache += from_cache[i];
+    stats.compile_thread_ms += busy_ms[i];
+    stats.lower_thread_ms += lower_ms[i];
+  }
 }
 
 }  // namespace tilerun::graph

@@ -77,6 +77,8 @@ struct CompileStats {
   // Of compile_thread_ms: lowering with its proofs (the compiler's passes), the rest code
   // generation and the backend (LLVM or NVRTC, or their on-disk caches).
   double lower_thread_ms = 0;
+  // Distinct kernels whose lowering (and proofs) came from the on-disk lowering cache.
+  int lowered_from_cache = 0;
   // Of compile_ms (wall): loading the compiled kernels into the device (CUDA modules, serially
   // after the compile threads); 0 on the CPU.
   double load_ms = 0;

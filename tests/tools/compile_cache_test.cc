@@ -1,7 +1,8 @@
-// The on-disk compile caches through the command line: a second run of a model reads every Z3
-// verdict and every CPU object from $TILERUN_CACHE_DIR (no solver time) and computes the same
-// loss, outputs and gradients bit for bit; a damaged verdict entry is reported, asked again and
-// rewritten.
+// The on-disk compile caches through the command line: a second run of a model reads every
+// lowered kernel (and so asks Z3 nothing) and every CPU object from $TILERUN_CACHE_DIR and
+// computes the same loss, outputs and gradients bit for bit; without the lowered kernels it reads
+// every Z3 verdict instead (no solver time), with the same results; a damaged verdict entry is
+// reported, asked again and rewritten.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -38,7 +39,7 @@ OpsRun run_ops(const std::string& tag) {
   return r;
 }
 
-TEST(CompileCache, AWarmRunAsksZ3NothingAndCompilesTheSameKernels) {
+TEST(CompileCache, AWarmRunLowersNothingAndCompilesTheSameKernels) {
   TILERUN_REQUIRE_CLI();
   const fs::path cache = temp_path("compile_cache");
   fs::remove_all(cache);
@@ -51,6 +52,20 @@ TEST(CompileCache, AWarmRunAsksZ3NothingAndCompilesTheSameKernels) {
 
   OpsRun warm = run_ops("warm");
   ASSERT_EQ(warm.cli.exit_code, 0) << warm.cli.out;
+  EXPECT_EQ(warm.proofs["lowered_from_cache"].get<int>(),
+            warm.proofs["kernels_distinct"].get<int>());
+  EXPECT_EQ(warm.proofs["z3_queries"].get<int>(), 0);
+  EXPECT_EQ(warm.proofs["proved"], cold.proofs["proved"]);
+  EXPECT_EQ(warm.proofs["unknown"], cold.proofs["unknown"]);
+  EXPECT_EQ(loss_lines(warm.cli.out), loss_lines(cold.cli.out));
+  ASSERT_FALSE(cold.saved.empty());
+  EXPECT_EQ(warm.saved, cold.saved);
+
+  // Without the lowered kernels: lowered again, every verdict read from disk.
+  fs::remove_all(cache / "lowered-v1");
+  warm = run_ops("verdicts");
+  ASSERT_EQ(warm.cli.exit_code, 0) << warm.cli.out;
+  EXPECT_EQ(warm.proofs["lowered_from_cache"].get<int>(), 0);
   EXPECT_EQ(warm.proofs["z3_queries"].get<int>(), queries);
   EXPECT_EQ(warm.proofs["z3_disk_hits"].get<int>(), queries);
   EXPECT_EQ(warm.proofs["z3_ms"].get<double>(), 0.0);
@@ -70,6 +85,7 @@ TEST(CompileCache, AWarmRunAsksZ3NothingAndCompilesTheSameKernels) {
   std::string bad = good;
   bad.back() = static_cast<char>(bad.back() ^ 0x20);
   std::ofstream(victim, std::ios::binary | std::ios::trunc) << bad;
+  fs::remove_all(cache / "lowered-v1");  // or the kernels would not be lowered, nor Z3 asked
   OpsRun healed = run_ops("healed");
   ASSERT_EQ(healed.cli.exit_code, 0) << healed.cli.out;
   EXPECT_NE(healed.cli.out.find("tilerun: warning: kernel cache entry"), std::string::npos)
