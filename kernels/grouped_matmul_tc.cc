@@ -26,6 +26,22 @@ namespace {
 // The async wgrad's tile of dw's K rows and its buffers (build_grouped_wgrad_tc_async).
 constexpr int64_t kWgradRows = 64;
 constexpr int kWgradStages = 3;
+
+// The forward's TMA boxes for rows [r0, r0 + 128) of x against expert e's matrix: x's [128, 64]
+// at step j, w[e]'s [128 (n), 64 (k)] transposed or its two [64 (k), 64 (n)] panels. The boxes
+// may reach past the segment (rows computed and dropped) or past R (zeros).
+TcAsyncBoxes expert_boxes(const cc::Buf& x, const cc::Buf& w, bool tb, const cc::Val& r0,
+                          const cc::Val& n0, const cc::Val& e) {
+  return {.a =
+              [=](const cc::Val& j, int) {
+                return x.region({r0, j * kTcK}, {kTcM, kTcK});
+              },
+          .b =
+              [=](const cc::Val& j, int h) {
+                return tb ? w.region({e, n0, j * kTcK}, {1, kTcN, kTcK})
+                          : w.region({e, j * kTcK, n0 + h * 64}, {1, kTcK, 64});
+              }};
+}
 }  // namespace
 
 std::pair<cc::Val, cc::Val> grouped_segment(cc::Scope& s, const cc::Buf& offsets, const cc::Val& e,
@@ -108,17 +124,7 @@ cc::Kernel build_grouped_tc_async(DType dtype, bool tb) {
       // A 0-or-1-trip loop, not an if: the pass holds barriers and gemms.
       s.serial(cc::select(meets, cc::Val(1), cc::Val(0)), [&](cc::Idx) {
         s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
-        tc_async_steps(s, st,
-                       {.a =
-                            [&](const cc::Val& j, int) {
-                              return x.region({r0, j * kTcK}, {kTcM, kTcK});
-                            },
-                        .b =
-                            [&](const cc::Val& j, int h) {
-                              return tb ? w.region({e, n0, j * kTcK}, {1, kTcN, kTcK})
-                                        : w.region({e, j * kTcK, n0 + h * 64}, {1, kTcK, 64});
-                            }},
-                       k);
+        tc_async_steps(s, st, expert_boxes(x, w, tb, r0, n0, e), k);
         s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) {
           cc::Idx row = r0 + i;
           out(i, j) = cc::select(row >= lo && row < hi, out(i, j) + st.acc(i, j), out(i, j));
@@ -188,19 +194,8 @@ cc::Kernel build_grouped_tc_aligned(DType dtype, bool tb) {
       s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
       const cc::Val we = cc::max(e, zero);
       // The rows before the first segment stay zeros: no K loop.
-      s.serial(cc::select(e >= 0, cc::Val(int64_t{1}), zero), [&](cc::Idx) {
-        tc_async_steps(s, st,
-                       {.a =
-                            [&](const cc::Val& j, int) {
-                              return x.region({r0, j * kTcK}, {kTcM, kTcK});
-                            },
-                        .b =
-                            [&](const cc::Val& j, int h) {
-                              return tb ? w.region({we, n0, j * kTcK}, {1, kTcN, kTcK})
-                                        : w.region({we, j * kTcK, n0 + h * 64}, {1, kTcK, 64});
-                            }},
-                       k);
-      });
+      s.serial(cc::select(e >= 0, cc::Val(int64_t{1}), zero),
+               [&](cc::Idx) { tc_async_steps(s, st, expert_boxes(x, w, tb, r0, n0, we), k); });
       // Rows past the segment's end (the next expert's, computed and dropped) are not stored.
       tc_store_through_shared(s, dtype, {st.acc}, kTcM, r0, n0, hi, n,
                               [&](const cc::Val& row, const cc::Val& col) { return y(row, col); });

@@ -34,12 +34,15 @@ std::string lm_yaml(const std::string& init) {
          "outputs: [lm.y]\n";
 }
 
-HostTensor ids_tensor(const std::vector<int32_t>& v) {
-  HostTensor t{.dtype = DType::I32, .shape = {3, 5}, .data = {}};
+// An i32 tensor of `shape` holding v.
+HostTensor i32_tensor(std::vector<int64_t> shape, const std::vector<int32_t>& v) {
+  HostTensor t{.dtype = DType::I32, .shape = std::move(shape), .data = {}};
   t.data.resize(v.size() * 4);
   for (size_t i = 0; i < v.size(); ++i) graph::store_element(DType::I32, t.data.data(), i, v[i]);
   return t;
 }
+
+HostTensor ids_tensor(const std::vector<int32_t>& v) { return i32_tensor({3, 5}, v); }
 
 // One check_index per checked tensor, before the first op that indexes with it; both embeddings
 // read its status as their third input.
@@ -202,10 +205,7 @@ std::string grouped_yaml() {
 }
 
 HostTensor offsets_tensor(const std::vector<int32_t>& v) {
-  HostTensor t{.dtype = DType::I32, .shape = {static_cast<int64_t>(v.size())}, .data = {}};
-  t.data.resize(v.size() * 4);
-  for (size_t i = 0; i < v.size(); ++i) graph::store_element(DType::I32, t.data.data(), i, v[i]);
-  return t;
+  return i32_tensor({static_cast<int64_t>(v.size())}, v);
 }
 
 TEST(IndexContract, GroupedOffsetsMustBeSortedSegmentStarts) {
