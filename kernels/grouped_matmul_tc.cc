@@ -27,6 +27,22 @@ namespace {
 constexpr int64_t kWgradRows = 64;
 constexpr int kWgradStages = 3;
 
+// The TMA forward kernels' dims and operands, in parameter order: R, N, K, E; x [R, K], w
+// [E, K, N] ([E, N, K] transposed). K a multiple of 8 (x's rows 16-byte aligned for its boxes),
+// N too either way (y's rows, for the epilogue's vectors).
+struct TmaOperands {
+  cc::Dim r, n, k, experts;
+  cc::Buf x, w;
+};
+TmaOperands declare_tma_operands(cc::KernelBuilder& kb, DType dtype, bool tb) {
+  cc::Dim r = kb.dim("R"), n = kb.dim("N", {.min = 1, .divisible_by = 8}),
+          k = kb.dim("K", {.min = 0, .divisible_by = 8}), experts = kb.dim("E");
+  cc::Buf x = kb.input("x", dtype, {r, k});
+  cc::Buf w = kb.input(
+      "w", dtype, tb ? std::vector<cc::Val>{experts, n, k} : std::vector<cc::Val>{experts, k, n});
+  return {r, n, k, experts, x, w};
+}
+
 // The forward's TMA boxes for rows [r0, r0 + 128) of x against expert e's matrix: x's [128, 64]
 // at step j, w[e]'s [128 (n), 64 (k)] transposed or its two [64 (k), 64 (n)] panels. The boxes
 // may reach past the segment (rows computed and dropped) or past R (zeros).
@@ -102,12 +118,9 @@ std::string grouped_tc_async_name(bool tb) {
 // R; w's are boxes of the matrix w[e].
 cc::Kernel build_grouped_tc_async(DType dtype, bool tb) {
   cc::KernelBuilder kb(grouped_tc_async_name(tb) + "_" + std::string(dtype_name(dtype)));
-  // N a multiple of 8 either way: y's rows 16-byte aligned for the epilogue's vectors.
-  cc::Dim r = kb.dim("R"), n = kb.dim("N", {.min = 1, .divisible_by = 8}),
-          k = kb.dim("K", {.min = 0, .divisible_by = 8}), experts = kb.dim("E");
-  cc::Buf x = kb.input("x", dtype, {r, k});
-  cc::Buf w = kb.input(
-      "w", dtype, tb ? std::vector<cc::Val>{experts, n, k} : std::vector<cc::Val>{experts, k, n});
+  const TmaOperands op = declare_tma_operands(kb, dtype, tb);
+  const cc::Dim r = op.r, n = op.n, k = op.k, experts = op.experts;  // (lambdas capture these)
+  const cc::Buf x = op.x, w = op.w;
   cc::Buf offsets = kb.input("offsets", DType::I32, {experts});
   cc::Buf y = kb.output("y", dtype, {r, n});
   kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(r, kTcM)}, kTcThreads, [&](cc::Scope& s) {
@@ -147,11 +160,9 @@ std::string grouped_tc_aligned_name(bool tb) {
 // (offsets[e + 1] <= offsets[e']), whatever the search found.
 cc::Kernel build_grouped_tc_aligned(DType dtype, bool tb) {
   cc::KernelBuilder kb(grouped_tc_aligned_name(tb) + "_" + std::string(dtype_name(dtype)));
-  cc::Dim r = kb.dim("R"), n = kb.dim("N", {.min = 1, .divisible_by = 8}),
-          k = kb.dim("K", {.min = 0, .divisible_by = 8}), experts = kb.dim("E");
-  cc::Buf x = kb.input("x", dtype, {r, k});
-  cc::Buf w = kb.input(
-      "w", dtype, tb ? std::vector<cc::Val>{experts, n, k} : std::vector<cc::Val>{experts, k, n});
+  const TmaOperands op = declare_tma_operands(kb, dtype, tb);
+  const cc::Dim r = op.r, n = op.n, k = op.k, experts = op.experts;  // (lambdas capture these)
+  const cc::Buf x = op.x, w = op.w;
   cc::Buf offsets = kb.sorted_input("offsets", experts, r + 1);
   cc::Buf status = kb.input("status", DType::I32, {2});
   cc::Buf y = kb.output("y", dtype, {r, n});
