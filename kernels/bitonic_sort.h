@@ -1,8 +1,9 @@
 // A bitonic sorting network over a shared tile of i64 keys, for kernels that sort one row in a
 // block (topk's row, embedding_grad's ids). The network is unrolled at build time for a constant
-// power-of-two length m: log2(m)·(log2(m)+1)/2 stages, each a barrier and one parallel
-// compare-exchange over m/2 pairs whose two addresses are affine in the loop's coordinates, so
-// every store is proved unique without Z3 and none depends on a loaded value. Keys should be
+// power-of-two length m: log2(m)·(log2(m)+1)/2 stages, up to three of a merge in one pass (a
+// barrier, then each thread's 2, 4 or 8 elements read, exchanged in registers and written back),
+// the addresses affine in the loop's coordinates, so every store is proved unique without Z3 and
+// none depends on a loaded value. Keys should be
 // distinct (a value with its position in its low bits), which makes the order total and the
 // result independent of the network's instability.
 #pragma once
