@@ -332,6 +332,8 @@ Buf::operator BufRegion() const {
 
 // ---------------------------------------------------------------------------------------------
 
+int Scope::threads() const { return state_->kernel.sig.threads; }
+
 Val Scope::block_idx(int axis) const {
   int n = static_cast<int>(state_->kernel.sig.grid.size());
   if (axis < 0 || axis >= n)

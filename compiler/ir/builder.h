@@ -223,6 +223,8 @@ class Scope {
 
   // This block's index along grid axis `axis` (0 = x), i64.
   Val block_idx(int axis) const;
+  // The block's threads (KernelBuilder::body's `threads`).
+  int threads() const;
 
   Buf alloc_shared(const std::string& name, DType dtype, std::vector<int64_t> shape);
   // A shared tile whose coordinates map to offsets by `layout` (layout.h; same shape as the
