@@ -27,10 +27,6 @@ void add_counts(const compiler::ProofCounts& c, const compiler::AnalysisStats& s
 
 }  // namespace
 
-void add_proof_stats(const compiler::AnalysisReport& report, CompileStats& stats) {
-  add_counts(compiler::proof_counts(report), report.stats, stats);
-}
-
 compiler::LowerOptions lower_options(const KernelGraph& g, size_t k) {
   compiler::LowerOptions options;
   const std::vector<int64_t>* dims = nullptr;

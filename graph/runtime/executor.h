@@ -15,9 +15,6 @@
 
 namespace tilerun::graph {
 
-// Adds one kernel's analysis to the compile stats (safety questions only in the verdict counts).
-void add_proof_stats(const compiler::AnalysisReport& report, CompileStats& stats);
-
 // How kernel `k` of `graph` is lowered: when every launch of it binds the same dims, those
 // values are the analysis's concrete shape (proofs the symbolic dims leave open are retried on
 // them; compiling and dumping use the same options, so dumps show the code that runs).
