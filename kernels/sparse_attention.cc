@@ -31,8 +31,9 @@ void expect_shape(const TensorType& t, const std::string& slot, DType dtype,
                      to_string(TensorType{dtype, shape}) + " (" + what + ")");
 }
 
-// (q [T, H, E], kv [S, E], idx i32 [T, K], bias [T, K], sink [H]) -> the shape.
-SparseAttentionShape check_inputs(const std::vector<TensorType>& in) {
+// (q [T, H, E], kv [S, E], idx i32 [T, K - W], bias [T, K], sink [H]) -> the shape; W is the
+// `window` attribute (slots before idx's that name keys t - j).
+SparseAttentionShape check_inputs(const std::vector<TensorType>& in, const Attrs& attrs) {
   expect_float(in[0], "q");
   expect_rank(in[0], 3, "q");
   const DType dt = in[0].dtype;
@@ -45,8 +46,18 @@ SparseAttentionShape check_inputs(const std::vector<TensorType>& in) {
   if (in[2].dtype != DType::I32 || in[2].shape.size() != 2 || in[2].shape[0] != sh.t)
     throw ShapeError("input 'idx' is " + to_string(in[2]) + ", expected i32[" +
                      std::to_string(sh.t) + ", K] (each token's selected rows of kv)");
-  sh.k = in[2].shape[1];
-  expect_shape(in[3], "bias", dt, {sh.t, sh.k}, "one additive logit per selected slot");
+  sh.w = attr_int(attrs, "window");
+  if (in[2].shape[1] < 1)
+    throw ShapeError("input 'idx' has no columns, expected each token's selected rows of kv");
+  if (sh.w < 0) throw ShapeError("window is " + std::to_string(sh.w) + ", expected 0 or more");
+  sh.k = sh.w + in[2].shape[1];
+  if (sh.w > 0 && sh.s < sh.t)
+    throw ShapeError("window " + std::to_string(sh.w) + " names keys t - j of kv's rows, but kv " +
+                     to_string(in[1]) + " has fewer rows than the " + std::to_string(sh.t) +
+                     " tokens");
+  expect_shape(in[3], "bias", dt, {sh.t, sh.k},
+               sh.w > 0 ? "one additive logit per slot: the window's, then idx's"
+                        : "one additive logit per selected slot");
   expect_shape(in[4], "sink", dt, {sh.h}, "one sink logit per head");
   if (sh.k > kSparseAttentionMaxK || sh.h * sh.k > kSparseAttentionMaxHK || sh.k < 1)
     throw ShapeError("input 'idx' selects " + std::to_string(sh.k) + " keys for " +
@@ -59,17 +70,17 @@ SparseAttentionShape check_inputs(const std::vector<TensorType>& in) {
 
 // y, and with `mass` the attention's mass per slot [T, K] (Σ_h p, no gradient).
 std::vector<TensorType> infer_forward(const std::vector<TensorType>& in, const Attrs& attrs) {
-  const SparseAttentionShape sh = check_inputs(in);
+  const SparseAttentionShape sh = check_inputs(in, attrs);
   if (!attr_bool(attrs, "mass")) return {in[0]};
   return {in[0], TensorType{in[0].dtype, {sh.t, sh.k}}};
 }
 
-// (q, kv, idx, bias, sink, y, dy, order [T·K], offsets [S]) -> (dq, dkv, dbias, dsink).
-std::vector<TensorType> infer_grad(const std::vector<TensorType>& in, const Attrs&) {
-  const SparseAttentionShape sh = check_inputs(in);
+// (q, kv, idx, bias, sink, y, dy, order [T·(K - W)], offsets [S]) -> (dq, dkv, dbias, dsink).
+std::vector<TensorType> infer_grad(const std::vector<TensorType>& in, const Attrs& attrs) {
+  const SparseAttentionShape sh = check_inputs(in, attrs);
   expect_same(in[5], "y", in[0], "q");
   expect_same(in[6], "dy", in[0], "q");
-  expect_shape(in[7], "order", DType::I32, {sh.t * sh.k}, "counting_sort's order of idx");
+  expect_shape(in[7], "order", DType::I32, {sh.t * sh.selected()}, "counting_sort's order of idx");
   expect_shape(in[8], "offsets", DType::I32, {sh.s}, "counting_sort's offsets of idx");
   return {in[0], in[1], in[3], in[4]};
 }
@@ -77,35 +88,46 @@ std::vector<TensorType> infer_grad(const std::vector<TensorType>& in, const Attr
 // ---- References ----------------------------------------------------------------------------
 
 struct RefShape {
-  int64_t t, h, e, s, k;
+  int64_t t, h, e, s, k, w;
 };
-RefShape ref_shape(const std::vector<RefTensor>& in) {
-  return {in[0].shape[0], in[0].shape[1], in[0].shape[2], in[1].shape[0], in[2].shape[1]};
+RefShape ref_shape(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  const int64_t w = attr_int(attrs, "window");
+  return {in[0].shape[0], in[0].shape[1], in[0].shape[2], in[1].shape[0], w + in[2].shape[1], w};
 }
 
 int64_t id_at(const RefTensor& idx, int64_t i) {
   return static_cast<int64_t>(std::llround(idx.data[i]));
 }
 
-// p [T, H, K] and the sink's probability [T, H]; NaN for a token with an id outside [0, S).
+// Slot j of token t: a window slot's key t - j (kEmpty past the first key), else idx's id.
+constexpr int64_t kEmpty = -2;
+int64_t slot_id(const std::vector<RefTensor>& in, const RefShape& n, int64_t t, int64_t j) {
+  if (j < n.w) return j <= t ? t - j : kEmpty;
+  return id_at(in[2], t * (n.k - n.w) + j - n.w);
+}
+
+// p [T, H, K] and the sink's probability [T, H]; NaN for a token with an id outside [0, S). An
+// empty window slot takes no part: p = 0 whatever its bias.
 struct RefProbs {
   std::vector<double> p, sink;
 };
-RefProbs ref_probs(const std::vector<RefTensor>& in, double scale) {
-  const RefTensor &q = in[0], &kv = in[1], &idx = in[2], &bias = in[3], &sink = in[4];
-  const RefShape n = ref_shape(in);
+RefProbs ref_probs(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  const double scale = attr_float(attrs, "scale");
+  const RefTensor &q = in[0], &kv = in[1], &bias = in[3], &sink = in[4];
+  const RefShape n = ref_shape(in, attrs);
   RefProbs out{std::vector<double>(n.t * n.h * n.k), std::vector<double>(n.t * n.h)};
   for (int64_t t = 0; t < n.t; ++t) {
     bool bad = false;
     for (int64_t j = 0; j < n.k; ++j) {
-      const int64_t id = id_at(idx, t * n.k + j);
-      bad |= id < 0 || id >= n.s;
+      const int64_t id = slot_id(in, n, t, j);
+      bad |= id != kEmpty && (id < 0 || id >= n.s);
     }
     for (int64_t h = 0; h < n.h; ++h) {
-      std::vector<double> z(n.k);
+      std::vector<double> z(n.k, -INFINITY);
       double m = sink.data[h];
       for (int64_t j = 0; j < n.k && !bad; ++j) {
-        const int64_t id = id_at(idx, t * n.k + j);
+        const int64_t id = slot_id(in, n, t, j);
+        if (id == kEmpty) continue;
         double dot = 0;
         for (int64_t c = 0; c < n.e; ++c)
           dot += q.data[(t * n.h + h) * n.e + c] * kv.data[id * n.e + c];
@@ -122,22 +144,22 @@ RefProbs ref_probs(const std::vector<RefTensor>& in, double scale) {
   return out;
 }
 
-// kv's row for slot (t, j), or nullptr for an id outside [0, S).
-const double* key_row(const std::vector<RefTensor>& in, int64_t t, int64_t j) {
-  const RefShape n = ref_shape(in);
-  const int64_t id = id_at(in[2], t * n.k + j);
+// kv's row for slot (t, j), or nullptr for an empty slot or an id outside [0, S).
+const double* key_row(const std::vector<RefTensor>& in, const RefShape& n, int64_t t, int64_t j) {
+  const int64_t id = slot_id(in, n, t, j);
   return id >= 0 && id < n.s ? &in[1].data[id * n.e] : nullptr;
 }
 
 std::vector<RefTensor> ref_forward(const std::vector<RefTensor>& in, const Attrs& attrs) {
-  const RefShape n = ref_shape(in);
-  const RefProbs pr = ref_probs(in, attr_float(attrs, "scale"));
+  const RefShape n = ref_shape(in, attrs);
+  const RefProbs pr = ref_probs(in, attrs);
   RefTensor y = ref_zeros(in[0].shape);
   for (int64_t t = 0; t < n.t; ++t)
     for (int64_t h = 0; h < n.h; ++h)
       for (int64_t j = 0; j < n.k; ++j) {
+        if (slot_id(in, n, t, j) == kEmpty) continue;
         const double p = pr.p[(t * n.h + h) * n.k + j];
-        const double* row = key_row(in, t, j);
+        const double* row = key_row(in, n, t, j);
         for (int64_t c = 0; c < n.e; ++c)
           y.data[(t * n.h + h) * n.e + c] += row ? p * row[c] : kNaN();
       }
@@ -152,9 +174,9 @@ std::vector<RefTensor> ref_forward(const std::vector<RefTensor>& in, const Attrs
 // The math from idx directly (order and offsets only say how the kernels walk it).
 std::vector<RefTensor> ref_grad(const std::vector<RefTensor>& in, const Attrs& attrs) {
   const double scale = attr_float(attrs, "scale");
-  const RefShape n = ref_shape(in);
+  const RefShape n = ref_shape(in, attrs);
   const RefTensor &q = in[0], &y = in[5], &dy = in[6];
-  const RefProbs pr = ref_probs(in, scale);
+  const RefProbs pr = ref_probs(in, attrs);
   RefTensor dq = ref_zeros(q.shape), dkv = ref_zeros(in[1].shape), dbias = ref_zeros(in[3].shape),
             dsink = ref_zeros(in[4].shape);
   for (int64_t t = 0; t < n.t; ++t)
@@ -164,15 +186,16 @@ std::vector<RefTensor> ref_grad(const std::vector<RefTensor>& in, const Attrs& a
       for (int64_t c = 0; c < n.e; ++c) delta += y.data[row + c] * dy.data[row + c];
       dsink.data[h] -= pr.sink[t * n.h + h] * delta;
       for (int64_t j = 0; j < n.k; ++j) {
+        if (slot_id(in, n, t, j) == kEmpty) continue;  // no part in the softmax: no gradient
         const double p = pr.p[(t * n.h + h) * n.k + j];
-        const double* kr = key_row(in, t, j);
+        const double* kr = key_row(in, n, t, j);
         double dp = 0;
         for (int64_t c = 0; c < n.e; ++c) dp += dy.data[row + c] * (kr ? kr[c] : kNaN());
         const double ds = p * (dp - delta);
         dbias.data[t * n.k + j] += ds;
         for (int64_t c = 0; c < n.e; ++c) dq.data[row + c] += scale * ds * (kr ? kr[c] : kNaN());
         if (!kr) continue;
-        double* g = &dkv.data[id_at(in[2], t * n.k + j) * n.e];
+        double* g = &dkv.data[slot_id(in, n, t, j) * n.e];
         for (int64_t c = 0; c < n.e; ++c)
           g[c] += scale * ds * q.data[row + c] + p * dy.data[row + c];
       }
@@ -205,7 +228,7 @@ std::vector<GradOp> grad_sparse_attention(const std::vector<TensorType>& in, con
 ExpandFn expand(std::shared_ptr<KernelCache> cache, bool grad) {
   return [cache, grad](const std::vector<TensorType>& in, const std::vector<TensorType>&,
                        const Attrs& attrs) {
-    const SparseAttentionShape sh = check_inputs(in);
+    const SparseAttentionShape sh = check_inputs(in, attrs);
     const double scale = attr_float(attrs, "scale");
     return grad ? sparse_attention_grad_expansion(*cache, in[0].dtype, sh, scale)
                 : sparse_attention_expansion(*cache, in[0].dtype, sh, scale,
@@ -215,14 +238,20 @@ ExpandFn expand(std::shared_ptr<KernelCache> cache, bool grad) {
 
 // ---- Test cases ----------------------------------------------------------------------------
 
+// K counts every slot: the first w are the window's, idx has K - w columns.
 std::vector<std::vector<int64_t>> input_shapes(int64_t t, int64_t h, int64_t e, int64_t s,
-                                               int64_t k) {
-  return {{t, h, e}, {s, e}, {t, k}, {t, k}, {h}};
+                                               int64_t k, int64_t w) {
+  return {{t, h, e}, {s, e}, {t, k - w}, {t, k}, {h}};
 }
 
-OpTestCase forward_case(int64_t t, int64_t h, int64_t e, int64_t s, int64_t k, double scale) {
-  return {
-      .shapes = input_shapes(t, h, e, s, k), .attrs = {{"scale", scale}}, .int_lo = 0, .int_hi = s};
+OpTestCase forward_case(int64_t t, int64_t h, int64_t e, int64_t s, int64_t k, double scale,
+                        int64_t w = 0) {
+  OpTestCase c{.shapes = input_shapes(t, h, e, s, k, w),
+               .attrs = {{"scale", scale}},
+               .int_lo = 0,
+               .int_hi = s};
+  if (w > 0) c.attrs["window"] = w;
+  return c;
 }
 
 // order and offsets as counting_sort makes them from idx (input 2): the slots in key order,
@@ -245,11 +274,12 @@ OpTestCase with_mass(OpTestCase c) {
   return c;
 }
 
-OpTestCase grad_case(int64_t t, int64_t h, int64_t e, int64_t s, int64_t k, double scale) {
-  OpTestCase c = forward_case(t, h, e, s, k, scale);
+OpTestCase grad_case(int64_t t, int64_t h, int64_t e, int64_t s, int64_t k, double scale,
+                     int64_t w = 0) {
+  OpTestCase c = forward_case(t, h, e, s, k, scale, w);
   c.shapes.push_back({t, h, e});
   c.shapes.push_back({t, h, e});
-  c.shapes.push_back({t * k});
+  c.shapes.push_back({t * (k - w)});
   c.shapes.push_back({s});
   c.derive = sort_slots;
   return c;
@@ -272,9 +302,14 @@ OpTests forward_tests() {
                  forward_case(24, 3, 70, 40, 16, 0.125), forward_case(5, 2, 8, 3, 16, 0.35),
                  forward_case(6, 8, 72, 100, 64, 0.125), forward_case(3, 16, 136, 90, 128, 0.09),
                  with_mass(forward_case(7, 2, 64, 20, 5, 0.125)),
-                 with_mass(forward_case(6, 8, 72, 100, 64, 0.125))},
+                 with_mass(forward_case(6, 8, 72, 100, 64, 0.125)),
+                 // A window of 4 (then 64, on the tensor cores) before idx's slots: the first
+                 // tokens' last window slots are empty.
+                 with_mass(forward_case(9, 2, 16, 12, 6, 0.3, 4)),
+                 with_mass(forward_case(70, 8, 72, 90, 128, 0.125, 64))},
       // Repeated ids (K = 4 slots over S = 2 rows), and three heads over distinct ones.
-      .gradient = {forward_case(2, 1, 3, 2, 4, 0.7), forward_case(3, 3, 4, 6, 2, 0.5)},
+      .gradient = {forward_case(2, 1, 3, 2, 4, 0.7), forward_case(3, 3, 4, 6, 2, 0.5),
+                   forward_case(4, 2, 3, 5, 4, 0.6, 2)},
       .examples = {masked}};
 }
 
@@ -300,7 +335,11 @@ OpTests grad_tests() {
                      grad_case(24, 3, 70, 40, 16, 0.125), grad_case(5, 2, 8, 3, 16, 0.35),
                      grad_case(6, 8, 72, 100, 64, 0.125), grad_case(3, 16, 136, 90, 128, 0.09),
                      grad_case(8, 8, 72, 3, 64, 0.2), grad_case(40, 8, 16, 2, 64, 0.3),
-                     grad_case(5, 8, 520, 4, 64, 0.04)},
+                     grad_case(5, 8, 520, 4, 64, 0.04),
+                     // Windows: the SIMT kernel B's band, then the tensor cores' (keys over two
+                     // 64-key blocks, E ragged; T below one block).
+                     grad_case(9, 2, 16, 12, 6, 0.3, 4), grad_case(70, 8, 72, 90, 128, 0.125, 64),
+                     grad_case(20, 16, 64, 30, 128, 0.1, 64)},
           .examples = {one}};
 }
 
@@ -312,7 +351,14 @@ const IndexContract kIdxContract{
 std::vector<AttrSpec> scale_attr() {
   return {{.name = "scale",
            .kind = AttrKind::Float,
-           .doc = "the factor on q·k before the bias (e.g. 1/sqrt(E))"}};
+           .doc = "the factor on q·k before the bias (e.g. 1/sqrt(E))"},
+          {.name = "window",
+           .kind = AttrKind::Int,
+           .default_value = AttrValue{int64_t{0}},
+           .doc = "W sliding-window slots before idx's: slot j < W of token t is key t - j, or "
+                  "empty (no part in the softmax) when j > t; bias and mass cover all W + K "
+                  "slots. The backward sums the window's key gradients as a band, not "
+                  "through the sort"}};
 }
 
 std::vector<AttrSpec> forward_attrs() {
@@ -336,7 +382,8 @@ void register_sparse_attention(OpRegistry& registry) {
            "y[t, h, :] = Σ_j p[t, h, j]·kv[idx[t, j], :], p the softmax over j of "
            "scale·q[t, h, :]·kv[idx[t, j], :] + bias[t, j] with sink[h] in the denominator: "
            "q [T, H, E] attending to K selected rows (i32 idx [T, K], checked in [0, S)) of "
-           "one head kv [S, E] used as key and value; with mass, also mass[t, j] = Σ_h p[t, h, j] "
+           "one head kv [S, E] used as key and value; with window W, W slots before idx's name "
+           "keys t - j (none past key 0); with mass, also mass[t, j] = Σ_h p[t, h, j] "
            "(no gradient)",
        .inputs = {"q", "kv", "idx", "bias", "sink"},
        .outputs = {"y", "mass"},
@@ -353,7 +400,8 @@ void register_sparse_attention(OpRegistry& registry) {
   registry.add(
       {.name = "sparse_attention_grad",
        .doc = "(dq, dkv, dbias, dsink) of sparse_attention from (q, kv, idx, bias, sink, y, dy) "
-              "and counting_sort's order and offsets of idx (dkv summed per key in that order)",
+              "and counting_sort's order and offsets of idx (dkv summed per key in that order, "
+              "after the window's band)",
        .inputs = {"q", "kv", "idx", "bias", "sink", "y", "dy", "order", "offsets"},
        .outputs = {"dq", "dkv", "dbias", "dsink"},
        .attrs = scale_attr(),

@@ -30,17 +30,27 @@ namespace sparse_attention_detail {
 cc::Val nan_f32() { return cc::Val(std::numeric_limits<float>::quiet_NaN()); }
 
 std::string kernel_name(const std::string& base, DType dt, const SparseAttentionShape& sh) {
-  return base + "_h" + std::to_string(sh.h) + "_k" + std::to_string(sh.k) + "_" +
-         std::string(dtype_name(dt));
+  return base + "_h" + std::to_string(sh.h) + "_k" + std::to_string(sh.k) +
+         (sh.w > 0 ? "_w" + std::to_string(sh.w) : "") + "_" + std::string(dtype_name(dt));
 }
 
-// ids[j] = idx[t, j], or -1 outside [0, S). Barrier after it.
-void stage_token_ids(cc::Scope& s, int64_t k, const cc::Idx& t, const cc::Buf& ids,
-                     const cc::Buf& idx, const cc::Val& s_dim) {
-  s.parallel(k, [&](cc::Idx j) {
+cc::Val slot_score(const cc::Val& id, const cc::Val& z) {
+  return cc::select(id >= 0, z,
+                    cc::select(id == i64(kEmptySlot),
+                               cc::Val(-std::numeric_limits<float>::infinity()), nan_f32()));
+}
+
+// ids[j]: the window's keys t - j (kEmptySlot past the first key), then idx[t, j - W], or -1
+// outside [0, S). Barrier after it.
+void stage_token_ids(cc::Scope& s, const SparseAttentionShape& sh, const cc::Idx& t,
+                     const cc::Buf& ids, const cc::Buf& idx, const cc::Val& s_dim) {
+  s.parallel(sh.k - sh.w, [&](cc::Idx j) {
     cc::Val id = s.let(cc::to_i64(idx(t, j)), "id");
-    ids(j) = cc::to_i32(cc::select(id >= 0 && id < s_dim, id, i64(-1)));
+    ids(sh.w + j) = cc::to_i32(cc::select(id >= 0 && id < s_dim, id, i64(-1)));
   });
+  if (sh.w > 0)
+    s.parallel(sh.w,
+               [&](cc::Idx j) { ids(j) = cc::to_i32(cc::select(j <= t, t - j, i64(kEmptySlot))); });
   s.barrier();
 }
 
@@ -62,7 +72,7 @@ TokenParams declare_token_params(cc::KernelBuilder& kb, DType dt, const SparseAt
   const cc::Val h(sh.h), k(sh.k);
   p.q = kb.input("q", dt, {p.t, h, p.e});
   p.kv = kb.input("kv", dt, {p.s, p.e});
-  p.idx = kb.input("idx", DType::I32, {p.t, k});
+  p.idx = kb.input("idx", DType::I32, {p.t, cc::Val(sh.selected())});
   p.bias = kb.input("bias", dt, {p.t, k});
   p.sink = kb.input("sink", dt, {h});
   return p;
@@ -152,8 +162,8 @@ struct Token {
     d = s.alloc_shared("d", DType::F32, {h});
   }
 
-  void stage_ids(const cc::Buf& idx, const cc::Val& s_dim) {
-    stage_token_ids(s, k, t, ids, idx, s_dim);
+  void stage_ids(const SparseAttentionShape& sh, const cc::Buf& idx, const cc::Val& s_dim) {
+    stage_token_ids(s, sh, t, ids, idx, s_dim);
   }
 
   // keys[j, c] = kv[ids[j], e0 + c] (0 past E or for a bad id). Barrier after it.
@@ -187,7 +197,7 @@ struct Token {
   // keep each head's max and denominator.
   void softmax(const cc::Buf& acc, const cc::Buf& bias, const cc::Buf& sink, const cc::Val& scale) {
     s.parallel(h, k, [&](cc::Idx hh, cc::Idx j) {
-      p(hh, j) = cc::select(ids(j) >= 0, scale * acc(hh, j) + bias(t, j), nan_f32());
+      p(hh, j) = slot_score(cc::to_i64(ids(j)), scale * acc(hh, j) + bias(t, j));
     });
     s.barrier();
     softmax_rows(s, h, k, p, m, d, sink);
@@ -224,7 +234,7 @@ cc::Kernel build_forward(DType dt, const SparseAttentionShape& sh, bool with_mas
     Token tok(s, sh.h, sh.k, s.block_idx(0));
     cc::Buf qs = s.alloc_shared("qs", DType::F32, {sh.h, kCols});
     cc::Buf acc = s.alloc_fragment("acc", DType::F32, {sh.h, sh.k});
-    tok.stage_ids(idx, sd);
+    tok.stage_ids(sh, idx, sd);
     s.parallel(h, k, [&](cc::Idx hh, cc::Idx j) { acc(hh, j) = 0.0f; });
     s.serial(cc::ceildiv(e, i64(kCols)), [&](cc::Idx chunk) {
       tok.stage_keys(kv, chunk * kCols, e);
@@ -261,7 +271,7 @@ cc::Kernel build_grad_token(DType dt, const SparseAttentionShape& sh) {
     cc::Buf delta = s.alloc_shared("delta", DType::F32, {sh.h});
     cc::Buf acc = s.alloc_fragment("acc", DType::F32, {sh.h, sh.k});
     cc::Buf dp = s.alloc_fragment("dp", DType::F32, {sh.h, sh.k});
-    tok.stage_ids(idx, sd);
+    tok.stage_ids(sh, idx, sd);
     // delta[hh] = y[t, hh, :] · dy[t, hh, :] in column order.
     s.parallel(h, [&](cc::Idx hh) {
       delta(hh) = 0.0f;
@@ -303,47 +313,53 @@ cc::Kernel build_grad_token(DType dt, const SparseAttentionShape& sh) {
   return kb.build();
 }
 
-// Kernel B: dkv[key, col] = Σ over the key's pairs (t, j) in order[offsets[key] .. end) of
-// Σ_h (scale · ds[t, h, j] · q[t, h, col] + p[t, h, j] · dy[t, h, col]). An entry outside
-// [0, T·K) or naming a slot whose id is not the key makes the row NaN (a wrong inverse is never a
-// silently wrong sum). Parameters q, idx, dy, order, offsets, p, ds, dkv; T, S, E; scale.
+// Kernel B: dkv[key, col] = Σ over the key's pairs (t, j) of
+// Σ_h (scale · ds[t, h, j] · q[t, h, col] + p[t, h, j] · dy[t, h, col]): first its window's pairs
+// (t = key + j for j < W, t < T: a band, no sort needed), then the pairs counting_sort lists for
+// it in order[offsets[key] .. end) (idx's slots j = W + i). An entry outside [0, T·(K - W)) or
+// naming a slot whose id is not the key makes the row NaN (a wrong inverse is never a silently
+// wrong sum). Parameters q, idx, dy, order, offsets, p, ds, dkv; T, S, E; scale.
 cc::Kernel build_grad_keys(DType dt, const SparseAttentionShape& sh) {
   cc::KernelBuilder kb(kernel_name("sparse_attention_grad_keys", dt, sh));
   cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E");
-  const cc::Val h(sh.h), k(sh.k);
-  cc::Buf q = kb.input("q", dt, {t, h, e}), idx = kb.input("idx", DType::I32, {t, k});
+  const cc::Val h(sh.h), k(sh.k), sel(sh.selected());
+  cc::Buf q = kb.input("q", dt, {t, h, e}), idx = kb.input("idx", DType::I32, {t, sel});
   cc::Buf dy = kb.input("dy", dt, {t, h, e});
-  cc::Buf order = kb.input("order", DType::I32, {t * k}),
+  cc::Buf order = kb.input("order", DType::I32, {t * sel}),
           offsets = kb.input("offsets", DType::I32, {sd});
   cc::Buf p = kb.input("p", DType::F32, {t, h, k}), ds = kb.input("ds", DType::F32, {t, h, k});
   cc::Buf dkv = kb.output("dkv", dt, {sd, e});
   cc::Val scale = kb.scalar_f32("scale");
   kb.body({sd, cc::ceildiv(e, i64(kKeyThreads))}, kKeyThreads, [&](cc::Scope& s) {
     cc::Idx key = s.block_idx(0), base = s.block_idx(1) * kKeyThreads;
-    cc::Val n = s.let(t * k, "n");
+    cc::Val n = s.let(t * sel, "n");
     const KeyRun run = key_run(s, offsets, key, sd, n);
     const cc::Val begin = run.begin, end = run.end;
     cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kKeyThreads});
     cc::Buf bad = s.alloc_fragment("bad", DType::F32, {kKeyThreads});
+    auto add_pair = [&](const cc::Idx& i, const cc::Idx& col, const cc::Val& tt, const cc::Val& j) {
+      s.serial(h, [&](cc::Idx hh) {
+        acc(i) = cc::fma(p(tt, hh, j), dy(tt, hh, col),
+                         cc::fma(scale * ds(tt, hh, j), q(tt, hh, col), acc(i)));
+      });
+    };
     s.parallel(kKeyThreads, [&](cc::Idx i) {
       cc::Idx col = base + i;
       s.if_then(col < e, [&] {
         acc(i) = 0.0f;
         bad(i) = 0.0f;
+        if (sh.w > 0)
+          s.serial(i64(sh.w), [&](cc::Idx j) {
+            s.if_then(key + j < t, [&] { add_pair(i, col, key + j, j); });
+          });
         s.serial(end - begin, [&](cc::Idx r) {
           cc::Val o = s.let(cc::to_i64(order(begin + r)), "o");
           s.if_then_else(
               o >= 0 && o < n,
               [&] {
-                cc::Val tt = s.let(o / k, "tt"), j = s.let(o % k, "j");
+                cc::Val tt = s.let(o / sel, "tt"), j = s.let(o % sel, "j");
                 s.if_then_else(
-                    cc::to_i64(idx(tt, j)) == key,
-                    [&] {
-                      s.serial(h, [&](cc::Idx hh) {
-                        acc(i) = cc::fma(p(tt, hh, j), dy(tt, hh, col),
-                                         cc::fma(scale * ds(tt, hh, j), q(tt, hh, col), acc(i)));
-                      });
-                    },
+                    cc::to_i64(idx(tt, j)) == key, [&] { add_pair(i, col, tt, j + sh.w); },
                     [&] { bad(i) = 1.0f; });
               },
               [&] { bad(i) = 1.0f; });
@@ -377,18 +393,33 @@ OpExpansion sparse_attention_expansion(KernelCache& cache, DType dtype,
 OpExpansion sparse_attention_grad_expansion(KernelCache& cache, DType dtype,
                                             const SparseAttentionShape& shape, double scale) {
   if (use_tensor_cores(dtype, shape)) {
-    const int64_t n = shape.t * shape.k;
+    // Scratch: g and part [T·(K - W), E] f32, sink_part [T, H], seg_key [T·(K - W)]; with a
+    // window, cw [T·G·64, W] and band [T, E] f32 too.
+    const int64_t n = shape.t * shape.selected(), groups = (shape.h + 15) / 16;
     OpExpansion ex{.scratch = {TensorType{DType::F32, {n, shape.e}},
                                TensorType{DType::F32, {shape.t, shape.h}},
                                TensorType{DType::F32, {n, shape.e}}, TensorType{DType::I32, {n}}}};
+    std::vector<KernelArg> token_buffers = {input_slot(0),   input_slot(1),  input_slot(2),
+                                            input_slot(3),   input_slot(4),  input_slot(5),
+                                            input_slot(6),   output_slot(0), output_slot(2),
+                                            scratch_slot(0), scratch_slot(1)};
+    if (shape.w > 0) {
+      ex.scratch.push_back(TensorType{dtype, {shape.t * groups * 64, shape.w}});
+      ex.scratch.push_back(TensorType{DType::F32, {shape.t, shape.e}});
+      token_buffers.push_back(scratch_slot(4));
+    }
     ex.calls.push_back(
         {.kernel = cache.get(kernel_name("sparse_attention_tc_grad_token", dtype, shape),
                              [&] { return build_grad_token_tc(dtype, shape); }),
-         .buffers = {input_slot(0), input_slot(1), input_slot(2), input_slot(3), input_slot(4),
-                     input_slot(5), input_slot(6), output_slot(0), output_slot(2), scratch_slot(0),
-                     scratch_slot(1)},
+         .buffers = token_buffers,
          .dims = dims_of(shape),
          .scalars = {scale}});
+    if (shape.w > 0)
+      ex.calls.push_back(
+          {.kernel =
+               cache.get(band_name(dtype, shape), [&] { return build_grad_band_tc(dtype, shape); }),
+           .buffers = {input_slot(0), input_slot(6), scratch_slot(4), scratch_slot(5)},
+           .dims = {shape.t, shape.e}});
     // Kernel B: the order's windows summed by key segment, then each key's window partials.
     ex.calls.push_back(
         {.kernel = cache.get(kernel_name("sparse_attention_tc_grad_key_windows", dtype, shape),
@@ -396,17 +427,20 @@ OpExpansion sparse_attention_grad_expansion(KernelCache& cache, DType dtype,
          .buffers = {input_slot(2), input_slot(7), input_slot(8), scratch_slot(0), scratch_slot(2),
                      scratch_slot(3)},
          .dims = dims_of(shape)});
+    std::vector<KernelArg> sums_buffers = {input_slot(8), scratch_slot(2), scratch_slot(3)};
+    if (shape.w > 0) sums_buffers.push_back(scratch_slot(5));
+    sums_buffers.push_back(output_slot(1));
     ex.calls.push_back(
         {.kernel = cache.get(kernel_name("sparse_attention_tc_grad_key_sums", dtype, shape),
                              [&] { return build_grad_key_sums_tc(dtype, shape); }),
-         .buffers = {input_slot(8), scratch_slot(2), scratch_slot(3), output_slot(1)},
+         .buffers = sums_buffers,
          .dims = dims_of(shape)});
     ex.calls.push_back(reduce_call(cache, ReduceKind::Sum, DType::F32, dtype,
                                    AxisView{.outer = 1, .extent = shape.t, .inner = shape.h},
                                    scratch_slot(1), output_slot(3)));
     return ex;
   }
-  const TensorType per_slot{DType::F32, {shape.t, shape.h, shape.k}};
+  const TensorType per_slot{DType::F32, {shape.t, shape.h, shape.k}};  // every slot's p, ds
   OpExpansion ex{.scratch = {per_slot, per_slot, TensorType{DType::F32, {shape.t, shape.h}}}};
   ex.calls.push_back(
       {.kernel = cache.get(kernel_name("sparse_attention_grad_token", dtype, shape),

@@ -15,10 +15,12 @@ namespace tilerun::kernels {
 constexpr int64_t kSparseAttentionMaxK = 512;
 constexpr int64_t kSparseAttentionMaxHK = 16384;
 
-// The shape every kernel of the op is specialised on (H and K are compile-time constants: the
-// per-token tiles' sizes); T, S and E stay dims.
+// The shape every kernel of the op is specialised on (H, K and W are compile-time constants: the
+// per-token tiles' sizes); T, S and E stay dims. K counts every slot of a token: the W window
+// slots first (slot j < W names key t - j, or nothing when j > t), then idx's K - W columns.
 struct SparseAttentionShape {
-  int64_t t = 1, h = 1, e = 1, s = 1, k = 1;
+  int64_t t = 1, h = 1, e = 1, s = 1, k = 1, w = 0;
+  int64_t selected() const { return k - w; }  // idx's columns
 };
 
 // Forward: one block per token. Buffers q, kv, idx, bias, sink (input slots 0..4), y (output 0)

@@ -11,7 +11,8 @@
 //     partial sum r % kLanes, the partials added in lane order, and written to part[its first
 //     position] (NaN when an entry was bad); seg_key[p] records which key a segment starting
 //     at p belongs to (-1 where none starts). Every block reads kWindow rows.
-//  2. key_sums: one block per key: dkv[key] = the key's window partials, in window order: at
+//  2. key_sums: one block per key: dkv[key] = (with sparse_attention's `window`, the key's band
+//     row first, then) the key's window partials, in window order: at
 //     position max(begin, w·kWindow) for each window w its run [begin, end) meets. A partial
 //     whose seg_key is not the key (offsets that do not describe a sorted order) makes the row
 //     NaN.
@@ -42,7 +43,7 @@ constexpr int kSearchSteps = 32;  // halvings of the offsets search: any S below
 cc::Kernel build_grad_key_windows_tc(DType dt, const SparseAttentionShape& sh) {
   cc::KernelBuilder kb(kernel_name("sparse_attention_tc_grad_key_windows", dt, sh));
   cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E", {.divisible_by = kWidth});
-  const cc::Val k(sh.k);
+  const cc::Val k(sh.selected());  // idx's slots (the window's are the band kernel's)
   cc::Buf idx = kb.input("idx", DType::I32, {t, k});
   cc::Buf order = kb.input("order", DType::I32, {t * k}),
           offsets = kb.input("offsets", DType::I32, {sd});
@@ -177,10 +178,12 @@ cc::Kernel build_grad_key_windows_tc(DType dt, const SparseAttentionShape& sh) {
 cc::Kernel build_grad_key_sums_tc(DType dt, const SparseAttentionShape& sh) {
   cc::KernelBuilder kb(kernel_name("sparse_attention_tc_grad_key_sums", dt, sh));
   cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E");
-  const cc::Val k(sh.k);
+  const cc::Val k(sh.selected());
   cc::Buf offsets = kb.input("offsets", DType::I32, {sd});
   cc::Buf part = kb.input("part", DType::F32, {t * k, e});
   cc::Buf seg_key = kb.input("seg_key", DType::I32, {t * k});
+  cc::Buf band;  // with a window: each key's band sum (keys below T), added first
+  if (sh.w > 0) band = kb.input("band", DType::F32, {t, e});
   cc::Buf dkv = kb.output("dkv", dt, {sd, e});
   kb.body({sd, cc::ceildiv(e, i64(kCols))}, kCols, [&](cc::Scope& s) {
     cc::Idx key = s.block_idx(0), base = s.block_idx(1) * kCols;
@@ -195,6 +198,7 @@ cc::Kernel build_grad_key_sums_tc(DType dt, const SparseAttentionShape& sh) {
       cc::Idx col = base + c;
       s.if_then(col < e, [&] {
         acc(c) = 0.0f;
+        if (sh.w > 0) s.if_then(key < t, [&] { acc(c) = band(key, col); });
         bad(c) = 0.0f;
         s.serial(windows, [&](cc::Idx w) {
           cc::Val pos = s.let(cc::max(run.begin, (first + w) * kWindow), "pos");

@@ -195,7 +195,7 @@ struct TcToken {
     for (int64_t b = 0; b < blocks; ++b) {
       s.parallel(kTcSlots, h, [&](cc::Idx i, cc::Idx hh) {
         cc::Idx j = b * kTcSlots + i;
-        p(hh, j) = cc::select(ids(j) >= 0, scale * acc[b](i, hh) + bias(t, j), nan_f32());
+        p(hh, j) = slot_score(cc::to_i64(ids(j)), scale * acc[b](i, hh) + bias(t, j));
       });
     }
     s.barrier();
@@ -243,7 +243,7 @@ cc::Kernel build_forward_tc(DType dt, const SparseAttentionShape& sh, bool with_
     TcToken tok(s, dt, sh.h, sh.k, tc_stages(sh, /*backward=*/false), s.block_idx(0), sd);
     const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
     const TcToken::Staged qs = tok.staged("qs", q);
-    stage_token_ids(s, sh.k, tok.t, tok.ids, idx, sd);
+    stage_token_ids(s, sh, tok.t, tok.ids, idx, sd);
     tok.zero(tok.acc);
     tok.steps(kv, {qs}, e, nullptr,
               [&](const cc::Val& st, const cc::Val&) { tok.dot(tok.acc, qs.tile, st); });
@@ -286,19 +286,22 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
   const cc::Buf q = prm.q, kv = prm.kv, idx = prm.idx, bias = prm.bias, sink = prm.sink;
   cc::Buf y = kb.input("y", dt, {t, h, e}), dy = kb.input("dy", dt, {t, h, e});
   cc::Buf dq = kb.output("dq", dt, {t, h, e}), dbias = kb.output("dbias", dt, {t, k});
-  cc::Buf g_out = kb.output("g", DType::F32, {t * k, e});
+  // g: the rows of idx's slots only (the window's go to cw, for the band kernel).
+  const int64_t groups = head_groups(sh.h), window_blocks = sh.w / kTcSlots;
+  cc::Buf g_out = kb.output("g", DType::F32, {t * cc::Val(sh.selected()), e});
   cc::Buf sink_part = kb.output("sink_part", DType::F32, {t, h});
+  cc::Buf cw;
+  if (sh.w > 0) cw = kb.output("cw", dt, {t * (groups * kTcCols), cc::Val(sh.w)});
   cc::Val scale = kb.scalar_f32("scale");
   kb.body({t}, kTcTokThreads, [&](cc::Scope& s) {
     TcToken tok(s, dt, sh.h, sh.k, tc_stages(sh, /*backward=*/true), s.block_idx(0), sd);
     const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
-    const int64_t groups = head_groups(sh.h);
     const TcToken::Staged qs = tok.staged("qs", q), dys = tok.staged("dys", dy);
     cc::Buf delta = s.alloc_shared("delta", DType::F32, {sh.h});
     std::vector<cc::Buf> dp;
     for (int64_t b = 0; b < tok.blocks; ++b)
       dp.push_back(s.alloc_fragment("dp" + std::to_string(b), DType::F32, {kTcSlots, sh.h}));
-    stage_token_ids(s, sh.k, tok.t, tok.ids, idx, sd);
+    stage_token_ids(s, sh, tok.t, tok.ids, idx, sd);
     // delta[hh] = y[t, hh, :]·dy[t, hh, :]: each head's columns in lanes() interleaved stretches
     // (stretch g: columns g, g + lanes(), ..., so that a warp's loads are neighbours; as blocks
     // of E / lanes() columns each thread read its own 128 bytes, a third of the kernel's global
@@ -377,6 +380,16 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
                                .sink_part = sink_part,
                                .dbias = dbias});
     pack(0, [&](cc::Val hh, cc::Val j) { return scale * tok.p(hh, j); });
+    // The window's slots: their packed columns as cw's rows, cw[(t·G + gi)·64 + c, j] (slot j
+    // along the row, so that the band kernel's boxes slide along it token by token).
+    if (window_blocks > 0) {
+      s.barrier();
+      for (int64_t b = 0; b < window_blocks; ++b)
+        for (int64_t gi = 0; gi < groups; ++gi)
+          s.parallel(kTcCols, kTcSlots, [&](cc::Idx c, cc::Idx i) {
+            cw((tok.t * groups + gi) * kTcCols + c, b * kTcSlots + i) = packed[b][gi](i, c);
+          });
+    }
     // rows[gi][st, 16 part + r, c]: q for parts 0 and 1, dy for 2 and 3, of head 16 gi + r,
     // a step per stage beside the keys.
     std::vector<cc::Buf> rows;
@@ -412,12 +425,15 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
         s.barrier();
       }
       // g's rows: gacc[i, c] = Σ over head groups of packed[b][gi][i, :]·rows[gi][:, c].
-      for (int64_t b = 0; b < tok.blocks; ++b) {
+      const cc::Val sel(sh.selected());
+      for (int64_t b = window_blocks; b < tok.blocks; ++b) {
         s.parallel(kTcSlots, kTcCols, [&](cc::Idx i, cc::Idx c) { gacc(i, c) = 0.0f; });
         for (int64_t gi = 0; gi < groups; ++gi)
           s.gemm_at_b(st, gacc, packed[b][gi], rows[gi], /*trans_a=*/false, /*trans_b=*/false);
         s.parallel(kTcSlots, kTcCols, [&](cc::Idx i, cc::Idx c) {
-          s.if_then(e0 + c < e, [&] { g_out(tok.t * k + b * kTcSlots + i, e0 + c) = gacc(i, c); });
+          s.if_then(e0 + c < e, [&] {
+            g_out(tok.t * sel + (b - window_blocks) * kTcSlots + i, e0 + c) = gacc(i, c);
+          });
         });
       }
     });
@@ -427,7 +443,104 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
 
 bool use_tensor_cores(DType dt, const SparseAttentionShape& sh) {
   return (dt == DType::BF16 || dt == DType::F16) && sh.h % 8 == 0 && sh.h <= 256 && sh.e % 8 == 0 &&
-         sh.k % kTcSlots == 0 && tc_shared_bytes(sh, /*backward=*/true, 1) <= kTcSharedLimit;
+         sh.k % kTcSlots == 0 && sh.w % kTcSlots == 0 &&
+         tc_shared_bytes(sh, /*backward=*/true, 1) <= kTcSharedLimit;
+}
+
+// ---- The window's key gradients as a band ----------------------------------------------------
+// Key s's window pairs are the tokens t = s + j, j < W (t < T), each adding
+// Σ_h scale·ds[t, h, j]·q[t, h, :] + p[t, h, j]·dy[t, h, :]: for 64 keys [s0, s0 + 64) a product
+// over the tokens [s0, s0 + 63 + W) whose coefficients slide by one slot a token. A block per
+// (64 keys, 64 columns) walks those tokens (and head groups), one step each: the token's four
+// coefficient tiles (scale·ds and p, each as head and tail) come from cw by the tensor memory
+// accelerator as [16 (head), 64 (key)] boxes at slot t - s0 - 63: row r of the tile is key
+// s0 + 63 - r (reversed, so that the slots j = t - s ascend along it), and slots outside
+// [0, W) (before the first token's or past the window) fall outside cw and arrive as zeros —
+// the band's edges cost nothing. q's and dy's [16 (head), 64 (column)] boxes are the other
+// operands: four gemms of k = 16 a step into one [64 keys, 64 columns] accumulator, the
+// pipeline of matmul_tc.cc's (copies kBandStages - 2 steps ahead, the step's gemms left
+// running). Every sum in token order, then head order: fixed by the shape.
+constexpr int kBandStages = 4;
+constexpr int kBandBoxes = 6;  // four coefficient tiles, q's and dy's
+
+std::string band_name(DType dt, const SparseAttentionShape& sh) {
+  return kernel_name("sparse_attention_tc_grad_band", dt, sh);
+}
+
+cc::Kernel build_grad_band_tc(DType dt, const SparseAttentionShape& sh) {
+  cc::KernelBuilder kb(band_name(dt, sh));
+  const int64_t groups = head_groups(sh.h);
+  cc::Dim t = kb.dim("T"), e = kb.dim("E", {.divisible_by = 8});
+  const cc::Val h(sh.h);
+  cc::Buf q = kb.input("q", dt, {t, h, e}), dy = kb.input("dy", dt, {t, h, e});
+  cc::Buf cw = kb.input("cw", dt, {t * (groups * kTcCols), cc::Val(sh.w)});
+  cc::Buf band = kb.output("band", DType::F32, {t, e});
+  kb.body(
+      {cc::ceildiv(t, i64(kTcSlots)), cc::ceildiv(e, i64(kTcCols))}, kTcTokThreads,
+      [&](cc::Scope& s) {
+        const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
+        cc::Val s0 = s.let(s.block_idx(0) * kTcSlots, "s0");
+        cc::Val c0 = s.let(s.block_idx(1) * kTcCols, "c0");
+        cc::Buf full = s.alloc_shared("full", DType::I64, {kBandStages});
+        std::vector<cc::Buf> coef;
+        for (int x = 0; x < 4; ++x)
+          coef.push_back(s.alloc_shared("coef" + std::to_string(x), dt,
+                                        {kBandStages, 1, kTcGroup, kTcSlots}, sw));
+        cc::Buf qs = s.alloc_shared("qs", dt, {kBandStages, 1, kTcGroup, kTcCols}, sw);
+        cc::Buf dys = s.alloc_shared("dys", dt, {kBandStages, 1, kTcGroup, kTcCols}, sw);
+        cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTcSlots, kTcCols});
+        s.parallel(kTcSlots, kTcCols, [&](cc::Idx r, cc::Idx c) { acc(r, c) = 0.0f; });
+        // The tokens whose windows reach the block's keys, each head group a step.
+        cc::Val tokens = s.let(cc::min(s0 + i64(kTcSlots - 1 + sh.w), cc::Val(t)) - s0, "tokens");
+        cc::Val steps = s.let(tokens * groups, "steps");
+        const cc::Val stages32 = cc::literal(cc::Type::I32, kBandStages);
+        auto slot = [&](const cc::Val& j) {
+          return cc::to_i64(cc::to_i32(steps - 1 - j) % stages32);
+        };
+        auto parity = [&](const cc::Val& j) {
+          return cc::to_i64(cc::to_i32(j) / stages32 % cc::literal(cc::Type::I32, 2));
+        };
+        auto issue = [&](const cc::Val& j) {
+          cc::Val sl = s.let(slot(j), "slot");
+          s.if_then(j < steps, [&] {
+            cc::Val tok = s.let(s0 + j / groups, "tok"), gi = s.let(j % groups, "gi");
+            for (int x = 0; x < 4; ++x)
+              s.copy_tma(coef[x].region({sl, i64(0), i64(0), i64(0)}, {1, 1, kTcGroup, kTcSlots}),
+                         cw.region({(tok * groups + gi) * kTcCols + x * kTcGroup,
+                                    tok - s0 - (kTcSlots - 1)},
+                                   {kTcGroup, kTcSlots}),
+                         full, sl);
+            s.copy_tma(qs.region({sl, i64(0), i64(0), i64(0)}, {1, 1, kTcGroup, kTcCols}),
+                       q.region({tok, gi * kTcGroup, c0}, {1, kTcGroup, kTcCols}), full, sl);
+            s.copy_tma(dys.region({sl, i64(0), i64(0), i64(0)}, {1, 1, kTcGroup, kTcCols}),
+                       dy.region({tok, gi * kTcGroup, c0}, {1, kTcGroup, kTcCols}), full, sl);
+          });
+        };
+        // The step's four gemms; the last leaves them running (pending 4) or waits.
+        auto gemms = [&](const cc::Val& st, int last_pending) {
+          for (int x = 0; x < 4; ++x)
+            s.gemm_at(st, acc, coef[x], x < 2 ? qs : dys, /*trans_a=*/true,
+                      /*trans_b=*/false, x < 3 ? cc::Gemm::kMaxPending : last_pending);
+        };
+        const int ahead = kBandStages - 2;
+        s.mbarrier_init(full, kBandBoxes);
+        s.barrier();
+        for (int d = 0; d < ahead; ++d) issue(cc::Val(int64_t{d}));
+        s.serial(steps - 1, [&](cc::Idx ko) {
+          s.mbarrier_wait(full, slot(ko), parity(ko));
+          s.barrier();
+          issue(ko + ahead);
+          gemms(s.let(slot(ko), "cur"), 4);
+        });
+        s.mbarrier_wait(full, i64(0), parity(steps - 1));
+        s.barrier();
+        gemms(i64(0), 0);
+        s.parallel(kTcSlots, kTcCols, [&](cc::Idx r, cc::Idx c) {
+          cc::Val key = s.let(s0 + (kTcSlots - 1) - r, "key");
+          s.if_then(key < t && c0 + c < e, [&] { band(key, c0 + c) = acc(r, c); });
+        });
+      });
+  return kb.build();
 }
 
 }  // namespace tilerun::kernels::sparse_attention_detail

@@ -14,16 +14,21 @@ compiler::Val nan_f32();
 inline compiler::Val i64(int64_t v) { return compiler::Val(v); }
 // "<base>_h<H>_k<K>_<dtype>": a kernel is specialised on H and K.
 std::string kernel_name(const std::string& base, DType dt, const SparseAttentionShape& sh);
-// ids[j] = idx[t, j], or -1 outside [0, S). Barrier after it.
-void stage_token_ids(compiler::Scope& s, int64_t k, const compiler::Idx& t,
+// A window slot past the first key (j > t): no key, no part in the softmax.
+constexpr int64_t kEmptySlot = -2;
+// ids[j] for the K slots: the window's keys t - j (kEmptySlot for j > t), then idx[t, j - W], or
+// -1 outside [0, S). Barrier after it.
+void stage_token_ids(compiler::Scope& s, const SparseAttentionShape& sh, const compiler::Idx& t,
                      const compiler::Buf& ids, const compiler::Buf& idx,
                      const compiler::Val& s_dim);
+// A slot's logit z, -inf for an empty slot (p = 0), NaN for a bad id.
+compiler::Val slot_score(const compiler::Val& id, const compiler::Val& z);
 // mass[t, j] = Σ_h p[h, j] in head order, from the probabilities [H, K] in shared memory.
 void write_mass(compiler::Scope& s, int64_t h, int64_t k, const compiler::Idx& t,
                 const compiler::Buf& p, const compiler::Buf& mass);
 
 // The parameters every per-token kernel opens with, in this order: dims T, S, E (a multiple of
-// e_divisible_by); q [T, H, E], kv [S, E], idx i32 [T, K], bias [T, K], sink [H].
+// e_divisible_by); q [T, H, E], kv [S, E], idx i32 [T, K - W], bias [T, K], sink [H].
 struct TokenParams {
   compiler::Dim t, s, e;
   compiler::Buf q, kv, idx, bias, sink;
@@ -69,5 +74,12 @@ compiler::Kernel build_forward_tc(DType dt, const SparseAttentionShape& sh, bool
 compiler::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh);
 compiler::Kernel build_grad_key_windows_tc(DType dt, const SparseAttentionShape& sh);
 compiler::Kernel build_grad_key_sums_tc(DType dt, const SparseAttentionShape& sh);
+// With a window (sh.w > 0, a multiple of 64): kernel A gives g for idx's slots only, [T·(K - W),
+// E], and the window's coefficients cw [T·G·64, W] (G = ceil(H / 16) head groups; row (t·G + g)·64
+// + 16 part + r holds part (scale·ds head, tail, p head, tail) of head 16 g + r, slot j along the
+// row); the band kernel sums the window's pairs per key, band [T, E] f32, from (q, dy, cw); the
+// key kernels then walk idx's slots and key_sums starts each key below T from its band row.
+std::string band_name(DType dt, const SparseAttentionShape& sh);
+compiler::Kernel build_grad_band_tc(DType dt, const SparseAttentionShape& sh);
 
 }  // namespace tilerun::kernels::sparse_attention_detail
