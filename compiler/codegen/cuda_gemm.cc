@@ -62,7 +62,11 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
   if (!g.trans_b && !b_panels && g.n != 64)
     return "the lowering takes an N-major b tile ([k, n]) of n = 64 (one 128-byte row) or n's "
            "panels ([n / 64, k, 64])";
-  if (g.k != 64) return "the lowering takes k = 64 (one 128-byte swizzle atom per row)";
+  // A K-major operand's rows are its k: 128 bytes (one swizzle atom row) need k = 64. MN-major
+  // operands take k along their 128-byte rows' count, 16 rows a step: any multiple of 16.
+  if ((!g.trans_a || g.trans_b) ? g.k != 64 : g.k % 16 != 0)
+    return "the lowering takes k = 64 (one 128-byte swizzle atom per row), or a multiple of 16 "
+           "when both tiles are MN-major";
   const Swizzle sw = tensor_core_swizzle(128, 2);
   const std::vector<int64_t> b_shape = g.trans_b  ? std::vector<int64_t>{g.n, g.k}
                                        : b_panels ? std::vector<int64_t>{g.n / 64, g.k, 64}
@@ -123,11 +127,12 @@ std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const s
       for (int64_t i = 0; i < regs; ++i)
         outs += (i ? ", " : "") + std::string("\"+f\"(") + acc + "[" +
                 std::to_string(r * regs + i) + "])";
-      // Either way the row block is 8192 bytes on: K-major, 64 rows of 128 bytes (k step s 32
-      // bytes along them); panels, one [64 (k), 64 (m)] panel (k step s 16 rows of 128 bytes,
-      // the MN-major descriptor of an N-major b).
+      // The row block's bytes: K-major, 64 rows of 128 bytes (k step s 32 bytes along them);
+      // panels, one [k, 64 (m)] panel of k rows of 128 bytes (k step s 16 rows on, the
+      // MN-major descriptor of an N-major b).
       const std::string block = "tr_a0 + (tr_wg * " + std::to_string(blocks) + "u + " +
-                                std::to_string(r) + "u) * 8192u + ";
+                                std::to_string(r) + "u) * " +
+                                std::to_string(g.trans_a ? g.k * 128 : 8192) + "u + ";
       const std::string da = g.trans_a
                                  ? "tr_wgmma_desc_mn(" + block + std::to_string(s * 2048) + "u)"
                                  : "tr_wgmma_desc(" + block + std::to_string(s * 32) + "u)";
