@@ -404,7 +404,7 @@ OpExpansion sparse_attention_grad_expansion(KernelCache& cache, DType dtype,
                                             input_slot(6),   output_slot(0), output_slot(2),
                                             scratch_slot(0), scratch_slot(1)};
     if (shape.w > 0) {
-      ex.scratch.push_back(TensorType{dtype, {shape.t * groups * 64, shape.w}});
+      ex.scratch.push_back(TensorType{dtype, {shape.t * groups * 64, shape.w + 8}});
       ex.scratch.push_back(TensorType{DType::F32, {shape.t, shape.e}});
       token_buffers.push_back(scratch_slot(4));
     }

@@ -34,6 +34,9 @@ namespace {
 // order (sparse_attention_keys.cc; the SIMT kernel B re-read all H heads of q and dy for every
 // pair: 13.6 ms at T = 4096).
 constexpr int kTcTokThreads = 128;
+// Where token t's window coefficients start along its cw rows (the band kernel, below).
+constexpr int64_t kBandShift = 8;
+cc::Val band_shift(const cc::Val& t) { return i64(kBandShift - 1) - t % kBandShift; }
 constexpr int64_t kTcSlots = 64, kTcCols = 64, kTcGroup = 16;  // heads per contribution gemm
 
 int64_t head_groups(int64_t h) { return (h + kTcGroup - 1) / kTcGroup; }
@@ -291,7 +294,7 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
   cc::Buf g_out = kb.output("g", DType::F32, {t * cc::Val(sh.selected()), e});
   cc::Buf sink_part = kb.output("sink_part", DType::F32, {t, h});
   cc::Buf cw;
-  if (sh.w > 0) cw = kb.output("cw", dt, {t * (groups * kTcCols), cc::Val(sh.w)});
+  if (sh.w > 0) cw = kb.output("cw", dt, {t * (groups * kTcCols), cc::Val(sh.w + kBandShift)});
   cc::Val scale = kb.scalar_f32("scale");
   kb.body({t}, kTcTokThreads, [&](cc::Scope& s) {
     TcToken tok(s, dt, sh.h, sh.k, tc_stages(sh, /*backward=*/true), s.block_idx(0), sd);
@@ -380,15 +383,22 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
                                .sink_part = sink_part,
                                .dbias = dbias});
     pack(0, [&](cc::Val hh, cc::Val j) { return scale * tok.p(hh, j); });
-    // The window's slots: their packed columns as cw's rows, cw[(t·G + gi)·64 + c, j] (slot j
-    // along the row, so that the band kernel's boxes slide along it token by token).
+    // The window's slots: their packed columns as cw's rows, cw[(t·G + gi)·64 + c,
+    // band_shift(t) + j] (slot j along the row, so that the band kernel's boxes slide along it
+    // token by token), zeros around them.
     if (window_blocks > 0) {
       s.barrier();
-      for (int64_t b = 0; b < window_blocks; ++b)
-        for (int64_t gi = 0; gi < groups; ++gi)
-          s.parallel(kTcCols, kTcSlots, [&](cc::Idx c, cc::Idx i) {
-            cw((tok.t * groups + gi) * kTcCols + c, b * kTcSlots + i) = packed[b][gi](i, c);
-          });
+      cc::Val shift = s.let(band_shift(tok.t), "shift");
+      for (int64_t gi = 0; gi < groups; ++gi)
+        s.parallel(kTcCols, sh.w + kBandShift, [&](cc::Idx c, cc::Idx at) {
+          cc::Val j = s.let(at - shift, "j");
+          cc::Val jc = s.let(cc::min(cc::max(j, i64(0)), i64(sh.w - 1)), "jc");
+          cc::Val v = cc::Val(0.0f);
+          for (int64_t b = window_blocks - 1; b >= 0; --b)
+            v = cc::select(j >= b * kTcSlots && j < (b + 1) * kTcSlots,
+                           packed[b][gi](jc - b * kTcSlots, c), v);
+          cw((tok.t * groups + gi) * kTcCols + c, at) = v;
+        });
     }
     // rows[gi][st, 16 part + r, c]: q for parts 0 and 1, dy for 2 and 3, of head 16 gi + r,
     // a step per stage beside the keys.
@@ -453,13 +463,15 @@ bool use_tensor_cores(DType dt, const SparseAttentionShape& sh) {
 // over the tokens [s0, s0 + 63 + W) whose coefficients slide by one slot a token. A block per
 // (64 keys, 64 columns) walks those tokens (and head groups), one step each: the token's four
 // coefficient tiles (scale·ds and p, each as head and tail) come from cw by the tensor memory
-// accelerator as [16 (head), 64 (key)] boxes at slot t - s0 - 63: row r of the tile is key
-// s0 + 63 - r (reversed, so that the slots j = t - s ascend along it), and slots outside
-// [0, W) (before the first token's or past the window) fall outside cw and arrive as zeros —
-// the band's edges cost nothing. q's and dy's [16 (head), 64 (column)] boxes are the other
-// operands: four gemms of k = 16 a step into one [64 keys, 64 columns] accumulator, the
-// pipeline of matmul_tc.cc's (copies kBandStages - 2 steps ahead, the step's gemms left
-// running). Every sum in token order, then head order: fixed by the shape.
+// accelerator as [16 (head), 64 (key)] boxes from slot t - s0 - 63: row r of the tile is key
+// s0 + 63 - r (reversed, so that the slots j = t - s ascend along it). The hardware takes a box
+// only at a whole 16 bytes along the row (an illegal instruction otherwise, measured on the
+// H200), so kernel A stores token t's row band_shift(t) = 7 - t % 8 slots on, which puts every
+// box at a multiple of 8, zeros around the W slots; slots before the row or past it arrive as
+// the box's zero fill, so the band's edges cost nothing. q's and dy's [16 (head), 64 (column)]
+// boxes are the other operands: four gemms of k = 16 a step into one [64 keys, 64 columns]
+// accumulator, the pipeline of matmul_tc.cc's (copies kBandStages - 2 steps ahead, the step's gemms
+// left running). Every sum in token order, then head order: fixed by the shape.
 constexpr int kBandStages = 4;
 constexpr int kBandBoxes = 6;  // four coefficient tiles, q's and dy's
 
@@ -473,73 +485,74 @@ cc::Kernel build_grad_band_tc(DType dt, const SparseAttentionShape& sh) {
   cc::Dim t = kb.dim("T"), e = kb.dim("E", {.divisible_by = 8});
   const cc::Val h(sh.h);
   cc::Buf q = kb.input("q", dt, {t, h, e}), dy = kb.input("dy", dt, {t, h, e});
-  cc::Buf cw = kb.input("cw", dt, {t * (groups * kTcCols), cc::Val(sh.w)});
+  cc::Buf cw = kb.input("cw", dt, {t * (groups * kTcCols), cc::Val(sh.w + kBandShift)});
   cc::Buf band = kb.output("band", DType::F32, {t, e});
-  kb.body(
-      {cc::ceildiv(t, i64(kTcSlots)), cc::ceildiv(e, i64(kTcCols))}, kTcTokThreads,
-      [&](cc::Scope& s) {
-        const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
-        cc::Val s0 = s.let(s.block_idx(0) * kTcSlots, "s0");
-        cc::Val c0 = s.let(s.block_idx(1) * kTcCols, "c0");
-        cc::Buf full = s.alloc_shared("full", DType::I64, {kBandStages});
-        std::vector<cc::Buf> coef;
-        for (int x = 0; x < 4; ++x)
-          coef.push_back(s.alloc_shared("coef" + std::to_string(x), dt,
-                                        {kBandStages, 1, kTcGroup, kTcSlots}, sw));
-        cc::Buf qs = s.alloc_shared("qs", dt, {kBandStages, 1, kTcGroup, kTcCols}, sw);
-        cc::Buf dys = s.alloc_shared("dys", dt, {kBandStages, 1, kTcGroup, kTcCols}, sw);
-        cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTcSlots, kTcCols});
-        s.parallel(kTcSlots, kTcCols, [&](cc::Idx r, cc::Idx c) { acc(r, c) = 0.0f; });
-        // The tokens whose windows reach the block's keys, each head group a step.
-        cc::Val tokens = s.let(cc::min(s0 + i64(kTcSlots - 1 + sh.w), cc::Val(t)) - s0, "tokens");
-        cc::Val steps = s.let(tokens * groups, "steps");
-        const cc::Val stages32 = cc::literal(cc::Type::I32, kBandStages);
-        auto slot = [&](const cc::Val& j) {
-          return cc::to_i64(cc::to_i32(steps - 1 - j) % stages32);
-        };
-        auto parity = [&](const cc::Val& j) {
-          return cc::to_i64(cc::to_i32(j) / stages32 % cc::literal(cc::Type::I32, 2));
-        };
-        auto issue = [&](const cc::Val& j) {
-          cc::Val sl = s.let(slot(j), "slot");
-          s.if_then(j < steps, [&] {
-            cc::Val tok = s.let(s0 + j / groups, "tok"), gi = s.let(j % groups, "gi");
+  kb.body({cc::ceildiv(t, i64(kTcSlots)), cc::ceildiv(e, i64(kTcCols))}, kTcTokThreads,
+          [&](cc::Scope& s) {
+            const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
+            cc::Val s0 = s.let(s.block_idx(0) * kTcSlots, "s0");
+            cc::Val c0 = s.let(s.block_idx(1) * kTcCols, "c0");
+            cc::Buf full = s.alloc_shared("full", DType::I64, {kBandStages});
+            std::vector<cc::Buf> coef;
             for (int x = 0; x < 4; ++x)
-              s.copy_tma(coef[x].region({sl, i64(0), i64(0), i64(0)}, {1, 1, kTcGroup, kTcSlots}),
-                         cw.region({(tok * groups + gi) * kTcCols + x * kTcGroup,
-                                    tok - s0 - (kTcSlots - 1)},
-                                   {kTcGroup, kTcSlots}),
-                         full, sl);
-            s.copy_tma(qs.region({sl, i64(0), i64(0), i64(0)}, {1, 1, kTcGroup, kTcCols}),
-                       q.region({tok, gi * kTcGroup, c0}, {1, kTcGroup, kTcCols}), full, sl);
-            s.copy_tma(dys.region({sl, i64(0), i64(0), i64(0)}, {1, 1, kTcGroup, kTcCols}),
-                       dy.region({tok, gi * kTcGroup, c0}, {1, kTcGroup, kTcCols}), full, sl);
+              coef.push_back(s.alloc_shared("coef" + std::to_string(x), dt,
+                                            {kBandStages, 1, kTcGroup, kTcSlots}, sw));
+            cc::Buf qs = s.alloc_shared("qs", dt, {kBandStages, 1, kTcGroup, kTcCols}, sw);
+            cc::Buf dys = s.alloc_shared("dys", dt, {kBandStages, 1, kTcGroup, kTcCols}, sw);
+            cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTcSlots, kTcCols});
+            s.parallel(kTcSlots, kTcCols, [&](cc::Idx r, cc::Idx c) { acc(r, c) = 0.0f; });
+            // The tokens whose windows reach the block's keys, each head group a step.
+            cc::Val tokens =
+                s.let(cc::min(s0 + i64(kTcSlots - 1 + sh.w), cc::Val(t)) - s0, "tokens");
+            cc::Val steps = s.let(tokens * groups, "steps");
+            const cc::Val stages32 = cc::literal(cc::Type::I32, kBandStages);
+            auto slot = [&](const cc::Val& j) {
+              return cc::to_i64(cc::to_i32(steps - 1 - j) % stages32);
+            };
+            auto parity = [&](const cc::Val& j) {
+              return cc::to_i64(cc::to_i32(j) / stages32 % cc::literal(cc::Type::I32, 2));
+            };
+            auto issue = [&](const cc::Val& j) {
+              cc::Val sl = s.let(slot(j), "slot");
+              s.if_then(j < steps, [&] {
+                cc::Val tok = s.let(s0 + j / groups, "tok"), gi = s.let(j % groups, "gi");
+                for (int x = 0; x < 4; ++x)
+                  s.copy_tma(
+                      coef[x].region({sl, i64(0), i64(0), i64(0)}, {1, 1, kTcGroup, kTcSlots}),
+                      cw.region({(tok * groups + gi) * kTcCols + x * kTcGroup,
+                                 tok / 8 * 8 - s0 - (kTcSlots - kBandShift)},  // + band_shift(tok)
+                                {kTcGroup, kTcSlots}),
+                      full, sl);
+                s.copy_tma(qs.region({sl, i64(0), i64(0), i64(0)}, {1, 1, kTcGroup, kTcCols}),
+                           q.region({tok, gi * kTcGroup, c0}, {1, kTcGroup, kTcCols}), full, sl);
+                s.copy_tma(dys.region({sl, i64(0), i64(0), i64(0)}, {1, 1, kTcGroup, kTcCols}),
+                           dy.region({tok, gi * kTcGroup, c0}, {1, kTcGroup, kTcCols}), full, sl);
+              });
+            };
+            // The step's four gemms; the last leaves them running (pending 4) or waits.
+            auto gemms = [&](const cc::Val& st, int last_pending) {
+              for (int x = 0; x < 4; ++x)
+                s.gemm_at(st, acc, coef[x], x < 2 ? qs : dys, /*trans_a=*/true,
+                          /*trans_b=*/false, x < 3 ? cc::Gemm::kMaxPending : last_pending);
+            };
+            const int ahead = kBandStages - 2;
+            s.mbarrier_init(full, kBandBoxes);
+            s.barrier();
+            for (int d = 0; d < ahead; ++d) issue(cc::Val(int64_t{d}));
+            s.serial(steps - 1, [&](cc::Idx ko) {
+              s.mbarrier_wait(full, slot(ko), parity(ko));
+              s.barrier();
+              issue(ko + ahead);
+              gemms(s.let(slot(ko), "cur"), 4);
+            });
+            s.mbarrier_wait(full, i64(0), parity(steps - 1));
+            s.barrier();
+            gemms(i64(0), 0);
+            s.parallel(kTcSlots, kTcCols, [&](cc::Idx r, cc::Idx c) {
+              cc::Val key = s.let(s0 + (kTcSlots - 1) - r, "key");
+              s.if_then(key < t && c0 + c < e, [&] { band(key, c0 + c) = acc(r, c); });
+            });
           });
-        };
-        // The step's four gemms; the last leaves them running (pending 4) or waits.
-        auto gemms = [&](const cc::Val& st, int last_pending) {
-          for (int x = 0; x < 4; ++x)
-            s.gemm_at(st, acc, coef[x], x < 2 ? qs : dys, /*trans_a=*/true,
-                      /*trans_b=*/false, x < 3 ? cc::Gemm::kMaxPending : last_pending);
-        };
-        const int ahead = kBandStages - 2;
-        s.mbarrier_init(full, kBandBoxes);
-        s.barrier();
-        for (int d = 0; d < ahead; ++d) issue(cc::Val(int64_t{d}));
-        s.serial(steps - 1, [&](cc::Idx ko) {
-          s.mbarrier_wait(full, slot(ko), parity(ko));
-          s.barrier();
-          issue(ko + ahead);
-          gemms(s.let(slot(ko), "cur"), 4);
-        });
-        s.mbarrier_wait(full, i64(0), parity(steps - 1));
-        s.barrier();
-        gemms(i64(0), 0);
-        s.parallel(kTcSlots, kTcCols, [&](cc::Idx r, cc::Idx c) {
-          cc::Val key = s.let(s0 + (kTcSlots - 1) - r, "key");
-          s.if_then(key < t && c0 + c < e, [&] { band(key, c0 + c) = acc(r, c); });
-        });
-      });
   return kb.build();
 }
 

@@ -75,10 +75,11 @@ compiler::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh);
 compiler::Kernel build_grad_key_windows_tc(DType dt, const SparseAttentionShape& sh);
 compiler::Kernel build_grad_key_sums_tc(DType dt, const SparseAttentionShape& sh);
 // With a window (sh.w > 0, a multiple of 64): kernel A gives g for idx's slots only, [T·(K - W),
-// E], and the window's coefficients cw [T·G·64, W] (G = ceil(H / 16) head groups; row (t·G + g)·64
-// + 16 part + r holds part (scale·ds head, tail, p head, tail) of head 16 g + r, slot j along the
-// row); the band kernel sums the window's pairs per key, band [T, E] f32, from (q, dy, cw); the
-// key kernels then walk idx's slots and key_sums starts each key below T from its band row.
+// E], and the window's coefficients cw [T·G·64, W + 8] (G = ceil(H / 16) head groups; row
+// (t·G + g)·64 + 16 part + r holds part (scale·ds head, tail, p head, tail) of head 16 g + r, slot
+// j at column 7 - t % 8 + j, zeros around); the band kernel sums the window's pairs per key, band
+// [T, E] f32, from (q, dy, cw); the key kernels then walk idx's slots and key_sums starts each key
+// below T from its band row.
 std::string band_name(DType dt, const SparseAttentionShape& sh);
 compiler::Kernel build_grad_band_tc(DType dt, const SparseAttentionShape& sh);
 

@@ -308,6 +308,11 @@ class TileVerifier : public IRVisitor {
       fail(what +
            ": the source's rows must be provably multiples of 16 bytes (a dim declared"
            " divisible)");
+    // The hardware refuses a box whose innermost coordinate is not a whole 16 bytes (an illegal
+    // instruction on the H200, negative multiples allowed); the CPU model would copy it anyway.
+    if (!multiple_of(op->src_indices.back(), 16 / elem))
+      fail(what + ": the box's innermost origin must be provably a multiple of 16 bytes (" +
+           std::to_string(16 / elem) + " elements)");
     check_mbarrier(op->barrier, what);
     where_ = "a tma_copy";
     IRVisitor::visit_stmt(op);
