@@ -383,23 +383,6 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
                                .sink_part = sink_part,
                                .dbias = dbias});
     pack(0, [&](cc::Val hh, cc::Val j) { return scale * tok.p(hh, j); });
-    // The window's slots: their packed columns as cw's rows, cw[(t·G + gi)·64 + c,
-    // band_shift(t) + j] (slot j along the row, so that the band kernel's boxes slide along it
-    // token by token), zeros around them.
-    if (window_blocks > 0) {
-      s.barrier();
-      cc::Val shift = s.let(band_shift(tok.t), "shift");
-      for (int64_t gi = 0; gi < groups; ++gi)
-        s.parallel(kTcCols, sh.w + kBandShift, [&](cc::Idx c, cc::Idx at) {
-          cc::Val j = s.let(at - shift, "j");
-          cc::Val jc = s.let(cc::min(cc::max(j, i64(0)), i64(sh.w - 1)), "jc");
-          cc::Val v = cc::Val(0.0f);
-          for (int64_t b = window_blocks - 1; b >= 0; --b)
-            v = cc::select(j >= b * kTcSlots && j < (b + 1) * kTcSlots,
-                           packed[b][gi](jc - b * kTcSlots, c), v);
-          cw((tok.t * groups + gi) * kTcCols + c, at) = v;
-        });
-    }
     // rows[gi][st, 16 part + r, c]: q for parts 0 and 1, dy for 2 and 3, of head 16 gi + r,
     // a step per stage beside the keys.
     std::vector<cc::Buf> rows;
@@ -447,6 +430,29 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
         });
       }
     });
+    // The window's slots: their packed columns as cw's rows, cw[(t·G + gi)·64 + c,
+    // band_shift(t) + j] (slot j along the row, so that the band kernel's boxes slide along it
+    // token by token), zeros around them.
+    if (window_blocks > 0) {
+      cc::Val shift = s.let(band_shift(tok.t), "shift");
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        // One element a thread at a time: a warp reads 32 neighbouring slots of one column of
+        // the packed tile (4 ways a bank under the swizzle) and stores 64 contiguous bytes. As
+        // 8-slot vectors the warp's slots were 8 apart, all 32 in one bank, and the write cost
+        // kernel A 508 - 344 us at T = 1024 on the H200 (with and without it); this layout is
+        // not measured yet.
+        s.annotate_layout(1);
+        s.parallel(kTcCols, sh.w + kBandShift, [&](cc::Idx c, cc::Idx at) {
+          cc::Val j = s.let(at - shift, "j");
+          cc::Val jc = s.let(cc::min(cc::max(j, i64(0)), i64(sh.w - 1)), "jc");
+          cc::Val v = cc::Val(0.0f);
+          for (int64_t b = window_blocks - 1; b >= 0; --b)
+            v = cc::select(j >= b * kTcSlots && j < (b + 1) * kTcSlots,
+                           packed[b][gi](jc - b * kTcSlots, c), v);
+          cw((tok.t * groups + gi) * kTcCols + c, at) = v;
+        });
+      }
+    }
   });
   return kb.build();
 }
@@ -461,7 +467,7 @@ bool use_tensor_cores(DType dt, const SparseAttentionShape& sh) {
 // Key s's window pairs are the tokens t = s + j, j < W (t < T), each adding
 // Σ_h scale·ds[t, h, j]·q[t, h, :] + p[t, h, j]·dy[t, h, :]: for 64 keys [s0, s0 + 64) a product
 // over the tokens [s0, s0 + 63 + W) whose coefficients slide by one slot a token. A block per
-// (64 keys, 64 columns) walks those tokens (and head groups), one step each: the token's four
+// (64 keys, 256 columns) walks those tokens (and head groups), one step each: the token's four
 // coefficient tiles (scale·ds and p, each as head and tail) come from cw by the tensor memory
 // accelerator as [16 (head), 64 (key)] boxes from slot t - s0 - 63: row r of the tile is key
 // s0 + 63 - r (reversed, so that the slots j = t - s ascend along it). The hardware takes a box
@@ -469,11 +475,13 @@ bool use_tensor_cores(DType dt, const SparseAttentionShape& sh) {
 // H200), so kernel A stores token t's row band_shift(t) = 7 - t % 8 slots on, which puts every
 // box at a multiple of 8, zeros around the W slots; slots before the row or past it arrive as
 // the box's zero fill, so the band's edges cost nothing. q's and dy's [16 (head), 64 (column)]
-// boxes are the other operands: four gemms of k = 16 a step into one [64 keys, 64 columns]
+// boxes are the other operands: four gemms of k = 16 a step into one [64 keys, 256 columns]
 // accumulator, the pipeline of matmul_tc.cc's (copies kBandStages - 2 steps ahead, the step's gemms
 // left running). Every sum in token order, then head order: fixed by the shape.
-constexpr int kBandStages = 4;
-constexpr int kBandBoxes = 6;  // four coefficient tiles, q's and dy's
+constexpr int kBandStages = 8;
+constexpr int64_t kBandCols = 256;                    // columns a block: one wgmma of n = 256
+constexpr int64_t kBandPanels = kBandCols / kTcCols;  // q's and dy's 64-column boxes a step
+constexpr int kBandBoxes = 4 + 2 * kBandPanels;       // and the four coefficient tiles
 
 std::string band_name(DType dt, const SparseAttentionShape& sh) {
   return kernel_name("sparse_attention_tc_grad_band", dt, sh);
@@ -487,72 +495,76 @@ cc::Kernel build_grad_band_tc(DType dt, const SparseAttentionShape& sh) {
   cc::Buf q = kb.input("q", dt, {t, h, e}), dy = kb.input("dy", dt, {t, h, e});
   cc::Buf cw = kb.input("cw", dt, {t * (groups * kTcCols), cc::Val(sh.w + kBandShift)});
   cc::Buf band = kb.output("band", DType::F32, {t, e});
-  kb.body({cc::ceildiv(t, i64(kTcSlots)), cc::ceildiv(e, i64(kTcCols))}, kTcTokThreads,
-          [&](cc::Scope& s) {
-            const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
-            cc::Val s0 = s.let(s.block_idx(0) * kTcSlots, "s0");
-            cc::Val c0 = s.let(s.block_idx(1) * kTcCols, "c0");
-            cc::Buf full = s.alloc_shared("full", DType::I64, {kBandStages});
-            std::vector<cc::Buf> coef;
+  kb.body(
+      {cc::ceildiv(t, i64(kTcSlots)), cc::ceildiv(e, i64(kBandCols))}, kTcTokThreads,
+      [&](cc::Scope& s) {
+        const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
+        cc::Val s0 = s.let(s.block_idx(0) * kTcSlots, "s0");
+        cc::Val c0 = s.let(s.block_idx(1) * kBandCols, "c0");
+        cc::Buf full = s.alloc_shared("full", DType::I64, {kBandStages});
+        std::vector<cc::Buf> coef;
+        for (int x = 0; x < 4; ++x)
+          coef.push_back(s.alloc_shared("coef" + std::to_string(x), dt,
+                                        {kBandStages, 1, kTcGroup, kTcSlots}, sw));
+        cc::Buf qs = s.alloc_shared("qs", dt, {kBandStages, kBandPanels, kTcGroup, kTcCols}, sw);
+        cc::Buf dys = s.alloc_shared("dys", dt, {kBandStages, kBandPanels, kTcGroup, kTcCols}, sw);
+        cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTcSlots, kBandCols});
+        s.parallel(kTcSlots, kBandCols, [&](cc::Idx r, cc::Idx c) { acc(r, c) = 0.0f; });
+        // The tokens whose windows reach the block's keys, each head group a step.
+        cc::Val tokens = s.let(cc::min(s0 + i64(kTcSlots - 1 + sh.w), cc::Val(t)) - s0, "tokens");
+        cc::Val steps = s.let(tokens * groups, "steps");
+        const cc::Val stages32 = cc::literal(cc::Type::I32, kBandStages);
+        auto slot = [&](const cc::Val& j) {
+          return cc::to_i64(cc::to_i32(steps - 1 - j) % stages32);
+        };
+        auto parity = [&](const cc::Val& j) {
+          return cc::to_i64(cc::to_i32(j) / stages32 % cc::literal(cc::Type::I32, 2));
+        };
+        auto issue = [&](const cc::Val& j) {
+          cc::Val sl = s.let(slot(j), "slot");
+          s.if_then(j < steps, [&] {
+            cc::Val tok = s.let(s0 + j / groups, "tok"), gi = s.let(j % groups, "gi");
             for (int x = 0; x < 4; ++x)
-              coef.push_back(s.alloc_shared("coef" + std::to_string(x), dt,
-                                            {kBandStages, 1, kTcGroup, kTcSlots}, sw));
-            cc::Buf qs = s.alloc_shared("qs", dt, {kBandStages, 1, kTcGroup, kTcCols}, sw);
-            cc::Buf dys = s.alloc_shared("dys", dt, {kBandStages, 1, kTcGroup, kTcCols}, sw);
-            cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kTcSlots, kTcCols});
-            s.parallel(kTcSlots, kTcCols, [&](cc::Idx r, cc::Idx c) { acc(r, c) = 0.0f; });
-            // The tokens whose windows reach the block's keys, each head group a step.
-            cc::Val tokens =
-                s.let(cc::min(s0 + i64(kTcSlots - 1 + sh.w), cc::Val(t)) - s0, "tokens");
-            cc::Val steps = s.let(tokens * groups, "steps");
-            const cc::Val stages32 = cc::literal(cc::Type::I32, kBandStages);
-            auto slot = [&](const cc::Val& j) {
-              return cc::to_i64(cc::to_i32(steps - 1 - j) % stages32);
-            };
-            auto parity = [&](const cc::Val& j) {
-              return cc::to_i64(cc::to_i32(j) / stages32 % cc::literal(cc::Type::I32, 2));
-            };
-            auto issue = [&](const cc::Val& j) {
-              cc::Val sl = s.let(slot(j), "slot");
-              s.if_then(j < steps, [&] {
-                cc::Val tok = s.let(s0 + j / groups, "tok"), gi = s.let(j % groups, "gi");
-                for (int x = 0; x < 4; ++x)
-                  s.copy_tma(
-                      coef[x].region({sl, i64(0), i64(0), i64(0)}, {1, 1, kTcGroup, kTcSlots}),
-                      cw.region({(tok * groups + gi) * kTcCols + x * kTcGroup,
-                                 tok / 8 * 8 - s0 - (kTcSlots - kBandShift)},  // + band_shift(tok)
-                                {kTcGroup, kTcSlots}),
-                      full, sl);
-                s.copy_tma(qs.region({sl, i64(0), i64(0), i64(0)}, {1, 1, kTcGroup, kTcCols}),
-                           q.region({tok, gi * kTcGroup, c0}, {1, kTcGroup, kTcCols}), full, sl);
-                s.copy_tma(dys.region({sl, i64(0), i64(0), i64(0)}, {1, 1, kTcGroup, kTcCols}),
-                           dy.region({tok, gi * kTcGroup, c0}, {1, kTcGroup, kTcCols}), full, sl);
-              });
-            };
-            // The step's four gemms; the last leaves them running (pending 4) or waits.
-            auto gemms = [&](const cc::Val& st, int last_pending) {
-              for (int x = 0; x < 4; ++x)
-                s.gemm_at(st, acc, coef[x], x < 2 ? qs : dys, /*trans_a=*/true,
-                          /*trans_b=*/false, x < 3 ? cc::Gemm::kMaxPending : last_pending);
-            };
-            const int ahead = kBandStages - 2;
-            s.mbarrier_init(full, kBandBoxes);
-            s.barrier();
-            for (int d = 0; d < ahead; ++d) issue(cc::Val(int64_t{d}));
-            s.serial(steps - 1, [&](cc::Idx ko) {
-              s.mbarrier_wait(full, slot(ko), parity(ko));
-              s.barrier();
-              issue(ko + ahead);
-              gemms(s.let(slot(ko), "cur"), 4);
-            });
-            s.mbarrier_wait(full, i64(0), parity(steps - 1));
-            s.barrier();
-            gemms(i64(0), 0);
-            s.parallel(kTcSlots, kTcCols, [&](cc::Idx r, cc::Idx c) {
-              cc::Val key = s.let(s0 + (kTcSlots - 1) - r, "key");
-              s.if_then(key < t && c0 + c < e, [&] { band(key, c0 + c) = acc(r, c); });
-            });
+              s.copy_tma(
+                  coef[x].region({sl, i64(0), i64(0), i64(0)}, {1, 1, kTcGroup, kTcSlots}),
+                  cw.region({(tok * groups + gi) * kTcCols + x * kTcGroup,
+                             tok / 8 * 8 - s0 - (kTcSlots - kBandShift)},  // + band_shift(tok)
+                            {kTcGroup, kTcSlots}),
+                  full, sl);
+            for (int64_t pn = 0; pn < kBandPanels; ++pn) {
+              s.copy_tma(qs.region({sl, i64(pn), i64(0), i64(0)}, {1, 1, kTcGroup, kTcCols}),
+                         q.region({tok, gi * kTcGroup, c0 + pn * kTcCols}, {1, kTcGroup, kTcCols}),
+                         full, sl);
+              s.copy_tma(dys.region({sl, i64(pn), i64(0), i64(0)}, {1, 1, kTcGroup, kTcCols}),
+                         dy.region({tok, gi * kTcGroup, c0 + pn * kTcCols}, {1, kTcGroup, kTcCols}),
+                         full, sl);
+            }
           });
+        };
+        // The step's four gemms; the last leaves them running (pending 4) or waits.
+        auto gemms = [&](const cc::Val& st, int last_pending) {
+          for (int x = 0; x < 4; ++x)
+            s.gemm_at(st, acc, coef[x], x < 2 ? qs : dys, /*trans_a=*/true,
+                      /*trans_b=*/false, x < 3 ? cc::Gemm::kMaxPending : last_pending);
+        };
+        const int ahead = kBandStages - 2;
+        s.mbarrier_init(full, kBandBoxes);
+        s.barrier();
+        for (int d = 0; d < ahead; ++d) issue(cc::Val(int64_t{d}));
+        s.serial(steps - 1, [&](cc::Idx ko) {
+          s.mbarrier_wait(full, slot(ko), parity(ko));
+          s.barrier();
+          issue(ko + ahead);
+          gemms(s.let(slot(ko), "cur"), 4);
+        });
+        s.mbarrier_wait(full, i64(0), parity(steps - 1));
+        s.barrier();
+        gemms(i64(0), 0);
+        s.parallel(kTcSlots, kBandCols, [&](cc::Idx r, cc::Idx c) {
+          cc::Val key = s.let(s0 + (kTcSlots - 1) - r, "key");
+          s.if_then(key < t && c0 + c < e, [&] { band(key, c0 + c) = acc(r, c); });
+        });
+      });
   return kb.build();
 }
 
