@@ -378,13 +378,12 @@ void register_sparse_attention(OpRegistry& registry) {
   auto cache = std::make_shared<KernelCache>();
   registry.add(
       {.name = "sparse_attention",
-       .doc =
-           "y[t, h, :] = Σ_j p[t, h, j]·kv[idx[t, j], :], p the softmax over j of "
-           "scale·q[t, h, :]·kv[idx[t, j], :] + bias[t, j] with sink[h] in the denominator: "
-           "q [T, H, E] attending to K selected rows (i32 idx [T, K], checked in [0, S)) of "
-           "one head kv [S, E] used as key and value; with window W, W slots before idx's name "
-           "keys t - j (none past key 0); with mass, also mass[t, j] = Σ_h p[t, h, j] "
-           "(no gradient)",
+       .doc = "y[t, h, :] = Σ_j p[t, h, j]·kv[idx[t, j], :], p the softmax over j of "
+              "scale·q[t, h, :]·kv[idx[t, j], :] + bias[t, j] with sink[h] in the denominator: "
+              "q [T, H, E] attending to K selected rows (i32 idx [T, K], checked in [0, S)) of "
+              "one head kv [S, E] used as key and value; with window W, W slots before idx's name "
+              "keys t - j (none past key 0); with mass, also mass[t, j] = Σ_h p[t, h, j] "
+              "(no gradient)",
        .inputs = {"q", "kv", "idx", "bias", "sink"},
        .outputs = {"y", "mass"},
        .optional_outputs = 1,
