@@ -72,8 +72,11 @@ void sorted_lower_bound(cc::Scope& s, const cc::Buf& lo, const cc::Buf& hi, cons
     cc::Val l = s.let(lo(t), "l"), h = s.let(hi(t), "h");
     s.if_then(l < h, [&] {
       cc::Val mid = s.let((l + h) / 2, "mid");
+      // mid is in [0, n) by the search's invariant (0 <= lo <= mid < hi <= n), which the
+      // analysis cannot see through the fragments: the clamp (a no-op) proves the key's load.
+      cc::Val at = cc::min(cc::max(mid, cc::Val(int64_t{0})), n - 1);
       s.if_then_else(
-          key(mid) < target, [&] { lo(t) = mid + 1; }, [&] { hi(t) = mid; });
+          key(at) < target, [&] { lo(t) = mid + 1; }, [&] { hi(t) = mid; });
     });
   });
 }

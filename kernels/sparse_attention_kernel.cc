@@ -151,6 +151,7 @@ struct Token {
   cc::Buf keys;  // f32 [K, kCols]: the chunk's kv rows, padded to kCols + 1 (no bank conflicts)
   cc::Buf p;     // f32 [H, K]: scores, then probabilities
   cc::Buf m, d;  // f32 [H]: each head's max and denominator
+  cc::Val rows;  // kv's rows S (stage_ids)
 
   Token(cc::Scope& scope, int64_t heads, int64_t keys_per_token, cc::Idx token)
       : s(scope), h(heads), k(keys_per_token), t(std::move(token)) {
@@ -164,15 +165,19 @@ struct Token {
 
   void stage_ids(const SparseAttentionShape& sh, const cc::Buf& idx, const cc::Val& s_dim) {
     stage_token_ids(s, sh, t, ids, idx, s_dim);
+    rows = s_dim;
   }
 
-  // keys[j, c] = kv[ids[j], e0 + c] (0 past E or for a bad id). Barrier after it.
+  // keys[j, c] = kv[ids[j], e0 + c] (0 past E or for a bad or empty id). Barrier after it. ids
+  // are below S by construction (stage_token_ids); the clamp says so to the analysis, which
+  // cannot bound a value read from shared memory.
   void stage_keys(const cc::Buf& kv, const cc::Val& e0, const cc::Val& e_dim) {
     s.parallel(k, kCols, [&](cc::Idx j, cc::Idx c) {
       cc::Val id = s.let(cc::to_i64(ids(j)), "id");
       cc::Idx col = e0 + c;
       s.if_then_else(
-          id >= 0 && col < e_dim, [&] { keys(j, c) = kv(id, col); }, [&] { keys(j, c) = 0.0f; });
+          id >= 0 && col < e_dim, [&] { keys(j, c) = kv(cc::min(id, rows - 1), col); },
+          [&] { keys(j, c) = 0.0f; });
     });
   }
 

@@ -198,8 +198,14 @@ cc::Kernel build_take_grad_sorted(DType dtype, int64_t m) {
           lower_bound(col + 1);
           cc::Val begin = s.let(first(i), "begin");
           acc(i) = 0.0f;
-          s.serial(lo(i) - begin,
-                   [&](cc::Idx q) { acc(i) = acc(i) + dy(row, keys(begin + q) & 4294967295); });
+          // [begin, lo) is inside [0, K) by the searches, and a key's low half is its slot q < K:
+          // the clamps (no-ops) say so to the analysis, which cannot bound fragment or shared
+          // values.
+          s.serial(lo(i) - begin, [&](cc::Idx q) {
+            cc::Val key =
+                s.let(keys(cc::min(cc::max(begin + q, cc::Val(int64_t{0})), k - 1)), "key");
+            acc(i) = acc(i) + dy(row, cc::min(key & 4294967295, k - 1));
+          });
           dx(row, col) = acc(i);
         });
       });

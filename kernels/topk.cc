@@ -151,14 +151,17 @@ cc::Val sort_key(const cc::Val& v, const cc::Val& index) {
 
 // Both kernels' end: sorts keys[0, m) descending and writes the first k as row `row`'s
 // indices, the values read back from x at them.
+// The read of x is clamped into [0, n): a no-op (the first k keys are real elements'), but the
+// index comes from shared memory, which the analysis cannot bound, and a disproved load keeps a
+// guard and a counterexample in the proof report.
 void sort_and_write(cc::Scope& s, const cc::Buf& keys, int64_t m, const cc::Val& k,
-                    const cc::Idx& row, const cc::Buf& x, const cc::Buf& values,
+                    const cc::Val& n, const cc::Idx& row, const cc::Buf& x, const cc::Buf& values,
                     const cc::Buf& indices) {
   bitonic_sort(s, keys, m, /*descending=*/true);
   s.parallel(k, [&](cc::Idx r) {
     cc::Val index = s.let(4294967295 - (keys(r) & 4294967295), "index");
     indices(row, r) = cc::to_i32(index);
-    values(row, r) = x(row, index);
+    values(row, r) = x(row, cc::min(cc::max(index, cc::Val(int64_t{0})), n - 1));
   });
 }
 
@@ -188,7 +191,7 @@ cc::Kernel build_topk_sort(DType dtype, int64_t m) {
       s.if_then_else(
           i < n, [&] { keys(i) = sort_key(x(row, i), i); }, [&] { keys(i) = padding_key(); });
     });
-    sort_and_write(s, keys, m, k, row, x, values, indices);
+    sort_and_write(s, keys, m, k, n, row, x, values, indices);
   });
   return kb.build();
 }
@@ -350,7 +353,7 @@ cc::Kernel build_topk(DType dtype, int64_t m, int threads) {
     // Padding sorts last: below every real key (whose high half is at least -inf's,
     // 0x807FFFFF as i32), and spelled without INT64_MIN's literal, which C++ cannot write.
     s.parallel(m, [&](cc::Idx i) { s.if_then(i >= k, [&] { keys(i) = padding_key(); }); });
-    sort_and_write(s, keys, m, k, row, x, values, indices);
+    sort_and_write(s, keys, m, k, n, row, x, values, indices);
   });
   return kb.build();
 }
