@@ -400,7 +400,7 @@ OpExpansion sparse_attention_grad_expansion(KernelCache& cache, DType dtype,
   if (use_tensor_cores(dtype, shape)) {
     // Scratch: g and part [T·(K - W), E] f32, sink_part [T, H], seg_key [T·(K - W)]; with a
     // window, cw [T·G·64, W] and band [T, E] f32 too.
-    const int64_t n = shape.t * shape.selected(), groups = (shape.h + 15) / 16;
+    const int64_t n = shape.t * shape.selected();
     OpExpansion ex{.scratch = {TensorType{DType::F32, {n, shape.e}},
                                TensorType{DType::F32, {shape.t, shape.h}},
                                TensorType{DType::F32, {n, shape.e}}, TensorType{DType::I32, {n}}}};
@@ -409,7 +409,8 @@ OpExpansion sparse_attention_grad_expansion(KernelCache& cache, DType dtype,
                                             input_slot(6),   output_slot(0), output_slot(2),
                                             scratch_slot(0), scratch_slot(1)};
     if (shape.w > 0) {
-      ex.scratch.push_back(TensorType{dtype, {shape.t * groups * 64, shape.w + 8}});
+      ex.scratch.push_back(
+          TensorType{dtype, {shape.t * band_table_rows_per_token(shape), band_table_width(shape)}});
       ex.scratch.push_back(TensorType{DType::F32, {shape.t, shape.e}});
       token_buffers.push_back(scratch_slot(4));
     }

@@ -294,7 +294,8 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
   cc::Buf g_out = kb.output("g", DType::F32, {t * cc::Val(sh.selected()), e});
   cc::Buf sink_part = kb.output("sink_part", DType::F32, {t, h});
   cc::Buf cw;
-  if (sh.w > 0) cw = kb.output("cw", dt, {t * (groups * kTcCols), cc::Val(sh.w + kBandShift)});
+  if (sh.w > 0)
+    cw = kb.output("cw", dt, {t * band_table_rows_per_token(sh), cc::Val(band_table_width(sh))});
   cc::Val scale = kb.scalar_f32("scale");
   kb.body({t}, kTcTokThreads, [&](cc::Scope& s) {
     TcToken tok(s, dt, sh.h, sh.k, tc_stages(sh, /*backward=*/true), s.block_idx(0), sd);
@@ -442,7 +443,7 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
         // kernel A 508 - 344 us at T = 1024 on the H200 (with and without it); this layout is
         // not measured yet.
         s.annotate_layout(1);
-        s.parallel(kTcCols, sh.w + kBandShift, [&](cc::Idx c, cc::Idx at) {
+        s.parallel(kTcCols, band_table_width(sh), [&](cc::Idx c, cc::Idx at) {
           cc::Val j = s.let(at - shift, "j");
           cc::Val jc = s.let(cc::min(cc::max(j, i64(0)), i64(sh.w - 1)), "jc");
           cc::Val v = cc::Val(0.0f);
@@ -493,7 +494,8 @@ cc::Kernel build_grad_band_tc(DType dt, const SparseAttentionShape& sh) {
   cc::Dim t = kb.dim("T"), e = kb.dim("E", {.divisible_by = 8});
   const cc::Val h(sh.h);
   cc::Buf q = kb.input("q", dt, {t, h, e}), dy = kb.input("dy", dt, {t, h, e});
-  cc::Buf cw = kb.input("cw", dt, {t * (groups * kTcCols), cc::Val(sh.w + kBandShift)});
+  cc::Buf cw =
+      kb.input("cw", dt, {t * band_table_rows_per_token(sh), cc::Val(band_table_width(sh))});
   cc::Buf band = kb.output("band", DType::F32, {t, e});
   kb.body(
       {cc::ceildiv(t, i64(kTcSlots)), cc::ceildiv(e, i64(kBandCols))}, kTcTokThreads,
@@ -567,5 +569,10 @@ cc::Kernel build_grad_band_tc(DType dt, const SparseAttentionShape& sh) {
       });
   return kb.build();
 }
+
+int64_t band_table_rows_per_token(const SparseAttentionShape& sh) {
+  return head_groups(sh.h) * kTcCols;
+}
+int64_t band_table_width(const SparseAttentionShape& sh) { return sh.w + kBandShift; }
 
 }  // namespace tilerun::kernels::sparse_attention_detail

@@ -80,6 +80,9 @@ compiler::Kernel build_grad_key_sums_tc(DType dt, const SparseAttentionShape& sh
 // j at column 7 - t % 8 + j, zeros around); the band kernel sums the window's pairs per key, band
 // [T, E] f32, from (q, dy, cw); the key kernels then walk idx's slots and key_sums starts each key
 // below T from its band row.
+// cw's shape: [T · band_table_rows_per_token, band_table_width].
+int64_t band_table_rows_per_token(const SparseAttentionShape& sh);
+int64_t band_table_width(const SparseAttentionShape& sh);
 std::string band_name(DType dt, const SparseAttentionShape& sh);
 compiler::Kernel build_grad_band_tc(DType dt, const SparseAttentionShape& sh);
 
