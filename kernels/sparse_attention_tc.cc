@@ -439,9 +439,8 @@ cc::Kernel build_grad_token_tc(DType dt, const SparseAttentionShape& sh) {
       for (int64_t gi = 0; gi < groups; ++gi) {
         // One element a thread at a time: a warp reads 32 neighbouring slots of one column of
         // the packed tile (4 ways a bank under the swizzle) and stores 64 contiguous bytes. As
-        // 8-slot vectors the warp's slots were 8 apart, all 32 in one bank, and the write cost
-        // kernel A 508 - 344 us at T = 1024 on the H200 (with and without it); this layout is
-        // not measured yet.
+        // 8-slot vectors the warp's slots were 8 apart, all 32 in one bank: on the H200 at
+        // T = 1024 kernel A took 508 us with that write, 383 with this one, 344 without any.
         s.annotate_layout(1);
         s.parallel(kTcCols, band_table_width(sh), [&](cc::Idx c, cc::Idx at) {
           cc::Val j = s.let(at - shift, "j");
