@@ -222,6 +222,101 @@ cc::Kernel build_hc_pre_split(int64_t n, const std::string& name) {
   return kb.build();
 }
 
+// The lane-parallel kernels (n in {1, 2, 4}, SinkhornLanes): a token's n×n matrix on n² lanes,
+// kLaneThreads / n² tokens a block, the same arithmetic as the one-thread kernels.
+constexpr int kLaneThreads = 128;
+
+int64_t lane_tokens(int64_t n) { return kLaneThreads / SinkhornLanes::group(n); }
+
+// Per lane, inside a parallel: the token, its lane in the group, and r (or 0 past the tokens).
+struct LaneToken {
+  cc::Val tok, e, inside;
+};
+LaneToken lane_token(cc::Scope& s, const cc::Idx& t, int64_t n, const cc::Dim& tokens) {
+  const int64_t g = SinkhornLanes::group(n);
+  cc::Val tok = s.let(s.block_idx(0) * lane_tokens(n) + t / g, "tok");
+  return {tok, s.let(t % g, "e"), s.let(tok < tokens, "inside")};
+}
+
+// Mix j's logit a[j] = mix[t, j]·r·scale[group(j)] + base[j] (logits_into's arithmetic).
+cc::Val mix_logit(const cc::Buf& mix, const cc::Buf& scale, const cc::Buf& base, const cc::Val& tok,
+                  const cc::Val& j, const cc::Val& r, int64_t n) {
+  cc::Val group =
+      cc::select(j < cc::Val(n), cc::Val(int64_t{0}),
+                 cc::select(j < cc::Val(2 * n), cc::Val(int64_t{1}), cc::Val(int64_t{2})));
+  return mix(tok, j) * r * scale(group) + base(j);
+}
+
+cc::Val token_rsqrt(const cc::Buf& sums, const cc::Val& tok, const cc::Dim& k,
+                    const cc::Val& norm_eps) {
+  return 1.0f / cc::sqrt(sums(tok, 0) / cc::to_f32(k) + norm_eps);
+}
+
+// lg[t] = the lane's comb logit (0 past the tokens).
+void comb_logits(cc::Scope& s, SinkhornLanes& lanes, const cc::Buf& lg, const cc::Buf& sums,
+                 const cc::Buf& mix, const cc::Buf& scale, const cc::Buf& base,
+                 const cc::Dim& tokens, const cc::Dim& k, const cc::Val& norm_eps, int64_t n) {
+  s.parallel(kLaneThreads, [&](cc::Idx t) {
+    LaneToken lt = lane_token(s, t, n, tokens);
+    lg(t) = 0.0f;
+    s.if_then(lt.inside, [&] {
+      cc::Val r = s.let(token_rsqrt(sums, lt.tok, k, norm_eps), "r");
+      cc::Val j = s.let(2 * n + lt.e, "j");
+      lg(t) = mix_logit(mix, scale, base, lt.tok, j, r, n);
+    });
+  });
+}
+
+// hc_pre_split with a thread per matrix entry (the parameters of build_hc_pre_split).
+cc::Kernel build_hc_pre_split_lanes(int64_t n, const std::string& name) {
+  const int64_t m = mixes_of(n), g = SinkhornLanes::group(n);
+  cc::KernelBuilder kb(name);
+  cc::Dim tokens = kb.dim("T"), k = kb.dim("K"), steps = kb.dim("STEPS");
+  cc::Val eps = kb.scalar_f32("eps"), norm_eps = kb.scalar_f32("norm_eps");
+  cc::Buf sums = kb.input("sums", DType::F32, {tokens, cc::Val(1)});
+  cc::Buf mix = kb.input("mix", DType::F32, {tokens, cc::Val(m)});
+  cc::Buf scale = kb.input("scale", DType::F32, {cc::Val(3)});
+  cc::Buf base = kb.input("base", DType::F32, {cc::Val(m)});
+  cc::Buf pre = kb.output("pre", DType::F32, {tokens, cc::Val(n)});
+  cc::Buf post = kb.output("post", DType::F32, {tokens, cc::Val(n)});
+  cc::Buf comb = kb.output("comb", DType::F32, {tokens, cc::Val(n * n)});
+  kb.body({cc::ceildiv(tokens, lane_tokens(n))}, kLaneThreads, [&](cc::Scope& s) {
+    SinkhornLanes lanes(s, "sk", n, kLaneThreads);
+    cc::Buf lg = s.alloc_fragment("lg", DType::F32, {kLaneThreads});
+    cc::Buf q = s.alloc_fragment("q", DType::F32, {kLaneThreads});
+    cc::Buf d = s.alloc_fragment("d", DType::F32, {kLaneThreads});
+    // The σ splits: mix j < 2n on lane j % n² of the token.
+    s.parallel(kLaneThreads, [&](cc::Idx t) {
+      LaneToken lt = lane_token(s, t, n, tokens);
+      s.if_then(lt.inside, [&] {
+        cc::Val r = s.let(token_rsqrt(sums, lt.tok, k, norm_eps), "r");
+        for (int64_t c = 0; c * g < 2 * n; ++c) {
+          cc::Val j = s.let(lt.e + c * g, "j");
+          s.if_then(j < cc::Val(2 * n), [&] {
+            cc::Val a = s.let(mix_logit(mix, scale, base, lt.tok, j, r, n), "a");
+            s.if_then_else(
+                j < cc::Val(n), [&] { pre(lt.tok, j) = cc::sigmoid(a) + eps; },
+                [&] { post(lt.tok, j - n) = 2.0f * cc::sigmoid(a); });
+          });
+        }
+      });
+    });
+    comb_logits(s, lanes, lg, sums, mix, scale, base, tokens, k, norm_eps, n);
+    lanes.softmax(q, lg, eps, true);
+    // Steps 0 .. STEPS - 1 alternate columns and rows, STEPS odd: pairs, then a last column one.
+    s.serial((cc::Val(steps) - 1) / 2, [&](cc::Idx) {
+      lanes.normalize(q, d, eps, true);
+      lanes.normalize(q, d, eps, false);
+    });
+    lanes.normalize(q, d, eps, true);
+    s.parallel(kLaneThreads, [&](cc::Idx t) {
+      LaneToken lt = lane_token(s, t, n, tokens);
+      s.if_then(lt.inside, [&] { comb(lt.tok, lt.e) = q(t); });
+    });
+  });
+  return kb.build();
+}
+
 // y[t, :] = Σₙ pre[t, n]·x[t, n, :] in stream order, one block per token. Parameters pre, x, y;
 // dims T, D.
 cc::Kernel build_hc_pre_combine(int64_t n, const std::string& name) {
@@ -290,6 +385,133 @@ cc::Kernel build_hc_pre_grad_mix(int64_t n, const std::string& name) {
         for (int64_t j = 0; j < m; ++j) {
           const int64_t gi = group_of(j, n);
           cc::Val a = s.let(da(tok, j), "da"), mx = s.let(mix(tok, j), "mix");
+          cc::Val term = s.let(a * mx * r, "term");
+          part[gi] = part[gi].defined() ? s.let(part[gi] + term, "ds") : term;
+          cc::Val dz = s.let(a * scale(gi), "dz");
+          dmix(tok, j) = dz * r;
+          dr = j == 0 ? s.let(dz * mx, "dr") : s.let(dr + dz * mx, "dr");
+        }
+        for (int64_t gi = 0; gi < 3; ++gi) dscale(tok, gi) = part[gi];
+        coef(tok, n) = -dr * r * r * r / cc::to_f32(k);
+      });
+    });
+  });
+  return kb.build();
+}
+
+// hc_pre_grad_mix with a thread per matrix entry (build_hc_pre_grad_mix's parameters, but the
+// tape [STEPS, 2, T·n²]: each lane's entry and divisor after every step), then one thread per
+// token for the mixes' sums, which run in mix order.
+cc::Kernel build_hc_pre_grad_mix_lanes(int64_t n, const std::string& name) {
+  const int64_t m = mixes_of(n), g = SinkhornLanes::group(n), per_block = lane_tokens(n);
+  cc::KernelBuilder kb(name);
+  cc::Dim tokens = kb.dim("T"), k = kb.dim("K"), steps = kb.dim("STEPS");
+  cc::Val eps = kb.scalar_f32("eps"), norm_eps = kb.scalar_f32("norm_eps");
+  cc::Buf sums = kb.input("sums", DType::F32, {tokens, cc::Val(n + 1)});
+  cc::Buf mix = kb.input("mix", DType::F32, {tokens, cc::Val(m)});
+  cc::Buf scale = kb.input("scale", DType::F32, {cc::Val(3)});
+  cc::Buf base = kb.input("base", DType::F32, {cc::Val(m)});
+  cc::Buf dpost = kb.input("dpost", DType::F32, {tokens, cc::Val(n)});
+  cc::Buf dcomb = kb.input("dcomb", DType::F32, {tokens, cc::Val(n * n)});
+  cc::Buf dmix = kb.output("dmix", DType::F32, {tokens, cc::Val(m)});
+  cc::Buf da = kb.output("da", DType::F32, {tokens, cc::Val(m)});
+  cc::Buf dscale = kb.output("dscale", DType::F32, {tokens, cc::Val(3)});
+  cc::Buf coef = kb.output("coef", DType::F32, {tokens, cc::Val(n + 1)});
+  cc::Buf tape = kb.output("tape", DType::F32, {steps, cc::Val(2), tokens * cc::Val(g)});
+  kb.body({cc::ceildiv(tokens, per_block)}, kLaneThreads, [&](cc::Scope& s) {
+    SinkhornLanes lanes(s, "sk", n, kLaneThreads);
+    cc::Buf lg = s.alloc_fragment("lg", DType::F32, {kLaneThreads});
+    cc::Buf q = s.alloc_fragment("q", DType::F32, {kLaneThreads});
+    cc::Buf d = s.alloc_fragment("d", DType::F32, {kLaneThreads});
+    cc::Buf gr = s.alloc_fragment("gr", DType::F32, {kLaneThreads});
+    cc::Buf dash = s.alloc_shared("dash", DType::F32, {per_block, m});
+    comb_logits(s, lanes, lg, sums, mix, scale, base, tokens, k, norm_eps, n);
+    s.parallel(kLaneThreads, [&](cc::Idx t) {
+      LaneToken lt = lane_token(s, t, n, tokens);
+      gr(t) = 0.0f;
+      s.if_then(lt.inside, [&] { gr(t) = dcomb(lt.tok, lt.e); });
+    });
+    // The forward once, each step's entry and divisor on the tape.
+    auto record = [&](const cc::Val& step) {
+      s.parallel(kLaneThreads, [&](cc::Idx t) {
+        LaneToken lt = lane_token(s, t, n, tokens);
+        s.if_then(lt.inside, [&] {
+          tape(step, 0, lt.tok * g + lt.e) = q(t);
+          tape(step, 1, lt.tok * g + lt.e) = d(t);
+        });
+      });
+    };
+    auto replay = [&](const cc::Val& step) {
+      s.parallel(kLaneThreads, [&](cc::Idx t) {
+        LaneToken lt = lane_token(s, t, n, tokens);
+        q(t) = 0.0f;
+        d(t) = 0.0f;
+        s.if_then(lt.inside, [&] {
+          q(t) = tape(step, 0, lt.tok * g + lt.e);
+          d(t) = tape(step, 1, lt.tok * g + lt.e);
+        });
+      });
+    };
+    lanes.softmax(q, lg, eps, true);
+    s.serial((cc::Val(steps) - 1) / 2, [&](cc::Idx it) {
+      lanes.normalize(q, d, eps, true);
+      record(2 * it);
+      lanes.normalize(q, d, eps, false);
+      record(2 * it + 1);
+    });
+    lanes.normalize(q, d, eps, true);
+    // The adjoints, last step first: the last one's state is still in q and d.
+    lanes.adjoint(gr, q, d, true);
+    s.serial((cc::Val(steps) - 1) / 2, [&](cc::Idx r) {
+      cc::Val it = s.let((cc::Val(steps) - 1) / 2 - 1 - r, "it");
+      replay(2 * it + 1);
+      lanes.adjoint(gr, q, d, false);
+      replay(2 * it);
+      lanes.adjoint(gr, q, d, true);
+    });
+    lanes.softmax_adjoint(gr, q, lg, eps);
+    // da: comb's entries from the lanes, the σ splits' on lane j % n² (mix j < 2n).
+    s.parallel(kLaneThreads, [&](cc::Idx t) {
+      LaneToken lt = lane_token(s, t, n, tokens);
+      cc::Val slot = s.let(t / g, "slot");
+      s.if_then(lt.inside, [&] {
+        {
+          cc::Val j = s.let(2 * n + lt.e, "j");
+          da(lt.tok, j) = gr(t);
+          dash(slot, j) = gr(t);
+        }
+        cc::Val r = s.let(token_rsqrt(sums, lt.tok, k, norm_eps), "r");
+        for (int64_t c = 0; c * g < 2 * n; ++c) {
+          cc::Val j = s.let(lt.e + c * g, "j");
+          s.if_then(j < cc::Val(2 * n), [&] {
+            cc::Val sg = s.let(cc::sigmoid(mix_logit(mix, scale, base, lt.tok, j, r, n)), "sg");
+            s.if_then_else(
+                j < cc::Val(n),
+                [&] {
+                  cc::Val v = s.let(sums(lt.tok, 1 + j) * sg * (1.0f - sg), "v");
+                  da(lt.tok, j) = v;
+                  dash(slot, j) = v;
+                  coef(lt.tok, j) = sg + eps;
+                },
+                [&] {
+                  cc::Val v = s.let(dpost(lt.tok, j - n) * 2.0f * sg * (1.0f - sg), "v");
+                  da(lt.tok, j) = v;
+                  dash(slot, j) = v;
+                });
+          });
+        }
+      });
+    });
+    s.barrier();
+    // dmix, dscale and the coefficient of x in mix order, a thread a token.
+    s.parallel(per_block, [&](cc::Idx slot) {
+      cc::Val tok = s.let(s.block_idx(0) * per_block + slot, "tok");
+      s.if_then(tok < tokens, [&] {
+        cc::Val r = s.let(token_rsqrt(sums, tok, k, norm_eps), "r");
+        cc::Val dr, part[3];
+        for (int64_t j = 0; j < m; ++j) {
+          const int64_t gi = group_of(j, n);
+          cc::Val a = s.let(dash(slot, j), "da"), mx = s.let(mix(tok, j), "mix");
           cc::Val term = s.let(a * mx * r, "term");
           part[gi] = part[gi].defined() ? s.let(part[gi] + term, "ds") : term;
           cc::Val dz = s.let(a * scale(gi), "dz");
@@ -554,13 +776,20 @@ ExpandFn expand_hc_pre(std::shared_ptr<KernelCache> cache) {
     OpExpansion ex{
         .scratch = {{DType::F32, {t, mixes_of(n)}}, {DType::F32, {t, n}}, {DType::F32, {t, 1}}}};
     append_matmul(ex, {DType::F32, {t, n * d}}, in[1], false, input_slot(0), 1, scratch_slot(0));
-    const std::string sums = name_of("hc_token_sums", n), split = name_of("hc_pre_split", n),
+    const std::string sums = name_of("hc_token_sums", n),
+                      split = name_of(
+                          SinkhornLanes::fits(n) ? "hc_pre_split_lanes" : "hc_pre_split", n),
                       combine = name_of("hc_pre_combine", n);
     ex.calls.push_back(
         {.kernel = cache->get(sums, [&] { return build_hc_token_sums(n, false, sums); }),
          .buffers = {input_slot(0), scratch_slot(2)},
          .dims = {t, d, n * d}});
-    ex.calls.push_back({.kernel = cache->get(split, [&] { return build_hc_pre_split(n, split); }),
+    ex.calls.push_back({.kernel = cache->get(split,
+                                             [&] {
+                                               return SinkhornLanes::fits(n)
+                                                          ? build_hc_pre_split_lanes(n, split)
+                                                          : build_hc_pre_split(n, split);
+                                             }),
                         .buffers = {scratch_slot(2), scratch_slot(0), input_slot(2), input_slot(3),
                                     scratch_slot(1), output_slot(1), output_slot(2)},
                         .dims = {t, n * d, steps_of(attrs)},
@@ -577,21 +806,29 @@ ExpandFn expand_hc_pre_grad(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&,
                  const Attrs& attrs) {
     const int64_t t = in[0].shape[0], n = in[0].shape[1], d = in[0].shape[2], m = mixes_of(n);
-    const std::string mix = name_of("hc_pre_grad_mix", n), dx = name_of("hc_pre_grad_dx", n);
+    const bool lanes = SinkhornLanes::fits(n);
+    const std::string mix = name_of(lanes ? "hc_pre_grad_mix_lanes" : "hc_pre_grad_mix", n),
+                      dx = name_of("hc_pre_grad_dx", n);
     // Scratch: mix = x·fn [T, M], coef [T, n + 1], dxf = dmix·fnᵀ [T, n·D], sums [T, 1 + n],
-    // Sinkhorn's tape [STEPS, n² + n, T].
+    // Sinkhorn's tape [STEPS, n² + n, T] (or [STEPS, 2, T·n²] for the lane kernel).
     OpExpansion ex{.scratch = {{DType::F32, {t, m}},
                                {DType::F32, {t, n + 1}},
                                {DType::F32, {t, n * d}},
                                {DType::F32, {t, n + 1}},
-                               {DType::F32, {steps_of(attrs), n * n + n, t}}}};
+                               lanes ? TensorType{DType::F32,
+                                                  {steps_of(attrs), 2, t * SinkhornLanes::group(n)}}
+                                     : TensorType{DType::F32, {steps_of(attrs), n * n + n, t}}}};
     append_matmul(ex, {DType::F32, {t, n * d}}, in[1], false, input_slot(0), 1, scratch_slot(0));
     const std::string sums = name_of("hc_token_sums_dy", n);
     ex.calls.push_back(
         {.kernel = cache->get(sums, [&] { return build_hc_token_sums(n, true, sums); }),
          .buffers = {input_slot(0), input_slot(4), scratch_slot(3)},
          .dims = {t, d, n * d}});
-    ex.calls.push_back({.kernel = cache->get(mix, [&] { return build_hc_pre_grad_mix(n, mix); }),
+    ex.calls.push_back({.kernel = cache->get(mix,
+                                             [&] {
+                                               return lanes ? build_hc_pre_grad_mix_lanes(n, mix)
+                                                            : build_hc_pre_grad_mix(n, mix);
+                                             }),
                         .buffers = {scratch_slot(3), scratch_slot(0), input_slot(2), input_slot(3),
                                     input_slot(5), input_slot(6), output_slot(1), output_slot(2),
                                     output_slot(3), scratch_slot(1), scratch_slot(4)},

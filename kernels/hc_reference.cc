@@ -182,7 +182,8 @@ OpTests hc_pre_tests() {
                      {.shapes = pre_shapes(5, 2, 3), .attrs = it(3, 1e-3)},
                      {.shapes = pre_shapes(1, 1, 1), .attrs = it(1)},
                      {.shapes = pre_shapes(70, 4, 130), .attrs = it(20), .lo = -1, .hi = 1},
-                     {.shapes = pre_shapes(16, 4, 64), .attrs = it(20), .lo = -1, .hi = 1}},
+                     {.shapes = pre_shapes(16, 4, 64), .attrs = it(20), .lo = -1, .hi = 1},
+                     {.shapes = pre_shapes(19, 3, 5), .attrs = it(5), .lo = -1, .hi = 1}},
           .gradient = {{.shapes = pre_shapes(2, 2, 3), .attrs = it(3, 1e-2), .lo = -1, .hi = 1},
                        {.shapes = pre_shapes(2, 4, 2), .attrs = it(20), .lo = -1, .hi = 1}},
           .examples = {
@@ -202,7 +203,9 @@ OpTests hc_pre_grad_tests() {
   const double r = 1 / std::sqrt(4 + 1e-6);
   return {.kernel = {{.shapes = pre_grad_shapes(33, 4, 8), .attrs = it(20), .lo = -1, .hi = 1},
                      {.shapes = pre_grad_shapes(5, 2, 3), .attrs = it(3, 1e-3)},
-                     {.shapes = pre_grad_shapes(70, 4, 130), .attrs = it(20), .lo = -1, .hi = 1}},
+                     {.shapes = pre_grad_shapes(70, 4, 130), .attrs = it(20), .lo = -1, .hi = 1},
+                     {.shapes = pre_grad_shapes(19, 3, 5), .attrs = it(5), .lo = -1, .hi = 1},
+                     {.shapes = pre_grad_shapes(3, 1, 2), .attrs = it(2), .lo = -1, .hi = 1}},
           .examples = {{.inputs = {{{1, 1, 1}, {2}},
                                    {{1, 3}, {0, 0, 0}},
                                    {{3}, {1, 1, 1}},

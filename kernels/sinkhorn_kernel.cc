@@ -148,4 +148,85 @@ void sinkhorn_backward_taped(cc::Scope& s, SinkhornFrags& q, SinkhornFrags& g,
   softmax_adjoint(s, q, g, logit, t, eps);
 }
 
+SinkhornLanes::SinkhornLanes(cc::Scope& s, const std::string& name, int64_t n, int threads)
+    : s_(s), n_(n), threads_(threads) {
+  for (int64_t a = 1; a < n_; ++a)
+    x_.push_back(s.alloc_fragment(name + "_x" + std::to_string(a), DType::F32, {threads}));
+  tmp_ = s.alloc_fragment(name + "_tmp", DType::F32, {threads});
+}
+
+cc::Val SinkhornLanes::row(const cc::Idx& t) const { return t % group(n_) / n_; }
+cc::Val SinkhornLanes::col(const cc::Idx& t) const { return t % n_; }
+
+void SinkhornLanes::gather(const cc::Buf& v, bool cols) {
+  for (int64_t a = 1; a < n_; ++a)
+    s_.shuffle_xor(x_[a - 1], v, static_cast<int>(cols ? a * n_ : a));
+}
+
+std::vector<cc::Val> SinkhornLanes::along(const cc::Idx& t, const cc::Buf& v, bool cols) {
+  // Entry r sits a = r ^ own lanes (times n along a column) away: a chain of selects on own.
+  cc::Val own = s_.let(cols ? row(t) : col(t), "own");
+  std::vector<cc::Val> out;
+  for (int64_t r = 0; r < n_; ++r) {
+    auto at = [&](int64_t a) { return a == 0 ? cc::Val(v(t)) : cc::Val(x_[a - 1](t)); };
+    cc::Val val = at(r ^ (n_ - 1));
+    for (int64_t o = n_ - 2; o >= 0; --o) val = cc::select(own == cc::Val(o), at(r ^ o), val);
+    out.push_back(s_.let(val, "entry"));
+  }
+  return out;
+}
+
+cc::Val SinkhornLanes::sum_along(cc::Scope& s, const cc::Idx& t, const cc::Buf& v, bool cols,
+                                 const std::string& hint) {
+  std::vector<cc::Val> e = along(t, v, cols);
+  cc::Val sum = s.let(e[0], hint);
+  for (int64_t r = 1; r < n_; ++r) sum = s.let(sum + e[r], hint);
+  return sum;
+}
+
+void SinkhornLanes::softmax(const cc::Buf& q, const cc::Buf& logit, const cc::Val& eps,
+                            bool plus_eps) {
+  gather(logit, /*cols=*/false);
+  s_.parallel(threads_, [&](cc::Idx t) {
+    std::vector<cc::Val> e = along(t, logit, false);
+    cc::Val mx = s_.let(e[0], "mx");
+    for (int64_t j = 1; j < n_; ++j) mx = s_.let(cc::max(mx, e[j]), "mx");
+    q(t) = cc::exp(logit(t) - mx);
+  });
+  gather(q, false);
+  s_.parallel(threads_, [&](cc::Idx t) {
+    cc::Val sum = sum_along(s_, t, q, false, "sum");
+    q(t) = plus_eps ? q(t) / sum + eps : q(t) / sum;
+  });
+}
+
+void SinkhornLanes::normalize(const cc::Buf& q, const cc::Buf& d, const cc::Val& eps, bool cols) {
+  gather(q, cols);
+  s_.parallel(threads_, [&](cc::Idx t) {
+    cc::Val sum = sum_along(s_, t, q, cols, "sum");
+    d(t) = 1.0f / (sum + eps);
+    q(t) = q(t) * d(t);
+  });
+}
+
+void SinkhornLanes::adjoint(const cc::Buf& g, const cc::Buf& q, const cc::Buf& d, bool cols) {
+  s_.parallel(threads_, [&](cc::Idx t) { tmp_(t) = g(t) * q(t); });
+  gather(tmp_, cols);
+  s_.parallel(threads_, [&](cc::Idx t) {
+    cc::Val dot = sum_along(s_, t, tmp_, cols, "dot");
+    g(t) = (g(t) - dot) * d(t);
+  });
+}
+
+void SinkhornLanes::softmax_adjoint(const cc::Buf& g, const cc::Buf& q, const cc::Buf& logit,
+                                    const cc::Val& eps) {
+  softmax(q, logit, eps, false);
+  s_.parallel(threads_, [&](cc::Idx t) { tmp_(t) = g(t) * q(t); });
+  gather(tmp_, false);
+  s_.parallel(threads_, [&](cc::Idx t) {
+    cc::Val dot = sum_along(s_, t, tmp_, false, "dot");
+    g(t) = q(t) * (g(t) - dot);
+  });
+}
+
 }  // namespace tilerun::kernels

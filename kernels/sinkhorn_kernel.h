@@ -63,4 +63,56 @@ void sinkhorn_backward_taped(compiler::Scope& s, SinkhornFrags& q, SinkhornFrags
                              const compiler::Val& eps, const compiler::Val& steps,
                              const SinkhornTape& tape);
 
+// Sinkhorn with one thread per entry, for n in {1, 2, 4} (a power of two, so that a token's
+// lanes are a group of n² in one warp and the lane arithmetic is shifts the index analysis
+// proves at once; n = 3 took Z3 past its backstop): entry (i, j) on lane i·n + j of its group.
+// An axis's sums gather the other entries by shuffles and add them in index order, so every
+// value is the one-thread helpers' above, bit for bit. Why: with a thread per matrix the
+// 2·iters - 1 normalisations were one serial chain of ~5000 instructions a token, and 1024
+// tokens gave one warp an SM (hc_pre's Sinkhorn 13.5 us, its backward 26 us on the H200, under
+// 2% of the SM's issue rate).
+class SinkhornLanes {
+ public:
+  static bool fits(int64_t n) { return n == 1 || n == 2 || n == 4; }
+  static int64_t group(int64_t n) { return n * n; }  // lanes a token
+
+  // `threads` a multiple of group(n); fragments [threads].
+  SinkhornLanes(compiler::Scope& s, const std::string& name, int64_t n, int threads);
+
+  // This lane's entry: its row i and column j.
+  compiler::Val row(const compiler::Idx& t) const;
+  compiler::Val col(const compiler::Idx& t) const;
+
+  // Shuffles v's entries along the lane's column (cols) or row into scratch; outside parallel
+  // and if, like every shuffle. Then, inside a parallel over t, along(t, v, cols)[r] is the
+  // entry r of that column or row (r = 0 .. n - 1).
+  void gather(const compiler::Buf& v, bool cols);
+  std::vector<compiler::Val> along(const compiler::Idx& t, const compiler::Buf& v, bool cols);
+
+  // The sum along the axis, in index order (gather first).
+  compiler::Val sum_along(compiler::Scope& s, const compiler::Idx& t, const compiler::Buf& v,
+                          bool cols, const std::string& hint);
+
+  // q = softmax(logit, rows) (+ eps when plus_eps), logit a fragment holding each lane's logit.
+  void softmax(const compiler::Buf& q, const compiler::Buf& logit, const compiler::Val& eps,
+               bool plus_eps);
+  // One normalisation step along columns (cols) or rows: d = 1 / (sums + eps), q = q·d, d being
+  // the lane's column's (row's) reciprocal divisor.
+  void normalize(const compiler::Buf& q, const compiler::Buf& d, const compiler::Val& eps,
+                 bool cols);
+  // The adjoint of such a step, q and d its output and divisor: g = (g - Σ_axis g·q)·d.
+  void adjoint(const compiler::Buf& g, const compiler::Buf& q, const compiler::Buf& d, bool cols);
+  // The softmax's adjoint (q = softmax(logit) without eps, recomputed into q): g = q·(g - Σ_row
+  // g·q).
+  void softmax_adjoint(const compiler::Buf& g, const compiler::Buf& q, const compiler::Buf& logit,
+                       const compiler::Val& eps);
+
+ private:
+  compiler::Scope& s_;
+  int64_t n_;
+  int threads_;
+  std::vector<compiler::Buf> x_;  // x_[a - 1][t] = v[t ^ (a·n)] or v[t ^ a], a = 1 .. n - 1
+  compiler::Buf tmp_;             // scratch for products
+};
+
 }  // namespace tilerun::kernels
