@@ -582,7 +582,14 @@ void register_views(OpRegistry& registry) {
        .gradient = grad_concat,
        .expand = expand_concat(cache),
        .tests = {
-           .kernel = {{{{7, 3}, {7, 130}, {7, 1}}, {{"axis", int64_t{1}}}}, {{{2, 5}, {9, 5}}}},
+           // The last three in whole 8-element vectors (the vector kernel): rows of 56 and 8
+           // vectors, several a block and a partial last block; one long row (axis 0) in chunks
+           // of 256 vectors, the last partial; a 3-d concat at an offset.
+           .kernel = {{{{7, 3}, {7, 130}, {7, 1}}, {{"axis", int64_t{1}}}},
+                      {{{2, 5}, {9, 5}}},
+                      {{{67, 448}, {67, 64}}, {{"axis", int64_t{1}}}},
+                      {{{300, 16}, {40, 16}}},
+                      {{{3, 2, 8}, {3, 5, 8}}, {{"axis", int64_t{1}}}}},
            .gradient = {{{{2, 3}, {2, 1}}, {{"axis", int64_t{-1}}}}, {{{1, 2}, {3, 2}, {1, 2}}}},
            .examples = {{.inputs = {{{1, 2}, {1, 2}}, {{1, 1}, {3}}},
                          .attrs = {{"axis", int64_t{1}}},
