@@ -151,7 +151,10 @@ void register_elementwise(OpRegistry& registry) {
                             // Last extents a multiple of 8: the vector rows kernel, partial last
                             // blocks of rows (4 and 64 rows a block).
                             {{{131, 512}, {512}}},
-                            {{{3, 5, 32}, {5, 1}}}},
+                            {{{3, 5, 32}, {5, 1}}},
+                            // Past 2^16 elements in whole 8-element vectors: the vector map
+                            // kernel, its last block partial.
+                            {{{65544}, {65544}}}},
                  .gradient = {{{{7, 3}, {7, 3}}}, {{{4, 3}, {3}}}, {{{2, 1, 3}, {1, 4, 1}}}},
                  .examples = {{.inputs = {{{2}, {1, -2.5}}, {{2}, {0.5, 2.5}}},
                                .outputs = {{{2}, {1.5, 0}}}},
