@@ -429,7 +429,11 @@ OpTests forward_tests(ReduceKind kind, std::vector<OpExample> examples) {
       {{{4, 5, 6, 7}}, axes_attrs({0, 2})},
       {{{4, 5, 66}}, axes_attrs({0, 1, 2}), 0.25, 2},
       {{{5, 6, 7}}, axes_attrs({-3, -1}, true)},
-      {{{600, 2, 700}}, axes_attrs({0})}};  // sum, max and min: the lanes pass (reduce_kernel.cc)
+      {{{600, 2, 700}}, axes_attrs({0})},  // sum, max and min: the lanes pass (reduce_kernel.cc)
+      // A short middle axis over rows of a multiple of 8: the vector column kernel for 2-byte
+      // dtypes, its last block of rows partial.
+      {{{37, 6, 64}}, axes_attrs({1})},
+      {{{3, 16, 8}}, axes_attrs({1})}};
   t.gradient = {{{{3, 4}}, axes_attrs({1}), lo, 2, 1e-3},
                 {{{4, 3}}, axes_attrs({0}, true), lo, 2, 1e-3},
                 {{{2, 3, 4}}, axes_attrs({0, 2}), lo, 2, 1e-3},
