@@ -149,8 +149,18 @@ cc::Val sort_key(const cc::Val& v, const cc::Val& index) {
   return cc::to_i64(monotone_bits(v)) * int64_t{4294967296} + (4294967295 - index);
 }
 
+// For bf16 rows up to 2^16 (topk_sort): the key in 32 bits, monotone_bits' high half (a bf16's
+// low 16 bits are zero, so its order is whole there) times 2^16 plus 2^16 - 1 - index, the same
+// order as sort_key. Half the shared bytes and 32-bit compares: the sort was bound by its shared
+// traffic (92% on the H200, 140 us for 4096 rows of 1024).
+cc::Val sort_key16(const cc::Val& v, const cc::Val& index) {
+  cc::Val high = cc::shr(monotone_bits(v), cc::to_i32(cc::Val(16)));
+  return high * cc::to_i32(cc::Val(65536)) + cc::to_i32(65535 - index);
+}
+bool narrow_keys(DType dtype, int64_t m) { return dtype == DType::BF16 && m <= 65536; }
+
 // Both kernels' end: sorts keys[0, m) descending and writes the first k as row `row`'s
-// indices, the values read back from x at them.
+// indices, the values read back from x at them (keys of sort_key, or of sort_key16 when i32).
 // The read of x is clamped into [0, n): a no-op (the first k keys are real elements'), but the
 // index comes from shared memory, which the analysis cannot bound, and a disproved load keeps a
 // guard and a counterexample in the proof report.
@@ -158,8 +168,11 @@ void sort_and_write(cc::Scope& s, const cc::Buf& keys, int64_t m, const cc::Val&
                     const cc::Val& n, const cc::Idx& row, const cc::Buf& x, const cc::Buf& values,
                     const cc::Buf& indices) {
   bitonic_sort(s, keys, m, /*descending=*/true);
+  const bool narrow = keys.dtype() == DType::I32;
   s.parallel(k, [&](cc::Idx r) {
-    cc::Val index = s.let(4294967295 - (keys(r) & 4294967295), "index");
+    cc::Val index = narrow
+                        ? s.let(65535 - cc::to_i64(keys(r) & cc::to_i32(cc::Val(65535))), "index")
+                        : s.let(4294967295 - (keys(r) & 4294967295), "index");
     indices(row, r) = cc::to_i32(index);
     values(row, r) = x(row, cc::min(cc::max(index, cc::Val(int64_t{0})), n - 1));
   });
@@ -186,10 +199,12 @@ cc::Kernel build_topk_sort(DType dtype, int64_t m) {
   cc::Buf indices = kb.output("indices", DType::I32, {p, k});
   kb.body({p}, kSortThreads, [&](cc::Scope& s) {
     cc::Idx row = s.block_idx(0);
-    cc::Buf keys = s.alloc_shared("keys", DType::I64, {m});
+    const bool narrow = narrow_keys(dtype, m);
+    cc::Buf keys = s.alloc_shared("keys", narrow ? DType::I32 : DType::I64, {m});
     s.parallel(m, [&](cc::Idx i) {
       s.if_then_else(
-          i < n, [&] { keys(i) = sort_key(x(row, i), i); }, [&] { keys(i) = padding_key(); });
+          i < n, [&] { keys(i) = narrow ? sort_key16(x(row, i), i) : sort_key(x(row, i), i); },
+          [&] { keys(i) = narrow ? cc::to_i32(cc::Val(int64_t{INT32_MIN + 1})) : padding_key(); });
     });
     sort_and_write(s, keys, m, k, n, row, x, values, indices);
   });
