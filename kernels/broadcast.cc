@@ -72,6 +72,36 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxGridX = 2147483647, kMaxGridY = 65535;
 int64_t per_thread(int64_t n) { return n < (int64_t{1} << 16) ? 1 : 4; }
 
+// The operands in0.. as inputs, each over the coalesced axes it moves along (dims[d] for axis d).
+std::vector<cc::Buf> declare_inputs(cc::KernelBuilder& kb, const Coalesced& c,
+                                    const std::vector<DType>& in_dtypes,
+                                    const std::vector<cc::Val>& dims) {
+  std::vector<cc::Buf> in;
+  for (size_t i = 0; i < in_dtypes.size(); ++i) {
+    std::vector<cc::Val> shape;
+    for (size_t d = 0; d < dims.size(); ++d)
+      if (c.varies[i][d]) shape.push_back(dims[d]);
+    if (shape.empty()) shape.push_back(cc::Val(1));
+    in.push_back(kb.input("in" + std::to_string(i), in_dtypes[i], shape));
+  }
+  return in;
+}
+
+// Each operand's element at output coordinates `coord` (its own axes only).
+std::vector<cc::Val> operand_values(cc::Scope& s, const Coalesced& c,
+                                    const std::vector<cc::Buf>& in,
+                                    const std::vector<cc::Val>& coord) {
+  std::vector<cc::Val> v;
+  for (size_t k = 0; k < in.size(); ++k) {
+    std::vector<cc::Val> idx;
+    for (size_t d = 0; d < coord.size(); ++d)
+      if (c.varies[k][d]) idx.push_back(coord[d]);
+    if (idx.empty()) idx.push_back(cc::Val(0));
+    v.push_back(s.let(in[k].at(idx), "v"));
+  }
+  return v;
+}
+
 // out[e] = fn(in0[idx0(e)], ...) with e's coordinates over the coalesced axes D0.. and each
 // operand indexed by the coordinates of the axes it moves along. Parameters: in0.., out;
 // D0..D(r-1); scalars.
@@ -84,16 +114,9 @@ cc::Kernel build_broadcast(const MapOp& op, const Coalesced& c, const std::vecto
                            DType out_dtype, int64_t ept, const std::string& name, bool rows) {
   cc::KernelBuilder kb(name);
   const size_t rank = c.extents.size();
-  std::vector<cc::Dim> dims;
+  std::vector<cc::Val> dims;
   for (size_t d = 0; d < rank; ++d) dims.push_back(kb.dim("D" + std::to_string(d)));
-  std::vector<cc::Buf> in;
-  for (int i = 0; i < op.arity; ++i) {
-    std::vector<cc::Val> shape;
-    for (size_t d = 0; d < rank; ++d)
-      if (c.varies[i][d]) shape.push_back(dims[d]);
-    if (shape.empty()) shape.push_back(cc::Val(1));
-    in.push_back(kb.input("in" + std::to_string(i), in_dtypes[i], shape));
-  }
+  const std::vector<cc::Buf> in = declare_inputs(kb, c, in_dtypes, dims);
   cc::Val total = dims[0];
   for (size_t d = 1; d < rank; ++d) total = total * dims[d];
   cc::Buf out = kb.output("out", out_dtype, {total});
@@ -124,15 +147,7 @@ cc::Kernel build_broadcast(const MapOp& op, const Coalesced& c, const std::vecto
           coord[d] = s.let((flat / stride) % dims[d], "c" + std::to_string(d));
           stride = stride * dims[d];
         }
-        std::vector<cc::Val> v;
-        for (int k = 0; k < op.arity; ++k) {
-          std::vector<cc::Val> idx;
-          for (size_t d = 0; d < rank; ++d)
-            if (c.varies[k][d]) idx.push_back(coord[d]);
-          if (idx.empty()) idx.push_back(cc::Val(0));
-          v.push_back(s.let(in[k].at(idx), "v"));
-        }
-        out(e) = op.fn(s, v, scalars);
+        out(e) = op.fn(s, operand_values(s, c, in, coord), scalars);
       });
     });
   });
@@ -160,14 +175,7 @@ cc::Kernel build_broadcast_vectors(const MapOp& op, const Coalesced& c,
   std::vector<cc::Val> dims;
   for (size_t d = 0; d + 1 < rank; ++d) dims.push_back(kb.dim("D" + std::to_string(d)));
   dims.push_back(cc::Val(last));
-  std::vector<cc::Buf> in;
-  for (int i = 0; i < op.arity; ++i) {
-    std::vector<cc::Val> shape;
-    for (size_t d = 0; d < rank; ++d)
-      if (c.varies[i][d]) shape.push_back(dims[d]);
-    if (shape.empty()) shape.push_back(cc::Val(1));
-    in.push_back(kb.input("in" + std::to_string(i), in_dtypes[i], shape));
-  }
+  const std::vector<cc::Buf> in = declare_inputs(kb, c, in_dtypes, dims);
   cc::Val outer = dims[0];
   for (size_t d = 1; d + 1 < rank; ++d) outer = outer * dims[d];
   cc::Buf out = kb.output("out", out_dtype, {outer * last});
@@ -188,15 +196,7 @@ cc::Kernel build_broadcast_vectors(const MapOp& op, const Coalesced& c,
             coord[d] = s.let((row / stride) % dims[d], "c" + std::to_string(d));
             stride = stride * dims[d];
           }
-          std::vector<cc::Val> v;
-          for (int k = 0; k < op.arity; ++k) {
-            std::vector<cc::Val> idx;
-            for (size_t d = 0; d < rank; ++d)
-              if (c.varies[k][d]) idx.push_back(coord[d]);
-            if (idx.empty()) idx.push_back(cc::Val(0));
-            v.push_back(s.let(in[k].at(idx), "v"));
-          }
-          out(row * last + col) = op.fn(s, v, scalars);
+          out(row * last + col) = op.fn(s, operand_values(s, c, in, coord), scalars);
         };
         if (guarded)
           s.if_then(r0 + r < outer, body);

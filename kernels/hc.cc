@@ -188,20 +188,36 @@ SinkhornLogit comb_logit(std::vector<cc::Buf>& lg, const cc::Idx& t, int64_t n) 
   return [&lg, t, n](int64_t i, int64_t j) { return cc::Val(lg[2 * n + i * n + j](t)); };
 }
 
-// Parameters sums [T, 1] (hc_token_sums), mix [T, M], scale [3], base [M], pre [T, n],
-// post [T, n], comb [T, n²]; dims T, K, STEPS; scalars eps, norm_eps.
+// hc_pre_split's parameters (both kernels): sums [T, 1] (hc_token_sums), mix [T, M], scale [3],
+// base [M], pre [T, n], post [T, n], comb [T, n²]; dims T, K, STEPS; scalars eps, norm_eps.
+struct SplitParams {
+  cc::Dim tokens, k, steps;
+  cc::Val eps, norm_eps;
+  cc::Buf sums, mix, scale, base, pre, post, comb;
+};
+SplitParams declare_split_params(cc::KernelBuilder& kb, int64_t n) {
+  const int64_t m = mixes_of(n);
+  SplitParams p;
+  p.tokens = kb.dim("T"), p.k = kb.dim("K"), p.steps = kb.dim("STEPS");
+  p.eps = kb.scalar_f32("eps"), p.norm_eps = kb.scalar_f32("norm_eps");
+  p.sums = kb.input("sums", DType::F32, {p.tokens, cc::Val(1)});
+  p.mix = kb.input("mix", DType::F32, {p.tokens, cc::Val(m)});
+  p.scale = kb.input("scale", DType::F32, {cc::Val(3)});
+  p.base = kb.input("base", DType::F32, {cc::Val(m)});
+  p.pre = kb.output("pre", DType::F32, {p.tokens, cc::Val(n)});
+  p.post = kb.output("post", DType::F32, {p.tokens, cc::Val(n)});
+  p.comb = kb.output("comb", DType::F32, {p.tokens, cc::Val(n * n)});
+  return p;
+}
+
 cc::Kernel build_hc_pre_split(int64_t n, const std::string& name) {
   const int64_t m = mixes_of(n);
   cc::KernelBuilder kb(name);
-  cc::Dim tokens = kb.dim("T"), k = kb.dim("K"), steps = kb.dim("STEPS");
-  cc::Val eps = kb.scalar_f32("eps"), norm_eps = kb.scalar_f32("norm_eps");
-  cc::Buf sums = kb.input("sums", DType::F32, {tokens, cc::Val(1)});
-  cc::Buf mix = kb.input("mix", DType::F32, {tokens, cc::Val(m)});
-  cc::Buf scale = kb.input("scale", DType::F32, {cc::Val(3)});
-  cc::Buf base = kb.input("base", DType::F32, {cc::Val(m)});
-  cc::Buf pre = kb.output("pre", DType::F32, {tokens, cc::Val(n)});
-  cc::Buf post = kb.output("post", DType::F32, {tokens, cc::Val(n)});
-  cc::Buf comb = kb.output("comb", DType::F32, {tokens, cc::Val(n * n)});
+  const SplitParams ps = declare_split_params(kb, n);
+  const cc::Dim &tokens = ps.tokens, &k = ps.k, &steps = ps.steps;
+  const cc::Val &eps = ps.eps, &norm_eps = ps.norm_eps;
+  const cc::Buf &sums = ps.sums, &mix = ps.mix, &scale = ps.scale, &base = ps.base, &pre = ps.pre,
+                &post = ps.post, &comb = ps.comb;
   kb.body({cc::ceildiv(tokens, kTokenThreads)}, kTokenThreads, [&](cc::Scope& s) {
     std::vector<cc::Buf> lg = sinkhorn_vector(s, "lg", m, kTokenThreads);
     SinkhornFrags q(s, "q", n, kTokenThreads);
@@ -269,17 +285,13 @@ void comb_logits(cc::Scope& s, SinkhornLanes& lanes, const cc::Buf& lg, const cc
 
 // hc_pre_split with a thread per matrix entry (the parameters of build_hc_pre_split).
 cc::Kernel build_hc_pre_split_lanes(int64_t n, const std::string& name) {
-  const int64_t m = mixes_of(n), g = SinkhornLanes::group(n);
+  const int64_t g = SinkhornLanes::group(n);
   cc::KernelBuilder kb(name);
-  cc::Dim tokens = kb.dim("T"), k = kb.dim("K"), steps = kb.dim("STEPS");
-  cc::Val eps = kb.scalar_f32("eps"), norm_eps = kb.scalar_f32("norm_eps");
-  cc::Buf sums = kb.input("sums", DType::F32, {tokens, cc::Val(1)});
-  cc::Buf mix = kb.input("mix", DType::F32, {tokens, cc::Val(m)});
-  cc::Buf scale = kb.input("scale", DType::F32, {cc::Val(3)});
-  cc::Buf base = kb.input("base", DType::F32, {cc::Val(m)});
-  cc::Buf pre = kb.output("pre", DType::F32, {tokens, cc::Val(n)});
-  cc::Buf post = kb.output("post", DType::F32, {tokens, cc::Val(n)});
-  cc::Buf comb = kb.output("comb", DType::F32, {tokens, cc::Val(n * n)});
+  const SplitParams ps = declare_split_params(kb, n);
+  const cc::Dim &tokens = ps.tokens, &k = ps.k, &steps = ps.steps;
+  const cc::Val &eps = ps.eps, &norm_eps = ps.norm_eps;
+  const cc::Buf &sums = ps.sums, &mix = ps.mix, &scale = ps.scale, &base = ps.base, &pre = ps.pre,
+                &post = ps.post, &comb = ps.comb;
   kb.body({cc::ceildiv(tokens, lane_tokens(n))}, kLaneThreads, [&](cc::Scope& s) {
     SinkhornLanes lanes(s, "sk", n, kLaneThreads);
     cc::Buf lg = s.alloc_fragment("lg", DType::F32, {kLaneThreads});
@@ -336,6 +348,55 @@ cc::Kernel build_hc_pre_combine(int64_t n, const std::string& name) {
   return kb.build();
 }
 
+// hc_pre_grad_mix's parameters (both kernels): sums [T, 1 + n], mix, scale, base, dpost [T, n],
+// dcomb [T, n²], dmix, da, dscale [T, 3], coef [T, n + 1], tape (the kernel's own shape); dims T,
+// K (= n·D), STEPS; scalars eps, norm_eps.
+struct MixGradParams {
+  cc::Dim tokens, k, steps;
+  cc::Val eps, norm_eps;
+  cc::Buf sums, mix, scale, base, dpost, dcomb, dmix, da, dscale, coef, tape;
+};
+MixGradParams declare_mix_grad_params(
+    cc::KernelBuilder& kb, int64_t n,
+    const std::function<std::vector<cc::Val>(const cc::Dim&, const cc::Dim&, int64_t)>& tape) {
+  const int64_t m = mixes_of(n);
+  MixGradParams p;
+  p.tokens = kb.dim("T"), p.k = kb.dim("K"), p.steps = kb.dim("STEPS");
+  p.eps = kb.scalar_f32("eps"), p.norm_eps = kb.scalar_f32("norm_eps");
+  p.sums = kb.input("sums", DType::F32, {p.tokens, cc::Val(n + 1)});
+  p.mix = kb.input("mix", DType::F32, {p.tokens, cc::Val(m)});
+  p.scale = kb.input("scale", DType::F32, {cc::Val(3)});
+  p.base = kb.input("base", DType::F32, {cc::Val(m)});
+  p.dpost = kb.input("dpost", DType::F32, {p.tokens, cc::Val(n)});
+  p.dcomb = kb.input("dcomb", DType::F32, {p.tokens, cc::Val(n * n)});
+  p.dmix = kb.output("dmix", DType::F32, {p.tokens, cc::Val(m)});
+  p.da = kb.output("da", DType::F32, {p.tokens, cc::Val(m)});
+  p.dscale = kb.output("dscale", DType::F32, {p.tokens, cc::Val(3)});
+  p.coef = kb.output("coef", DType::F32, {p.tokens, cc::Val(n + 1)});
+  p.tape = kb.output("tape", DType::F32, tape(p.steps, p.tokens, n));
+  return p;
+}
+
+// Token tok's dmix, dscale and coef[tok, n] from its da (da_of(j), mix j) in mix order: dscale's
+// three partial sums and dr = Σ dz·mix each one chain, shared by both hc_pre_grad_mix kernels.
+void write_mix_grads(cc::Scope& s, const std::function<cc::Val(int64_t)>& da_of, const cc::Buf& mix,
+                     const cc::Buf& scale, const cc::Buf& dmix, const cc::Buf& dscale,
+                     const cc::Buf& coef, const cc::Val& tok, const cc::Val& r, const cc::Dim& k,
+                     int64_t n) {
+  cc::Val dr, part[3];
+  for (int64_t j = 0; j < mixes_of(n); ++j) {
+    const int64_t gi = group_of(j, n);
+    cc::Val a = s.let(da_of(j), "da"), mx = s.let(mix(tok, j), "mix");
+    cc::Val term = s.let(a * mx * r, "term");
+    part[gi] = part[gi].defined() ? s.let(part[gi] + term, "ds") : term;
+    cc::Val dz = s.let(a * scale(gi), "dz");
+    dmix(tok, j) = dz * r;
+    dr = j == 0 ? s.let(dz * mx, "dr") : s.let(dr + dz * mx, "dr");
+  }
+  for (int64_t gi = 0; gi < 3; ++gi) dscale(tok, gi) = part[gi];
+  coef(tok, n) = -dr * r * r * r / cc::to_f32(k);
+}
+
 // One thread per token: the logits again, Sinkhorn's backward (taped), then dmix, da, dscale (per
 // token) and coef [T, n + 1] = (pre, c) for hc_pre_grad_dx. Parameters sums [T, 1 + n]
 // (hc_token_sums with dy: Σ x², then dpre = Σ_d dy·xₙ), mix, scale, base, dpost [T, n], dcomb [T,
@@ -344,20 +405,16 @@ cc::Kernel build_hc_pre_combine(int64_t n, const std::string& name) {
 cc::Kernel build_hc_pre_grad_mix(int64_t n, const std::string& name) {
   const int64_t m = mixes_of(n);
   cc::KernelBuilder kb(name);
-  cc::Dim tokens = kb.dim("T"), k = kb.dim("K"), steps = kb.dim("STEPS");
-  cc::Val eps = kb.scalar_f32("eps"), norm_eps = kb.scalar_f32("norm_eps");
-  cc::Buf sums = kb.input("sums", DType::F32, {tokens, cc::Val(n + 1)});
-  cc::Buf mix = kb.input("mix", DType::F32, {tokens, cc::Val(m)});
-  cc::Buf scale = kb.input("scale", DType::F32, {cc::Val(3)});
-  cc::Buf base = kb.input("base", DType::F32, {cc::Val(m)});
-  cc::Buf dpost = kb.input("dpost", DType::F32, {tokens, cc::Val(n)});
-  cc::Buf dcomb = kb.input("dcomb", DType::F32, {tokens, cc::Val(n * n)});
-  cc::Buf dmix = kb.output("dmix", DType::F32, {tokens, cc::Val(m)});
-  cc::Buf da = kb.output("da", DType::F32, {tokens, cc::Val(m)});
-  cc::Buf dscale = kb.output("dscale", DType::F32, {tokens, cc::Val(3)});
-  cc::Buf coef = kb.output("coef", DType::F32, {tokens, cc::Val(n + 1)});
   // Sinkhorn's forward states per step, tokens innermost so that a warp's stores coalesce.
-  cc::Buf tape = kb.output("tape", DType::F32, {steps, cc::Val(n * n + n), tokens});
+  const MixGradParams pm =
+      declare_mix_grad_params(kb, n, [](const cc::Dim& steps, const cc::Dim& tokens, int64_t n) {
+        return std::vector<cc::Val>{steps, cc::Val(n * n + n), tokens};
+      });
+  const cc::Dim &tokens = pm.tokens, &k = pm.k, &steps = pm.steps;
+  const cc::Val &eps = pm.eps, &norm_eps = pm.norm_eps;
+  const cc::Buf &sums = pm.sums, &mix = pm.mix, &scale = pm.scale, &base = pm.base,
+                &dpost = pm.dpost, &dcomb = pm.dcomb, &dmix = pm.dmix, &da = pm.da,
+                &dscale = pm.dscale, &coef = pm.coef, &tape = pm.tape;
   kb.body({cc::ceildiv(tokens, kGradTokenThreads)}, kGradTokenThreads, [&](cc::Scope& s) {
     std::vector<cc::Buf> lg = sinkhorn_vector(s, "lg", m, kGradTokenThreads);
     SinkhornFrags q(s, "q", n, kGradTokenThreads), g(s, "g", n, kGradTokenThreads);
@@ -381,18 +438,9 @@ cc::Kernel build_hc_pre_grad_mix(int64_t n, const std::string& name) {
           coef(tok, i) = sp + eps;
         }
         for (int64_t e = 0; e < n * n; ++e) da(tok, 2 * n + e) = g.v[e](t);
-        cc::Val dr, part[3];
-        for (int64_t j = 0; j < m; ++j) {
-          const int64_t gi = group_of(j, n);
-          cc::Val a = s.let(da(tok, j), "da"), mx = s.let(mix(tok, j), "mix");
-          cc::Val term = s.let(a * mx * r, "term");
-          part[gi] = part[gi].defined() ? s.let(part[gi] + term, "ds") : term;
-          cc::Val dz = s.let(a * scale(gi), "dz");
-          dmix(tok, j) = dz * r;
-          dr = j == 0 ? s.let(dz * mx, "dr") : s.let(dr + dz * mx, "dr");
-        }
-        for (int64_t gi = 0; gi < 3; ++gi) dscale(tok, gi) = part[gi];
-        coef(tok, n) = -dr * r * r * r / cc::to_f32(k);
+        write_mix_grads(
+            s, [&](int64_t j) { return cc::Val(da(tok, j)); }, mix, scale, dmix, dscale, coef, tok,
+            r, k, n);
       });
     });
   });
@@ -405,19 +453,15 @@ cc::Kernel build_hc_pre_grad_mix(int64_t n, const std::string& name) {
 cc::Kernel build_hc_pre_grad_mix_lanes(int64_t n, const std::string& name) {
   const int64_t m = mixes_of(n), g = SinkhornLanes::group(n), per_block = lane_tokens(n);
   cc::KernelBuilder kb(name);
-  cc::Dim tokens = kb.dim("T"), k = kb.dim("K"), steps = kb.dim("STEPS");
-  cc::Val eps = kb.scalar_f32("eps"), norm_eps = kb.scalar_f32("norm_eps");
-  cc::Buf sums = kb.input("sums", DType::F32, {tokens, cc::Val(n + 1)});
-  cc::Buf mix = kb.input("mix", DType::F32, {tokens, cc::Val(m)});
-  cc::Buf scale = kb.input("scale", DType::F32, {cc::Val(3)});
-  cc::Buf base = kb.input("base", DType::F32, {cc::Val(m)});
-  cc::Buf dpost = kb.input("dpost", DType::F32, {tokens, cc::Val(n)});
-  cc::Buf dcomb = kb.input("dcomb", DType::F32, {tokens, cc::Val(n * n)});
-  cc::Buf dmix = kb.output("dmix", DType::F32, {tokens, cc::Val(m)});
-  cc::Buf da = kb.output("da", DType::F32, {tokens, cc::Val(m)});
-  cc::Buf dscale = kb.output("dscale", DType::F32, {tokens, cc::Val(3)});
-  cc::Buf coef = kb.output("coef", DType::F32, {tokens, cc::Val(n + 1)});
-  cc::Buf tape = kb.output("tape", DType::F32, {steps, cc::Val(2), tokens * cc::Val(g)});
+  const MixGradParams pm =
+      declare_mix_grad_params(kb, n, [](const cc::Dim& steps, const cc::Dim& tokens, int64_t n) {
+        return std::vector<cc::Val>{steps, cc::Val(2), tokens * cc::Val(SinkhornLanes::group(n))};
+      });
+  const cc::Dim &tokens = pm.tokens, &k = pm.k, &steps = pm.steps;
+  const cc::Val &eps = pm.eps, &norm_eps = pm.norm_eps;
+  const cc::Buf &sums = pm.sums, &mix = pm.mix, &scale = pm.scale, &base = pm.base,
+                &dpost = pm.dpost, &dcomb = pm.dcomb, &dmix = pm.dmix, &da = pm.da,
+                &dscale = pm.dscale, &coef = pm.coef, &tape = pm.tape;
   kb.body({cc::ceildiv(tokens, per_block)}, kLaneThreads, [&](cc::Scope& s) {
     SinkhornLanes lanes(s, "sk", n, kLaneThreads);
     cc::Buf lg = s.alloc_fragment("lg", DType::F32, {kLaneThreads});
@@ -508,18 +552,9 @@ cc::Kernel build_hc_pre_grad_mix_lanes(int64_t n, const std::string& name) {
       cc::Val tok = s.let(s.block_idx(0) * per_block + slot, "tok");
       s.if_then(tok < tokens, [&] {
         cc::Val r = s.let(token_rsqrt(sums, tok, k, norm_eps), "r");
-        cc::Val dr, part[3];
-        for (int64_t j = 0; j < m; ++j) {
-          const int64_t gi = group_of(j, n);
-          cc::Val a = s.let(dash(slot, j), "da"), mx = s.let(mix(tok, j), "mix");
-          cc::Val term = s.let(a * mx * r, "term");
-          part[gi] = part[gi].defined() ? s.let(part[gi] + term, "ds") : term;
-          cc::Val dz = s.let(a * scale(gi), "dz");
-          dmix(tok, j) = dz * r;
-          dr = j == 0 ? s.let(dz * mx, "dr") : s.let(dr + dz * mx, "dr");
-        }
-        for (int64_t gi = 0; gi < 3; ++gi) dscale(tok, gi) = part[gi];
-        coef(tok, n) = -dr * r * r * r / cc::to_f32(k);
+        write_mix_grads(
+            s, [&](int64_t j) { return cc::Val(dash(slot, j)); }, mix, scale, dmix, dscale, coef,
+            tok, r, k, n);
       });
     });
   });
