@@ -397,11 +397,19 @@ void fold_row(cc::Scope& s, const cc::Val& k_extent, const cc::Buf& lanes, const
     });
   });
   s.barrier();
-  // The lanes in lane order, by one thread.
-  s.parallel(1, [&](cc::Idx) {
-    total(0) = lanes(0);
-    s.serial(cc::min(k_extent, cc::Val(kLanes)) - 1,
-             [&](cc::Idx g) { total(0) = fold(total(0), lanes(g + 1)); });
+  // The lanes in lane order, by one thread, in a register (the chain through total(0) in shared
+  // memory paid a store and a load a lane), over a constant count where every lane holds a value
+  // (so that the loads of the lanes can be issued ahead of the chain).
+  cc::Buf acc = s.alloc_fragment(lanes.name() + "_acc", DType::F32, {1});
+  s.parallel(1, [&](cc::Idx i) {
+    acc(i) = lanes(0);
+    auto chain = [&](const cc::Val& n) {
+      s.serial(n, [&](cc::Idx g) { acc(i) = fold(acc(i), lanes(g + 1)); });
+    };
+    s.if_then_else(
+        k_extent >= kLanes, [&] { chain(cc::Val(kLanes - 1)); },
+        [&] { chain(cc::min(k_extent, cc::Val(kLanes)) - 1); });
+    total(0) = acc(i);
   });
   s.barrier();
 }
