@@ -40,6 +40,7 @@
 #include "kernels/quant_format.h"
 #include "kernels/ref_values.h"
 #include "kernels/schema_util.h"
+#include "kernels/whole_or_guarded.h"
 
 namespace tilerun::kernels {
 
@@ -283,12 +284,8 @@ cc::Kernel build_quantize_rows(DType dtype, const Format& f, DType sd, int64_t b
     cc::Buf posts = s.alloc_shared("posts", DType::F32, {rows});
     cc::Buf xf;
     if (!packed) xf = s.alloc_fragment("xf", DType::F32, {rows, block});
-    auto whole_or_guarded = [&](const std::function<void(bool)>& part) {
-      s.if_then_else(
-          r0 + rows <= nb, [&] { part(false); }, [&] { part(true); });
-    };
     // Rows past the tensor's end get magnitude 0, so the folds below need no guard.
-    whole_or_guarded([&](bool guarded) {
+    whole_or_guarded(s, r0 + rows <= nb, [&](bool guarded) {
       if (!packed) s.annotate_layout(width);  // fp4: the layout inference's choice
       s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
         auto load = [&] {
@@ -328,7 +325,7 @@ cc::Kernel build_quantize_rows(DType dtype, const Format& f, DType sd, int64_t b
       s.if_then(r0 + r < nb, [&] { so(r0 + r) = d.scale; });
     });
     s.barrier();
-    whole_or_guarded([&](bool guarded) {
+    whole_or_guarded(s, r0 + rows <= nb, [&](bool guarded) {
       if (!packed) s.annotate_layout(width);  // fp4: the layout inference's choice
       s.parallel(rows, packed ? block / 2 : block, [&](cc::Idx r, cc::Idx u) {
         auto write = [&] {

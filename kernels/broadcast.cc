@@ -5,6 +5,7 @@
 #include "kernels/expand_util.h"
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
+#include "kernels/whole_or_guarded.h"
 
 namespace tilerun::kernels {
 
@@ -183,10 +184,11 @@ cc::Kernel build_broadcast_vectors(const MapOp& op, const Coalesced& c,
   for (const std::string& a : op.scalar_attrs) scalars.push_back(kb.scalar_f32(a));
   kb.body({cc::ceildiv(outer, rows)}, kThreads, [&](cc::Scope& s) {
     cc::Idx r0 = s.let(s.block_idx(0) * rows, "r0");
-    auto apply = [&](bool guarded) {
+    // Whole blocks of rows unguarded (the accesses go as vectors), the last one guarded.
+    whole_or_guarded(s, r0 + rows <= outer, [&](bool guarded) {
       s.annotate_layout(8);
       s.parallel(rows, last, [&](cc::Idx r, cc::Idx col) {
-        auto body = [&] {
+        guard_if(s, guarded, r0 + r < outer, [&] {
           cc::Val row = s.let(r0 + r, "row");
           // The row's coordinates from the last outer axis inward, each modulo its extent.
           std::vector<cc::Val> coord(rank);
@@ -197,16 +199,9 @@ cc::Kernel build_broadcast_vectors(const MapOp& op, const Coalesced& c,
             stride = stride * dims[d];
           }
           out(row * last + col) = op.fn(s, operand_values(s, c, in, coord), scalars);
-        };
-        if (guarded)
-          s.if_then(r0 + r < outer, body);
-        else
-          body();
+        });
       });
-    };
-    // Whole blocks of rows unguarded (the accesses go as vectors), the last one guarded.
-    s.if_then_else(
-        r0 + rows <= outer, [&] { apply(false); }, [&] { apply(true); });
+    });
   });
   return kb.build();
 }

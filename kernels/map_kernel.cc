@@ -1,4 +1,5 @@
 #include "kernels/map_kernel.h"
+#include "kernels/whole_or_guarded.h"
 
 namespace tilerun::kernels {
 
@@ -65,23 +66,17 @@ cc::Kernel build_map_vectors(const MapOp& op, const std::vector<DType>& in_dtype
   for (const std::string& a : op.scalar_attrs) scalars.push_back(kb.scalar_f32(a));
   kb.body({cc::ceildiv(nv, kVectorsPerBlock)}, kThreads, [&](cc::Scope& s) {
     cc::Idx v0 = s.let(s.block_idx(0) * kVectorsPerBlock, "v0");
-    auto apply = [&](bool guarded) {
+    whole_or_guarded(s, v0 + kVectorsPerBlock <= nv, [&](bool guarded) {
       s.annotate_layout(8);
       s.parallel(kVectorsPerBlock, 8, [&](cc::Idx v, cc::Idx l) {
-        auto body = [&] {
+        guard_if(s, guarded, v0 + v < nv, [&] {
           cc::Val e = s.let((v0 + v) * 8 + l, "e");
           std::vector<cc::Val> vals;
           for (const cc::Buf& b : in) vals.push_back(s.let(b(e), "v"));
           out(e) = op.fn(s, vals, scalars);
-        };
-        if (guarded)
-          s.if_then(v0 + v < nv, body);
-        else
-          body();
+        });
       });
-    };
-    s.if_then_else(
-        v0 + kVectorsPerBlock <= nv, [&] { apply(false); }, [&] { apply(true); });
+    });
   });
   return kb.build();
 }

@@ -28,6 +28,7 @@
 #include "kernels/ref_util.h"
 #include "kernels/ref_values.h"
 #include "kernels/schema_util.h"
+#include "kernels/whole_or_guarded.h"
 
 namespace tilerun::kernels {
 
@@ -122,12 +123,8 @@ cc::Kernel build_fake_quant_tiled(DType dtype, const Format& f, bool pow2, int64
     cc::Buf pres = s.alloc_shared("pres", DType::F32, {rows});
     cc::Buf posts = s.alloc_shared("posts", DType::F32, {rows});
     cc::Buf xf = s.alloc_fragment("xf", DType::F32, {rows, block});
-    auto whole_or_guarded = [&](const std::function<void(bool)>& part) {
-      s.if_then_else(
-          r0 + rows <= nb, [&] { part(false); }, [&] { part(true); });
-    };
     // Rows past the tensor's end get magnitude 0, so the folds below need no guard.
-    whole_or_guarded([&](bool guarded) {
+    whole_or_guarded(s, r0 + rows <= nb, [&](bool guarded) {
       s.annotate_layout(width);
       s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
         auto load = [&] {
@@ -162,7 +159,7 @@ cc::Kernel build_fake_quant_tiled(DType dtype, const Format& f, bool pow2, int64
       }
     });
     s.barrier();
-    whole_or_guarded([&](bool guarded) {
+    whole_or_guarded(s, r0 + rows <= nb, [&](bool guarded) {
       s.annotate_layout(width);
       s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
         auto write = [&] {

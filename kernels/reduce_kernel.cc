@@ -1,4 +1,5 @@
 #include "kernels/reduce_kernel.h"
+#include "kernels/whole_or_guarded.h"
 
 #include <algorithm>
 
@@ -152,24 +153,18 @@ cc::Kernel build_col_vectors(ReduceKind kind, DType in, DType out, int64_t k, in
   cc::Buf y = kb.output("y", out, {p, cc::Val(r)});
   kb.body({cc::ceildiv(p, rows)}, kThreads, [&](cc::Scope& s) {
     cc::Idx p0 = s.let(s.block_idx(0) * rows, "p0");
-    auto fold = [&](bool guarded) {
+    whole_or_guarded(s, p0 + rows <= p, [&](bool guarded) {
       s.annotate_layout(8);
       s.parallel(rows, r, [&](cc::Idx i, cc::Idx c) {
-        auto body = [&] {
+        guard_if(s, guarded, p0 + i < p, [&] {
           cc::Val po = s.let(p0 + i, "po");
           cc::Val acc = s.let(map_of(kind, x(po, 0, c), cc::Val()), "acc");
           for (int64_t j = 1; j < k; ++j)
             acc = s.let(fold_of(kind, acc, map_of(kind, x(po, j, c), cc::Val())), "acc");
           y(po, c) = finish_of(kind, acc, cc::Val(k), cc::Val());
-        };
-        if (guarded)
-          s.if_then(p0 + i < p, body);
-        else
-          body();
+        });
       });
-    };
-    s.if_then_else(
-        p0 + rows <= p, [&] { fold(false); }, [&] { fold(true); });
+    });
   });
   return kb.build();
 }

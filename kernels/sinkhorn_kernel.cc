@@ -176,11 +176,11 @@ std::vector<cc::Val> SinkhornLanes::along(const cc::Idx& t, const cc::Buf& v, bo
   return out;
 }
 
-cc::Val SinkhornLanes::sum_along(cc::Scope& s, const cc::Idx& t, const cc::Buf& v, bool cols,
+cc::Val SinkhornLanes::sum_along(const cc::Idx& t, const cc::Buf& v, bool cols,
                                  const std::string& hint) {
   std::vector<cc::Val> e = along(t, v, cols);
-  cc::Val sum = s.let(e[0], hint);
-  for (int64_t r = 1; r < n_; ++r) sum = s.let(sum + e[r], hint);
+  cc::Val sum = s_.let(e[0], hint);
+  for (int64_t r = 1; r < n_; ++r) sum = s_.let(sum + e[r], hint);
   return sum;
 }
 
@@ -195,7 +195,7 @@ void SinkhornLanes::softmax(const cc::Buf& q, const cc::Buf& logit, const cc::Va
   });
   gather(q, false);
   s_.parallel(threads_, [&](cc::Idx t) {
-    cc::Val sum = sum_along(s_, t, q, false, "sum");
+    cc::Val sum = sum_along(t, q, false, "sum");
     q(t) = plus_eps ? q(t) / sum + eps : q(t) / sum;
   });
 }
@@ -203,7 +203,7 @@ void SinkhornLanes::softmax(const cc::Buf& q, const cc::Buf& logit, const cc::Va
 void SinkhornLanes::normalize(const cc::Buf& q, const cc::Buf& d, const cc::Val& eps, bool cols) {
   gather(q, cols);
   s_.parallel(threads_, [&](cc::Idx t) {
-    cc::Val sum = sum_along(s_, t, q, cols, "sum");
+    cc::Val sum = sum_along(t, q, cols, "sum");
     d(t) = 1.0f / (sum + eps);
     q(t) = q(t) * d(t);
   });
@@ -213,7 +213,7 @@ void SinkhornLanes::adjoint(const cc::Buf& g, const cc::Buf& q, const cc::Buf& d
   s_.parallel(threads_, [&](cc::Idx t) { tmp_(t) = g(t) * q(t); });
   gather(tmp_, cols);
   s_.parallel(threads_, [&](cc::Idx t) {
-    cc::Val dot = sum_along(s_, t, tmp_, cols, "dot");
+    cc::Val dot = sum_along(t, tmp_, cols, "dot");
     g(t) = (g(t) - dot) * d(t);
   });
 }
@@ -224,7 +224,7 @@ void SinkhornLanes::softmax_adjoint(const cc::Buf& g, const cc::Buf& q, const cc
   s_.parallel(threads_, [&](cc::Idx t) { tmp_(t) = g(t) * q(t); });
   gather(tmp_, false);
   s_.parallel(threads_, [&](cc::Idx t) {
-    cc::Val dot = sum_along(s_, t, tmp_, false, "dot");
+    cc::Val dot = sum_along(t, tmp_, false, "dot");
     g(t) = q(t) * (g(t) - dot);
   });
 }

@@ -90,8 +90,8 @@ class SinkhornLanes {
   std::vector<compiler::Val> along(const compiler::Idx& t, const compiler::Buf& v, bool cols);
 
   // The sum along the axis, in index order (gather first).
-  compiler::Val sum_along(compiler::Scope& s, const compiler::Idx& t, const compiler::Buf& v,
-                          bool cols, const std::string& hint);
+  compiler::Val sum_along(const compiler::Idx& t, const compiler::Buf& v, bool cols,
+                          const std::string& hint);
 
   // q = softmax(logit, rows) (+ eps when plus_eps), logit a fragment holding each lane's logit.
   void softmax(const compiler::Buf& q, const compiler::Buf& logit, const compiler::Val& eps,

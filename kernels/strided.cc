@@ -5,6 +5,7 @@
 // Every store is to the thread's own element (or its own element of one region), so uniqueness
 // is a mixed radix.
 #include "kernels/strided.h"
+#include "kernels/whole_or_guarded.h"
 
 #include <functional>
 
@@ -212,19 +213,13 @@ cc::Kernel build_place_vectors(DType dtype, int64_t n, int64_t off, int64_t m) {
   cc::Buf out = kb.output("out", dtype, {o, cc::Val(m * 8)});
   kb.body({cc::ceildiv(o, rows), cc::Val((n + chunk - 1) / chunk)}, kThreads, [&](cc::Scope& s) {
     cc::Idx r0 = s.let(s.block_idx(0) * rows, "r0"), c0 = s.let(s.block_idx(1) * chunk * 8, "c0");
-    // Whole blocks unguarded (so that the accesses go as vectors), the last ones guarded.
-    auto copy = [&](bool guarded) {
+    whole_or_guarded(s, r0 + rows <= o && c0 + chunk * 8 <= n * 8, [&](bool guarded) {
       s.annotate_layout(8);
       s.parallel(rows, chunk * 8, [&](cc::Idx r, cc::Idx e) {
-        auto move = [&] { out(r0 + r, off * 8 + c0 + e) = x(r0 + r, c0 + e); };
-        if (guarded)
-          s.if_then(r0 + r < o && c0 + e < n * 8, move);
-        else
-          move();
+        guard_if(s, guarded, r0 + r < o && c0 + e < n * 8,
+                 [&] { out(r0 + r, off * 8 + c0 + e) = x(r0 + r, c0 + e); });
       });
-    };
-    s.if_then_else(
-        r0 + rows <= o && c0 + chunk * 8 <= n * 8, [&] { copy(false); }, [&] { copy(true); });
+    });
   });
   return kb.build();
 }
