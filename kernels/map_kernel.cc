@@ -1,4 +1,5 @@
 #include "kernels/map_kernel.h"
+
 #include "kernels/whole_or_guarded.h"
 
 namespace tilerun::kernels {

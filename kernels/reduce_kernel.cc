@@ -1,9 +1,9 @@
 #include "kernels/reduce_kernel.h"
-#include "kernels/whole_or_guarded.h"
 
 #include <algorithm>
 
 #include "compiler/base/check.h"
+#include "kernels/whole_or_guarded.h"
 
 namespace tilerun::kernels {
 

@@ -5,12 +5,12 @@
 // Every store is to the thread's own element (or its own element of one region), so uniqueness
 // is a mixed radix.
 #include "kernels/strided.h"
-#include "kernels/whole_or_guarded.h"
 
 #include <functional>
 
 #include "compiler/base/check.h"
 #include "compiler/ir/builder.h"
+#include "kernels/whole_or_guarded.h"
 
 namespace tilerun::kernels {
 

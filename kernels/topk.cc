@@ -8,7 +8,8 @@
 //
 // Kernels: one block per row, by the row's length. Each element gets one i64 sort key,
 // (monotone value bits) << 32 | (2^32 - 1 - index): distinct, so a plain descending sort of the
-// keys is the order above, ties included, whatever the sort's stability.
+// keys is the order above, ties included, whatever the sort's stability. (bf16 rows in
+// topk_sort take a 32-bit key, the value's high 16 bits << 16 | (2^16 - 1 - index): sort_key16.)
 //
 // topk_sort (rows up to 16384): the row's keys sit in shared memory, padded to a power of two
 // M >= N with keys below every real one, and a bitonic network unrolled at build time (M a
