@@ -88,20 +88,36 @@ TEST_P(GradientTest, MatchesFiniteDifferences) {
   for (const RefTensor& t : y) w.push_back(random_tensor(rng_, t.shape));
 
   // Central differences; h balances truncation (~h^2) against rounding (~1e-16 / h).
+  // A kink of the op (min(a, b) where a = b, clamp at a bound, a tie of topk or reduce_max) that
+  // a random draw puts within h of an element makes its difference wrong by up to half the jump in
+  // slope (about one run in 10^3 of the whole suite). Where the differences over h and over h/4
+  // disagree by more than the check's tolerance, a kink lies between: that element is not
+  // compared (kink[i][e]). A smooth loss's two differ by ~1e-9; a kink fools this only if it lies
+  // within ~1e-6 h of the element.
   const double h = 1e-5;
+  auto central = [&](std::vector<RefTensor> xs, size_t i, size_t e, double step) {
+    const double v = xs[i].data[e];
+    xs[i].data[e] = v + step;
+    const double lp = loss(op, xs, attrs, w);
+    xs[i].data[e] = v - step;
+    return (lp - loss(op, xs, attrs, w)) / (2 * step);
+  };
   std::vector<RefTensor> fd;
+  std::vector<std::vector<bool>> kink(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     RefTensor g = x[i];
+    kink[i].assign(g.data.size(), false);
     if (testing::integer_input(schema, i)) {  // targets: no gradient to check
       fd.push_back(g);
       continue;
     }
     for (size_t e = 0; e < g.data.size(); ++e) {
-      std::vector<RefTensor> xp = x, xm = x;
-      xp[i].data[e] += h;
-      xm[i].data[e] -= h;
-      g.data[e] = (loss(op, xp, attrs, w) - loss(op, xm, attrs, w)) / (2 * h);
+      g.data[e] = central(x, i, e, h);
+      const double near = central(x, i, e, h / 4);
+      kink[i][e] = std::abs(g.data[e] - near) > 0.5 * (1e-7 + 1e-6 * std::abs(near));
     }
+    // A kink near one element is chance; near several, the op is not smooth where the case draws.
+    EXPECT_LE(std::count(kink[i].begin(), kink[i].end(), true), 1) << "x" << i << " kinks";
     fd.push_back(g);
   }
 
@@ -126,7 +142,11 @@ TEST_P(GradientTest, MatchesFiniteDifferences) {
         continue;
       }
       ASSERT_TRUE(v.count(dx)) << dx << " not produced";
-      EXPECT_TRUE(testing::all_close(v[dx], fd[i], 1e-6, 1e-7)) << dx;
+      RefTensor got = v[dx];
+      ASSERT_EQ(got.data.size(), fd[i].data.size()) << dx;
+      for (size_t e = 0; e < got.data.size(); ++e)
+        if (kink[i][e]) got.data[e] = fd[i].data[e];
+      EXPECT_TRUE(testing::all_close(got, fd[i], 1e-6, 1e-7)) << dx;
     }
   }
   EXPECT_TRUE(schema.gradient(x_types, attrs, std::vector<bool>(n, false)).empty());
