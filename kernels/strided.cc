@@ -224,6 +224,69 @@ cc::Kernel build_place_vectors(DType dtype, int64_t n, int64_t off, int64_t m) {
   return kb.build();
 }
 
+// Every part of a concat (or a split) in one kernel, where every part's row is a whole number of
+// 8-element vectors: part i, n_i vectors a row, sits at column at_i = Σ_{j<i} n_j (vectors) of the
+// wide rows [O, m·8]. The grid is the parts' grids one after another, each part's blocks as
+// build_place_vectors's (rows of `place_rows(n_i)`, chunks of 256 vectors); a block finds its
+// part by its index (a block-uniform branch). One launch where a two-part concat took two: the
+// V4 layer's concats and splits are mostly two parts of a few hundred columns.
+std::string parts_name(bool split, const std::vector<int64_t>& n) {
+  std::string name = split ? "split_v8_p" : "concat_v8_p";
+  for (size_t i = 0; i < n.size(); ++i) name += (i ? "_" : "") + std::to_string(n[i]);
+  return name;
+}
+
+int64_t part_chunk(int64_t n) { return std::min(n, kPlaceVectors); }
+int64_t part_chunks(int64_t n) { return (n + part_chunk(n) - 1) / part_chunk(n); }
+
+cc::Kernel build_parts(DType dtype, bool split, const std::vector<int64_t>& n) {
+  int64_t m = 0;
+  for (int64_t v : n) m += v;
+  cc::KernelBuilder kb(parts_name(split, n) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim o = kb.dim("O");
+  std::vector<cc::Buf> narrow;
+  cc::Buf wide;
+  if (split) wide = kb.input("x", dtype, {o, cc::Val(m * 8)});
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string name = (split ? "out" : "x") + std::to_string(i);
+    const std::vector<cc::Val> shape{o, cc::Val(n[i] * 8)};
+    narrow.push_back(split ? kb.output(name, dtype, shape) : kb.input(name, dtype, shape));
+  }
+  if (!split) wide = kb.output("out", dtype, {o, cc::Val(m * 8)});
+  std::vector<cc::Val> blocks;
+  cc::Val total = 0;
+  for (int64_t v : n) {
+    blocks.push_back(cc::ceildiv(o, place_rows(v)) * part_chunks(v));
+    total = total + blocks.back();
+  }
+  kb.body({total}, kThreads, [&](cc::Scope& s) {
+    cc::Val first = 0;  // the part's first block
+    int64_t at = 0;     // the part's first vector along the wide rows
+    for (size_t i = 0; i < n.size(); ++i) {
+      const int64_t rows = place_rows(n[i]), chunk = part_chunk(n[i]), chunks = part_chunks(n[i]);
+      const int64_t len = n[i] * 8, off = at * 8;
+      s.if_then(s.block_idx(0) >= first && s.block_idx(0) < first + blocks[i], [&] {
+        cc::Idx b = s.let(s.block_idx(0) - first, "b");
+        cc::Idx r0 = s.let(b / chunks * rows, "r0"), c0 = s.let(b % chunks * chunk * 8, "c0");
+        whole_or_guarded(s, r0 + rows <= o && c0 + chunk * 8 <= len, [&](bool guarded) {
+          s.annotate_layout(8);
+          s.parallel(rows, chunk * 8, [&](cc::Idx r, cc::Idx e) {
+            guard_if(s, guarded, r0 + r < o && c0 + e < len, [&] {
+              if (split)
+                narrow[i](r0 + r, c0 + e) = wide(r0 + r, off + c0 + e);
+              else
+                wide(r0 + r, off + c0 + e) = narrow[i](r0 + r, c0 + e);
+            });
+          });
+        });
+      });
+      first = first + blocks[i];
+      at += n[i];
+    }
+  });
+  return kb.build();
+}
+
 // Parameters dy [O, L·R], dx [O, A·R]; O, A, R, L, START, STEP. Grid (A·R / 256, O).
 cc::Kernel build_unslice(DType dtype) {
   cc::KernelBuilder kb("slice_grad_" + std::string(dtype_name(dtype)));
@@ -332,6 +395,23 @@ KernelCall place_call(KernelCache& cache, DType dtype, int64_t outer, int64_t le
   return {.kernel = cache.get(key("concat_place", dtype), [&] { return build_place(dtype); }),
           .buffers = {x, out},
           .dims = {outer, len, inner, out_len, offset}};
+}
+
+std::optional<KernelCall> parts_call(KernelCache& cache, DType dtype, bool split, int64_t outer,
+                                     const std::vector<int64_t>& lens, int64_t inner,
+                                     std::vector<KernelArg> buffers) {
+  std::vector<int64_t> n;
+  int64_t blocks = 0;
+  for (int64_t len : lens) {
+    if (len * inner % 8 != 0 || len == 0) return std::nullopt;
+    n.push_back(len * inner / 8);
+    blocks += (outer + place_rows(n.back()) - 1) / place_rows(n.back()) * part_chunks(n.back());
+  }
+  if (n.size() < 2 || blocks > (int64_t{1} << 31) - 1) return std::nullopt;
+  return KernelCall{.kernel = cache.get(key(parts_name(split, n), dtype),
+                                        [&] { return build_parts(dtype, split, n); }),
+                    .buffers = std::move(buffers),
+                    .dims = {outer}};
 }
 
 KernelCall unslice_call(KernelCache& cache, DType dtype, int64_t outer, int64_t size, int64_t inner,

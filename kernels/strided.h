@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kernels/expand_util.h"
@@ -39,6 +40,15 @@ KernelCall strided_copy_call(KernelCache& cache, DType dtype, int64_t x_numel, c
 // one input's part of a concat (the rest of out is written by the other parts).
 KernelCall place_call(KernelCache& cache, DType dtype, int64_t outer, int64_t len, int64_t inner,
                       int64_t out_len, int64_t offset, KernelArg x, KernelArg out);
+
+// All the parts of a concat (split = false: parts → out) or a split (split = true: x → parts)
+// along an axis in one launch: part i [outer, lens[i], inner] is columns [Σ_{j<i} lens[j], ...)
+// of the wide tensor [outer, Σ lens, inner]. `buffers` in the kernel's order: the parts then out
+// for a concat, x then the parts for a split. nullopt unless there are two parts or more and every
+// part's row (len · inner) is a whole number of 8-element vectors (the per-part calls then).
+std::optional<KernelCall> parts_call(KernelCache& cache, DType dtype, bool split, int64_t outer,
+                                     const std::vector<int64_t>& lens, int64_t inner,
+                                     std::vector<KernelArg> buffers);
 
 // dx[o, a, r] = dy[o, (a - start) / step, r] where a - start is a multiple of step in
 // [0, len · step), else 0, for dx [outer, size, inner] and dy [outer, len, inner]: the gradient

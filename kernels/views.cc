@@ -1,9 +1,13 @@
+// over 600 lines: the six shape ops are one family (slices, splits and concats are each other's
+// gradients, and all share the view rules below).
 // Shapes without copies: reshape (alias view), expand_dims, squeeze, slice, split, concat.
 // reshape, expand_dims and squeeze are always views (OpSchema::view): the output is the input's
 // bytes, no kernel runs. A slice or a split along an axis with only size-1 axes before it (the
 // leading axis, say) is a view at an offset when that offset is 16-byte aligned; otherwise, and
-// for concat, a copy kernel (strided.h) runs. Every op also has its copy expansion, which the
+// for concat, a copy kernel (strided.h) runs: one for all the parts of a split or a concat where
+// every part's rows are whole 16-byte vectors. Every op also has its copy expansion, which the
 // shared kernel suites test against the reference.
+#include <algorithm>
 #include <numeric>
 
 #include "kernels/expand_util.h"
@@ -325,9 +329,19 @@ std::optional<std::vector<ViewOf>> view_split(const std::vector<TensorType>& in,
 
 ExpandFn expand_split(std::shared_ptr<KernelCache> cache) {
   ExpandFn slice = expand_slice(cache);
-  return [slice](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
-                 const Attrs& attrs) {
+  return [cache, slice](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
+                        const Attrs& attrs) {
     OpExpansion ex;
+    const int64_t axis = split_axis(in[0], attrs);
+    const Ints& x = in[0].shape;
+    std::vector<KernelArg> buffers{input_slot(0)};
+    for (size_t i = 0; i < out.size(); ++i) buffers.push_back(output_slot(static_cast<int>(i)));
+    if (std::optional<KernelCall> call =
+            parts_call(*cache, in[0].dtype, /*split=*/true, product(x, 0, axis),
+                       split_sizes(in[0], axis, attrs), product(x, axis + 1, x.size()), buffers)) {
+      ex.calls.push_back(*call);
+      return ex;
+    }
     std::vector<Attrs> parts = split_slices(in[0], attrs);
     for (size_t i = 0; i < parts.size(); ++i) {
       KernelCall call = slice(in, {out[i]}, parts[i]).calls.at(0);
@@ -397,6 +411,18 @@ ExpandFn expand_concat(std::shared_ptr<KernelCache> cache) {
     const Ints& y = out[0].shape;
     const int64_t outer = product(y, 0, axis), inner = product(y, axis + 1, y.size());
     OpExpansion ex;
+    std::vector<int64_t> lens;
+    std::vector<KernelArg> buffers;
+    for (size_t i = 0; i < in.size(); ++i) {
+      lens.push_back(in[i].shape[axis]);
+      buffers.push_back(input_slot(static_cast<int>(i)));
+    }
+    buffers.push_back(output_slot(0));
+    if (std::optional<KernelCall> call =
+            parts_call(*cache, out[0].dtype, /*split=*/false, outer, lens, inner, buffers)) {
+      ex.calls.push_back(*call);
+      return ex;
+    }
     int64_t at = 0;
     for (size_t i = 0; i < in.size(); ++i) {
       ex.calls.push_back(place_call(*cache, in[i].dtype, outer, in[i].shape[axis], inner, y[axis],
@@ -412,6 +438,17 @@ std::vector<GradOp> grad_concat(const std::vector<TensorType>& in, const Attrs& 
                                 const std::vector<bool>& needs) {
   const int64_t axis = concat_axis(in, attrs);
   std::vector<GradOp> ops;
+  // Every part needed: one split (one kernel for all of them, or views).
+  if (in.size() > 1 && std::all_of(needs.begin(), needs.end(), [](bool b) { return b; })) {
+    GradOp split{"split", {"dy0"}, {}, {{"axis", axis}, {"sizes", Ints{}}}};
+    Ints sizes;
+    for (size_t i = 0; i < in.size(); ++i) {
+      sizes.push_back(in[i].shape[axis]);
+      split.outputs.push_back(dx_name(static_cast<int>(i)));
+    }
+    split.attrs["sizes"] = sizes;
+    return {split};
+  }
   int64_t at = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     const int64_t len = in[i].shape[axis];
@@ -561,16 +598,21 @@ void register_views(OpRegistry& registry) {
        .gradient = grad_split,
        .expand = expand_split(cache),
        .view = view_split,
+       // The last two in whole 8-element vectors (one kernel for every part): rows of 2, 1 and
+       // 5 vectors, several a block, the last block partial; long rows in chunks of 256 vectors.
        .tests = {.kernel = {{{{12, 130}}, {{"parts", int64_t{3}}}},
-                            {{{7, 13}}, {{"axis", int64_t{-1}}, {"sizes", Ints{5, 1, 7}}}}},
+                            {{{7, 13}}, {{"axis", int64_t{-1}}, {"sizes", Ints{5, 1, 7}}}},
+                            {{{133, 64}}, {{"axis", int64_t{1}}, {"sizes", Ints{16, 8, 40}}}},
+                            {{{3, 6152}}, {{"axis", int64_t{1}}, {"sizes", Ints{4104, 2048}}}}},
                  .gradient = {{{{4, 5}}, {{"axis", int64_t{1}}, {"sizes", Ints{2, 3}}}}},
                  .examples = {{.inputs = {{{4}, {1, 2, 3, 4}}},
                                .attrs = {{"sizes", Ints{1, 3}}},
                                .outputs = {{{1}, {1}}, {{3}, {2, 3, 4}}}}}}});
   registry.add(
       {.name = "concat",
-       .doc = "y = x0, x1, ... joined along axis (every other size equal); a copy kernel per "
-              "input",
+       .doc =
+           "y = x0, x1, ... joined along axis (every other size equal); one copy kernel "
+           "for all inputs where each input's rows are whole 16-byte vectors, else one per input",
        .inputs = numbered("x", kMaxParts),
        .optional_inputs = kMaxParts - 1,
        .outputs = {"y"},
@@ -582,14 +624,17 @@ void register_views(OpRegistry& registry) {
        .gradient = grad_concat,
        .expand = expand_concat(cache),
        .tests = {
-           // The last three in whole 8-element vectors (the vector kernel): rows of 56 and 8
+           // The rest in whole 8-element vectors (one kernel for every part): rows of 56 and 8
            // vectors, several a block and a partial last block; one long row (axis 0) in chunks
-           // of 256 vectors, the last partial; a 3-d concat at an offset.
+           // of 256 vectors, the last partial; a 3-d concat at an offset; three parts of 3, 1
+           // and 5 vectors over 130 rows; long rows of 513 and 256 vectors.
            .kernel = {{{{7, 3}, {7, 130}, {7, 1}}, {{"axis", int64_t{1}}}},
                       {{{2, 5}, {9, 5}}},
                       {{{67, 448}, {67, 64}}, {{"axis", int64_t{1}}}},
                       {{{300, 16}, {40, 16}}},
-                      {{{3, 2, 8}, {3, 5, 8}}, {{"axis", int64_t{1}}}}},
+                      {{{3, 2, 8}, {3, 5, 8}}, {{"axis", int64_t{1}}}},
+                      {{{130, 24}, {130, 8}, {130, 40}}, {{"axis", int64_t{1}}}},
+                      {{{2, 4104}, {2, 2048}}, {{"axis", int64_t{1}}}}},
            .gradient = {{{{2, 3}, {2, 1}}, {{"axis", int64_t{-1}}}}, {{{1, 2}, {3, 2}, {1, 2}}}},
            .examples = {{.inputs = {{{1, 2}, {1, 2}}, {{1, 1}, {3}}},
                          .attrs = {{"axis", int64_t{1}}},

@@ -37,14 +37,6 @@ TABLES_BF16 = [
     ("      - {op: scale, in: h128, out: hadamard, alpha: 0.08838834764831845}",
      "      - {op: scale, in: h128, out: hadamard32, alpha: 0.08838834764831845}\n"
      "      - {op: cast, in: hadamard32, out: hadamard, to: bf16}"),
-]
-ATTN_BF16 = [
-    ("hc_fn:   {shape: [ND, M],", "hc_fn:   {shape: [ND, M], dtype: f32,"),
-    ("hc_scale: {shape: [3],", "hc_scale: {shape: [3], dtype: f32,"),
-    ("hc_base: {shape: [M],", "hc_base: {shape: [M], dtype: f32,"),
-    ("g_in:    {shape: [D],", "g_in:    {shape: [D], dtype: f32,"),
-    ("      - {op: rmsnorm, in: [y, g_in], out: h}\n",
-     "      - {op: rmsnorm, in: [y, g_in], out: h32}\n      - {op: cast, in: h32, out: h, to: bf16}\n"),
     ("{op: fill, out: ones_e, shape: [E], value: 1.0}",
      "{op: fill, out: ones_e, shape: [E], value: 1.0, dtype: bf16}"),
     ("{op: fill, out: ck_pad, shape: [1, 4, E], value: 0}",
@@ -57,6 +49,14 @@ ATTN_BF16 = [
      "{op: fill, out: ig_pad, shape: [1, 4, ID], value: -1.0e9, dtype: bf16}"),
     ("{op: fill, out: ttiny, shape: [1], value: 1.0e-30}",
      "{op: fill, out: ttiny, shape: [1], value: 1.0e-30, dtype: bf16}"),
+]
+ATTN_BF16 = [
+    ("hc_fn:   {shape: [ND, M],", "hc_fn:   {shape: [ND, M], dtype: f32,"),
+    ("hc_scale: {shape: [3],", "hc_scale: {shape: [3], dtype: f32,"),
+    ("hc_base: {shape: [M],", "hc_base: {shape: [M], dtype: f32,"),
+    ("g_in:    {shape: [D],", "g_in:    {shape: [D], dtype: f32,"),
+    ("      - {op: rmsnorm, in: [y, g_in], out: h}\n",
+     "      - {op: rmsnorm, in: [y, g_in], out: h32}\n      - {op: cast, in: h32, out: h, to: bf16}\n"),
     ("      - {op: concat, in: [tables.wbias, cbias], out: sbias, axis: 1}",
      "      - {op: concat, in: [tables.wbias, cbias], out: sbias32, axis: 1}\n"
      "      - {op: cast, in: sbias32, out: sbias, to: bf16}"),
