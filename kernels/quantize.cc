@@ -8,6 +8,9 @@
 //   y    = decode(encode(x / s)) · s, encode rounding to nearest even (compiler/transforms/
 //          narrow_float.h: e4m3 and e2m1 saturate, e5m2 overflows to inf; e2m1 has no NaN, so a
 //          NaN quotient gives +6)
+// With `extent` (a multiple of block), only the first `extent` elements of each row of the last
+// axis are rounded, the rest copied: V4's KV rounds its non-RoPE dims and keeps the RoPE ones,
+// one kernel where a split, a rounding and a concat took three.
 // Each step is one IEEE f32 operation, so the double reference rounds to f32 at the same points
 // and the kernel matches it bit for bit (x / s of a power-of-two s is computed as multiplies that
 // give the same bits: Divisor below). The gradient is straight-through: dx = dy.
@@ -28,6 +31,7 @@
 #include "kernels/ref_util.h"
 #include "kernels/ref_values.h"
 #include "kernels/schema_util.h"
+#include "kernels/shape_attrs.h"
 #include "kernels/whole_or_guarded.h"
 
 namespace tilerun::kernels {
@@ -66,7 +70,24 @@ std::vector<TensorType> infer_fake_quant(const std::vector<TensorType>& in, cons
   if (block < 1 || last % block != 0)
     throw ShapeError("attribute 'block' is " + std::to_string(block) + ", expected a divisor of " +
                      "input 'x' " + to_string(in[0]) + "'s last extent " + std::to_string(last));
+  const int64_t extent = attr_int(attrs, "extent");
+  if (extent < 0 || extent > last || extent % block != 0)
+    throw ShapeError("attribute 'extent' is " + std::to_string(extent) +
+                     ", expected a multiple of block " + std::to_string(block) +
+                     " up to input 'x' " + to_string(in[0]) + "'s last extent " +
+                     std::to_string(last) + " (0: all of it)");
   return {in[0]};
+}
+
+// The blocks of a row of the last axis, and how many of them (the first) are rounded.
+struct RoundedBlocks {
+  int64_t per_row, rounded;
+  bool all() const { return rounded == per_row; }
+};
+RoundedBlocks rounded_blocks(const TensorType& x, const Attrs& attrs) {
+  const int64_t block = attr_int(attrs, "block"), extent = attr_int(attrs, "extent");
+  const int64_t per_row = x.shape.back() / block;
+  return {per_row, extent == 0 ? per_row : extent / block};
 }
 
 // ---- Reference: double arithmetic rounded to f32 where the kernel rounds ------------------
@@ -75,8 +96,10 @@ std::vector<RefTensor> ref_fake_quant(const std::vector<RefTensor>& in, const At
   const Format f = format_named(attr_string(attrs, "format"));
   const bool pow2 = pow2_scale(attrs);
   const int64_t block = attr_int(attrs, "block");
+  const RoundedBlocks rb = rounded_blocks({DType::F32, in[0].shape}, attrs);
   RefTensor y = in[0];
   for (int64_t b0 = 0; b0 < y.numel(); b0 += block) {
+    if ((b0 / block) % rb.per_row >= rb.rounded) continue;  // past extent: copied
     const double amax = quant::amax(&in[0].data[b0], block);
     double s = amax == 0 ? 1.0 : f32(amax / f.max);
     if (pow2 && std::isfinite(s) && s > 0) s = quant::ceil_pow2(s);
@@ -101,7 +124,7 @@ cc::Val quantize(const Format& f, const cc::Val& v, const cc::Val& scale) {
 // multipliers that stand for the division). Folding in spans, the dependent chain is 8 + B / 8
 // steps long, not B, with every thread busy.
 cc::Kernel build_fake_quant_tiled(DType dtype, const Format& f, bool pow2, int64_t block,
-                                  const std::string& name) {
+                                  RoundedBlocks rb, const std::string& name) {
   const int64_t rows = kTileElems / block;
   // Eight consecutive elements a thread (16 bytes of bf16) where a block divides by 8, so the
   // global accesses of a whole tile (all but the last) go as vectors (a guard inside the loop
@@ -164,7 +187,9 @@ cc::Kernel build_fake_quant_tiled(DType dtype, const Format& f, bool pow2, int64
       s.parallel(rows, block, [&](cc::Idx r, cc::Idx j) {
         auto write = [&] {
           const Divisor d{s.let(scales(r), "scale"), pres(r), posts(r), pow2};
-          y(r0 + r, j) = quantize(f, s.let(d.divide(xf(r, j)), "v"), d.scale);
+          cc::Val q = quantize(f, s.let(d.divide(xf(r, j)), "v"), d.scale);
+          // Past extent, the block is copied (a select: the tile stays one vector loop).
+          y(r0 + r, j) = rb.all() ? q : cc::select((r0 + r) % rb.per_row < rb.rounded, q, xf(r, j));
         };
         if (guarded)
           s.if_then(r0 + r < nb, write);
@@ -177,7 +202,8 @@ cc::Kernel build_fake_quant_tiled(DType dtype, const Format& f, bool pow2, int64
 }
 
 // Parameters x, y [NB, B]: NB blocks of B elements; one thread per block (any block size).
-cc::Kernel build_fake_quant(DType dtype, const Format& f, bool pow2, const std::string& name) {
+cc::Kernel build_fake_quant(DType dtype, const Format& f, bool pow2, RoundedBlocks rb,
+                            const std::string& name) {
   cc::KernelBuilder kb(name);
   cc::Dim nb = kb.dim("NB"), b = kb.dim("B", {.min = 1, .max = 1 << 20});
   cc::Buf x = kb.input("x", dtype, {nb, b});
@@ -187,12 +213,19 @@ cc::Kernel build_fake_quant(DType dtype, const Format& f, bool pow2, const std::
     cc::Buf amax = s.alloc_fragment("amax", DType::I32, {kThreads});
     s.parallel(kThreads, [&](cc::Idx t) {
       cc::Idx r = base + t;
-      s.if_then(r < nb, [&] {
+      auto round = [&] {
         amax(t) = i32(0);
         s.serial(b, [&](cc::Idx j) { amax(t) = cc::max(amax(t), magnitude(x(r, j))); });
         Divisor d = quant::divisor(s, quant::block_scale(s, from_bits(amax(t)), f, pow2), pow2);
         s.serial(b,
                  [&](cc::Idx j) { y(r, j) = quantize(f, s.let(d.divide(x(r, j)), "v"), d.scale); });
+      };
+      s.if_then(r < nb, [&] {
+        if (rb.all())
+          round();
+        else
+          s.if_then_else(r % rb.per_row < rb.rounded, round,
+                         [&] { s.serial(b, [&](cc::Idx j) { y(r, j) = x(r, j); }); });
       });
     });
   });
@@ -207,20 +240,25 @@ ExpandFn expand_fake_quant(std::shared_ptr<KernelCache> cache) {
     const bool pow2 = pow2_scale(attrs);
     const int64_t block = attr_int(attrs, "block");
     const DType dtype = in[0].dtype;
+    const RoundedBlocks rb = rounded_blocks(in[0], attrs);
     const std::string stem = "fake_quant_" + fmt + (pow2 ? "_ue8m0_" : "_");
-    const std::string suffix = std::string(dtype_name(dtype));
+    // "_x7of8": the first 7 blocks of each row of 8 rounded.
+    const std::string suffix =
+        (rb.all() ? ""
+                  : "x" + std::to_string(rb.rounded) + "of" + std::to_string(rb.per_row) + "_") +
+        std::string(dtype_name(dtype));
     if (block <= kTileElems) {
       const std::string name = stem + "b" + std::to_string(block) + "_" + suffix;
       KernelCall call{
-          .kernel =
-              cache->get(name, [&] { return build_fake_quant_tiled(dtype, f, pow2, block, name); }),
+          .kernel = cache->get(
+              name, [&] { return build_fake_quant_tiled(dtype, f, pow2, block, rb, name); }),
           .buffers = {input_slot(0), output_slot(0)},
           .dims = {numel(in[0]) / block}};
       return OpExpansion{.calls = {call}};
     }
     const std::string name = stem + suffix;
     KernelCall call{
-        .kernel = cache->get(name, [&] { return build_fake_quant(dtype, f, pow2, name); }),
+        .kernel = cache->get(name, [&] { return build_fake_quant(dtype, f, pow2, rb, name); }),
         .buffers = {input_slot(0), output_slot(0)},
         .dims = {numel(in[0]) / block, block}};
     return OpExpansion{.calls = {call}};
@@ -236,6 +274,10 @@ std::vector<GradOp> grad_fake_quant(const std::vector<TensorType>&, const Attrs&
 
 Attrs fq(const char* format, int64_t block, const char* scale = "f32") {
   return {{"format", std::string(format)}, {"block", block}, {"scale", std::string(scale)}};
+}
+Attrs with_extent(Attrs a, int64_t extent) {
+  a["extent"] = extent;
+  return a;
 }
 
 }  // namespace
@@ -262,7 +304,10 @@ void register_quantize(OpRegistry& registry) {
                  {.name = "scale",
                   .kind = AttrKind::String,
                   .default_value = AttrValue{std::string("f32")},
-                  .doc = "f32, or ue8m0 (power-of-two scales rounded up)"}},
+                  .doc = "f32, or ue8m0 (power-of-two scales rounded up)"},
+                 int_attr("extent", 0,
+                          "how many leading elements of each row of the last axis are rounded "
+                          "(a multiple of block; the rest are copied; 0: all)")},
        .infer = infer_fake_quant,
        .reference = ref_fake_quant,
        .gradient = grad_fake_quant,
@@ -281,7 +326,13 @@ void register_quantize(OpRegistry& registry) {
                       {.shapes = {{4, 32}},
                        .attrs = fq("f8e4m3", 32, "ue8m0"),
                        .lo = -1e-36,
-                       .hi = 1e-36}},
+                       .hi = 1e-36},
+                      // Only the first 7 blocks of each row of 8 rounded (several tiles, the last
+                      // partial), on the tiled and the one-thread-per-block kernels.
+                      {.shapes = {{75, 512}}, .attrs = with_extent(fq("f8e4m3", 64), 448)},
+                      {.shapes = {{3, 2, 96}},
+                       .attrs = with_extent(fq("fp4e2m1", 32, "ue8m0"), 32)},
+                      {.shapes = {{2, 3 * 5000}}, .attrs = with_extent(fq("f8e5m2", 5000), 10000)}},
            // A worked rounding on each format; zeros, NaN and infinity in a block (s = inf: x/s is
            // 0 or NaN and 0·inf is NaN, so the whole block is NaN).
            .examples = {{.inputs = {{{8}, {0.3, 6, -1.2, 2.6, 12, 5, -7, 0.9}}},
@@ -292,7 +343,11 @@ void register_quantize(OpRegistry& registry) {
                          .outputs = {{{4}, {896, 3.25, -0.0, 0.0}}}},
                         {.inputs = {{{4}, {1, nan, 2, -inf}}},
                          .attrs = fq("f8e5m2", 2),
-                         .outputs = {{{4}, {nan, nan, nan, nan}}}}},
+                         .outputs = {{{4}, {nan, nan, nan, nan}}}},
+                        // extent: the first block of each row rounded, the second copied.
+                        {.inputs = {{{2, 4}, {0.3, 6, 0.3, 6, -1.2, 2.6, -1.2, 2.6}}},
+                         .attrs = with_extent(fq("fp4e2m1", 2, "ue8m0"), 2),
+                         .outputs = {{{2, 4}, {0.5, 6, 0.3, 6, -1, 3, -1.2, 2.6}}}}},
            .straight_through = true}});
 }
 

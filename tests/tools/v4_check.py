@@ -21,7 +21,9 @@ import subprocess
 import sys
 import tempfile
 
-QUANT = re.compile(r"\{op: fake_quant, in: (\w+), out: (\w+), format: \w+, block: \d+(?:, scale: \w+)?\}")
+QUANT = re.compile(
+    r"\{op: fake_quant, in: (\w+), out: (\w+), format: \w+, block: \d+(?:, scale: \w+)?"
+    r"(?:, extent: \w+)?\}")
 
 
 def run(tilerun, config, dims, extra):
