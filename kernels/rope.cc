@@ -10,9 +10,9 @@
 // Kernels: rope and rmsnorm_rope one block per row (a token's head), the norm's sum of squares a
 // block reduction (with the row's shape constant: a tile of heads per block, rmsnorm_rope's rows
 // staged in shared memory); rope_grad one block per token: dx rotated back, then one thread per
-// table entry summing over the heads in order. rmsnorm_rope's gradient recomputes the norm
-// (rmsnorm), rotates dy back with rope_grad and hands the result to rmsnorm_grad: no atomics, fixed
-// orders.
+// table entry summing over the heads in order. rmsnorm_rope's gradient rotates dy back (rope with
+// inverse: true; where the tables need gradients, the norm recomputed and rope_grad) and hands the
+// result to rmsnorm_grad: no atomics, fixed orders.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -93,8 +93,11 @@ RefTensor ref_rope_of(const RefTensor& x, const RefTensor& cos, const RefTensor&
   return y;
 }
 
-std::vector<RefTensor> ref_rope(const std::vector<RefTensor>& in, const Attrs&) {
-  return {ref_rope_of(in[0], in[1], in[2])};
+std::vector<RefTensor> ref_rope(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  if (!attr_bool(attrs, "inverse")) return {ref_rope_of(in[0], in[1], in[2])};
+  RefTensor nsin = in[2];
+  for (double& v : nsin.data) v = -v;
+  return {ref_rope_of(in[0], in[1], nsin)};
 }
 
 // dx = the rotation back; dcos[t, i] = Σ_h dya·a + dyb·b; dsin[t, i] = Σ_h dyb·a - dya·b.
@@ -135,21 +138,40 @@ std::string grad_name(const std::vector<bool>& needs, int i) {
   return needs[i] ? "dx" + std::to_string(i) : "unused" + std::to_string(i);
 }
 
-std::vector<GradOp> grad_rope(const std::vector<TensorType>&, const Attrs&,
+// With no gradient for the tables (the usual case: they are constants), dx is dy rotated back:
+// the opposite rope, one light kernel. Otherwise rope_grad; for an inverse rope it runs on the
+// negated sin, and sin's gradient is the negated one it gives.
+std::vector<GradOp> grad_rope(const std::vector<TensorType>&, const Attrs& attrs,
                               const std::vector<bool>& needs) {
   if (!needs[0] && !needs[1] && !needs[2]) return {};
-  return {{"rope_grad",
-           {"x0", "x1", "x2", "dy0"},
-           {grad_name(needs, 0), grad_name(needs, 1), grad_name(needs, 2)},
-           {}}};
+  const bool inverse = attr_bool(attrs, "inverse");
+  if (!needs[1] && !needs[2])
+    return {{"rope", {"dy0", "x1", "x2"}, {"dx0"}, {{"inverse", !inverse}}}};
+  if (!inverse)
+    return {{"rope_grad",
+             {"x0", "x1", "x2", "dy0"},
+             {grad_name(needs, 0), grad_name(needs, 1), grad_name(needs, 2)},
+             {}}};
+  std::vector<GradOp> ops = {
+      {"neg", {"x2"}, {"nsin"}, {}},
+      {"rope_grad",
+       {"x0", "x1", "nsin", "dy0"},
+       {grad_name(needs, 0), grad_name(needs, 1), needs[2] ? "dnsin" : "unused2"},
+       {}}};
+  if (needs[2]) ops.push_back({"neg", {"dnsin"}, {"dx2"}, {}});
+  return ops;
 }
 
-// The norm's output is recomputed (the tables' gradients read it), dy rotated back, then the
-// norm's own backward.
+// dy rotated back, then the norm's own backward; the norm's output is recomputed only where the
+// tables need gradients (theirs read it).
 std::vector<GradOp> grad_rmsnorm_rope(const std::vector<TensorType>&, const Attrs& attrs,
                                       const std::vector<bool>& needs) {
   if (!needs[0] && !needs[1] && !needs[2] && !needs[3]) return {};
   const Attrs eps = {{"eps", attr_float(attrs, "eps")}};
+  // Constant tables: dy rotated back needs no recomputed norm (only the tables' gradients read it).
+  if (!needs[2] && !needs[3])
+    return {{"rope", {"dy0", "x2", "x3"}, {"dz"}, {{"inverse", true}}},
+            {"rmsnorm_grad", {"x0", "x1", "dz"}, {grad_name(needs, 0), grad_name(needs, 1)}, eps}};
   return {
       {"rmsnorm", {"x0", "x1"}, {"z"}, eps},
       {"rope_grad", {"z", "x2", "x3", "dy0"}, {"dz", grad_name(needs, 2), grad_name(needs, 3)}, {}},
@@ -178,8 +200,8 @@ std::string rope_name(const std::string& name, bool vec) { return vec ? name + "
 
 // One block per row (t, h). Parameters x [T, H, D], (gamma [D],) cos, sin [T, R2], y; dims T, H,
 // D0, R2; (scalar eps).
-cc::Kernel build_rope(DType dtype, bool norm, bool vec) {
-  cc::KernelBuilder kb(rope_name(norm ? "rmsnorm_rope" : "rope", vec) + "_" +
+cc::Kernel build_rope(DType dtype, bool norm, bool vec, bool inverse) {
+  cc::KernelBuilder kb(rope_name(norm ? "rmsnorm_rope" : "rope", vec) + (inverse ? "_inv_" : "_") +
                        std::string(dtype_name(dtype)));
   cc::Dim t = kb.dim("T"), h = kb.dim("H");
   cc::Dim d0 = kb.dim("D0", {.min = 0, .divisible_by = vec ? 8 : 1});  // 0: every dim rotated
@@ -203,6 +225,10 @@ cc::Kernel build_rope(DType dtype, bool norm, bool vec) {
     auto value = [&](cc::Val k) {
       return norm ? cc::Val(x(tok, head, k) * inv * g(k)) : cc::Val(x(tok, head, k));
     };
+    // The inverse rotation turns by minus the angle (negation is exact).
+    auto sn = [&](const cc::Idx& i) {
+      return inverse ? -cc::Val(sin(tok, i)) : cc::Val(sin(tok, i));
+    };
     cc::Val base = d0;
     if (vec) {
       s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
@@ -210,7 +236,7 @@ cc::Kernel build_rope(DType dtype, bool norm, bool vec) {
       s.parallel(2 * r2, [&](cc::Idx k) {
         cc::Idx j = s.let(base + k, "j");
         cc::Idx i = s.let((j - base) / 2, "pair");
-        y(tok, head, j) = rotated(s, value, j, base, cos(tok, i), sin(tok, i));
+        y(tok, head, j) = rotated(s, value, j, base, cos(tok, i), sn(i));
       });
       return;
     }
@@ -219,7 +245,7 @@ cc::Kernel build_rope(DType dtype, bool norm, bool vec) {
           j < base, [&] { y(tok, head, j) = value(j); },
           [&] {
             cc::Idx i = s.let((j - base) / 2, "pair");
-            y(tok, head, j) = rotated(s, value, j, base, cos(tok, i), sin(tok, i));
+            y(tok, head, j) = rotated(s, value, j, base, cos(tok, i), sn(i));
           });
     });
   });
@@ -381,8 +407,9 @@ struct RowsFixed {
 };
 
 // Blocks (t, head tile) of `hb` heads. Parameters x [T, H, D], cos, sin [T, R2], y; dims T, H.
-cc::Kernel build_rope_fixed(DType dtype, int64_t d0, int64_t r2, int64_t hb) {
-  cc::KernelBuilder kb(rope_fixed_name(d0, r2, hb) + "_" + std::string(dtype_name(dtype)));
+cc::Kernel build_rope_fixed(DType dtype, int64_t d0, int64_t r2, int64_t hb, bool inverse) {
+  cc::KernelBuilder kb(rope_fixed_name(d0, r2, hb) + (inverse ? "_inv_" : "_") +
+                       std::string(dtype_name(dtype)));
   cc::Dim t = kb.dim("T"), h = kb.dim("H");
   const cc::Val d(d0 + 2 * r2);
   cc::Buf x = kb.input("x", dtype, {t, h, d});
@@ -406,7 +433,7 @@ cc::Kernel build_rope_fixed(DType dtype, int64_t d0, int64_t r2, int64_t hb) {
           [&](const cc::Idx& head, const cc::Val& j) { return x(tok, head, j); },
           [&](const cc::Idx& head, const cc::Val& j) { return y(tok, head, j); },
           [&](const cc::Idx& i) { return cc::Val(cos(tok, i)); },
-          [&](const cc::Idx& i) { return cc::Val(sin(tok, i)); });
+          [&](const cc::Idx& i) { return inverse ? -cc::Val(sin(tok, i)) : cc::Val(sin(tok, i)); });
     };
     s.if_then_else(
         h0 + hb <= h, [&] { tile(false); }, [&] { tile(true); });
@@ -511,6 +538,8 @@ ExpandFn expand(std::shared_ptr<KernelCache> cache, int kind) {
   return [cache, kind](const std::vector<TensorType>& in, const std::vector<TensorType>&,
                        const Attrs& attrs) {
     const DType dt = in[0].dtype;
+    const bool inverse = kind == 0 && attr_bool(attrs, "inverse");
+    const std::string inv = inverse ? "_inv" : "";
     const int64_t t = in[0].shape[0], d = in[0].shape.back(), h = numel(in[0]) / (t * d);
     const int64_t r2 = in[kind == 1 ? 2 : 1].shape[1];
     const bool vec = (d - 2 * r2) % 8 == 0 && r2 % 4 == 0;
@@ -518,10 +547,11 @@ ExpandFn expand(std::shared_ptr<KernelCache> cache, int kind) {
     if (vec && kind == 0) {
       const int64_t hb = heads_per_block(h, d);
       return OpExpansion{
-          .calls = {{.kernel = cache->get(kernel_key(rope_fixed_name(d0, r2, hb), dt),
-                                          [&] { return build_rope_fixed(dt, d0, r2, hb); }),
-                     .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)},
-                     .dims = {t, h}}}};
+          .calls = {
+              {.kernel = cache->get(kernel_key(rope_fixed_name(d0, r2, hb) + inv, dt),
+                                    [&] { return build_rope_fixed(dt, d0, r2, hb, inverse); }),
+               .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)},
+               .dims = {t, h}}}};
     }
     if (vec && kind == 1) {
       const int64_t hb = norm_heads_per_block(h, d);
@@ -546,11 +576,13 @@ ExpandFn expand(std::shared_ptr<KernelCache> cache, int kind) {
                                        : kind == 1 ? "rmsnorm_rope"
                                                    : "rope_grad",
                                        vec);
-    KernelCall call{
-        .kernel = cache->get(
-            kernel_key(name, dt),
-            [&] { return kind == 2 ? build_rope_grad(dt, vec) : build_rope(dt, kind == 1, vec); }),
-        .dims = {t, h, d - 2 * r2, r2}};
+    KernelCall call{.kernel = cache->get(kernel_key(name + inv, dt),
+                                         [&] {
+                                           return kind == 2
+                                                      ? build_rope_grad(dt, vec)
+                                                      : build_rope(dt, kind == 1, vec, inverse);
+                                         }),
+                    .dims = {t, h, d - 2 * r2, r2}};
     if (kind == 0) call.buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)};
     if (kind == 1) {
       call.buffers = {input_slot(0), input_slot(1), input_slot(2), input_slot(3), output_slot(0)};
@@ -588,9 +620,20 @@ OpTests tests_of(int kind) {
   if (kind != 2)
     t.gradient = {{.shapes = rope_shapes({2, 3, 6}, 2, kind)},
                   {.shapes = rope_shapes({3, 4}, 2, kind)}};
+  if (kind == 0) {
+    // The inverse rotation, on the general and the specialised kernels, and its gradients.
+    const Attrs inverse = {{"inverse", true}};
+    t.kernel.push_back({.shapes = rope_shapes({5, 3, 16}, 4, kind), .attrs = inverse});
+    t.kernel.push_back({.shapes = rope_shapes({2, 5, 2048}, 4, kind), .attrs = inverse});
+    t.gradient.push_back({.shapes = rope_shapes({2, 3, 6}, 2, kind), .attrs = inverse});
+  }
   // x = (1, 2, 3, 4), the last pair turned by 90°: cos 0, sin 1.
   const RefTensor x{{1, 4}, {1, 2, 3, 4}}, c{{1, 1}, {0}}, s{{1, 1}, {1}};
-  if (kind == 0) t.examples = {{.inputs = {x, c, s}, .outputs = {{{1, 4}, {1, 2, -4, 3}}}}};
+  // Turned back by 90° (inverse): (4, -3).
+  if (kind == 0)
+    t.examples = {
+        {.inputs = {x, c, s}, .outputs = {{{1, 4}, {1, 2, -4, 3}}}},
+        {.inputs = {x, c, s}, .attrs = {{"inverse", true}}, .outputs = {{{1, 4}, {1, 2, 4, -3}}}}};
   // dy = 1: dx = (1, 1, c + s, c - s); dcos = 3 + 4, dsin = 3 - 4.
   if (kind == 2)
     t.examples = {{.inputs = {x, c, s, {{1, 4}, {1, 1, 1, 1}}},
@@ -612,6 +655,11 @@ void register_rope(OpRegistry& registry) {
                        "(x[e], x[e+1]) by the angle of (cos, sin)[t, pair], tables [T, R/2]",
                 .inputs = {"x", "cos", "sin"},
                 .outputs = {"y"},
+                .attrs = {{.name = "inverse",
+                           .kind = AttrKind::Bool,
+                           .default_value = AttrValue{false},
+                           .doc = "turn by minus the angle (sin negated): the rotation undone; "
+                                  "rope's gradient for x"}},
                 .infer = infer_rope,
                 .reference = ref_rope,
                 .gradient = grad_rope,
@@ -628,7 +676,8 @@ void register_rope(OpRegistry& registry) {
                 .tests = tests_of(2)});
   registry.add({.name = "rmsnorm_rope",
                 .doc = "y = rope(rmsnorm(x, gamma; eps), cos, sin) in one kernel (V4's query "
-                       "and KV paths); gradient: rmsnorm, rope_grad, rmsnorm_grad",
+                       "and KV paths); gradient: rope (inverse), rmsnorm_grad (and rmsnorm, "
+                       "rope_grad where cos or sin need one)",
                 .inputs = {"x", "gamma", "cos", "sin"},
                 .outputs = {"y"},
                 .attrs = {{.name = "eps",
