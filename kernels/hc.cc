@@ -96,7 +96,9 @@ std::vector<TensorType> infer_hc_pre_grad(const std::vector<TensorType>& in, con
 
 std::vector<TensorType> infer_hc_post(const std::vector<TensorType>& in, const Attrs&) {
   const int64_t n = streams_of(in[1]), t = in[1].shape[0], d = in[1].shape[2];
-  expect_shape(in[0], "f", {t, d});
+  // f may be 16-bit (the layer's output, as the GEMM gave it): read as f32, exactly.
+  expect_float(in[0], "f");
+  expect_shape({DType::F32, in[0].shape}, "f", {t, d});
   expect_shape(in[2], "post", {t, n});
   expect_shape(in[3], "comb", {t, n, n});
   return {in[1]};
@@ -582,10 +584,10 @@ cc::Kernel build_hc_pre_grad_dx(int64_t n, const std::string& name) {
 
 // out[t, q, :] = post[t, q]·f[t, :] + Σ_p comb[t, p, q]·x[t, p, :], p in order; one block per
 // token. Parameters f, x, post, comb, out; dims T, D.
-cc::Kernel build_hc_post(int64_t n, const std::string& name) {
+cc::Kernel build_hc_post(int64_t n, DType fdt, const std::string& name) {
   cc::KernelBuilder kb(name);
   cc::Dim tokens = kb.dim("T"), dd = kb.dim("D");
-  cc::Buf f = kb.input("f", DType::F32, {tokens, dd});
+  cc::Buf f = kb.input("f", fdt, {tokens, dd});
   cc::Buf x = kb.input("x", DType::F32, {tokens, cc::Val(n), dd});
   cc::Buf post = kb.input("post", DType::F32, {tokens, cc::Val(n)});
   cc::Buf comb = kb.input("comb", DType::F32, {tokens, cc::Val(n), cc::Val(n)});
@@ -593,7 +595,7 @@ cc::Kernel build_hc_post(int64_t n, const std::string& name) {
   kb.body({tokens}, kThreads, [&](cc::Scope& s) {
     cc::Idx tok = s.block_idx(0);
     s.parallel(cc::Val(n), dd, [&](cc::Idx q, cc::Idx c) {
-      cc::Val v = s.let(post(tok, q) * f(tok, c), "out");
+      cc::Val v = s.let(post(tok, q) * cc::to_f32(f(tok, c)), "out");
       for (int64_t p = 0; p < n; ++p) v = s.let(v + comb(tok, p, q) * x(tok, p, c), "out");
       out(tok, q, c) = v;
     });
@@ -609,10 +611,10 @@ cc::Kernel build_hc_post(int64_t n, const std::string& name) {
 // bits. Parameters and dims as build_hc_post's.
 constexpr int64_t kPostCols = 512;
 
-cc::Kernel build_hc_post_tiled(int64_t n, const std::string& name) {
+cc::Kernel build_hc_post_tiled(int64_t n, DType fdt, const std::string& name) {
   cc::KernelBuilder kb(name);
   cc::Dim tokens = kb.dim("T"), dd = kb.dim("D", {.divisible_by = 4});
-  cc::Buf f = kb.input("f", DType::F32, {tokens, dd});
+  cc::Buf f = kb.input("f", fdt, {tokens, dd});
   cc::Buf x = kb.input("x", DType::F32, {tokens, cc::Val(n), dd});
   cc::Buf post = kb.input("post", DType::F32, {tokens, cc::Val(n)});
   cc::Buf comb = kb.input("comb", DType::F32, {tokens, cc::Val(n), cc::Val(n)});
@@ -640,7 +642,7 @@ cc::Kernel build_hc_post_tiled(int64_t n, const std::string& name) {
       s.annotate_layout(4);
       s.parallel(cc::Val(kPostCols), [&](cc::Idx j) {
         each(j, [&](const cc::Idx& c) {
-          fr(j) = f(tok, c);
+          fr(j) = cc::to_f32(f(tok, c));
           for (int64_t p = 0; p < n; ++p) xr[p](j) = x(tok, p, c);
         });
       });
@@ -671,18 +673,18 @@ cc::Kernel build_hc_post_tiled(int64_t n, const std::string& name) {
 // general kernel's loads of a column wait behind the previous column's stores (the inputs may
 // alias the outputs, as far as the hardware knows), D / 128 round trips in turn. The same sums in
 // the same order: the same bits. Then its dim is T alone.
-cc::Kernel build_hc_post_grad(int64_t n, const std::string& name, int64_t fixed_d = 0) {
+cc::Kernel build_hc_post_grad(int64_t n, DType fdt, const std::string& name, int64_t fixed_d = 0) {
   cc::KernelBuilder kb(name);
   cc::Dim tokens = kb.dim("T");
   const cc::Val dd = fixed_d > 0 ? cc::Val(fixed_d) : cc::Val(kb.dim("D"));
   const cc::Val nv(n);
   const int64_t count = n + n * n;  // dpost's sums, then dcomb's (p, q) at n + p·n + q
-  cc::Buf f = kb.input("f", DType::F32, {tokens, dd});
+  cc::Buf f = kb.input("f", fdt, {tokens, dd});
   cc::Buf x = kb.input("x", DType::F32, {tokens, nv, dd});
   cc::Buf post = kb.input("post", DType::F32, {tokens, nv});
   cc::Buf comb = kb.input("comb", DType::F32, {tokens, nv, nv});
   cc::Buf dout = kb.input("dout", DType::F32, {tokens, nv, dd});
-  cc::Buf df = kb.output("df", DType::F32, {tokens, dd});
+  cc::Buf df = kb.output("df", fdt, {tokens, dd});  // rounded to f's dtype as it is stored
   cc::Buf dx = kb.output("dx", DType::F32, {tokens, nv, dd});
   cc::Buf dpost = kb.output("dpost", DType::F32, {tokens, nv});
   cc::Buf dcomb = kb.output("dcomb", DType::F32, {tokens, nv, nv});
@@ -727,7 +729,7 @@ cc::Kernel build_hc_post_grad(int64_t n, const std::string& name, int64_t fixed_
         for (int64_t i = 0; i < iters; ++i) {
           cc::Idx c = s.let(t + i * kThreads, "c");
           for (int64_t q = 0; q < n; ++q) held[i * per + q](t) = dout(tok, q, c);
-          held[i * per + n](t) = f(tok, c);
+          held[i * per + n](t) = cc::to_f32(f(tok, c));
           for (int64_t p = 0; p < n; ++p) held[i * per + n + 1 + p](t) = x(tok, p, c);
         }
         for (int64_t i = 0; i < iters; ++i) {
@@ -749,7 +751,7 @@ cc::Kernel build_hc_post_grad(int64_t n, const std::string& name, int64_t fixed_
                 t, c,
                 [&](int what, int64_t j) {
                   return what == 0   ? s.let(dout(tok, j, c), "dout")
-                         : what == 1 ? s.let(f(tok, c), "f")
+                         : what == 1 ? s.let(cc::to_f32(f(tok, c)), "f")
                                      : s.let(x(tok, j, c), "x");
                 },
                 [&](int64_t q) { return cc::Val(post(tok, q)); },
@@ -885,6 +887,7 @@ ExpandFn expand_hc_post(std::shared_ptr<KernelCache> cache, bool grad) {
   return [cache, grad](const std::vector<TensorType>& in, const std::vector<TensorType>&,
                        const Attrs&) {
     const int64_t t = in[1].shape[0], n = in[1].shape[1], d = in[1].shape[2];
+    const DType fdt = in[0].dtype;
     const bool tiled = !grad && d % 4 == 0;
     // The backward with D constant where a thread's values fit in registers.
     const bool fixed =
@@ -893,12 +896,14 @@ ExpandFn expand_hc_post(std::shared_ptr<KernelCache> cache, bool grad) {
         name_of(grad    ? fixed ? "hc_post_grad_d" + std::to_string(d) : "hc_post_grad"
                 : tiled ? "hc_post_cols" + std::to_string(kPostCols)
                         : "hc_post",
-                n);
+                n) +
+        (fdt == DType::F32 ? "" : "_f" + std::string(dtype_name(fdt)));
     KernelCall call{.kernel = cache->get(name,
                                          [&] {
-                                           return grad ? build_hc_post_grad(n, name, fixed ? d : 0)
-                                                  : tiled ? build_hc_post_tiled(n, name)
-                                                          : build_hc_post(n, name);
+                                           return grad    ? build_hc_post_grad(n, fdt, name,
+                                                                            fixed ? d : 0)
+                                                  : tiled ? build_hc_post_tiled(n, fdt, name)
+                                                          : build_hc_post(n, fdt, name);
                                          }),
                     .dims = fixed ? std::vector<int64_t>{t} : std::vector<int64_t>{t, d}};
     call.buffers = {input_slot(0), input_slot(1), input_slot(2), input_slot(3)};
@@ -960,24 +965,29 @@ void register_hc(OpRegistry& registry) {
                 .tests = hc_pre_grad_tests()});
   registry.add({.name = "hc_post",
                 .doc = "mHC post (V4): out[t, q] = post[t, q]·f[t] + Σ_p comb[t, p, q]·x[t, p] "
-                       "from f [T, D], streams x [T, n, D], post [T, n], comb [T, n, n]; f32",
+                       "from f [T, D], streams x [T, n, D], post [T, n], comb [T, n, n]; f32 but "
+                       "for f, read exactly in any float dtype",
                 .inputs = {"f", "x", "post", "comb"},
                 .outputs = {"out"},
-                .dtypes = {DType::F32},
+                .input_dtypes = {{1, DType::F32}, {2, DType::F32}, {3, DType::F32}},
+                .output_dtypes = {{0, DType::F32}},
                 .infer = infer_hc_post,
                 .reference = ref_hc_post,
                 .gradient = grad_hc_post,
                 .expand = expand_hc_post(cache, false),
                 .tests = hc_post_tests()});
-  registry.add({.name = "hc_post_grad",
-                .doc = "(df, dx, dpost, dcomb) of hc_post from (f, x, post, comb, dout)",
-                .inputs = {"f", "x", "post", "comb", "dout"},
-                .outputs = {"df", "dx", "dpost", "dcomb"},
-                .dtypes = {DType::F32},
-                .infer = infer_hc_post_grad,
-                .reference = ref_hc_post_grad,
-                .expand = expand_hc_post(cache, true),
-                .tests = hc_post_grad_tests()});
+  registry.add(
+      {.name = "hc_post_grad",
+       .doc = "(df, dx, dpost, dcomb) of hc_post from (f, x, post, comb, dout); df in "
+              "f's dtype",
+       .inputs = {"f", "x", "post", "comb", "dout"},
+       .outputs = {"df", "dx", "dpost", "dcomb"},
+       .input_dtypes = {{1, DType::F32}, {2, DType::F32}, {3, DType::F32}, {4, DType::F32}},
+       .output_dtypes = {{1, DType::F32}, {2, DType::F32}, {3, DType::F32}},
+       .infer = infer_hc_post_grad,
+       .reference = ref_hc_post_grad,
+       .expand = expand_hc_post(cache, true),
+       .tests = hc_post_grad_tests()});
 }
 
 }  // namespace tilerun::kernels
