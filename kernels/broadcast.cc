@@ -234,9 +234,9 @@ std::vector<int64_t> broadcast_shape(const std::vector<TensorType>& in,
 }
 
 std::vector<TensorType> infer_broadcast(const std::vector<TensorType>& in,
-                                        const std::vector<std::string>& slots) {
+                                        const std::vector<std::string>& slots, bool i32) {
   for (size_t i = 0; i < in.size(); ++i) {
-    expect_float(in[i], slots[i]);
+    if (!(i32 && in[i].dtype == DType::I32)) expect_float(in[i], slots[i]);
     if (in[i].dtype != in[0].dtype)
       throw ShapeError("input '" + slots[i] + "' is " + to_string(in[i]) + ", expected dtype " +
                        std::string(dtype_name(in[0].dtype)) + " like '" + slots[0] + "'");

@@ -21,10 +21,10 @@ namespace tilerun::kernels {
 std::vector<int64_t> broadcast_shape(const std::vector<TensorType>& in,
                                      const std::vector<std::string>& slots);
 
-// Inference of an elementwise op over broadcast operands: every operand a float tensor of the
-// first one's dtype; the output has that dtype and the broadcast shape.
+// Inference of an elementwise op over broadcast operands: every operand a float tensor (or, with
+// `i32`, an i32 one) of the first one's dtype; the output has that dtype and the broadcast shape.
 std::vector<TensorType> infer_broadcast(const std::vector<TensorType>& in,
-                                        const std::vector<std::string>& slots);
+                                        const std::vector<std::string>& slots, bool i32 = false);
 
 // Whether `shape` broadcasts to `target` (NumPy rules, `target` unchanged).
 bool broadcasts_to(const std::vector<int64_t>& shape, const std::vector<int64_t>& target);

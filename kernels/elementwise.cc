@@ -17,6 +17,11 @@ std::vector<TensorType> infer_binary(const std::vector<TensorType>& in, const At
   return infer_broadcast(in, {"a", "b"});
 }
 
+// add also joins i32 tensors (index arithmetic: an offset added to picked positions).
+std::vector<TensorType> infer_add(const std::vector<TensorType>& in, const Attrs&) {
+  return infer_broadcast(in, {"a", "b"}, /*i32=*/true);
+}
+
 std::vector<TensorType> infer_unary(const std::vector<TensorType>& in, const Attrs&) {
   expect_float(in[0], "x");
   return {in[0]};
@@ -128,10 +133,11 @@ void register_elementwise(OpRegistry& registry) {
   registry.add(
       {.name = "add",
        .doc = "out = a + b (NumPy broadcasting); gradient dy to each operand, summed over its "
-              "broadcast axes (sum_to)",
+              "broadcast axes (sum_to); i32 too (index arithmetic: the sum must fit in 32 bits)",
        .inputs = {"a", "b"},
        .outputs = {"out"},
-       .infer = infer_binary,
+       .dtypes = {DType::F32, DType::BF16, DType::F16, DType::I32},
+       .infer = infer_add,
        .reference = ref_add,
        .gradient = grad_add,
        .expand = expand_broadcast_map(cache, kAdd),
