@@ -81,7 +81,8 @@ std::vector<TensorType> infer_hc_pre(const std::vector<TensorType>& in, const At
   return {{DType::F32, {t, d}}, {DType::F32, {t, n}}, {DType::F32, {t, n, n}}};
 }
 
-// (x, fn, scale, base, dy, dpost, dcomb) -> (dx, dmix, da, dscale)
+// (x, fn, scale, base, dy, dpost, dcomb) -> (dx, dmix, dab): dab [T, M + 3] holds each token's
+// da (dbase's terms) then its dscale terms, so that one sum over the tokens gives both.
 std::vector<TensorType> infer_hc_pre_grad(const std::vector<TensorType>& in, const Attrs& attrs) {
   const int64_t n = streams_of(in[0]), t = in[0].shape[0], d = in[0].shape[2], m = mixes_of(n);
   expect_shape(in[1], "fn", {n * d, m});
@@ -91,7 +92,7 @@ std::vector<TensorType> infer_hc_pre_grad(const std::vector<TensorType>& in, con
   expect_shape(in[5], "dpost", {t, n});
   expect_shape(in[6], "dcomb", {t, n, n});
   check_attrs(attrs);
-  return {in[0], {DType::F32, {t, m}}, {DType::F32, {t, m}}, {DType::F32, {t, 3}}};
+  return {in[0], {DType::F32, {t, m}}, {DType::F32, {t, m + 3}}};
 }
 
 std::vector<TensorType> infer_hc_post(const std::vector<TensorType>& in, const Attrs&) {
@@ -113,22 +114,29 @@ std::vector<TensorType> infer_hc_post_grad(const std::vector<TensorType>& in, co
 
 // ---- Gradient rules ----------------------------------------------------------------------------
 
-// hc_pre_grad gives dx whole, dmix and per-token partials of dbase and dscale; dfn = xᵀ·dmix.
+// hc_pre_grad gives dx whole, dmix and per-token terms of dbase and dscale side by side; dfn =
+// xᵀ·dmix, and one sum over the tokens, split (views where dbase's M floats keep 16-byte
+// alignment), gives dbase and dscale.
 std::vector<GradOp> grad_hc_pre(const std::vector<TensorType>& in, const Attrs& attrs,
                                 const std::vector<bool>& needs) {
   if (!needs[0] && !needs[1] && !needs[2] && !needs[3]) return {};
   const int64_t t = in[0].shape[0], k = in[0].shape[1] * in[0].shape[2];
+  const int64_t m = in[3].shape[0];
   std::vector<GradOp> ops = {{"hc_pre_grad",
                               {"x0", "x1", "x2", "x3", "dy0", "dy1", "dy2"},
-                              {needs[0] ? "dx0" : "unused_dx", "dmix", "da", "dscale_t"},
+                              {needs[0] ? "dx0" : "unused_dx", "dmix", "dab"},
                               attrs}};
   if (needs[1]) {
     ops.push_back({"reshape", {"x0"}, {"xf"}, {{"shape", std::vector<int64_t>{t, k}}}});
     ops.push_back({"matmul", {"xf", "dmix"}, {"dx1"}, {{"transpose_a", true}}});
   }
-  const Attrs over_tokens = {{"axes", std::vector<int64_t>{0}}};
-  if (needs[2]) ops.push_back({"reduce_sum", {"dscale_t"}, {"dx2"}, over_tokens});
-  if (needs[3]) ops.push_back({"reduce_sum", {"da"}, {"dx3"}, over_tokens});
+  if (needs[2] || needs[3]) {
+    ops.push_back({"reduce_sum", {"dab"}, {"dab_sum"}, {{"axes", std::vector<int64_t>{0}}}});
+    ops.push_back({"split",
+                   {"dab_sum"},
+                   {needs[3] ? "dx3" : "unused_dbase", needs[2] ? "dx2" : "unused_dscale"},
+                   {{"axis", int64_t{0}}, {"sizes", std::vector<int64_t>{m, 3}}}});
+  }
   return ops;
 }
 
@@ -351,12 +359,16 @@ cc::Kernel build_hc_pre_combine(int64_t n, const std::string& name) {
 }
 
 // hc_pre_grad_mix's parameters (both kernels): sums [T, 1 + n], mix, scale, base, dpost [T, n],
-// dcomb [T, n²], dmix, da, dscale [T, 3], coef [T, n + 1], tape (the kernel's own shape); dims T,
-// K (= n·D), STEPS; scalars eps, norm_eps.
+// dcomb [T, n²], dmix, dab [T, M + 3] (da, then dscale's three terms), coef [T, n + 1], tape (the
+// kernel's own shape); dims T, K (= n·D), STEPS; scalars eps, norm_eps.
 struct MixGradParams {
   cc::Dim tokens, k, steps;
   cc::Val eps, norm_eps;
-  cc::Buf sums, mix, scale, base, dpost, dcomb, dmix, da, dscale, coef, tape;
+  cc::Buf sums, mix, scale, base, dpost, dcomb, dmix, dab, coef, tape;
+  int64_t m = 0;
+  // da[tok, j] and dscale[tok, g]: dab's columns j and M + g.
+  cc::Ref da(const cc::Val& tok, const cc::Val& j) const { return dab(tok, j); }
+  cc::Ref dscale(const cc::Val& tok, const cc::Val& g) const { return dab(tok, cc::Val(m) + g); }
 };
 MixGradParams declare_mix_grad_params(
     cc::KernelBuilder& kb, int64_t n,
@@ -372,8 +384,8 @@ MixGradParams declare_mix_grad_params(
   p.dpost = kb.input("dpost", DType::F32, {p.tokens, cc::Val(n)});
   p.dcomb = kb.input("dcomb", DType::F32, {p.tokens, cc::Val(n * n)});
   p.dmix = kb.output("dmix", DType::F32, {p.tokens, cc::Val(m)});
-  p.da = kb.output("da", DType::F32, {p.tokens, cc::Val(m)});
-  p.dscale = kb.output("dscale", DType::F32, {p.tokens, cc::Val(3)});
+  p.dab = kb.output("dab", DType::F32, {p.tokens, cc::Val(m + 3)});
+  p.m = m;
   p.coef = kb.output("coef", DType::F32, {p.tokens, cc::Val(n + 1)});
   p.tape = kb.output("tape", DType::F32, tape(p.steps, p.tokens, n));
   return p;
@@ -381,10 +393,10 @@ MixGradParams declare_mix_grad_params(
 
 // Token tok's dmix, dscale and coef[tok, n] from its da (da_of(j), mix j) in mix order: dscale's
 // three partial sums and dr = Σ dz·mix each one chain, shared by both hc_pre_grad_mix kernels.
-void write_mix_grads(cc::Scope& s, const std::function<cc::Val(int64_t)>& da_of, const cc::Buf& mix,
-                     const cc::Buf& scale, const cc::Buf& dmix, const cc::Buf& dscale,
-                     const cc::Buf& coef, const cc::Val& tok, const cc::Val& r, const cc::Dim& k,
-                     int64_t n) {
+void write_mix_grads(cc::Scope& s, const std::function<cc::Val(int64_t)>& da_of,
+                     const MixGradParams& pm, const cc::Val& tok, const cc::Val& r, int64_t n) {
+  const cc::Buf &mix = pm.mix, &scale = pm.scale, &dmix = pm.dmix, &coef = pm.coef;
+  const cc::Dim& k = pm.k;
   cc::Val dr, part[3];
   for (int64_t j = 0; j < mixes_of(n); ++j) {
     const int64_t gi = group_of(j, n);
@@ -395,7 +407,7 @@ void write_mix_grads(cc::Scope& s, const std::function<cc::Val(int64_t)>& da_of,
     dmix(tok, j) = dz * r;
     dr = j == 0 ? s.let(dz * mx, "dr") : s.let(dr + dz * mx, "dr");
   }
-  for (int64_t gi = 0; gi < 3; ++gi) dscale(tok, gi) = part[gi];
+  for (int64_t gi = 0; gi < 3; ++gi) pm.dscale(tok, cc::Val(gi)) = part[gi];
   coef(tok, n) = -dr * r * r * r / cc::to_f32(k);
 }
 
@@ -415,8 +427,8 @@ cc::Kernel build_hc_pre_grad_mix(int64_t n, const std::string& name) {
   const cc::Dim &tokens = pm.tokens, &k = pm.k, &steps = pm.steps;
   const cc::Val &eps = pm.eps, &norm_eps = pm.norm_eps;
   const cc::Buf &sums = pm.sums, &mix = pm.mix, &scale = pm.scale, &base = pm.base,
-                &dpost = pm.dpost, &dcomb = pm.dcomb, &dmix = pm.dmix, &da = pm.da,
-                &dscale = pm.dscale, &coef = pm.coef, &tape = pm.tape;
+                &dpost = pm.dpost, &dcomb = pm.dcomb, &coef = pm.coef, &tape = pm.tape;
+  auto da = [&](const cc::Val& tok, const cc::Val& j) { return pm.da(tok, j); };
   kb.body({cc::ceildiv(tokens, kGradTokenThreads)}, kGradTokenThreads, [&](cc::Scope& s) {
     std::vector<cc::Buf> lg = sinkhorn_vector(s, "lg", m, kGradTokenThreads);
     SinkhornFrags q(s, "q", n, kGradTokenThreads), g(s, "g", n, kGradTokenThreads);
@@ -441,8 +453,7 @@ cc::Kernel build_hc_pre_grad_mix(int64_t n, const std::string& name) {
         }
         for (int64_t e = 0; e < n * n; ++e) da(tok, 2 * n + e) = g.v[e](t);
         write_mix_grads(
-            s, [&](int64_t j) { return cc::Val(da(tok, j)); }, mix, scale, dmix, dscale, coef, tok,
-            r, k, n);
+            s, [&](int64_t j) { return cc::Val(da(tok, cc::Val(j))); }, pm, tok, r, n);
       });
     });
   });
@@ -462,8 +473,8 @@ cc::Kernel build_hc_pre_grad_mix_lanes(int64_t n, const std::string& name) {
   const cc::Dim &tokens = pm.tokens, &k = pm.k, &steps = pm.steps;
   const cc::Val &eps = pm.eps, &norm_eps = pm.norm_eps;
   const cc::Buf &sums = pm.sums, &mix = pm.mix, &scale = pm.scale, &base = pm.base,
-                &dpost = pm.dpost, &dcomb = pm.dcomb, &dmix = pm.dmix, &da = pm.da,
-                &dscale = pm.dscale, &coef = pm.coef, &tape = pm.tape;
+                &dpost = pm.dpost, &dcomb = pm.dcomb, &coef = pm.coef, &tape = pm.tape;
+  auto da = [&](const cc::Val& tok, const cc::Val& j) { return pm.da(tok, j); };
   kb.body({cc::ceildiv(tokens, per_block)}, kLaneThreads, [&](cc::Scope& s) {
     SinkhornLanes lanes(s, "sk", n, kLaneThreads);
     cc::Buf lg = s.alloc_fragment("lg", DType::F32, {kLaneThreads});
@@ -555,8 +566,7 @@ cc::Kernel build_hc_pre_grad_mix_lanes(int64_t n, const std::string& name) {
       s.if_then(tok < tokens, [&] {
         cc::Val r = s.let(token_rsqrt(sums, tok, k, norm_eps), "r");
         write_mix_grads(
-            s, [&](int64_t j) { return cc::Val(dash(slot, j)); }, mix, scale, dmix, dscale, coef,
-            tok, r, k, n);
+            s, [&](int64_t j) { return cc::Val(dash(slot, j)); }, pm, tok, r, n);
       });
     });
   });
@@ -868,7 +878,7 @@ ExpandFn expand_hc_pre_grad(std::shared_ptr<KernelCache> cache) {
                                              }),
                         .buffers = {scratch_slot(3), scratch_slot(0), input_slot(2), input_slot(3),
                                     input_slot(5), input_slot(6), output_slot(1), output_slot(2),
-                                    output_slot(3), scratch_slot(1), scratch_slot(4)},
+                                    scratch_slot(1), scratch_slot(4)},
                         .dims = {t, n * d, steps_of(attrs)},
                         .scalars = {attr_float(attrs, "eps"), attr_float(attrs, "norm_eps")}});
     append_matmul(ex, {DType::F32, {t, m}}, in[1], true, output_slot(1), 1, scratch_slot(2));
@@ -953,10 +963,10 @@ void register_hc(OpRegistry& registry) {
                 .tests = hc_pre_tests()});
   registry.add({.name = "hc_pre_grad",
                 .doc = "hc_pre's backward from (x, fn, scale, base, dy, dpost, dcomb): dx, dmix "
-                       "(dfn = xᵀ·dmix), and per-token da (dbase) and dscale [T, 3]; the GEMM "
-                       "and Sinkhorn recomputed",
+                       "(dfn = xᵀ·dmix), and per token dab [T, M + 3]: da (dbase's terms) then "
+                       "dscale's three; the GEMM and Sinkhorn recomputed",
                 .inputs = {"x", "fn", "scale", "base", "dy", "dpost", "dcomb"},
-                .outputs = {"dx", "dmix", "da", "dscale"},
+                .outputs = {"dx", "dmix", "dab"},
                 .attrs = hc_pre_attrs(),
                 .dtypes = {DType::F32},
                 .infer = infer_hc_pre_grad,

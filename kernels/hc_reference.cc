@@ -114,7 +114,13 @@ std::vector<RefTensor> ref_hc_pre_grad(const std::vector<RefTensor>& in, const A
       }
     }
   }
-  return {dx, dmix, da, dscale};
+  // da and dscale side by side, [T, M + 3] (hc_pre_grad's dab).
+  RefTensor dab = ref_zeros({t_count, m + 3});
+  for (int64_t t = 0; t < t_count; ++t) {
+    for (int64_t j = 0; j < m; ++j) dab.data[t * (m + 3) + j] = da.data[t * m + j];
+    for (int64_t g = 0; g < 3; ++g) dab.data[t * (m + 3) + m + g] = dscale.data[t * 3 + g];
+  }
+  return {dx, dmix, dab};
 }
 
 std::vector<RefTensor> ref_hc_post(const std::vector<RefTensor>& in, const Attrs&) {
@@ -216,8 +222,7 @@ OpTests hc_pre_grad_tests() {
                         .attrs = it(1, 0),
                         .outputs = {{{1, 1, 1}, {0.5}},
                                     {{1, 3}, {0.5 * r, 0, 0}},
-                                    {{1, 3}, {0.5, 0, 0}},
-                                    {{1, 3}, {0, 0, 0}}}}}};
+                                    {{1, 6}, {0.5, 0, 0, 0, 0, 0}}}}}};
 }
 
 // f = 5, x = (1, 2), post = (1, 2), comb = (1 2; 3 4): out_q = post_q·5 + Σ_p comb[p, q]·x_p.

@@ -58,20 +58,20 @@ TEST_P(SinkhornTape, HcPreAndItsGradMatchTheSinkhornOpBitForBit) {
 
   std::vector<testing::Bytes> fused =
       runner.run("hc_pre_grad", {x, fn, scale, base, dy, dpost, dcomb}, attrs, DType::F32, 1234.5);
-  ASSERT_EQ(fused.size(), 4u);
-  const std::vector<double> da = testing::decode(fused[2]);
+  ASSERT_EQ(fused.size(), 3u);
+  const std::vector<double> dab = testing::decode(fused[2]);  // [T, M + 3]: da, then dscale
 
   std::vector<testing::Bytes> plain =
       runner.run("sinkhorn_grad", {logits, dcomb}, attrs, DType::F32, 1234.5);
   ASSERT_EQ(plain.size(), 1u);
   const std::vector<double> dx = testing::decode(plain[0]);
 
-  ASSERT_EQ(da.size(), static_cast<size_t>(tokens * m));
+  ASSERT_EQ(dab.size(), static_cast<size_t>(tokens * (m + 3)));
   ASSERT_EQ(dx.size(), static_cast<size_t>(tokens * n * n));
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t e = 0; e < n * n; ++e)
-      ASSERT_EQ(bits(da[t * m + 2 * n + e]), bits(dx[t * n * n + e]))
-          << "token " << t << ", entry " << e << ": " << da[t * m + 2 * n + e] << " vs "
+      ASSERT_EQ(bits(dab[t * (m + 3) + 2 * n + e]), bits(dx[t * n * n + e]))
+          << "token " << t << ", entry " << e << ": " << dab[t * (m + 3) + 2 * n + e] << " vs "
           << dx[t * n * n + e];
 }
 
