@@ -440,14 +440,13 @@ std::vector<GradOp> grad_concat(const std::vector<TensorType>& in, const Attrs& 
   std::vector<GradOp> ops;
   // Every part needed: one split (one kernel for all of them, or views).
   if (in.size() > 1 && std::all_of(needs.begin(), needs.end(), [](bool b) { return b; })) {
-    GradOp split{"split", {"dy0"}, {}, {{"axis", axis}, {"sizes", Ints{}}}};
     Ints sizes;
+    std::vector<std::string> dx;
     for (size_t i = 0; i < in.size(); ++i) {
       sizes.push_back(in[i].shape[axis]);
-      split.outputs.push_back(dx_name(static_cast<int>(i)));
+      dx.push_back(dx_name(static_cast<int>(i)));
     }
-    split.attrs["sizes"] = sizes;
-    return {split};
+    return {{"split", {"dy0"}, dx, {{"axis", axis}, {"sizes", sizes}}}};
   }
   int64_t at = 0;
   for (size_t i = 0; i < in.size(); ++i) {

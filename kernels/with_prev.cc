@@ -119,16 +119,19 @@ Tile tile_of(int64_t l) {
   return {rows, chunk, width};
 }
 
-// body(q, c) for the block's rows and columns, all of them under `inside` when guarded.
-void over_tile(cc::Scope& s, const Tile& t, const cc::Val& whole,
-               const std::function<cc::Val(const cc::Idx&, const cc::Idx&)>& inside,
+// body(guarded, q, c) for the block's rows and columns of [Q, L]: unguarded where the tile lies
+// inside and `neighbours(r0)` says every row of it has its neighbour, guarded (q < Q, c < L)
+// elsewhere.
+void over_tile(cc::Scope& s, const Tile& t, const cc::Val& q_dim, const cc::Val& l,
+               const std::function<cc::Val(const cc::Val&)>& neighbours,
                const std::function<void(bool, const cc::Idx&, const cc::Idx&)>& body) {
   cc::Idx r0 = s.let(s.block_idx(0) * t.rows, "r0"), c0 = s.let(s.block_idx(1) * t.chunk, "c0");
+  const cc::Val whole = neighbours(r0) && r0 + t.rows <= q_dim && c0 + t.chunk <= l;
   whole_or_guarded(s, whole, [&](bool guarded) {
     s.annotate_layout(static_cast<int>(t.width));
     s.parallel(t.rows, t.chunk, [&](cc::Idx r, cc::Idx c) {
       cc::Idx q = s.let(r0 + r, "q"), col = s.let(c0 + c, "col");
-      guard_if(s, guarded, inside(q, col), [&] { body(guarded, q, col); });
+      guard_if(s, guarded, q < q_dim && col < l, [&] { body(guarded, q, col); });
     });
   });
 }
@@ -141,10 +144,8 @@ cc::Kernel build_with_prev(DType dtype, const Tile& t) {
   cc::Buf y = kb.output("y", dtype, {q_dim, 2 * l});
   cc::Val fill = kb.scalar_f32("fill");
   kb.body({cc::ceildiv(q_dim, t.rows), cc::ceildiv(l, t.chunk)}, kThreads, [&](cc::Scope& s) {
-    cc::Val r0 = s.block_idx(0) * t.rows, c0 = s.block_idx(1) * t.chunk;
     over_tile(
-        s, t, r0 >= r_dim && r0 + t.rows <= q_dim && c0 + t.chunk <= l,
-        [&](const cc::Idx& q, const cc::Idx& col) { return q < q_dim && col < l; },
+        s, t, q_dim, l, [&](const cc::Val& r0) { return r0 >= r_dim; },
         [&](bool guarded, const cc::Idx& q, const cc::Idx& col) {
           y(q, l + col) = x(q, col);
           if (guarded)
@@ -166,10 +167,8 @@ cc::Kernel build_with_prev_grad(DType dtype, const Tile& t) {
   cc::Buf dy = kb.input("dy", dtype, {q_dim, 2 * l});
   cc::Buf dx = kb.output("dx", dtype, {q_dim, l});
   kb.body({cc::ceildiv(q_dim, t.rows), cc::ceildiv(l, t.chunk)}, kThreads, [&](cc::Scope& s) {
-    cc::Val r0 = s.block_idx(0) * t.rows, c0 = s.block_idx(1) * t.chunk;
     over_tile(
-        s, t, r0 + t.rows + r_dim <= q_dim && c0 + t.chunk <= l,
-        [&](const cc::Idx& q, const cc::Idx& col) { return q < q_dim && col < l; },
+        s, t, q_dim, l, [&](const cc::Val& r0) { return r0 + t.rows + r_dim <= q_dim; },
         [&](bool guarded, const cc::Idx& q, const cc::Idx& col) {
           cc::Val own = s.let(cc::to_f32(dy(q, l + col)), "own");
           if (guarded)
