@@ -146,11 +146,12 @@ def tables(T, C, dev, dtype, window=WINDOW, picks=128):
             "hadamard": hadamard(INDEX_DIM, dev, dtype)}
 
 
-def compress(h, wkv, wgate, bias):
+def compress(h, wc, bias):
     """The overlapping compressor: entry c pools tokens 4c-4 .. 4c+3, a softmax per channel
-    over the 8 candidates (gate + position bias)."""
-    width = wkv.shape[1]
-    ck, cg = (h @ wkv).view(-1, POOL, width), (h @ wgate).view(-1, POOL, width)
+    over the 8 candidates (gate + position bias); wc projects to [values | gate logits]."""
+    width = wc.shape[1] // 2
+    ckg = (h @ wc).view(-1, POOL, 2 * width)
+    ck, cg = ckg[..., :width], ckg[..., width:]
     ck_prev = F.pad(ck[:-1], (0, 0, 0, 0, 1, 0), value=0.0)
     cg_prev = F.pad(cg[:-1], (0, 0, 0, 0, 1, 0), value=NEG)
     weights = F.softmax(torch.cat([cg_prev, cg], dim=1) + bias, dim=1)
@@ -190,7 +191,7 @@ def attention(x, w, tab, quant=True):
     kv = quantise_nope(rope(rmsnorm(hq @ w["wkv"], w["g_kv"]), tab["cos"], tab["sin"]))
 
     # Compressor: entry c pools tokens 4c-4 .. 4c+3, a softmax per channel over the 8.
-    pooled = compress(h, w["wc_kv"], w["wc_gate"], w["c_bias"])
+    pooled = compress(h, w["wc"], w["c_bias"])
     ckv = quantise_nope(rope(rmsnorm(pooled, w["g_c"]), tab["ccos"], tab["csin"]))
 
     # Lightning indexer: Hadamard-rotated FP4 queries and keys (its own compressor), ReLU
@@ -200,7 +201,7 @@ def attention(x, w, tab, quant=True):
     had = tab["hadamard"]
     qi, hi = qnq.detach(), h.detach()
     iq = fq4(rope((qi @ w["wi_q"]).view(T, IH, INDEX_DIM), tab["cos"], tab["sin"]) @ had)
-    ipool = compress(hi, w["wi_kv"], w["wi_gate"], w["i_bias"])
+    ipool = compress(hi, w["wi_c"], w["i_bias"])
     ik = fq4(rope(rmsnorm(ipool, w["g_i"]), tab["ccos"], tab["csin"]) @ had)
     iw = (hi @ w["wi_w"]) * (IH * INDEX_DIM) ** -0.5
     score = torch.einsum("ths,th->ts", torch.einsum("thd,sd->ths", iq, ik).relu(), iw) + tab["cmask"]

@@ -42,6 +42,7 @@ def main():
     ap.add_argument("--dims", nargs="*", default=[], help="NAME=N for --dim, the small sizes")
     ap.add_argument("--quants", type=int, required=True,
                     help="how many fake_quant ops the config has (all are replaced)")
+    ap.add_argument("--seed", default="0", help="the initialiser's seed (tilerun --seed)")
     ap.add_argument("--drift", type=float, default=0.02,
                     help="the largest relative change of the loss that quantisation may make")
     a = ap.parse_args()
@@ -54,11 +55,12 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "unquantised-" + name)
         open(path, "w").write(plain)
-        rc, loss_plain, out = run(a.tilerun, path, a.dims, ["--check", "--layers", "2"])
+        rc, loss_plain, out = run(a.tilerun, path, a.dims,
+                                  ["--check", "--layers", "2", "--seed", a.seed])
         if rc != 0 or "check: ok" not in out:
             print(f"FAILED: two unquantised layers of {name} do not match the double reference")
             return 1
-    rc, loss_q, _ = run(a.tilerun, a.config, a.dims, ["--layers", "2"])
+    rc, loss_q, _ = run(a.tilerun, a.config, a.dims, ["--layers", "2", "--seed", a.seed])
     if rc != 0 or not math.isfinite(loss_q):
         print(f"FAILED: the quantised {name} did not run to a finite loss")
         return 1
