@@ -13,16 +13,18 @@
 // Kernels: `compress_pool` a thread per (entry, channel), the 2M candidates in registers, f32
 // throughout (one rounding, at the store); absent candidates are selected out (weight 0, no
 // term), never read past the tensor (the row index is clamped). `compress_pool_grad` a thread
-// per (chunk of kChunk entries, channel): for each entry c of its chunk it recomputes windows c
+// per (chunk of entries, channel): for each entry c of its chunk it recomputes windows c
 // and c + 1 (the two windows that read window c's tokens), writes dx for window c's tokens, and
 // adds window c's logit gradients into its bias partial [P, 2M, L] (f32 scratch); then
-// `compress_pool_bias_sum` adds the P partials in order. No atomics: the same bits every run.
+// `compress_pool_bias_sum` (rmsnorm's dgamma sum) adds the P partials in a fixed order. No
+// atomics: the same bits every run.
 #include <algorithm>
 #include <cmath>
 
 #include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
 #include "kernels/kernel_cache.h"
+#include "kernels/norm_util.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
@@ -35,7 +37,7 @@ namespace {
 namespace cc = tilerun::compiler;
 
 constexpr int kThreads = 128;
-constexpr int64_t kChunk = 8;      // entries a backward thread walks (and one bias partial)
+constexpr int64_t kMaxChunk = 8;   // entries a backward thread walks (and one bias partial)
 constexpr int64_t kMaxWindow = 8;  // M: the candidates live in registers
 
 // ---- Shapes --------------------------------------------------------------------------------
@@ -238,17 +240,30 @@ WindowGrad window_grad(cc::Scope& s, const Window& win, const cc::Val& dy, int64
   return g;
 }
 
+// Entries a backward thread walks: one while a thread per (entry, channel) stays under 2^17
+// threads (the walk is a serial chain of dependent loads and exps, so threads are what hide its
+// latency), up to kMaxChunk past that (fewer bias partials to add).
+int64_t chunk_of(const PoolShape& p) {
+  int64_t chunk = 1;
+  while (chunk < kMaxChunk && p.c * p.l / (2 * chunk) >= (int64_t{1} << 17)) chunk *= 2;
+  return chunk;
+}
+
+std::string grad_name(int64_t chunk, int64_t m, DType dtype) {
+  return "compress_pool_grad_c" + std::to_string(chunk) + suffix(m, dtype);
+}
+
 // Parameters x, bias, dy [C, L], dx [C, M, 2L], part [P, 2M, L] (f32 scratch); dims C, L, P.
-// Grid (P, L / kThreads): thread (p, col) walks entries p·kChunk .. p·kChunk + kChunk - 1.
-cc::Kernel build_pool_grad(DType dtype, int64_t m) {
-  cc::KernelBuilder kb("compress_pool_grad_c" + std::to_string(kChunk) + suffix(m, dtype));
+// Grid (P, L / kThreads): thread (p, col) walks entries p·chunk .. p·chunk + chunk - 1.
+cc::Kernel build_pool_grad(DType dtype, int64_t m, int64_t chunk) {
+  cc::KernelBuilder kb(grad_name(chunk, m, dtype));
   const PoolParams p = declare_pool(kb, dtype, m);
   cc::Dim parts = kb.dim("P");
   cc::Buf dy = kb.input("dy", dtype, {p.c, p.l});
   cc::Buf dx = kb.output("dx", dtype, {p.c, cc::Val(m), 2 * p.l});
   cc::Buf part = kb.output("part", DType::F32, {parts, cc::Val(2 * m), p.l});
   kb.body({parts, cc::ceildiv(p.l, kThreads)}, kThreads, [&](cc::Scope& s) {
-    cc::Idx chunk = s.let(s.block_idx(0), "chunk"), l0 = s.let(s.block_idx(1) * kThreads, "l0");
+    cc::Idx part_idx = s.let(s.block_idx(0), "part"), l0 = s.let(s.block_idx(1) * kThreads, "l0");
     // A partial per candidate slot (a fragment is indexed by its thread alone).
     std::vector<cc::Buf> acc;
     for (int64_t j = 0; j < 2 * m; ++j)
@@ -257,8 +272,8 @@ cc::Kernel build_pool_grad(DType dtype, int64_t m) {
       cc::Idx col = s.let(l0 + t, "col");
       s.if_then(col < p.l, [&] {
         for (int64_t j = 0; j < 2 * m; ++j) acc[j](t) = cc::Val(0.0f);
-        s.serial(kChunk, [&](cc::Idx k) {
-          cc::Idx c = s.let(chunk * kChunk + k, "c");
+        s.serial(chunk, [&](cc::Idx k) {
+          cc::Idx c = s.let(part_idx * chunk + k, "c");
           s.if_then(c < p.c, [&] {
             // Window c (its own tokens' second-half terms, the bias partial) and window c + 1
             // (its first-half terms on window c's tokens; none past the last window, whose
@@ -277,28 +292,7 @@ cc::Kernel build_pool_grad(DType dtype, int64_t m) {
             for (int64_t j = 0; j < 2 * m; ++j) acc[j](t) = acc[j](t) + g.dlogit[j];
           });
         });
-        for (int64_t j = 0; j < 2 * m; ++j) part(chunk, j, col) = acc[j](t);
-      });
-    });
-  });
-  return kb.build();
-}
-
-// Parameters part [P, N] (N = 2M·L), dbias [N]; dims P, N. dbias = the partials' sum in p order.
-cc::Kernel build_bias_sum(DType dtype) {
-  cc::KernelBuilder kb("compress_pool_bias_sum_" + std::string(dtype_name(dtype)));
-  cc::Dim parts = kb.dim("P"), n = kb.dim("N");
-  cc::Buf part = kb.input("part", DType::F32, {parts, n});
-  cc::Buf dbias = kb.output("dbias", dtype, {n});
-  kb.body({cc::ceildiv(n, kThreads)}, kThreads, [&](cc::Scope& s) {
-    cc::Idx base = s.let(s.block_idx(0) * kThreads, "base");
-    cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kThreads});
-    s.parallel(kThreads, [&](cc::Idx t) {
-      cc::Idx e = s.let(base + t, "e");
-      s.if_then(e < n, [&] {
-        acc(t) = cc::Val(0.0f);
-        s.serial(parts, [&](cc::Idx q) { acc(t) = acc(t) + part(q, e); });
-        dbias(e) = acc(t);
+        for (int64_t j = 0; j < 2 * m; ++j) part(part_idx, j, col) = acc[j](t);
       });
     });
   });
@@ -321,15 +315,17 @@ ExpandFn expand_pool_grad(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&, const Attrs&) {
     const PoolShape p = shape_of(in[0], in[1]);
     const DType dt = in[0].dtype;
-    const int64_t parts = (p.c + kChunk - 1) / kChunk, n = 2 * p.m * p.l;
-    const std::string grad = "compress_pool_grad_c" + std::to_string(kChunk) + suffix(p.m, dt);
+    const int64_t chunk = chunk_of(p), parts = (p.c + chunk - 1) / chunk, n = 2 * p.m * p.l;
+    const std::string grad = grad_name(chunk, p.m, dt);
     OpExpansion ex{.scratch = {{DType::F32, {parts, 2 * p.m, p.l}}}};
     ex.calls.push_back(
-        {.kernel = cache->get(kernel_key(grad, dt), [&] { return build_pool_grad(dt, p.m); }),
+        {.kernel =
+             cache->get(kernel_key(grad, dt), [&] { return build_pool_grad(dt, p.m, chunk); }),
          .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0), scratch_slot(0)},
          .dims = {p.c, p.l, parts}});
-    ex.calls.push_back({.kernel = cache->get(kernel_key("compress_pool_bias_sum", dt),
-                                             [&] { return build_bias_sum(dt); }),
+    ex.calls.push_back({.kernel = cache->get(
+                            kernel_key("compress_pool_bias_sum", dt),
+                            [&] { return build_partial_column_sum(dt, "compress_pool_bias_sum"); }),
                         .buffers = {scratch_slot(0), output_slot(1)},
                         .dims = {parts, n}});
     return ex;
@@ -368,9 +364,10 @@ void register_compress_pool(OpRegistry& registry) {
                 .infer = infer_pool_grad,
                 .reference = ref_pool_grad,
                 .expand = expand_pool_grad(cache),
-                // More windows than a chunk (the last chunk partial), a partial block of channels;
-                // M = 3; a single window.
+                // V4's window over a partial block of channels; 261 windows of 1024 channels
+                // (two entries a thread, the last chunk partial); M = 3; a single window.
                 .tests = {.kernel = {{.shapes = {{19, 4, 2 * 160}, {1, 8, 160}, {19, 160}}},
+                                     {.shapes = {{261, 1, 2 * 1024}, {2, 1024}, {261, 1024}}},
                                      {.shapes = {{5, 3, 2 * 7}, {6, 7}, {5, 7}}},
                                      {.shapes = {{1, 4, 2 * 5}, {8, 5}, {1, 5}}}}}});
 }
