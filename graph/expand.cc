@@ -1,9 +1,10 @@
 // Expansion: every op of the OpGraph into kernel instances (its family's expand), kernels
-// deduplicated, limits checked at the op's position; then the memory plan (reuse.h) and the
-// hazard edges (dependencies.h). An op whose outputs are views (OpSchema::view) runs no kernel:
-// its outputs become offsets into their base, and every access through a view counts as an
-// access of the base, so the plan keeps the base alive while a view is read and the hazard
-// edges order the base's writers and later occupants against the view's readers.
+// deduplicated, limits checked at the op's position; then the dead kernels dropped (prune.h),
+// the memory plan (reuse.h) and the hazard edges (dependencies.h). An op whose outputs are views
+// (OpSchema::view) runs no kernel: its outputs become offsets into their base, and every access
+// through a view counts as an access of the base, so the plan keeps the base alive while a view
+// is read and the hazard edges order the base's writers and later occupants against the view's
+// readers.
 #include <limits>
 #include <map>
 
@@ -12,6 +13,7 @@
 #include "compiler/ir/kernel.h"
 #include "graph/dependencies.h"
 #include "graph/kernel_graph.h"
+#include "graph/prune.h"
 #include "graph/reuse.h"
 
 namespace tilerun::graph {
@@ -25,6 +27,7 @@ class Expander {
   void run() {
     for (size_t op_id = 0; op_id < g_.ops.size(); ++op_id) expand_op(static_cast<int>(op_id));
     kg_.views.resize(g_.tensors.size());
+    prune_dead_nodes(kg_, access_);
     const ReusePlan reuse = plan_reuse(kg_, access_);
     add_dependencies(kg_, access_, reuse);
   }

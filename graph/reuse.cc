@@ -11,6 +11,23 @@ int64_t tensor_bytes(const GraphTensor& t) {
   return dtype_bytes(t.type.dtype, n);
 }
 
+// Per node, the earlier nodes that wrote a tensor it touches (read after write).
+std::vector<std::vector<int>> read_after_write_preds(const KernelGraph& kg,
+                                                     const std::vector<NodeAccess>& access) {
+  const OpGraph& g = kg.ops;
+  std::vector<std::vector<int>> writers(g.tensors.size()), preds(kg.nodes.size());
+  for (size_t j = 0; j < kg.nodes.size(); ++j) {
+    for (int r : access[j].reads)
+      preds[j].insert(preds[j].end(), writers[r].begin(), writers[r].end());
+    for (int w : access[j].writes)
+      if (writers[w].empty() || writers[w].back() != static_cast<int>(j))
+        writers[w].push_back(static_cast<int>(j));
+  }
+  return preds;
+}
+
+}  // namespace
+
 // Everything bound or read from outside outlives the step's kernels: inputs, weights, outputs,
 // loss values, index checks' statuses, the values selections choose indices by, the gradients of
 // inputs and weights, and zero gradients that nothing writes; and with a view that does, its base
@@ -35,23 +52,6 @@ std::vector<bool> persistent_tensors(const KernelGraph& kg) {
     if (kg.views[t].base >= 0) p[t] = p[kg.views[t].base];
   return p;
 }
-
-// Per node, the earlier nodes that wrote a tensor it touches (read after write).
-std::vector<std::vector<int>> read_after_write_preds(const KernelGraph& kg,
-                                                     const std::vector<NodeAccess>& access) {
-  const OpGraph& g = kg.ops;
-  std::vector<std::vector<int>> writers(g.tensors.size()), preds(kg.nodes.size());
-  for (size_t j = 0; j < kg.nodes.size(); ++j) {
-    for (int r : access[j].reads)
-      preds[j].insert(preds[j].end(), writers[r].begin(), writers[r].end());
-    for (int w : access[j].writes)
-      if (writers[w].empty() || writers[w].back() != static_cast<int>(j))
-        writers[w].push_back(static_cast<int>(j));
-  }
-  return preds;
-}
-
-}  // namespace
 
 ReusePlan plan_reuse(KernelGraph& kg, const std::vector<NodeAccess>& access) {
   const OpGraph& g = kg.ops;

@@ -15,6 +15,11 @@ struct ReusePlan {
   std::vector<std::vector<int>> users;  // per tensor: the nodes touching it, in order
 };
 
+// What outlives the step's kernels, per tensor: inputs, weights, outputs, loss values, index
+// checks' statuses, the values selections choose indices by, the gradients of inputs and
+// weights, zero gradients that nothing writes, and the bases of views that do.
+std::vector<bool> persistent_tensors(const KernelGraph& kg);
+
 // Fills kg.persistent, kg.zero_init and kg.plan. A buffer may take bytes another one used only
 // if every node touching that one is an ancestor (through read-after-write edges) of the node
 // that first touches this one: then the hazard edges reuse implies are already implied by the

@@ -356,20 +356,26 @@ void register_compress_pool(OpRegistry& registry) {
                               {.shapes = {{2, 3, 2 * 2}, {6, 2}}}},
                  .examples = {{.inputs = {{{2, 1, 2}, {1, 0, 3, 0}}, {{2, 1}, {0, 0}}},
                                .outputs = {{{2, 1}, {1, 2}}}}}}});
-  registry.add({.name = "compress_pool_grad",
-                .doc = "dx (values and gates) and dbias of compress_pool from dy: each candidate's "
-                       "gradient on the token it came from; dbias summed over the windows in order",
-                .inputs = {"x", "bias", "dy"},
-                .outputs = {"dx", "dbias"},
-                .infer = infer_pool_grad,
-                .reference = ref_pool_grad,
-                .expand = expand_pool_grad(cache),
-                // V4's window over a partial block of channels; 261 windows of 1024 channels
-                // (two entries a thread, the last chunk partial); M = 3; a single window.
-                .tests = {.kernel = {{.shapes = {{19, 4, 2 * 160}, {1, 8, 160}, {19, 160}}},
-                                     {.shapes = {{261, 1, 2 * 1024}, {2, 1024}, {261, 1024}}},
-                                     {.shapes = {{5, 3, 2 * 7}, {6, 7}, {5, 7}}},
-                                     {.shapes = {{1, 4, 2 * 5}, {8, 5}, {1, 5}}}}}});
+  registry.add(
+      {.name = "compress_pool_grad",
+       .doc = "dx (values and gates) and dbias of compress_pool from dy: each candidate's "
+              "gradient on the token it came from; dbias summed over the windows in order",
+       .inputs = {"x", "bias", "dy"},
+       .outputs = {"dx", "dbias"},
+       .infer = infer_pool_grad,
+       .reference = ref_pool_grad,
+       .expand = expand_pool_grad(cache),
+       // V4's window over a partial block of channels; 261 windows of 1024 channels
+       // (two entries a thread, the last chunk partial); M = 3; a single window.
+       .tests = {.kernel = {{.shapes = {{19, 4, 2 * 160}, {1, 8, 160}, {19, 160}}},
+                            {.shapes = {{261, 1, 2 * 1024}, {2, 1024}, {261, 1024}}},
+                            {.shapes = {{5, 3, 2 * 7}, {6, 7}, {5, 7}}},
+                            {.shapes = {{1, 4, 2 * 5}, {8, 5}, {1, 5}}}},
+                 // compress_pool's example with dy = 1: entry 1 weighs its candidates
+                 // (values 1, 3) by 1/2 each, so their gates get ±1/2.
+                 .examples = {
+                     {.inputs = {{{2, 1, 2}, {1, 0, 3, 0}}, {{2, 1}, {0, 0}}, {{2, 1}, {1, 1}}},
+                      .outputs = {{{2, 1, 2}, {1.5, -0.5, 0.5, 0.5}}, {{2, 1}, {-0.5, 0.5}}}}}}});
 }
 
 }  // namespace tilerun::kernels
