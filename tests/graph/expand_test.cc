@@ -2,12 +2,13 @@
 // plan, hazard edges and graph building were quadratic); float tensors of more than 2^31
 // elements expand (64-bit index arithmetic); a dim beyond a kernel's bounds, or an integer
 // tensor beyond 2^31 - 1 elements, is an error at the op's YAML position instead of a value that
-// wraps.
+// wraps; kernels whose writes nothing reads are dropped.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 
+#include "compiler/ir/kernel.h"
 #include "graph/autodiff.h"
 #include "graph/kernel_graph.h"
 #include "tilerun/tilerun.h"
@@ -150,6 +151,45 @@ TEST(Expand, AnIntegerTensorBeyond2To31ElementsIsAnErrorAtTheOp) {
               std::string::npos)
         << what;
     EXPECT_EQ(e.exit_code(), 2);
+  }
+}
+
+// Dead kernels (prune.h): rmsnorm's gradient rule writes dgamma whatever gamma is; with gamma a
+// constant (a fill) nothing reads it, so its kernel is dropped, while with gamma a weight it
+// stays; either way the step matches the double reference.
+TEST(Prune, TheGradientOfAConstantRunsNoKernel) {
+  for (bool weight : {false, true}) {
+    const std::string gamma =
+        weight ? "    weights:\n      g: {shape: [D]}\n    ops:\n"
+               : "    ops:\n      - {op: fill, out: g, shape: [D], value: 1.5}\n";
+    const Model model = parse_model(
+        "model: norm\ndims: {T: 6, D: 16}\ninputs:\n  x: {shape: [T, D]}\nlayers:\n"
+        "  - name: l\n" +
+            gamma +
+            "      - {op: rmsnorm, in: [x, g], out: h}\n"
+            "      - {op: silu, in: h, out: y}\n"
+            "outputs: [l.y]\n",
+        "norm.yaml");
+    OpGraph ops = build_forward(model);
+    append_backward(model, ops);
+    const KernelGraph kg = expand(std::move(ops));
+    int dgamma = 0, dx = 0;
+    for (const KernelNode& n : kg.nodes) {
+      const std::string& name = kg.kernels[n.kernel]->sig.name;
+      dgamma += name.find("rmsnorm_grad_dgamma") != std::string::npos;
+      dx += name.find("rmsnorm_grad_dx") != std::string::npos;
+    }
+    EXPECT_EQ(dx, 1) << "weight " << weight;
+    EXPECT_EQ(dgamma, weight ? 1 : 0) << "weight " << weight;
+    // Every kernel listed is one a node runs.
+    std::vector<bool> used(kg.kernels.size(), false);
+    for (const KernelNode& n : kg.nodes) used[n.kernel] = true;
+    EXPECT_EQ(std::count(used.begin(), used.end(), false), 0);
+    Session s(model, {.device = Device::Cpu, .seed = 3});
+    s.forward();
+    s.backward();
+    const CheckResult c = s.check();
+    EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
   }
 }
 
