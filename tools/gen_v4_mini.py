@@ -92,7 +92,8 @@ dtype: bf16
 # Attention: T tokens, N mHC streams, D width, ND = N·D, M = 2N + N² mixes, Q q_lora, H heads,
 # E head dim, HE = H·E, P = E - 64, R = 32 rotary pairs, C = T/4 compressed entries, G output
 # groups, GK = HE/G, O o_lora, E2 = 2E and ID2 = 2·ID the compressors' projections (values, then
-# gate logits). MoE: XE experts, F expert inter, F2 = 2F.
+# gate logits), QE = Q + E (the query latent and the KV head, one projection), IDW = ID2 + IH (the
+# indexer's compressor and head weights, one projection). MoE: XE experts, F expert inter, F2 = 2F.
 """
 
 

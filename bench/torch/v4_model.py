@@ -149,8 +149,13 @@ def tables(T, C, dev, dtype, window=WINDOW, picks=128):
 def compress(h, wc, bias):
     """The overlapping compressor: entry c pools tokens 4c-4 .. 4c+3, a softmax per channel
     over the 8 candidates (gate + position bias); wc projects to [values | gate logits]."""
-    width = wc.shape[1] // 2
-    ckg = (h @ wc).view(-1, POOL, 2 * width)
+    return compress_projected(h @ wc, bias)
+
+
+def compress_projected(proj, bias):
+    """compress() from the projection [T, 2·width]: values, then gate logits."""
+    width = proj.shape[1] // 2
+    ckg = proj.reshape(-1, POOL, 2 * width)
     ck, cg = ckg[..., :width], ckg[..., width:]
     ck_prev = F.pad(ck[:-1], (0, 0, 0, 0, 1, 0), value=0.0)
     cg_prev = F.pad(cg[:-1], (0, 0, 0, 0, 1, 0), value=NEG)
@@ -165,7 +170,7 @@ def attention(x, w, tab, quant=True):
     """configs/v4-attn.yaml's layer `attn`: x [T, N, D] -> (out [T, N, D], the indexer's KL
     loss term); w by weight name."""
     T = x.shape[0]
-    H, E = w["sink"].shape[0], w["wkv"].shape[1]
+    H, E = w["sink"].shape[0], w["g_kv"].shape[0]
     G = w["wo_a"].shape[0]
     P = E - ROPE_DIMS
 
@@ -182,13 +187,15 @@ def attention(x, w, tab, quant=True):
     h = rmsnorm(y, w["g_in"])
     hq = fq(h, 128)
 
-    # Query: q_lora, RMSNorm, FP8, up to H heads; per head an RMS scale and RoPE.
-    qnq = fq(rmsnorm(hq @ w["wq_a"], w["g_q"]), 128)
+    # Query: q_lora, RMSNorm, FP8, up to H heads; per head an RMS scale and RoPE. One projection
+    # of hq gives the query latent and the KV head: wqkv = [wq_a | wkv].
+    qa, kv0 = (hq @ w["wqkv"]).split([w["wqkv"].shape[1] - E, E], dim=1)
+    qnq = fq(rmsnorm(qa, w["g_q"]), 128)
     qb = qnq @ w["wq_b"]
     q = rope(rmsnorm(qb.view(T, H, E), 1.0), tab["cos"], tab["sin"])
 
     # One MQA key/value head.
-    kv = quantise_nope(rope(rmsnorm(hq @ w["wkv"], w["g_kv"]), tab["cos"], tab["sin"]))
+    kv = quantise_nope(rope(rmsnorm(kv0, w["g_kv"]), tab["cos"], tab["sin"]))
 
     # Compressor: entry c pools tokens 4c-4 .. 4c+3, a softmax per channel over the 8.
     pooled = compress(h, w["wc"], w["c_bias"])
@@ -197,13 +204,15 @@ def attention(x, w, tab, quant=True):
     # Lightning indexer: Hadamard-rotated FP4 queries and keys (its own compressor), ReLU
     # scores weighted per head, the causal mask, the top entries. Its inputs are detached: only
     # its KL term (below) trains it.
-    IH = w["wi_w"].shape[1]
+    # wi_cw = [the compressor's values | its gates | the head weights].
+    IH = w["wi_cw"].shape[1] - 2 * INDEX_DIM
     had = tab["hadamard"]
     qi, hi = qnq.detach(), h.detach()
     iq = fq4(rope((qi @ w["wi_q"]).view(T, IH, INDEX_DIM), tab["cos"], tab["sin"]) @ had)
-    ipool = compress(hi, w["wi_c"], w["i_bias"])
+    ikgw = hi @ w["wi_cw"]
+    ipool = compress_projected(ikgw[:, :2 * INDEX_DIM], w["i_bias"])
     ik = fq4(rope(rmsnorm(ipool, w["g_i"]), tab["ccos"], tab["csin"]) @ had)
-    iw = (hi @ w["wi_w"]) * (IH * INDEX_DIM) ** -0.5
+    iw = ikgw[:, 2 * INDEX_DIM:] * (IH * INDEX_DIM) ** -0.5
     score = torch.einsum("ths,th->ts", torch.einsum("thd,sd->ths", iq, ik).relu(), iw) + tab["cmask"]
     top = torch.topk(score, tab["picks"], dim=-1)
     pick = top.indices

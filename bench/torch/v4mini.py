@@ -46,7 +46,7 @@ from transformer import kernel_count, rel_l2, run_tilerun, time_step  # noqa: E4
 PLAIN_TOLERANCE = 1e-4   # unquantised, fp32: relative L2 against PyTorch fp32
 QUANT_TOLERANCE = 2e-3   # with FP8/FP4: a few elements may round to a neighbouring FP8 value
 # The small dims of the CPU checks (tests/tools/v4_attn_check.py's and the MoE draft's).
-SMALL = {"T": 32, "D": 128, "ND": 512, "C": 8, "KI": 8, "W": 16, "Q": 128, "H": 4, "HE": 2048, "GK": 1024,
+SMALL = {"T": 32, "D": 128, "ND": 512, "C": 8, "KI": 8, "W": 16, "Q": 128, "QE": 640, "H": 4, "HE": 2048, "GK": 1024,
          "O": 128, "F": 128, "F2": 256, "XE": 8}
 QUANT_OP = re.compile(r"\{op: fake_quant, in: (\w+), out: (\w+), format: \w+, block: \d+[^}]*\}")
 FORMAT_OF = re.compile(r"format: (\w+), block: (\d+)(, scale: (\w+))?")
