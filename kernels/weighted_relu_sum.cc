@@ -1,17 +1,20 @@
 // weighted_relu_sum and its backward op weighted_relu_sum_grad: the lightning indexer's score
-// from its per-head logits, for x [.., H, C] and w [.., H]:
-//   y[.., c] = Σ_h w[.., h] · relu(x[.., h, c])
+// from its per-head logits, for x [.., H, C], w [.., H] and a constant `alpha` (V4's
+// (heads · dim)^-1/2 on the head weights, without a scale op and its gradient's):
+//   y[.., c] = Σ_h alpha·w[.., h] · relu(x[.., h, c])
 // One kernel forward and two backward instead of relu, a broadcast mul and a sum over the heads
 // (three passes over the [T, H, C] logits forward, five backward, each writing or reading an
 // intermediate as large): the forward reads the logits once, the backward twice (dx, then dw)
 // and writes their gradient once.
 //
 // Strict arithmetic in f32, in a fixed order that depends on H and C only (never on the rows):
-//   y:  the heads' terms w·relu(x) added in head order, starting from head 0's term;
-//   dx[.., h, c] = dy[.., c]·w[.., h] where x > 0, else 0 (NaN and 0 pass nothing, as relu_grad);
-//   dw[.., h] = Σ_c dy[.., c]·relu(x[.., h, c]): thread t of the row's block folds its columns
-//       c = t, t + 128, ... in order from -0, then the 128 partials meet in a halving tree
-//       (partial t + half into partial t), the order of rmsnorm_grad's row sums.
+//   y:  the heads' terms a·relu(x), a = alpha·w rounded to f32, added in head order, starting
+//       from head 0's term;
+//   dx[.., h, c] = dy[.., c]·a[.., h] where x > 0, else 0 (NaN and 0 pass nothing, as relu_grad);
+//   dw[.., h] = alpha · Σ_c dy[.., c]·relu(x[.., h, c]): thread t of the row's block folds its
+//       columns c = t, t + 128, ... in order from -0, then the 128 partials meet in a halving
+//       tree (partial t + half into partial t), the order of rmsnorm_grad's row sums.
+// With alpha = 1 (the default) the multiplications by it are exact.
 // relu is the IR's max(x, +0): NaN stays NaN (a NaN logit makes its score and dw NaN).
 #include <cmath>
 #include <string>
@@ -77,8 +80,9 @@ std::vector<TensorType> infer_backward(const std::vector<TensorType>& in, const 
 
 double strict_relu(double v) { return std::isnan(v) ? v : (v > 0 ? v : 0.0); }
 
-std::vector<RefTensor> ref_forward(const std::vector<RefTensor>& in, const Attrs&) {
+std::vector<RefTensor> ref_forward(const std::vector<RefTensor>& in, const Attrs& attrs) {
   const Shape sh = shape_of({DType::F32, in[0].shape});
+  const double alpha = attr_float(attrs, "alpha");
   std::vector<int64_t> shape = in[0].shape;
   shape.erase(shape.end() - 2);
   RefTensor y = ref_zeros(shape);
@@ -87,7 +91,7 @@ std::vector<RefTensor> ref_forward(const std::vector<RefTensor>& in, const Attrs
       double acc = 0;
       for (int64_t h = 0; h < sh.h; ++h) {
         const double term =
-            in[1].data[r * sh.h + h] * strict_relu(in[0].data[(r * sh.h + h) * sh.c + c]);
+            alpha * in[1].data[r * sh.h + h] * strict_relu(in[0].data[(r * sh.h + h) * sh.c + c]);
         acc = h == 0 ? term : acc + term;
       }
       y.data[r * sh.c + c] = acc;
@@ -95,30 +99,31 @@ std::vector<RefTensor> ref_forward(const std::vector<RefTensor>& in, const Attrs
   return {y};
 }
 
-std::vector<RefTensor> ref_backward(const std::vector<RefTensor>& in, const Attrs&) {
+std::vector<RefTensor> ref_backward(const std::vector<RefTensor>& in, const Attrs& attrs) {
   const Shape sh = shape_of({DType::F32, in[0].shape});
+  const double alpha = attr_float(attrs, "alpha");
   RefTensor dx = ref_zeros(in[0].shape), dw = ref_zeros(in[1].shape);
   for (int64_t r = 0; r < sh.rows; ++r)
     for (int64_t h = 0; h < sh.h; ++h) {
-      const double w = in[1].data[r * sh.h + h];
+      const double w = alpha * in[1].data[r * sh.h + h];
       double acc = -0.0;
       for (int64_t c = 0; c < sh.c; ++c) {
         const double x = in[0].data[(r * sh.h + h) * sh.c + c], dy = in[2].data[r * sh.c + c];
         dx.data[(r * sh.h + h) * sh.c + c] = x > 0 ? dy * w : 0.0;
         acc += dy * strict_relu(x);
       }
-      dw.data[r * sh.h + h] = acc;
+      dw.data[r * sh.h + h] = alpha * acc;
     }
   return {dx, dw};
 }
 
-std::vector<GradOp> grad_forward(const std::vector<TensorType>&, const Attrs&,
+std::vector<GradOp> grad_forward(const std::vector<TensorType>&, const Attrs& attrs,
                                  const std::vector<bool>& needs) {
   if (!needs[0] && !needs[1]) return {};
   return {{"weighted_relu_sum_grad",
            {"x0", "x1", "dy0"},
            {needs[0] ? "dx0" : "unused_dx", needs[1] ? "dx1" : "unused_dw"},
-           {}}};
+           {{"alpha", attr_float(attrs, "alpha")}}}};
 }
 
 // ---- Kernels -------------------------------------------------------------------------------
@@ -136,7 +141,7 @@ std::string kernel_name(const std::string& kind, int64_t h, bool vec) {
 constexpr int64_t kTile = kThreads * 8;
 
 // The forward and the backward's dx share this shape. Parameters: x, w, y (forward); x, w,
-// dy, dx (dx).
+// dy, dx (dx); scalar alpha.
 cc::Kernel build_columns(DType dtype, int64_t heads, bool vec, bool dx_pass) {
   cc::KernelBuilder kb(kernel_name(dx_pass ? "_grad_dx" : "", heads, vec) + "_" +
                        std::string(dtype_name(dtype)));
@@ -146,12 +151,13 @@ cc::Kernel build_columns(DType dtype, int64_t heads, bool vec, bool dx_pass) {
   cc::Buf dy = dx_pass ? kb.input("dy", dtype, {p, c}) : cc::Buf{};
   cc::Buf y = dx_pass ? cc::Buf{} : kb.output("y", dtype, {p, c});
   cc::Buf dx = dx_pass ? kb.output("dx", dtype, {p, h, c}) : cc::Buf{};
+  cc::Val alpha = kb.scalar_f32("alpha");
   const int64_t tile = vec ? kTile : kThreads;
   kb.body({p, cc::ceildiv(c, tile)}, kThreads, [&](cc::Scope& s) {
     cc::Idx row = s.block_idx(0);
     cc::Idx base = s.let(s.block_idx(1) * tile, "base");
     std::vector<cc::Val> wv;
-    for (int64_t i = 0; i < heads; ++i) wv.push_back(s.let(w(row, i), "w"));
+    for (int64_t i = 0; i < heads; ++i) wv.push_back(s.let(alpha * cc::to_f32(w(row, i)), "w"));
     auto column = [&](const cc::Idx& j) {
       if (dx_pass) {
         cc::Val d = s.let(dy(row, j), "dy");
@@ -191,7 +197,7 @@ cc::Kernel build_columns(DType dtype, int64_t heads, bool vec, bool dx_pass) {
 // The backward's dw: a block per row. Thread t walks its columns c = t, t + kThreads, ... once,
 // each head's partial in registers; then the partials' halving tree. (Written with dx in one
 // pass, dx's 2-byte stores, 128 a thread, made it 4x its bytes' time at T = 4096.) Parameters:
-// x, dy, dw; P, C.
+// x, dy, dw; P, C; scalar alpha.
 cc::Kernel build_dw(DType dtype, int64_t heads) {
   cc::KernelBuilder kb(kernel_name("_grad_dw", heads, false) + "_" +
                        std::string(dtype_name(dtype)));
@@ -200,6 +206,7 @@ cc::Kernel build_dw(DType dtype, int64_t heads) {
   cc::Buf x = kb.input("x", dtype, {p, h, c});
   cc::Buf dy = kb.input("dy", dtype, {p, c});
   cc::Buf dw = kb.output("dw", dtype, {p, h});
+  cc::Val alpha = kb.scalar_f32("alpha");
   kb.body({p}, kThreads, [&](cc::Scope& s) {
     cc::Idx row = s.block_idx(0);
     std::vector<cc::Buf> part;
@@ -224,14 +231,15 @@ cc::Kernel build_dw(DType dtype, int64_t heads) {
                  [&](cc::Idx i, cc::Idx t) { tree(i, t) = tree(i, t) + tree(i, t + half); });
       s.barrier();
     }
-    s.parallel(h, [&](cc::Idx i) { dw(row, i) = tree(i, 0); });
+    s.parallel(h, [&](cc::Idx i) { dw(row, i) = alpha * tree(i, 0); });
   });
   return kb.build();
 }
 
 ExpandFn expand(std::shared_ptr<KernelCache> cache, bool backward) {
   return [cache, backward](const std::vector<TensorType>& in, const std::vector<TensorType>&,
-                           const Attrs&) {
+                           const Attrs& attrs) {
+    const double alpha = attr_float(attrs, "alpha");
     const DType dt = in[0].dtype;
     const Shape sh = shape_of(in[0]);
     const bool vec = sh.c % 8 == 0;
@@ -241,14 +249,14 @@ ExpandFn expand(std::shared_ptr<KernelCache> cache, bool backward) {
                              [&] { return build_columns(dt, sh.h, vec, backward); }),
         .buffers = {input_slot(0), input_slot(1), output_slot(0)},
         .dims = dims,
-        .scalars = {}};
+        .scalars = {alpha}};
     if (!backward) return OpExpansion{.scratch = {}, .calls = {columns}};
     columns.buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)};
     KernelCall dw{.kernel = cache->get(kernel_key(kernel_name("_grad_dw", sh.h, false), dt),
                                        [&] { return build_dw(dt, sh.h); }),
                   .buffers = {input_slot(0), input_slot(2), output_slot(1)},
                   .dims = dims,
-                  .scalars = {}};
+                  .scalars = {alpha}};
     return OpExpansion{.scratch = {}, .calls = {columns, dw}};
   };
 }
@@ -257,15 +265,19 @@ ExpandFn expand(std::shared_ptr<KernelCache> cache, bool backward) {
 
 void register_weighted_relu_sum(OpRegistry& registry) {
   auto cache = std::make_shared<KernelCache>();
+  const AttrSpec alpha{.name = "alpha",
+                       .kind = AttrKind::Float,
+                       .default_value = 1.0,
+                       .doc = "a constant factor on w (rounded to f32)"};
   const double nan = kNaN();
   registry.add(
       {.name = "weighted_relu_sum",
-       .doc = "y[.., c] = Σ_h w[.., h]·relu(x[.., h, c]) for x [.., H, C], w [.., H] (the "
+       .doc = "y[.., c] = Σ_h alpha·w[.., h]·relu(x[.., h, c]) for x [.., H, C], w [.., H] (the "
               "lightning indexer's score from its per-head logits), heads added in order in f32; "
               "gradient weighted_relu_sum_grad",
        .inputs = {"x", "w"},
        .outputs = {"y"},
-       .attrs = {},
+       .attrs = {alpha},
        .infer = infer_forward,
        .reference = ref_forward,
        .gradient = grad_forward,
@@ -274,19 +286,25 @@ void register_weighted_relu_sum(OpRegistry& registry) {
            .kernel = {{.shapes = {{3, 16, 1040}, {3, 16}}, .lo = -3, .hi = 3},  // vec, 2 tiles
                       {.shapes = {{2, 3, 4, 37}, {2, 3, 4}}, .lo = -3, .hi = 3},
                       {.shapes = {{5, 1, 8}, {5, 1}}, .lo = -3, .hi = 3},
-                      {.shapes = {{7, 130}, {7}}, .lo = -3, .hi = 3}},
+                      {.shapes = {{7, 130}, {7}}, .lo = -3, .hi = 3},
+                      {.shapes = {{3, 16, 1040}, {3, 16}}, .attrs = {{"alpha", 0.0221}}}},
            .gradient = {{.shapes = {{2, 3, 5}, {2, 3}}, .lo = -3, .hi = 3, .min_abs = 0.05},
+                        {.shapes = {{2, 3, 5}, {2, 3}},
+                         .attrs = {{"alpha", -0.375}},
+                         .lo = -3,
+                         .hi = 3,
+                         .min_abs = 0.05},
                         {.shapes = {{4, 6}, {4}}, .lo = -3, .hi = 3, .min_abs = 0.05}},
            // Heads 2·relu(1) + (-1)·relu(-2) + 0.5·relu(4) = 4; a NaN logit gives NaN.
            .examples = {{.inputs = {{{3, 2}, {1, 0, -2, nan, 4, 1}}, {{3}, {2, -1, 0.5}}},
                          .outputs = {{{2}, {4, nan}}}}}}});
   registry.add(
       {.name = "weighted_relu_sum_grad",
-       .doc = "dx[.., h, c] = dy[.., c]·w[.., h]·[x > 0], dw[.., h] = Σ_c dy[.., c]·relu(x[.., h, "
-              "c]) in a fixed order (the backward op of weighted_relu_sum)",
+       .doc = "dx[.., h, c] = dy[.., c]·alpha·w[.., h]·[x > 0], dw[.., h] = alpha·Σ_c dy[.., "
+              "c]·relu(x[.., h, c]) in a fixed order (the backward op of weighted_relu_sum)",
        .inputs = {"x", "w", "dy"},
        .outputs = {"dx", "dw"},
-       .attrs = {},
+       .attrs = {alpha},
        .infer = infer_backward,
        .reference = ref_backward,
        .gradient = {},
@@ -294,7 +312,9 @@ void register_weighted_relu_sum(OpRegistry& registry) {
        .tests = {.kernel = {{.shapes = {{3, 16, 1040}, {3, 16}, {3, 1040}}, .lo = -3, .hi = 3},
                             {.shapes = {{2, 3, 4, 37}, {2, 3, 4}, {2, 3, 37}}, .lo = -3, .hi = 3},
                             {.shapes = {{7, 130}, {7}, {130}}, .lo = -3, .hi = 3},
-                            {.shapes = {{2, 5, 100}, {2, 5}, {2, 100}}, .lo = -3, .hi = 3}},
+                            {.shapes = {{2, 5, 100}, {2, 5}, {2, 100}}, .lo = -3, .hi = 3},
+                            {.shapes = {{3, 16, 1040}, {3, 16}, {3, 1040}},
+                             .attrs = {{"alpha", 0.0221}}}},
                  // dx = dy·w where x > 0; dw = Σ dy·relu(x): head 0 3·1 + 2·0 = 3, head 1 3·5 = 15.
                  .examples = {{.inputs = {{{2, 2}, {1, -1, 5, 0}}, {{2}, {2, -1}}, {{2}, {3, 2}}},
                                .outputs = {{{2, 2}, {6, 0, -3, 0}}, {{2}, {3, 15}}}}}}});
