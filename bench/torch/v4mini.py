@@ -57,7 +57,7 @@ FORMAT_OF = re.compile(r"format: (\w+), block: (\d+)(, scale: (\w+))?")
 
 def spec_of(path, overrides, layers=None):
     """{'dims', 'dtype', 'formats', 'layers': [(name, repetitions or None, {weight: (shape,
-    init)}, halves)]}: halves 'attn' (a layer with wkv), 'moe' (with w_gate) or both in that
+    init)}, halves)]}: halves 'attn' (a layer with wqkv), 'moe' (with w_gate) or both in that
     order (configs/v4-mini.yaml's block); layers overrides every `repeat:` as tilerun's does."""
     text = open(path, encoding="utf-8").read()
     m = re.search(r"^dims:\s*\{([^}]*)\}", text, re.M)
@@ -75,7 +75,7 @@ def spec_of(path, overrides, layers=None):
         for w, shape, init in re.findall(r"^\s+(\w+):\s*\{shape: \[([^\]]*)\],(?: dtype: \w+,)? init: (.*)\}", chunk, re.M):
             weights[w] = (tuple(int(s) if s.strip().isdigit() else dims[s.strip()] for s in shape.split(",")),
                           init)
-        halves = [h for h, key in (("attn", "wkv"), ("moe", "w_gate")) if key in weights]
+        halves = [h for h, key in (("attn", "wqkv"), ("moe", "w_gate")) if key in weights]
         rep = re.search(r"^\s+repeat:\s*(\d+)", chunk, re.M)
         if halves:
             found.append((name, (layers or int(rep.group(1))) if rep else None, weights, halves))
