@@ -27,6 +27,7 @@
 #include "kernels/norm_util.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
+#include "kernels/ref_values.h"
 #include "kernels/schema_util.h"
 #include "kernels/shape_attrs.h"
 
@@ -161,7 +162,9 @@ PoolParams declare_pool(cc::KernelBuilder& kb, DType dtype, int64_t m) {
 
 // Window `c`'s candidates at channel `col` in registers: weights w (0 where absent) and values v.
 // `has_prev`: window c - 1 exists (c > 0); its rows are read at max(c - 1, 0), in range either
-// way, and selected out when absent. The weights are exp(gate + bias - max) / Σ, in j order.
+// way, and selected out when absent (weight and value 0, whatever the row holds: an inf or NaN
+// there reaches nothing, as in the reference). The weights are exp(gate + bias - max) / Σ, in j
+// order.
 struct Window {
   std::vector<cc::Val> w, v;
 };
@@ -174,7 +177,9 @@ Window window_at(cc::Scope& s, const PoolParams& p, int64_t m, const cc::Val& c,
   for (int64_t j = 0; j < 2 * m; ++j) {
     const cc::Val row = j < m ? prev : c;
     const int64_t i = j % m;
-    win.v.push_back(s.let(cc::to_f32(p.x(row, i, col)), "v"));
+    // An absent candidate's value is 0 (with its weight 0, no term: not 0·inf = NaN).
+    cc::Val v = cc::to_f32(p.x(row, i, col));
+    win.v.push_back(s.let(j < m ? cc::select(has_prev, v, cc::Val(0.0f)) : v, "v"));
     logit.push_back(
         s.let(cc::to_f32(p.x(row, i, p.l + col)) + cc::to_f32(p.bias(j, col)), "logit"));
   }
@@ -289,7 +294,11 @@ cc::Kernel build_pool_grad(DType dtype, int64_t m, int64_t chunk) {
               dx(c, i, p.l + col) =
                   g.dlogit[m + i] + cc::select(has_next, gn.dlogit[i], cc::Val(0.0f));
             }
-            for (int64_t j = 0; j < 2 * m; ++j) acc[j](t) = acc[j](t) + g.dlogit[j];
+            // The bias partial: window c's logit gradients (none for absent candidates).
+            cc::Val has_prev = s.let(c > 0, "has_prev");
+            for (int64_t j = 0; j < 2 * m; ++j)
+              acc[j](t) = acc[j](t) +
+                          (j < m ? cc::select(has_prev, g.dlogit[j], cc::Val(0.0f)) : g.dlogit[j]);
           });
         });
         for (int64_t j = 0; j < 2 * m; ++j) part(part_idx, j, col) = acc[j](t);
@@ -354,8 +363,12 @@ void register_compress_pool(OpRegistry& registry) {
                             {.shapes = {{1, 4, 2 * 5}, {8, 5}}}},
                  .gradient = {{.shapes = {{3, 2, 2 * 3}, {1, 4, 3}}},
                               {.shapes = {{2, 3, 2 * 2}, {6, 2}}}},
+                 // Entry 1 weighs its candidates (values 1, 3) by 1/2 each; an inf value stays
+                 // inf (entry 0 has no candidate before it: no 0·inf term).
                  .examples = {{.inputs = {{{2, 1, 2}, {1, 0, 3, 0}}, {{2, 1}, {0, 0}}},
-                               .outputs = {{{2, 1}, {1, 2}}}}}}});
+                               .outputs = {{{2, 1}, {1, 2}}}},
+                              {.inputs = {{{2, 1, 2}, {kInf(), 0, 3, 0}}, {{2, 1}, {0, 0}}},
+                               .outputs = {{{2, 1}, {kInf(), kInf()}}}}}}});
   registry.add(
       {.name = "compress_pool_grad",
        .doc = "dx (values and gates) and dbias of compress_pool from dy: each candidate's "
