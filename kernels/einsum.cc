@@ -2,12 +2,17 @@
 // exactly two of the three operands or in all three (batch). It lowers onto batched matmul:
 // a as [batch, m, k] and b as [batch, k, n] (read in place, with matmul's transpose flags when
 // an operand is [batch, k, m] or [batch, n, k]; otherwise permuted into scratch by the strided
-// copy), then c from [batch, m, n] (in place, or permuted into the output). Its gradient is two
-// einsums with the operands' roles exchanged.
+// copy), then c from [batch, m, n] (in place, or permuted into the output; a c laid out [batch, n,
+// m] is written in place as b^T a^T, the operands exchanged). On the tensor cores
+// an operand or c with the batch between its matrix's axes ([m, batch, k]: a grouped projection's
+// "tgk,gko->tgo") is read or written in place too: one kernel, no copies, the same bits. Its
+// gradient is two einsums with the operands' roles exchanged.
 #include <map>
+#include <optional>
 
 #include "kernels/expand_util.h"
 #include "kernels/kernel_cache.h"
+#include "kernels/matmul_batch.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
@@ -152,11 +157,58 @@ StridedView reorder(const std::string& letters, const std::string& want, const E
   return v;
 }
 
+// How an operand with index letters `letters` is read as [batch, p, q]: its batch axes leading
+// or between the matrix's (mid), the matrix [p, q] or transposed ([q, p]: flip); none when
+// the letters interleave otherwise.
+struct Placement {
+  bool mid = false, flip = false;
+};
+std::optional<Placement> place(const std::string& letters, const Einsum& e, const std::string& p,
+                               const std::string& q) {
+  if (letters == e.batch + p + q) return Placement{};
+  if (letters == e.batch + q + p) return Placement{.flip = true};
+  if (e.batch.empty()) return std::nullopt;
+  if (letters == p + e.batch + q) return Placement{.mid = true};
+  if (letters == q + e.batch + p) return Placement{.mid = true, .flip = true};
+  return std::nullopt;
+}
+
+// The whole contraction as one batched tensor-core kernel reading both operands and writing c
+// in place, when one of them has its batch axes in the middle ("tgk,gko->tgo": group g of each
+// token) and the product takes the tensor cores; none otherwise (then the strided copies).
+std::optional<KernelCall> in_place_tc_call(KernelCache& cache, DType dt, const Einsum& e,
+                                           int slot_a, int slot_b) {
+  const auto pa = place(e.a, e, e.m, e.k), pb = place(e.b, e, e.k, e.n);
+  const auto pc = place(e.c, e, e.m, e.n);
+  if (!pa || !pb || !pc || pc->flip || !(pa->mid || pb->mid || pc->mid)) return std::nullopt;
+  const int64_t nb = e.count(e.batch), m = e.count(e.m), n = e.count(e.n), k = e.count(e.k);
+  if (!tc_batch_fits(dt, pa->flip, pb->flip, m, n, k)) return std::nullopt;
+  return tc_batch_call(cache, dt, pa->flip, pb->flip, true, true,
+                       {.a = pa->mid, .b = pb->mid, .c = pc->mid}, m, n, k, nb, input_slot(slot_a),
+                       input_slot(slot_b), output_slot(0));
+}
+
+// c laid out with n before m ([batch, n, m]: a weight gradient's "thd,ths->sd"): c^T = b^T a^T,
+// the same sums in the same K order, so with the operands exchanged c is written in place.
+// Returns whether it exchanged them.
+bool put_c_in_order(Einsum& e) {
+  const auto pc = place(e.c, e, e.m, e.n);
+  if (!pc || !pc->flip) return false;
+  std::swap(e.a, e.b);
+  std::swap(e.m, e.n);
+  e.k.clear();  // in the new a's order
+  for (char l : e.a)
+    if (e.c.find(l) == std::string::npos) e.k += l;
+  return true;
+}
+
 ExpandFn expand_einsum(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                  const Attrs& attrs) {
     Einsum e = parse_einsum(attr_string(attrs, "equation"), in[0], in[1]);
     const DType dt = in[0].dtype;
+    const int sa = put_c_in_order(e) ? 1 : 0, sb = 1 - sa;  // the input slots of a and b
+    if (auto call = in_place_tc_call(*cache, dt, e, sa, sb)) return OpExpansion{.calls = {*call}};
     const int64_t nb = e.count(e.batch), m = e.count(e.m), n = e.count(e.n), k = e.count(e.k);
     OpExpansion ex;
     auto scratch = [&](Ints shape) {
@@ -176,7 +228,7 @@ ExpandFn expand_einsum(std::shared_ptr<KernelCache> cache) {
       return s;
     };
     bool ta = false, tb = false;
-    const KernelArg a = operand(0, e.a, e.m, e.k, &ta), b = operand(1, e.b, e.k, e.n, &tb);
+    const KernelArg a = operand(sa, e.a, e.m, e.k, &ta), b = operand(sb, e.b, e.k, e.n, &tb);
     const bool c_in_place = e.c == e.batch + e.m + e.n;
     const KernelArg c = c_in_place ? output_slot(0) : scratch({nb, m, n});
     // The batched matmul's own expansion, its slots mapped onto this op's.
@@ -223,7 +275,11 @@ void register_einsum(OpRegistry& registry) {
        .tests = {.kernel = {{{{2, 3, 7, 5}, {2, 3, 9, 5}}, eq("bhtd,bhsd->bhts")},
                             {{{2, 3, 7, 9}, {2, 3, 9, 5}}, eq("bhts,bhsd->bhtd")},
                             {{{2, 7, 3, 5}, {2, 9, 3, 5}}, eq("bthd,bshd->bhts")},
-                            {{{33, 70}, {70, 130}}, eq("ik,kj->ji")}},
+                            {{{33, 70}, {70, 130}}, eq("ik,kj->ji")},  // c^T = b^T a^T
+                            {{{5, 3, 40}, {5, 3, 24}}, eq("thd,ths->sd")},
+                            // the batch between the matrix's axes (in place on the tensor cores)
+                            {{{37, 2, 24}, {2, 24, 16}}, eq("tgk,gko->tgo")},
+                            {{{40, 2, 24}, {40, 2, 16}}, eq("tgk,tgo->gko")}},
                  .gradient = {{{{2, 3, 4}, {2, 5, 4}}, eq("btd,bsd->bts")},
                               {{{3, 2, 4}, {2, 4, 5}}, eq("tbd,bde->bte")}},
                  .examples = {{.inputs = {{{2, 2}, {1, 2, 3, 4}}, {{2, 1}, {5, 6}}},

@@ -283,20 +283,9 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
     BatchOperand b = prepare_operand(*cache, dt, mb.b, matrix(in[1].shape), mb, 1, ex);
     // bf16/f16 products whose rows are 16-byte aligned: the tensor cores, one grid z per batch
     // element (each element's bits those of its rank-2 product on the same kernel family).
-    const bool tc_batch = (dt == DType::BF16 || dt == DType::F16) && k % 8 == 0 &&
-                          (tb || n % 8 == 0) && (!ta || m % 8 == 0);
-    if (tc_batch) {
-      // The tile's rows by the blocks of all the batch's products together (bits unchanged).
-      const int64_t rows = tc_tile_rows(m * mb.count, n);
-      ex.calls.push_back(
-          {.kernel = cache->get(
-               kernel_key(tc_async_batch_name(ta, tb, a.batched, b.batched, rows, n % 8 == 0), dt),
-               [&] {
-                 return build_tc_matmul_async_batch(dt, ta, tb, a.batched, b.batched, rows,
-                                                    n % 8 == 0);
-               }),
-           .buffers = {a.arg, b.arg, output_slot(0)},
-           .dims = {m, n, k, mb.count}});
+    if (tc_batch_fits(dt, ta, tb, m, n, k)) {
+      ex.calls.push_back(tc_batch_call(*cache, dt, ta, tb, a.batched, b.batched, {}, m, n, k,
+                                       mb.count, a.arg, b.arg, output_slot(0)));
       return ex;
     }
     BatchMode mode{.on = true, .a = a.batched, .b = b.batched};
@@ -391,6 +380,26 @@ std::vector<OpTestCase> matmul_kernel_cases() {
 }
 
 }  // namespace
+
+bool tc_batch_fits(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  return (dt == DType::BF16 || dt == DType::F16) && k % 8 == 0 && (tb || n % 8 == 0) &&
+         (!ta || m % 8 == 0);
+}
+
+KernelCall tc_batch_call(KernelCache& cache, DType dt, bool ta, bool tb, bool a_batched,
+                         bool b_batched, TcBatchMid mid, int64_t m, int64_t n, int64_t k,
+                         int64_t count, KernelArg a, KernelArg b, KernelArg c) {
+  // The tile's rows by the blocks of all the batch's products together (bits unchanged).
+  const int64_t rows = tc_tile_rows(m * count, n);
+  const bool n8 = n % 8 == 0;
+  return {.kernel = cache.get(
+              kernel_key(tc_async_batch_name(ta, tb, a_batched, b_batched, rows, n8, mid), dt),
+              [&] {
+                return build_tc_matmul_async_batch(dt, ta, tb, a_batched, b_batched, rows, n8, mid);
+              }),
+          .buffers = {a, b, c},
+          .dims = {m, n, k, count}};
+}
 
 void register_matmul(OpRegistry& registry) {
   auto cache = std::make_shared<KernelCache>();

@@ -8,6 +8,7 @@
 
 #include "kernels/expand_util.h"
 #include "kernels/kernel_cache.h"
+#include "kernels/matmul_tc.h"
 
 namespace tilerun::kernels {
 
@@ -45,5 +46,17 @@ struct BatchOperand {
 BatchOperand prepare_operand(KernelCache& cache, DType dtype, const std::vector<int64_t>& batch,
                              const std::vector<int64_t>& matrix, const MatmulBatch& mb, int slot,
                              OpExpansion& ex);
+
+// The tensor cores take a batched bf16/f16 product whose rows are 16-byte aligned: K, N when b
+// is not transposed, M when a is.
+bool tc_batch_fits(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k);
+
+// The batched tensor-core kernel's call (matmul_tc.h build_tc_matmul_async_batch) for `count`
+// products of m x n x k, its tile rows planned as matmul plans them: each element's bits those
+// of its rank-2 product. `mid`: operands read (or c written) with the batch between the matrix's
+// axes (einsum's in-place layouts).
+KernelCall tc_batch_call(KernelCache& cache, DType dt, bool ta, bool tb, bool a_batched,
+                         bool b_batched, TcBatchMid mid, int64_t m, int64_t n, int64_t k,
+                         int64_t count, KernelArg a, KernelArg b, KernelArg c);
 
 }  // namespace tilerun::kernels

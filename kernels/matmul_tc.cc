@@ -483,47 +483,59 @@ cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bo
 // from its own matrices (a and b each [B, .., ..], or [1, .., ..] when shared), so the same
 // chains and the same bits as the rank-2 product of each element.
 std::string tc_async_batch_name(bool ta, bool tb, bool a_batched, bool b_batched, int64_t rows,
-                                bool n8) {
-  return tc_async_name(ta, tb, rows, n8) + "_batch_" + (a_batched ? "a" : "") +
-         (b_batched ? "b" : "");
+                                bool n8, TcBatchMid mid) {
+  std::string name =
+      tc_async_name(ta, tb, rows, n8) + "_batch_" + (a_batched ? "a" : "") + (b_batched ? "b" : "");
+  if (mid.a || mid.b || mid.c)
+    name += std::string("_mid") + (mid.a ? "a" : "") + (mid.b ? "b" : "") + (mid.c ? "c" : "");
+  return name;
 }
 
 cc::Kernel build_tc_matmul_async_batch(DType dtype, bool ta, bool tb, bool a_batched,
-                                       bool b_batched, int64_t rows, bool n8) {
-  cc::KernelBuilder kb(tc_async_batch_name(ta, tb, a_batched, b_batched, rows, n8) + "_" +
+                                       bool b_batched, int64_t rows, bool n8, TcBatchMid mid) {
+  cc::KernelBuilder kb(tc_async_batch_name(ta, tb, a_batched, b_batched, rows, n8, mid) + "_" +
                        std::string(dtype_name(dtype)));
   const auto [m, n, k] = async_dims(kb, ta, tb, n8);
   cc::Dim batch = kb.dim("B", {.min = 1});
-  const cc::Val na = a_batched ? cc::Val(batch) : cc::Val(int64_t{1});
-  const cc::Val nb = b_batched ? cc::Val(batch) : cc::Val(int64_t{1});
-  cc::Buf a =
-      kb.input("a", dtype, ta ? std::vector<cc::Val>{na, k, m} : std::vector<cc::Val>{na, m, k});
-  cc::Buf b =
-      kb.input("b", dtype, tb ? std::vector<cc::Val>{nb, n, k} : std::vector<cc::Val>{nb, k, n});
-  cc::Buf c = kb.output("c", dtype, {batch, m, n});
+  // An operand's shape: its matrix [r, q] with the batch (count nz) leading or in the middle.
+  using Vals = std::vector<cc::Val>;
+  auto shape = [&](bool is_mid, const cc::Val& nz, const cc::Val& r, const cc::Val& q) {
+    return is_mid ? Vals{r, nz, q} : Vals{nz, r, q};
+  };
+  const cc::Val na = a_batched || mid.a ? cc::Val(batch) : cc::Val(int64_t{1});
+  const cc::Val nb = b_batched || mid.b ? cc::Val(batch) : cc::Val(int64_t{1});
+  cc::Buf a = kb.input("a", dtype, ta ? shape(mid.a, na, k, m) : shape(mid.a, na, m, k));
+  cc::Buf b = kb.input("b", dtype, tb ? shape(mid.b, nb, n, k) : shape(mid.b, nb, k, n));
+  cc::Buf c = kb.output("c", dtype, shape(mid.c, batch, m, n));
+  // Matrix z's box [r0, r0 + rs) x [q0, q0 + qs) of an operand.
+  auto box = [](const cc::Buf& t, bool is_mid, const cc::Val& z, const cc::Val& r0,
+                const cc::Val& q0, int64_t rs, int64_t qs) {
+    return is_mid ? t.region({r0, z, q0}, {rs, 1, qs}) : t.region({z, r0, q0}, {1, rs, qs});
+  };
   kb.body({cc::ceildiv(n, kTcN), cc::ceildiv(m, rows), batch}, static_cast<int>(2 * rows),
           [&](cc::Scope& s) {
             cc::Idx m0 = s.block_idx(1) * rows, n0 = s.block_idx(0) * kTcN, z = s.block_idx(2);
-            const cc::Val za = a_batched ? cc::Val(z) : cc::Val(int64_t{0});
-            const cc::Val zb = b_batched ? cc::Val(z) : cc::Val(int64_t{0});
+            const cc::Val za = a_batched || mid.a ? cc::Val(z) : cc::Val(int64_t{0});
+            const cc::Val zb = b_batched || mid.b ? cc::Val(z) : cc::Val(int64_t{0});
             TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows);
             s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
             // tc_async_boxes' boxes, as the matrix of a 3-d tensor.
             tc_async_steps(s, st,
                            {.a =
                                 [&](const cc::Val& j, int h) {
-                                  return ta ? a.region({za, j * kTcK, m0 + h * 64}, {1, kTcK, 64})
-                                            : a.region({za, m0, j * kTcK}, {1, rows, kTcK});
+                                  return ta ? box(a, mid.a, za, j * kTcK, m0 + h * 64, kTcK, 64)
+                                            : box(a, mid.a, za, m0, j * kTcK, rows, kTcK);
                                 },
                             .b =
                                 [&](const cc::Val& j, int h) {
-                                  return tb ? b.region({zb, n0, j * kTcK}, {1, kTcN, kTcK})
-                                            : b.region({zb, j * kTcK, n0 + h * 64}, {1, kTcK, 64});
+                                  return tb ? box(b, mid.b, zb, n0, j * kTcK, kTcN, kTcK)
+                                            : box(b, mid.b, zb, j * kTcK, n0 + h * 64, kTcK, 64);
                                 }},
                            k);
-            tc_store_through_shared(
-                s, dtype, {st.acc}, st.rows, m0, n0, m, n,
-                [&](const cc::Val& r, const cc::Val& col) { return c(z, r, col); });
+            tc_store_through_shared(s, dtype, {st.acc}, st.rows, m0, n0, m, n,
+                                    [&](const cc::Val& r, const cc::Val& col) {
+                                      return mid.c ? c(r, z, col) : c(z, r, col);
+                                    });
           });
   return kb.build();
 }

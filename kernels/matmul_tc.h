@@ -50,10 +50,17 @@ compiler::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb);
 // Batched on the copy_async loop (K, M for a transposed a, N for a plain b multiples of 8): grid
 // axis z over c's B batch elements; a [B or 1, .., ..], b likewise, c [B, M, N]. Each element's
 // bits are build_tc_matmul_async's for its matrices.
+// `mid`: an operand whose batch axis lies between its matrix's two ([.., B, ..]: einsum's
+// "tgk,gko->tgo" reads a's group g of each token in place), its rows B matrix rows apart. The
+// boxes and the epilogue's stores only change their coordinates: the same bits.
+struct TcBatchMid {
+  bool a = false, b = false, c = false;
+};
 std::string tc_async_batch_name(bool ta, bool tb, bool a_batched, bool b_batched,
-                                int64_t rows = kTcM, bool n8 = true);
+                                int64_t rows = kTcM, bool n8 = true, TcBatchMid mid = {});
 compiler::Kernel build_tc_matmul_async_batch(DType dtype, bool ta, bool tb, bool a_batched,
-                                             bool b_batched, int64_t rows = kTcM, bool n8 = true);
+                                             bool b_batched, int64_t rows = kTcM, bool n8 = true,
+                                             TcBatchMid mid = {});
 
 // ---- The register-staged K loop, for other kernels on the same tiling (grouped_matmul) ----------
 

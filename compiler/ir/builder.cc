@@ -494,8 +494,13 @@ void Scope::copy_async_piece(const Buf& dst, const std::vector<Val>& dst_idx, co
 void Scope::copy_tma(const BufRegion& dst, const BufRegion& src, const Buf& barrier,
                      const Val& index) {
   const std::string what = "copy_tma from '" + src.buffer + "' to '" + dst.buffer + "'";
-  if (!copy_extents_match(dst.extents, src.extents, /*async=*/true))
-    fail(what + ": extents differ");
+  // The box lands row-major: its extents of 1 anywhere (a matrix of a tensor whose batch axis
+  // lies between the matrix's) place nothing, so they are left out of the match.
+  auto placed = [](std::vector<int64_t> e) {
+    std::erase(e, int64_t{1});
+    return e;
+  };
+  if (placed(dst.extents) != placed(src.extents)) fail(what + ": extents differ");
   if (src.extents.size() > TmaCopy::kMaxRank)
     fail(what + ": a box of rank " + std::to_string(src.extents.size()) + " (at most 5)");
   for (int64_t e : src.extents)

@@ -281,9 +281,11 @@ class TileVerifier : public IRVisitor {
     if (op->src_indices.size() != src->shape.size() || op->box.size() != src->shape.size() ||
         op->dst_indices.size() != dst->shape.size())
       fail(what + " with the wrong rank");
-    // The destination: leading panel axes, then the box's extents (less its leading 1s) whole.
-    std::vector<int64_t> box = op->box;
-    while (box.size() > 1 && box.front() == 1) box.erase(box.begin());
+    // The destination: leading panel axes, then the box's extents whole, less its 1s but the
+    // innermost (they place nothing: the box lands row-major).
+    std::vector<int64_t> box(op->box.begin(), op->box.end() - 1);
+    std::erase(box, int64_t{1});
+    box.push_back(op->box.back());
     if (dst->shape.size() < box.size())
       fail(what + ": the box has more axes than the tile (past its leading extents of 1)");
     const size_t lead = dst->shape.size() - box.size();

@@ -103,5 +103,71 @@ TEST(MatmulBatch, SharedRightOperandFoldsIntoRows) {
   EXPECT_EQ(got[0].data, want[0].data);
 }
 
+// `t` ([d0, d1, d2]) with axes 0 and 1 exchanged.
+RefTensor swap01(const RefTensor& t) {
+  const int64_t d0 = t.shape[0], d1 = t.shape[1], d2 = t.shape[2];
+  RefTensor r{.shape = {d1, d0, d2}, .data = std::vector<double>(t.data.size())};
+  for (int64_t i = 0; i < d0; ++i)
+    for (int64_t j = 0; j < d1; ++j)
+      for (int64_t k = 0; k < d2; ++k)
+        r.data[(j * d0 + i) * d2 + k] = t.data[(i * d1 + j) * d2 + k];
+  return r;
+}
+
+// The same for c's bytes (`e` bytes an element).
+std::vector<uint8_t> swap01(const std::vector<uint8_t>& t, int64_t d0, int64_t d1, int64_t d2,
+                            int64_t e) {
+  std::vector<uint8_t> r(t.size());
+  for (int64_t i = 0; i < d0; ++i)
+    for (int64_t j = 0; j < d1; ++j)
+      std::memcpy(&r[(j * d0 + i) * d2 * e], &t[(i * d1 + j) * d2 * e],
+                  static_cast<size_t>(d2 * e));
+  return r;
+}
+
+// einsum on the tensor cores reads an operand with its batch between the matrix's axes
+// ("tgk,gko->tgo", the output projection's groups) in place and writes such a c in place: one
+// kernel, and bit for bit the batched matmul of the operands permuted to lead with the batch
+// (the copies it replaces). The forward and both gradients' equations, with ragged T.
+TEST(MatmulBatch, EinsumReadsAndWritesTheBatchInTheMiddleInPlace) {
+  std::mt19937_64 rng(testing::test_seed());
+  const DType dt = DType::BF16;
+  const int64_t t = 70, g = 3, k = 136, o = 40;
+  RefTensor x = testing::rounded(dt, testing::random_tensor(rng, {t, g, k}));   // tgk
+  RefTensor w = testing::rounded(dt, testing::random_tensor(rng, {g, k, o}));   // gko
+  RefTensor dy = testing::rounded(dt, testing::random_tensor(rng, {t, g, o}));  // tgo
+  // The weight gradient's K is T: a multiple of 8 for the tensor cores' 16-byte rows.
+  RefTensor x8 = testing::rounded(dt, testing::random_tensor(rng, {t + 2, g, k}));
+  RefTensor dy8 = testing::rounded(dt, testing::random_tensor(rng, {t + 2, g, o}));
+  struct Case {
+    const char *eq, *lead;  // the in-place equation, the one with the batch leading
+    RefTensor a, b;         // its operands
+    bool a_mid, b_mid, c_mid;
+  };
+  const Case cases[] = {
+      {"tgk,gko->tgo", "gtk,gko->gto", x, w, true, false, true},
+      {"tgo,gko->tgk", "gto,gko->gtk", dy, w, true, false, true},
+      {"tgk,tgo->gko", "gtk,gto->gko", x8, dy8, true, true, false},
+  };
+  const OpSchema& einsum = *op_registry().find("einsum");
+  for (const Case& c : cases) {
+    const Attrs attrs{{"equation", std::string(c.eq)}};
+    const std::vector<TensorType> in = {{dt, c.a.shape}, {dt, c.b.shape}};
+    const OpExpansion ex = einsum.expand(in, einsum.infer(in, attrs), attrs);
+    ASSERT_EQ(ex.calls.size(), 1u) << c.eq;
+    EXPECT_NE(ex.calls[0].kernel->sig.name.find("_mid"), std::string::npos) << c.eq;
+    std::vector<Bytes> got = runner().run("einsum", {c.a, c.b}, attrs, dt, std::nan(""));
+    std::vector<Bytes> want =
+        runner().run("einsum", {c.a_mid ? swap01(c.a) : c.a, c.b_mid ? swap01(c.b) : c.b},
+                     {{"equation", std::string(c.lead)}}, dt, std::nan(""));
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(want.size(), 1u);
+    // want's c [g, t, n] back to got's [t, g, n] when c is mid.
+    const int64_t n = static_cast<int64_t>(want[0].data.size()) / (2 * g * c.a.shape[0]);
+    EXPECT_EQ(got[0].data, c.c_mid ? swap01(want[0].data, g, c.a.shape[0], n, 2) : want[0].data)
+        << c.eq;
+  }
+}
+
 }  // namespace
 }  // namespace tilerun::kernels
