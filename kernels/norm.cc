@@ -4,6 +4,9 @@
 // backward op rmsnorm_grad, dx fused with per-RB-row dgamma partial sums (RB = 1 up to 256 rows,
 // doubling to 16), then a column sum in 16 fixed row groups (layernorm.cc follows the same plan).
 // With D constant (and a multiple of 8) the dx kernel stages its rows in shared memory first.
+// rmsnorm's `to` rounds y to another dtype as it is stored (an f32 residual stream's norm feeding
+// bf16 GEMMs): the bits of a cast after it, one kernel fewer; its gradient reads that dtype's dy,
+// widening it as it loads (the bits of a cast back first).
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -24,20 +27,32 @@ namespace cc = tilerun::compiler;
 
 // y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * gamma, rows over the last axis (or its
 // groups).
+// y's dtype: `to`, or x's when it is empty.
+DType y_dtype(const TensorType& x, const Attrs& attrs) {
+  return attr_string(attrs, "to").empty() ? x.dtype : float_dtype_attr(attrs, "to");
+}
+
 std::vector<TensorType> infer_rmsnorm(const std::vector<TensorType>& in, const Attrs& attrs) {
   expect_float(in[0], "x");
   int64_t g = norm_group(in[0], attrs);
   TensorType gamma{in[0].dtype, {g}};
   expect_same(in[1], "gamma", gamma, norm_extent_name(attrs));
-  return {in[0]};
+  return {{y_dtype(in[0], attrs), in[0].shape}};
 }
 
-// (x, gamma, dy) -> (dx, dgamma).
+// (x, gamma, dy) -> (dx, dgamma); dy of x's shape, of x's dtype or of rmsnorm's `to`.
 std::vector<TensorType> infer_rmsnorm_grad(const std::vector<TensorType>& in, const Attrs& attrs) {
-  infer_rmsnorm(in, attrs);
-  expect_same(in[2], "dy", in[0], "x");
+  Attrs plain = attrs;
+  plain["to"] = std::string();
+  infer_rmsnorm(in, plain);
+  expect_same(in[2], "dy", {y_dtype(in[0], attrs), in[0].shape}, "y");
   return {in[0], in[1]};
 }
+
+const AttrSpec kTo{.name = "to",
+                   .kind = AttrKind::String,
+                   .default_value = AttrValue{std::string()},
+                   .doc = "y's dtype (f32, bf16 or f16), rounded as stored; empty: x's"};
 
 const AttrSpec kEps{.name = "eps",
                     .kind = AttrKind::Float,
@@ -100,7 +115,9 @@ std::vector<GradOp> grad_rmsnorm(const std::vector<TensorType>&, const Attrs& at
   return {{"rmsnorm_grad",
            {"x0", "x1", "dy0"},
            {needs[0] ? "dx0" : "unused_dx", needs[1] ? "dx1" : "unused_dgamma"},
-           {{"eps", attr_float(attrs, "eps")}, {"group", attr_int(attrs, "group")}}}};
+           {{"eps", attr_float(attrs, "eps")},
+            {"group", attr_int(attrs, "group")},
+            {"to", attr_string(attrs, "to")}}}};
 }
 
 // ---- Tile kernels --------------------------------------------------------------------------
@@ -123,12 +140,18 @@ cc::Val inv_rms_of(cc::Scope& s, const cc::Buf& x, const cc::Idx& row, const cc:
 // ...), so the bits do not change.
 std::string vec_name(const std::string& name, bool vec) { return vec ? name + "_vec" : name; }
 
+// A kernel's name: x's dtype, then y's (or dy's) where it differs.
+std::string typed(const std::string& name, DType dtype, DType other) {
+  std::string n = name + "_" + std::string(dtype_name(dtype));
+  return other == dtype ? n : n + "_" + std::string(dtype_name(other));
+}
+
 // One block per row. Parameters: x, gamma, y; R, D; eps.
-cc::Kernel build_rmsnorm(DType dtype, bool vec) {
-  cc::KernelBuilder kb(vec_name("rmsnorm", vec) + "_" + std::string(dtype_name(dtype)));
+cc::Kernel build_rmsnorm(DType dtype, DType ydt, bool vec) {
+  cc::KernelBuilder kb(typed(vec_name("rmsnorm", vec), dtype, ydt));
   cc::Dim r = kb.dim("R"), d = kb.dim("D", {.divisible_by = vec ? 8 : 1});
   cc::Buf x = kb.input("x", dtype, {r, d}), g = kb.input("gamma", dtype, {d});
-  cc::Buf y = kb.output("y", dtype, {r, d});
+  cc::Buf y = kb.output("y", ydt, {r, d});
   cc::Val eps = kb.scalar_f32("eps");
   kb.body({r}, kThreads, [&](cc::Scope& s) {
     cc::Idx row = s.block_idx(0);
@@ -153,12 +176,12 @@ std::string rmsnorm_fixed_name(int64_t rb, int64_t d) {
   return "rmsnorm_rb" + std::to_string(rb) + "_d" + std::to_string(d);
 }
 
-cc::Kernel build_rmsnorm_fixed(DType dtype, int64_t rb, int64_t dn) {
-  cc::KernelBuilder kb(rmsnorm_fixed_name(rb, dn) + "_" + std::string(dtype_name(dtype)));
+cc::Kernel build_rmsnorm_fixed(DType dtype, DType ydt, int64_t rb, int64_t dn) {
+  cc::KernelBuilder kb(typed(rmsnorm_fixed_name(rb, dn), dtype, ydt));
   cc::Dim r = kb.dim("R");
   const cc::Val d(dn);
   cc::Buf x = kb.input("x", dtype, {r, d}), g = kb.input("gamma", dtype, {d});
-  cc::Buf y = kb.output("y", dtype, {r, d});
+  cc::Buf y = kb.output("y", ydt, {r, d});
   cc::Val eps = kb.scalar_f32("eps");
   kb.body({cc::ceildiv(r, rb)}, kThreads, [&](cc::Scope& s) {
     cc::Idx r0 = s.let(s.block_idx(0) * rb, "r0");
@@ -194,11 +217,11 @@ std::string rmsnorm_grad_dx_name(int64_t rb, bool vec) {
   return vec_name(rb == 1 ? "rmsnorm_grad_dx" : "rmsnorm_grad_dx_rb" + std::to_string(rb), vec);
 }
 
-cc::Kernel build_rmsnorm_grad_dx(DType dtype, int64_t rb, bool vec) {
-  cc::KernelBuilder kb(rmsnorm_grad_dx_name(rb, vec) + "_" + std::string(dtype_name(dtype)));
+cc::Kernel build_rmsnorm_grad_dx(DType dtype, DType dydt, int64_t rb, bool vec) {
+  cc::KernelBuilder kb(typed(rmsnorm_grad_dx_name(rb, vec), dtype, dydt));
   cc::Dim r = kb.dim("R"), d = kb.dim("D", {.divisible_by = vec ? 8 : 1});
   cc::Buf x = kb.input("x", dtype, {r, d}), g = kb.input("gamma", dtype, {d});
-  cc::Buf dy = kb.input("dy", dtype, {r, d});
+  cc::Buf dy = kb.input("dy", dydt, {r, d});
   cc::Buf dx = kb.output("dx", dtype, {r, d});
   cc::Buf partial = kb.output("partial", DType::F32, {cc::ceildiv(r, rb), d});
   cc::Val eps = kb.scalar_f32("eps");
@@ -284,12 +307,12 @@ std::string rmsnorm_grad_dx_fixed_name(int64_t rb, int64_t d) {
   return rmsnorm_grad_dx_name(rb, true) + "_d" + std::to_string(d);
 }
 
-cc::Kernel build_rmsnorm_grad_dx_fixed(DType dtype, int64_t rb, int64_t dn) {
-  cc::KernelBuilder kb(rmsnorm_grad_dx_fixed_name(rb, dn) + "_" + std::string(dtype_name(dtype)));
+cc::Kernel build_rmsnorm_grad_dx_fixed(DType dtype, DType dydt, int64_t rb, int64_t dn) {
+  cc::KernelBuilder kb(typed(rmsnorm_grad_dx_fixed_name(rb, dn), dtype, dydt));
   cc::Dim r = kb.dim("R");
   const cc::Val d(dn);
   cc::Buf x = kb.input("x", dtype, {r, d}), g = kb.input("gamma", dtype, {d});
-  cc::Buf dy = kb.input("dy", dtype, {r, d});
+  cc::Buf dy = kb.input("dy", dydt, {r, d});
   cc::Buf dx = kb.output("dx", dtype, {r, d});
   cc::Buf partial = kb.output("partial", DType::F32, {cc::ceildiv(r, rb), d});
   cc::Val eps = kb.scalar_f32("eps");
@@ -297,7 +320,7 @@ cc::Kernel build_rmsnorm_grad_dx_fixed(DType dtype, int64_t rb, int64_t dn) {
     cc::Idx blk = s.block_idx(0);
     cc::Idx r0 = s.let(blk * rb, "r0");
     cc::Buf xs = s.alloc_shared("xs", dtype, {rb, dn});
-    cc::Buf dys = s.alloc_shared("dys", dtype, {rb, dn});
+    cc::Buf dys = s.alloc_shared("dys", dydt, {rb, dn});
     cc::Buf gs = s.alloc_shared("gs", dtype, {dn});
     s.copy_async(xs, x.region({r0, cc::Val(0)}, {rb, dn}));
     s.copy_async(dys, dy.region({r0, cc::Val(0)}, {rb, dn}));
@@ -341,19 +364,19 @@ constexpr int64_t kFixedDxBytes = 40 * 1024;
 ExpandFn expand_rmsnorm(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                  const Attrs& attrs) {
-    DType dt = out[0].dtype;
+    const DType dt = in[0].dtype, ydt = out[0].dtype;
     auto [rows, cols] = norm_rows(in[0], attrs);
     const bool vec = cols % 8 == 0;
     const int64_t rb = std::max<int64_t>(1, std::min({rows, kFixedRowElems / cols, kFixedRows}));
     if (vec && (rb + 1) * cols * static_cast<int64_t>(dtype_bytes(dt, 1)) <= kFixedRowBytes)
       return OpExpansion{
-          .calls = {{.kernel = cache->get(kernel_key(rmsnorm_fixed_name(rb, cols), dt),
-                                          [&] { return build_rmsnorm_fixed(dt, rb, cols); }),
+          .calls = {{.kernel = cache->get(typed(rmsnorm_fixed_name(rb, cols), dt, ydt),
+                                          [&] { return build_rmsnorm_fixed(dt, ydt, rb, cols); }),
                      .buffers = {input_slot(0), input_slot(1), output_slot(0)},
                      .dims = {rows},
                      .scalars = {attr_float(attrs, "eps")}}}};
-    KernelCall call{.kernel = cache->get(kernel_key(vec_name("rmsnorm", vec), dt),
-                                         [&] { return build_rmsnorm(dt, vec); }),
+    KernelCall call{.kernel = cache->get(typed(vec_name("rmsnorm", vec), dt, ydt),
+                                         [&] { return build_rmsnorm(dt, ydt, vec); }),
                     .buffers = {input_slot(0), input_slot(1), output_slot(0)},
                     .dims = {rows, cols},
                     .scalars = {attr_float(attrs, "eps")}};
@@ -364,17 +387,18 @@ ExpandFn expand_rmsnorm(std::shared_ptr<KernelCache> cache) {
 ExpandFn expand_rmsnorm_grad(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                  const Attrs& attrs) {
-    DType dt = out[0].dtype;
+    const DType dt = out[0].dtype, dydt = in[2].dtype;
     auto [rows, cols] = norm_rows(in[0], attrs);
     int64_t rb = rows_per_block(rows), blocks = (rows + rb - 1) / rb;
     const bool vec = cols % 8 == 0;
     const bool fixed =
         vec && (2 * rb + 1) * cols * static_cast<int64_t>(dtype_bytes(dt, 1)) <= kFixedDxBytes;
     KernelCall dx{
-        .kernel = fixed ? cache->get(kernel_key(rmsnorm_grad_dx_fixed_name(rb, cols), dt),
-                                     [&] { return build_rmsnorm_grad_dx_fixed(dt, rb, cols); })
-                        : cache->get(kernel_key(rmsnorm_grad_dx_name(rb, vec), dt),
-                                     [&] { return build_rmsnorm_grad_dx(dt, rb, vec); }),
+        .kernel = fixed
+                      ? cache->get(typed(rmsnorm_grad_dx_fixed_name(rb, cols), dt, dydt),
+                                   [&] { return build_rmsnorm_grad_dx_fixed(dt, dydt, rb, cols); })
+                      : cache->get(typed(rmsnorm_grad_dx_name(rb, vec), dt, dydt),
+                                   [&] { return build_rmsnorm_grad_dx(dt, dydt, rb, vec); }),
         .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0), scratch_slot(0)},
         .dims = fixed ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, cols},
         .scalars = {attr_float(attrs, "eps")}};
@@ -392,10 +416,11 @@ void register_norm(OpRegistry& registry) {
   auto cache = std::make_shared<KernelCache>();
   registry.add(
       {.name = "rmsnorm",
-       .doc = "y = x * rsqrt(mean(x^2, last axis) + eps) * gamma",
+       .doc = "y = x * rsqrt(mean(x^2, last axis) + eps) * gamma, rounded to the dtype named by to "
+              "(x's if empty)",
        .inputs = {"x", "gamma"},
        .outputs = {"y"},
-       .attrs = {kEps, kNormGroup},
+       .attrs = {kEps, kNormGroup, kTo},
        .infer = infer_rmsnorm,
        .reference = ref_rmsnorm,
        .gradient = grad_rmsnorm,
@@ -420,7 +445,7 @@ void register_norm(OpRegistry& registry) {
        .doc = "(dx, dgamma) of rmsnorm from (x, gamma, dy) (the backward op of rmsnorm)",
        .inputs = {"x", "gamma", "dy"},
        .outputs = {"dx", "dgamma"},
-       .attrs = {kEps, kNormGroup},
+       .attrs = {kEps, kNormGroup, kTo},
        .infer = infer_rmsnorm_grad,
        .reference = ref_rmsnorm_grad,
        .expand = expand_rmsnorm_grad(cache),

@@ -48,7 +48,7 @@ ATTN_BF16 = [
     ("hc_base: {shape: [M],", "hc_base: {shape: [M], dtype: f32,"),
     ("g_in:    {shape: [D],", "g_in:    {shape: [D], dtype: f32,"),
     ("      - {op: rmsnorm, in: [y, g_in], out: h}\n",
-     "      - {op: rmsnorm, in: [y, g_in], out: h32}\n      - {op: cast, in: h32, out: h, to: bf16}\n"),
+     "      - {op: rmsnorm, in: [y, g_in], out: h, to: bf16}\n"),
     ("      - {op: take_along_axis, in: [tables.cmask, ipick], out: cbias}",
      "      - {op: take_along_axis, in: [tables.cmask32, ipick], out: cbias}"),
     ("      - {op: concat, in: [tables.wbias, cbias], out: sbias, axis: 1}",

@@ -123,4 +123,10 @@ class KernelRunner {
   std::map<const compiler::Kernel*, Entry> compiled_;
 };
 
+// One runner for a test binary (its compiled kernels kept for the binary's life).
+inline KernelRunner& shared_runner() {
+  static KernelRunner* r = new KernelRunner;
+  return *r;
+}
+
 }  // namespace tilerun::kernels::testing
