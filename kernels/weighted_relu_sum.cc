@@ -15,6 +15,9 @@
 //       columns c = t, t + 128, ... in order from -0, then the 128 partials meet in a halving
 //       tree (partial t + half into partial t), the order of rmsnorm_grad's row sums.
 // With alpha = 1 (the default) the multiplications by it are exact.
+// An optional bias [.., C] (the indexer's causal mask) is added to y as rounded to its dtype,
+// rounded again: the bits of an add after the op, one kernel fewer; its gradient is dy (the
+// graph passes it through, no kernel), none when the bias is a constant.
 // relu is the IR's max(x, +0): NaN stays NaN (a NaN logit makes its score and dw NaN).
 #include <cmath>
 #include <string>
@@ -52,7 +55,7 @@ Shape shape_of(const TensorType& x) {
   return s;
 }
 
-// (x [.., H, C], w [.., H]) -> y [.., C].
+// (x [.., H, C], w [.., H], bias? [.., C]) -> y [.., C].
 std::vector<TensorType> infer_forward(const std::vector<TensorType>& in, const Attrs&) {
   expect_float(in[0], "x");
   if (in[0].shape.size() < 2)
@@ -66,6 +69,7 @@ std::vector<TensorType> infer_forward(const std::vector<TensorType>& in, const A
   expect_same(in[1], "w", w, "x without its last axis");
   TensorType y = in[0];
   y.shape.erase(y.shape.end() - 2);
+  if (in.size() > 2) expect_same(in[2], "bias", y, "the output");
   return {y};
 }
 
@@ -94,7 +98,7 @@ std::vector<RefTensor> ref_forward(const std::vector<RefTensor>& in, const Attrs
             alpha * in[1].data[r * sh.h + h] * strict_relu(in[0].data[(r * sh.h + h) * sh.c + c]);
         acc = h == 0 ? term : acc + term;
       }
-      y.data[r * sh.c + c] = acc;
+      y.data[r * sh.c + c] = acc + (in.size() > 2 ? in[2].data[r * sh.c + c] : 0.0);
     }
   return {y};
 }
@@ -117,13 +121,16 @@ std::vector<RefTensor> ref_backward(const std::vector<RefTensor>& in, const Attr
   return {dx, dw};
 }
 
-std::vector<GradOp> grad_forward(const std::vector<TensorType>&, const Attrs& attrs,
+std::vector<GradOp> grad_forward(const std::vector<TensorType>& in, const Attrs& attrs,
                                  const std::vector<bool>& needs) {
-  if (!needs[0] && !needs[1]) return {};
-  return {{"weighted_relu_sum_grad",
-           {"x0", "x1", "dy0"},
-           {needs[0] ? "dx0" : "unused_dx", needs[1] ? "dx1" : "unused_dw"},
-           {{"alpha", attr_float(attrs, "alpha")}}}};
+  std::vector<GradOp> ops;
+  if (needs[0] || needs[1])
+    ops.push_back({"weighted_relu_sum_grad",
+                   {"x0", "x1", "dy0"},
+                   {needs[0] ? "dx0" : "unused_dx", needs[1] ? "dx1" : "unused_dw"},
+                   {{"alpha", attr_float(attrs, "alpha")}}});
+  if (in.size() > 2 && needs[2]) ops.push_back({"alias", {"dy0"}, {"dx2"}, {}});
+  return ops;
 }
 
 // ---- Kernels -------------------------------------------------------------------------------
@@ -140,14 +147,15 @@ std::string kernel_name(const std::string& kind, int64_t h, bool vec) {
 // read once a block.
 constexpr int64_t kTile = kThreads * 8;
 
-// The forward and the backward's dx share this shape. Parameters: x, w, y (forward); x, w,
-// dy, dx (dx); scalar alpha.
-cc::Kernel build_columns(DType dtype, int64_t heads, bool vec, bool dx_pass) {
-  cc::KernelBuilder kb(kernel_name(dx_pass ? "_grad_dx" : "", heads, vec) + "_" +
+// The forward and the backward's dx share this shape. Parameters: x, w, y (forward, with
+// `bias` x, w, bias, y); x, w, dy, dx (dx); scalar alpha.
+cc::Kernel build_columns(DType dtype, int64_t heads, bool vec, bool dx_pass, bool bias = false) {
+  cc::KernelBuilder kb(kernel_name(dx_pass ? "_grad_dx" : (bias ? "_bias" : ""), heads, vec) + "_" +
                        std::string(dtype_name(dtype)));
   cc::Dim p = kb.dim("P"), c = kb.dim("C", {.divisible_by = vec ? 8 : 1});
   const cc::Val h(heads);
   cc::Buf x = kb.input("x", dtype, {p, h, c}), w = kb.input("w", dtype, {p, h});
+  cc::Buf b = bias ? kb.input("bias", dtype, {p, c}) : cc::Buf{};
   cc::Buf dy = dx_pass ? kb.input("dy", dtype, {p, c}) : cc::Buf{};
   cc::Buf y = dx_pass ? cc::Buf{} : kb.output("y", dtype, {p, c});
   cc::Buf dx = dx_pass ? kb.output("dx", dtype, {p, h, c}) : cc::Buf{};
@@ -158,7 +166,10 @@ cc::Kernel build_columns(DType dtype, int64_t heads, bool vec, bool dx_pass) {
     cc::Idx base = s.let(s.block_idx(1) * tile, "base");
     std::vector<cc::Val> wv;
     for (int64_t i = 0; i < heads; ++i) wv.push_back(s.let(alpha * cc::to_f32(w(row, i)), "w"));
-    auto column = [&](const cc::Idx& j) {
+    // The sum rounded to y's dtype before the bias: through a shared slot of that dtype (a store
+    // rounds), each thread its own columns' slots.
+    cc::Buf rounded = bias ? s.alloc_shared("rounded", dtype, {tile}) : cc::Buf{};
+    auto column = [&](const cc::Idx& j, const cc::Idx& i) {
       if (dx_pass) {
         cc::Val d = s.let(dy(row, j), "dy");
         for (int64_t i = 0; i < heads; ++i)
@@ -170,12 +181,17 @@ cc::Kernel build_columns(DType dtype, int64_t heads, bool vec, bool dx_pass) {
         cc::Val term = wv[i] * cc::max(x(row, i, j), 0.0f);
         acc = i == 0 ? s.let(term, "acc") : s.let(acc + term, "acc");
       }
-      y(row, j) = acc;
+      if (!bias) {
+        y(row, j) = acc;
+        return;
+      }
+      rounded(i) = acc;
+      y(row, j) = rounded(i) + b(row, j);
     };
     if (!vec) {
       s.parallel(kThreads, [&](cc::Idx i) {
         cc::Idx j = base + i;
-        s.if_then(j < c, [&] { column(j); });
+        s.if_then(j < c, [&] { column(j, i); });
       });
       return;
     }
@@ -184,11 +200,11 @@ cc::Kernel build_columns(DType dtype, int64_t heads, bool vec, bool dx_pass) {
         base + tile <= c,
         [&] {
           s.annotate_layout(lanes);
-          s.parallel(tile, [&](cc::Idx i) { column(base + i); });
+          s.parallel(tile, [&](cc::Idx i) { column(base + i, i); });
         },
         [&] {
           s.annotate_layout(lanes);
-          s.parallel(c - base, [&](cc::Idx i) { column(base + i); });
+          s.parallel(c - base, [&](cc::Idx i) { column(base + i, i); });
         });
   });
   return kb.build();
@@ -244,10 +260,14 @@ ExpandFn expand(std::shared_ptr<KernelCache> cache, bool backward) {
     const Shape sh = shape_of(in[0]);
     const bool vec = sh.c % 8 == 0;
     const std::vector<int64_t> dims = {sh.rows, sh.c};
+    const bool bias = !backward && in.size() > 2;
     KernelCall columns{
-        .kernel = cache->get(kernel_key(kernel_name(backward ? "_grad_dx" : "", sh.h, vec), dt),
-                             [&] { return build_columns(dt, sh.h, vec, backward); }),
-        .buffers = {input_slot(0), input_slot(1), output_slot(0)},
+        .kernel = cache->get(
+            kernel_key(kernel_name(backward ? "_grad_dx" : (bias ? "_bias" : ""), sh.h, vec), dt),
+            [&] { return build_columns(dt, sh.h, vec, backward, bias); }),
+        .buffers = bias ? std::vector<KernelArg>{input_slot(0), input_slot(1), input_slot(2),
+                                                 output_slot(0)}
+                        : std::vector<KernelArg>{input_slot(0), input_slot(1), output_slot(0)},
         .dims = dims,
         .scalars = {alpha}};
     if (!backward) return OpExpansion{.scratch = {}, .calls = {columns}};
@@ -272,10 +292,12 @@ void register_weighted_relu_sum(OpRegistry& registry) {
   const double nan = kNaN();
   registry.add(
       {.name = "weighted_relu_sum",
-       .doc = "y[.., c] = Σ_h alpha·w[.., h]·relu(x[.., h, c]) for x [.., H, C], w [.., H] (the "
-              "lightning indexer's score from its per-head logits), heads added in order in f32; "
-              "gradient weighted_relu_sum_grad",
-       .inputs = {"x", "w"},
+       .doc = "y[.., c] = Σ_h alpha·w[.., h]·relu(x[.., h, c]) (+ bias[.., c]) for x [.., H, C], "
+              "w [.., H] (the lightning indexer's score from its per-head logits), heads added in "
+              "order in f32, the bias added to the sum rounded to y's dtype; gradient "
+              "weighted_relu_sum_grad",
+       .inputs = {"x", "w", "bias"},
+       .optional_inputs = 1,
        .outputs = {"y"},
        .attrs = {alpha},
        .infer = infer_forward,
@@ -287,14 +309,21 @@ void register_weighted_relu_sum(OpRegistry& registry) {
                       {.shapes = {{2, 3, 4, 37}, {2, 3, 4}}, .lo = -3, .hi = 3},
                       {.shapes = {{5, 1, 8}, {5, 1}}, .lo = -3, .hi = 3},
                       {.shapes = {{7, 130}, {7}}, .lo = -3, .hi = 3},
-                      {.shapes = {{3, 16, 1040}, {3, 16}}, .attrs = {{"alpha", 0.0221}}}},
+                      {.shapes = {{3, 16, 1040}, {3, 16}}, .attrs = {{"alpha", 0.0221}}},
+                      // with a bias: vectors (2 tiles) and scalar columns
+                      {.shapes = {{3, 16, 1040}, {3, 16}, {3, 1040}}, .lo = -3, .hi = 3},
+                      {.shapes = {{2, 3, 4, 37}, {2, 3, 4}, {2, 3, 37}}, .lo = -3, .hi = 3}},
            .gradient = {{.shapes = {{2, 3, 5}, {2, 3}}, .lo = -3, .hi = 3, .min_abs = 0.05},
                         {.shapes = {{2, 3, 5}, {2, 3}},
                          .attrs = {{"alpha", -0.375}},
                          .lo = -3,
                          .hi = 3,
                          .min_abs = 0.05},
-                        {.shapes = {{4, 6}, {4}}, .lo = -3, .hi = 3, .min_abs = 0.05}},
+                        {.shapes = {{4, 6}, {4}}, .lo = -3, .hi = 3, .min_abs = 0.05},
+                        {.shapes = {{2, 3, 5}, {2, 3}, {2, 5}},
+                         .lo = -3,
+                         .hi = 3,
+                         .min_abs = 0.05}},
            // Heads 2·relu(1) + (-1)·relu(-2) + 0.5·relu(4) = 4; a NaN logit gives NaN.
            .examples = {{.inputs = {{{3, 2}, {1, 0, -2, nan, 4, 1}}, {{3}, {2, -1, 0.5}}},
                          .outputs = {{{2}, {4, nan}}}}}}});

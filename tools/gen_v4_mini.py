@@ -41,6 +41,10 @@ TABLES_BF16 = [
      "{op: fill, out: ones_e, shape: [E], value: 1.0, dtype: bf16}"),
     ("{op: fill, out: ttiny, shape: [1], value: 1.0e-30}",
      "{op: fill, out: ttiny, shape: [1], value: 1.0e-30, dtype: bf16}"),
+    # The attention bias in bf16 from the start (0 and the bf16 mask: the bits a cast of the f32
+    # bias gave), so that sparse attention's bias needs no cast in the layer.
+    ("{op: fill, out: wbias, shape: [T, W], value: 0}",
+     "{op: fill, out: wbias, shape: [T, W], value: 0, dtype: bf16}"),
 ]
 ATTN_BF16 = [
     ("hc_fn:   {shape: [ND, M],", "hc_fn:   {shape: [ND, M], dtype: f32,"),
@@ -49,11 +53,6 @@ ATTN_BF16 = [
     ("g_in:    {shape: [D],", "g_in:    {shape: [D], dtype: f32,"),
     ("      - {op: rmsnorm, in: [y, g_in], out: h}\n",
      "      - {op: rmsnorm, in: [y, g_in], out: h, to: bf16}\n"),
-    ("      - {op: take_along_axis, in: [tables.cmask, ipick], out: cbias}",
-     "      - {op: take_along_axis, in: [tables.cmask32, ipick], out: cbias}"),
-    ("      - {op: concat, in: [tables.wbias, cbias], out: sbias, axis: 1}",
-     "      - {op: concat, in: [tables.wbias, cbias], out: sbias32, axis: 1}\n"
-     "      - {op: cast, in: sbias32, out: sbias, to: bf16}"),
     ("      - {op: hc_post, in: [f, x, post, comb], out: out}",
      "      - {op: hc_post, in: [f, x, post, comb], out: xa}"),
 ]

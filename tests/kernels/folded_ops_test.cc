@@ -1,7 +1,9 @@
-// rmsnorm's `to`: y rounded to another dtype as it is stored is bit for bit the f32 norm followed
-// by a cast, and the gradient of a dy in that dtype is bit for bit the gradient of dy widened
-// first, on every kernel variant the expansion picks (generic rows, 16-byte vectors, the staged
-// fixed tiles of the forward and of dx).
+// Ops that fold the op after them into their kernel, bit for bit the pair they replace:
+// - rmsnorm's `to`: y rounded to another dtype as it is stored is the f32 norm followed by a cast,
+//   and the gradient of a dy in that dtype is the gradient of dy widened first, on every kernel
+//   variant the expansion picks (generic rows, 16-byte vectors, the staged fixed tiles of the
+//   forward and of dx);
+// - weighted_relu_sum's bias: the op, then an add.
 #include "tests/kernels/kernel_runner.h"
 
 namespace tilerun::kernels {
@@ -58,6 +60,28 @@ TEST(RmsnormTo, RefusesOtherDtypes) {
   EXPECT_NO_THROW(grad.infer({x, g, {DType::BF16, {4, 8}}}, with(grad, "bf16")));
   EXPECT_THROW(grad.infer({x, g, {DType::F16, {4, 8}}}, with(grad, "bf16")), ShapeError);
   EXPECT_THROW(grad.infer({x, g, {DType::BF16, {4, 8}}}, with(grad, "")), ShapeError);
+}
+
+TEST(WeightedReluSumBias, IsTheSumThenAnAddBitForBit) {
+  std::mt19937_64 rng(testing::test_seed());
+  // Vectors over two tiles (the second partial), scalar columns.
+  const std::vector<std::vector<int64_t>> shapes = {{3, 16, 1040}, {2, 3, 4, 37}};
+  for (const auto& shape : shapes)
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      std::vector<int64_t> wshape(shape.begin(), shape.end() - 1), yshape = shape;
+      yshape.erase(yshape.end() - 2);
+      RefTensor x = testing::rounded(dt, testing::random_tensor(rng, shape, -3, 3));
+      RefTensor w = testing::rounded(dt, testing::random_tensor(rng, wshape, -3, 3));
+      RefTensor bias = testing::rounded(dt, testing::random_tensor(rng, yshape, -3, 3));
+      const Attrs attrs{{"alpha", 0.0221}};
+      std::vector<Bytes> got =
+          shared_runner().run("weighted_relu_sum", {x, w, bias}, attrs, dt, std::nan(""));
+      std::vector<Bytes> y =
+          shared_runner().run("weighted_relu_sum", {x, w}, attrs, dt, std::nan(""));
+      std::vector<Bytes> want = shared_runner().run(
+          "add", {{.shape = yshape, .data = testing::decode(y[0])}, bias}, {}, dt, std::nan(""));
+      EXPECT_EQ(got[0].data, want[0].data) << dtype_name(dt) << ", C = " << shape.back();
+    }
 }
 
 }  // namespace
