@@ -1,3 +1,5 @@
+// over 600 lines: the four loss terms and their backward ops share the rows-then-total plan, the
+// pair helpers and the test-case helpers, so they stay one family.
 // Losses: the terms of a model's `loss:` (cross_entropy, mse, kl_div, half_sum_squares), each
 // reducing its inputs to an f32 scalar, their backward ops, and loss_seed, the constant a weighted
 // term's gradient starts from. Kernels: one block per row of the [R, D] view computes that row's
@@ -174,25 +176,64 @@ std::vector<RefTensor> ref_mse_grad(const std::vector<RefTensor>& in, const Attr
   return {da, db};
 }
 
+// kl_div's rows as its attributes read them: log_p (log_softmax of the row with `logits`) and
+// q (divided by its sum + kKlTiny with `normalize`), and that divisor.
+struct KlRow {
+  std::vector<double> lp, q;
+  double den = 1;
+};
+KlRow kl_row(const double* a, const double* b, int64_t cols, const Attrs& attrs) {
+  KlRow r{.lp = std::vector<double>(a, a + cols), .q = std::vector<double>(b, b + cols)};
+  if (attr_bool(attrs, "logits")) {
+    double mx = a[0], sum = 0;
+    for (int64_t c = 1; c < cols; ++c) mx = std::max(mx, a[c]);
+    for (int64_t c = 0; c < cols; ++c) sum += std::exp(a[c] - mx);
+    for (double& v : r.lp) v -= mx + std::log(sum);
+  }
+  if (attr_bool(attrs, "normalize")) {
+    double sum = 0;
+    for (double v : r.q) sum += v;
+    r.den = sum + kKlTiny;
+    for (double& v : r.q) v /= r.den;
+  }
+  return r;
+}
+
 // KL(q || p) summed over the last axis and averaged over the rows ("batchmean"); q log q = 0
 // where q = 0.
-std::vector<RefTensor> ref_kl_div(const std::vector<RefTensor>& in, const Attrs&) {
-  const RefTensor &lp = in[0], &q = in[1];
+std::vector<RefTensor> ref_kl_div(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  auto [rows, cols] = rows_cols(in[0].shape);
   double sum = 0;
-  for (size_t i = 0; i < q.data.size(); ++i)
-    if (q.data[i] > 0) sum += q.data[i] * (std::log(q.data[i]) - lp.data[i]);
-  return {RefTensor{.shape = {}, .data = {sum / static_cast<double>(rows_cols(lp.shape).first)}}};
+  for (int64_t r = 0; r < rows; ++r) {
+    const KlRow k = kl_row(&in[0].data[r * cols], &in[1].data[r * cols], cols, attrs);
+    for (int64_t c = 0; c < cols; ++c)
+      if (k.q[c] > 0) sum += k.q[c] * (std::log(k.q[c]) - k.lp[c]);
+  }
+  return {RefTensor{.shape = {}, .data = {sum / static_cast<double>(rows)}}};
 }
 
 // dlog_p = -q dloss / R; dq = (log q + 1 - log_p) dloss / R, taken as 0 where q <= 0 (where
 // the derivative of q log q is -inf: a one-hot target must not give an infinite gradient).
-std::vector<RefTensor> ref_kl_div_grad(const std::vector<RefTensor>& in, const Attrs&) {
-  const RefTensor &lp = in[0], &q = in[1];
-  const double f = in[2].data[0] / static_cast<double>(rows_cols(lp.shape).first);
-  RefTensor dlp = lp, dq = lp;
-  for (size_t i = 0; i < q.data.size(); ++i) {
-    dlp.data[i] = -q.data[i] * f;
-    dq.data[i] = q.data[i] > 0 ? (std::log(q.data[i]) + 1 - lp.data[i]) * f : 0.0;
+// Through `logits` (z): dz = (softmax(z)·Σ q - q) dloss / R; through `normalize` (q' = q / den):
+// dq = (g - Σ g·q') / den, g the gradient with respect to q'.
+std::vector<RefTensor> ref_kl_div_grad(const std::vector<RefTensor>& in, const Attrs& attrs) {
+  auto [rows, cols] = rows_cols(in[0].shape);
+  const double f = in[2].data[0] / static_cast<double>(rows);
+  const bool logits = attr_bool(attrs, "logits"), normalize = attr_bool(attrs, "normalize");
+  RefTensor dlp = in[0], dq = in[0];
+  for (int64_t r = 0; r < rows; ++r) {
+    const KlRow k = kl_row(&in[0].data[r * cols], &in[1].data[r * cols], cols, attrs);
+    double q_sum = 0, gq = 0;
+    std::vector<double> g(cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      g[c] = k.q[c] > 0 ? (std::log(k.q[c]) + 1 - k.lp[c]) * f : 0.0;
+      q_sum += k.q[c];
+      gq += g[c] * k.q[c];
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      dlp.data[r * cols + c] = logits ? (std::exp(k.lp[c]) * q_sum - k.q[c]) * f : -k.q[c] * f;
+      dq.data[r * cols + c] = normalize ? (g[c] - gq) / k.den : g[c];
+    }
   }
   return {dlp, dq};
 }
@@ -231,17 +272,41 @@ std::vector<GradOp> grad_mse(const std::vector<TensorType>&, const Attrs&,
   if (!needs[0] && !needs[1]) return {};
   return {pair_grad("mse_grad", needs)};
 }
-std::vector<GradOp> grad_kl_div(const std::vector<TensorType>&, const Attrs&,
+std::vector<GradOp> grad_kl_div(const std::vector<TensorType>&, const Attrs& attrs,
                                 const std::vector<bool>& needs) {
   if (!needs[0] && !needs[1]) return {};
-  return {pair_grad("kl_div_grad", needs)};
+  GradOp op = pair_grad("kl_div_grad", needs);
+  op.attrs = {{"logits", attr_bool(attrs, "logits")}, {"normalize", attr_bool(attrs, "normalize")}};
+  return {op};
 }
 
 // ---- Expansions ----------------------------------------------------------------------------
 
+// The total of R row sums (f32, scratch 0) into output 0, divided by `divisor`: straight from the
+// row sums, or past kLossChunk rows through the chunk sums in scratch 1.
+OpExpansion total_of_rows(int64_t rows, double divisor);
+
 // The row sums over the [R, D] view of the inputs into scratch 0, then the total into output 0:
 // straight from the row sums, or past kLossChunk rows through the chunk sums in scratch 1 (one
 // block adding 500 k row sums took 202 us on the H200).
+OpExpansion total_of_rows(int64_t rows, double divisor) {
+  static KernelCache cache;  // the two kernels take no dtype
+  OpExpansion out{.scratch = {TensorType{DType::F32, {rows}}}};
+  const bool chunked = rows > kLossChunk;
+  const int64_t totals = chunked ? (rows + kLossChunk - 1) / kLossChunk : rows;
+  if (chunked) {
+    out.scratch.push_back(TensorType{DType::F32, {totals}});
+    out.calls.push_back(KernelCall{.kernel = cache.get("loss_chunks", build_loss_chunks),
+                                   .buffers = {scratch_slot(0), scratch_slot(1)},
+                                   .dims = {rows}});
+  }
+  out.calls.push_back(KernelCall{.kernel = cache.get("loss_total", build_loss_total),
+                                 .buffers = {scratch_slot(chunked ? 1 : 0), output_slot(0)},
+                                 .dims = {totals},
+                                 .scalars = {divisor}});
+  return out;
+}
+
 OpExpansion rows_then_total(const std::shared_ptr<KernelCache>& cache, const std::string& name,
                             compiler::Kernel (*build_rows)(DType, int64_t, int64_t), DType dt,
                             int64_t rows, int64_t cols, std::vector<KernelArg> inputs,
@@ -252,19 +317,8 @@ OpExpansion rows_then_total(const std::shared_ptr<KernelCache>& cache, const std
                                        [&] { return build_rows(dt, rb, cols); }),
                   .buffers = std::move(inputs),
                   .dims = rb == 0 ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows}};
-  OpExpansion out{.scratch = {TensorType{DType::F32, {rows}}}, .calls = {part}};
-  const bool chunked = rows > kLossChunk;
-  const int64_t totals = chunked ? (rows + kLossChunk - 1) / kLossChunk : rows;
-  if (chunked) {
-    out.scratch.push_back(TensorType{DType::F32, {totals}});
-    out.calls.push_back(KernelCall{.kernel = cache->get("loss_chunks", build_loss_chunks),
-                                   .buffers = {scratch_slot(0), scratch_slot(1)},
-                                   .dims = {rows}});
-  }
-  out.calls.push_back(KernelCall{.kernel = cache->get("loss_total", build_loss_total),
-                                 .buffers = {scratch_slot(chunked ? 1 : 0), output_slot(0)},
-                                 .dims = {totals},
-                                 .scalars = {divisor}});
+  OpExpansion out = total_of_rows(rows, divisor);
+  out.calls.insert(out.calls.begin(), part);
   return out;
 }
 
@@ -312,6 +366,36 @@ ExpandFn expand_pair_grad(std::shared_ptr<KernelCache> cache, std::string name,
         .dims = {numel(in[0])},
         .scalars = {static_cast<double>(per_element ? numel(in[0]) : rows)}};
     return OpExpansion{.calls = {call}};
+  };
+}
+
+// kl_div (and, `backward`, kl_div_grad): the pair loss's kernels, or with `logits` or
+// `normalize` a block a row that first takes the row's log-sum-exp and q's sum (forward: the row
+// terms, then their total; backward: both gradients).
+ExpandFn expand_kl_div(std::shared_ptr<KernelCache> cache, bool backward) {
+  return [cache, backward](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
+                           const Attrs& attrs) {
+    const bool logits = attr_bool(attrs, "logits"), normalize = attr_bool(attrs, "normalize");
+    if (!logits && !normalize)
+      return backward
+                 ? expand_pair_grad(cache, "kl_div_grad", build_kl_div_grad, false)(in, out, attrs)
+                 : expand_pair_loss(cache, "kl_div_rows", build_kl_div_rows, false)(in, out, attrs);
+    auto [rows, cols] = rows_cols(in[0].shape);
+    const DType dt = in[0].dtype;
+    const std::string name = kl_div_rows_name(logits, normalize, backward);
+    KernelCall call{.kernel = cache->get(
+                        kernel_key(name, dt),
+                        [&] { return build_kl_div_row_blocks(dt, logits, normalize, backward); }),
+                    .buffers = {input_slot(0), input_slot(1), scratch_slot(0)},
+                    .dims = {rows, cols}};
+    if (backward) {
+      call.buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0), output_slot(1)};
+      call.scalars = {static_cast<double>(rows)};
+      return OpExpansion{.calls = {call}};
+    }
+    OpExpansion ex = total_of_rows(rows, static_cast<double>(rows));
+    ex.calls.insert(ex.calls.begin(), call);
+    return ex;
   };
 }
 
@@ -378,6 +462,19 @@ OpTestCase with_targets(std::vector<std::vector<int64_t>> shapes, int64_t int_lo
           .hi = range,
           .int_lo = int_lo,
           .int_hi = int_hi};
+}
+
+const std::vector<AttrSpec> kKlAttrs = {
+    {.name = "logits",
+     .kind = AttrKind::Bool,
+     .default_value = AttrValue{false},
+     .doc = "log_p holds logits: log_softmax over the last axis first"},
+    {.name = "normalize",
+     .kind = AttrKind::Bool,
+     .default_value = AttrValue{false},
+     .doc = "q holds weights: each row divided by its sum + 1e-30 first"}};
+Attrs kl_from(bool logits, bool normalize) {
+  return {{"logits", logits}, {"normalize", normalize}};
 }
 
 // A scalar dloss input of a backward op: any value, one element.
@@ -497,22 +594,30 @@ void register_loss(OpRegistry& registry) {
   registry.add(
       {.name = "kl_div",
        .doc = "loss = sum(q * (log q - log_p)) / rows, the KL divergence of p from q per row, "
-              "averaged "
-              "over the rows (q log q = 0 where q = 0)",
+              "averaged over the rows (q log q = 0 where q = 0); with logits, log_p = "
+              "log_softmax(the row); with normalize, q = the row / (its sum + 1e-30)",
        .inputs = {"log_p", "q"},
        .outputs = {"loss"},
+       .attrs = kKlAttrs,
        .output_dtypes = {{0, DType::F32}},
        .infer = infer_kl_div,
        .reference = ref_kl_div,
        .gradient = grad_kl_div,
-       .expand = expand_pair_loss(cache, "kl_div_rows", build_kl_div_rows, false),
+       .expand = expand_kl_div(cache, false),
        .tests = {
            .kernel = {{.shapes = {{1, 1}, {1, 1}}, .lo = 0.05, .hi = 1},
                       {.shapes = {{7, 33}, {7, 33}}, .lo = 0.05, .hi = 1},
                       {.shapes = {{2, 65, 7}, {2, 65, 7}}, .lo = 0.05, .hi = 1},
                       {.shapes = {{4100, 9}, {4100, 9}}, .lo = 0.05, .hi = 1},
-                      {.shapes = {{16500, 3}, {16500, 3}}, .lo = 0.05, .hi = 1}},
-           .gradient = {{.shapes = {{3, 4}, {3, 4}}, .lo = 0.05, .hi = 1}},
+                      {.shapes = {{16500, 3}, {16500, 3}}, .lo = 0.05, .hi = 1},
+                      // logits and unnormalised q (the indexer's attention mass)
+                      {.shapes = {{7, 130}, {7, 130}}, .attrs = kl_from(true, true), .lo = 0.05},
+                      {.shapes = {{5, 33}, {5, 33}}, .attrs = kl_from(true, false), .lo = 0.05},
+                      {.shapes = {{3, 8}, {3, 8}}, .attrs = kl_from(false, true), .lo = 0.05}},
+           .gradient = {{.shapes = {{3, 4}, {3, 4}}, .lo = 0.05, .hi = 1},
+                        {.shapes = {{3, 5}, {3, 5}}, .attrs = kl_from(true, true), .lo = 0.05},
+                        {.shapes = {{2, 4}, {2, 4}}, .attrs = kl_from(true, false), .lo = 0.05},
+                        {.shapes = {{2, 4}, {2, 4}}, .attrs = kl_from(false, true), .lo = 0.05}},
            // Row 0: log_p = ln 1/2 each, q = [1/4, 3/4]: 1/4 ln(1/2) + 3/4 ln(3/2). Row 1:
            // q = [1, 0], log_p = [0, -1]: 0 (the q = 0 element adds nothing). Over 2 rows.
            .examples = {{.inputs = {{{2, 2}, {-0.6931471805599453, -0.6931471805599453, 0, -1}},
@@ -520,22 +625,27 @@ void register_loss(OpRegistry& registry) {
                          .outputs = {{{}, {0.06540601797056848}}}}}}});
   registry.add(
       {.name = "kl_div_grad",
-       .doc = "dlog_p = -q dloss / rows, dq = (log q + 1 - log_p) dloss / rows, 0 where q <= 0 "
-              "(the backward op of kl_div)",
+       .doc = "dlog_p = -q dloss / rows, dq = (log q + 1 - log_p) dloss / rows, 0 where q <= 0, "
+              "through kl_div's logits and normalize (the backward op of kl_div)",
        .inputs = {"log_p", "q", "dloss"},
        .outputs = {"dlog_p", "dq"},
+       .attrs = kKlAttrs,
        .input_dtypes = {{2, DType::F32}},
        .infer = infer_kl_div_grad,
        .reference = ref_kl_div_grad,
-       .expand = expand_pair_grad(cache, "kl_div_grad", build_kl_div_grad, false),
-       .tests = {.kernel = {{.shapes = {{7, 33}, {7, 33}, {}}, .lo = 0.05, .hi = 1},
-                            {.shapes = {{1025}, {1025}, {}}, .lo = -1, .hi = 1}},
-                 // One row, dloss 2: dlog_p = -2 q; dq = 2 (ln q + 1 - ln 1/2).
-                 .examples = {{.inputs = {{{2}, {-0.6931471805599453, -0.6931471805599453}},
-                                          {{2}, {0.25, 0.75}},
-                                          scalar(2)},
-                               .outputs = {{{2}, {-0.5, -1.5}},
-                                           {{2}, {0.6137056388801094, 2.8109302162163288}}}}}}});
+       .expand = expand_kl_div(cache, true),
+       .tests = {
+           .kernel =
+               {{.shapes = {{7, 33}, {7, 33}, {}}, .lo = 0.05, .hi = 1},
+                {.shapes = {{1025}, {1025}, {}}, .lo = -1, .hi = 1},
+                {.shapes = {{7, 130}, {7, 130}, {}}, .attrs = kl_from(true, true), .lo = 0.05},
+                {.shapes = {{3, 8}, {3, 8}, {}}, .attrs = kl_from(false, true), .lo = 0.05}},
+           // One row, dloss 2: dlog_p = -2 q; dq = 2 (ln q + 1 - ln 1/2).
+           .examples = {{.inputs = {{{2}, {-0.6931471805599453, -0.6931471805599453}},
+                                    {{2}, {0.25, 0.75}},
+                                    scalar(2)},
+                         .outputs = {{{2}, {-0.5, -1.5}},
+                                     {{2}, {0.6137056388801094, 2.8109302162163288}}}}}}});
   registry.add({.name = "loss_seed",
                 .doc = "dloss = weight: the gradient a loss term's value starts from (its input "
                        "gives only the type)",

@@ -205,6 +205,75 @@ cc::Kernel build_kl_div_grad(DType dtype) {
       });
 }
 
+namespace {
+
+// A kl_div row as `logits` and `normalize` read it: log_p and q at column j, and q's divisor.
+struct KlRowVals {
+  std::function<cc::Val(const cc::Idx&)> lp, q;
+  cc::Val den, mx, se;  // q's divisor (normalize); the row's max and Σ exp(z - max) (logits)
+};
+KlRowVals kl_row_vals(cc::Scope& s, const cc::Buf& a, const cc::Buf& b, const cc::Idx& row,
+                      const cc::Val& d, bool logits, bool normalize) {
+  KlRowVals k;
+  if (logits) {
+    k.mx = s.let(s.reduce_max(d, [&](cc::Idx j) { return a(row, j); }), "mx");
+    k.se = s.let(s.reduce_sum(d, [&](cc::Idx j) { return cc::exp(a(row, j) - k.mx); }), "se");
+  }
+  const cc::Val lse = logits ? s.let(k.mx + cc::log(k.se), "lse") : cc::Val();
+  if (normalize)
+    k.den = s.let(s.reduce_sum(d, [&](cc::Idx j) { return b(row, j); }) + kKlTiny, "den");
+  k.lp = [=](const cc::Idx& j) { return logits ? a(row, j) - lse : a(row, j); };
+  k.q = [=](const cc::Idx& j) { return normalize ? b(row, j) / k.den : b(row, j); };
+  return k;
+}
+
+}  // namespace
+
+std::string kl_div_rows_name(bool logits, bool normalize, bool backward) {
+  return std::string(backward ? "kl_div_grad_rows" : "kl_div_rows") + (logits ? "_logits" : "") +
+         (normalize ? "_normalize" : "");
+}
+
+cc::Kernel build_kl_div_row_blocks(DType dtype, bool logits, bool normalize, bool backward) {
+  cc::KernelBuilder kb(kl_div_rows_name(logits, normalize, backward) + suffix(dtype));
+  cc::Dim r = kb.dim("R"), d = kb.dim("D");
+  cc::Buf a = kb.input("a", dtype, {r, d}), b = kb.input("b", dtype, {r, d});
+  cc::Buf dy = backward ? kb.input("dloss", DType::F32, {1}) : cc::Buf{};
+  cc::Buf part = backward ? cc::Buf{} : kb.output("part", DType::F32, {r});
+  cc::Buf da = backward ? kb.output("da", dtype, {r, d}) : cc::Buf{};
+  cc::Buf db = backward ? kb.output("db", dtype, {r, d}) : cc::Buf{};
+  cc::Val divisor = backward ? kb.scalar_f32("divisor") : cc::Val();
+  kb.body({r}, kRowThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(0);
+    const KlRowVals k = kl_row_vals(s, a, b, row, d, logits, normalize);
+    // (No let inside a reduction's body: its index is not in scope outside it.)
+    if (!backward) {
+      cc::Val sum = s.reduce_sum(d, [&](cc::Idx j) {
+        cc::Val q = k.q(j);
+        return cc::select(q > 0.0f, q * (cc::log(q) - k.lp(j)), cc::Val(0.0f));
+      });
+      s.parallel(1, [&](cc::Idx i) { part(row + i) = sum; });
+      return;
+    }
+    cc::Val f = s.let(dy(0) / divisor, "f");
+    // g: the gradient with respect to the (normalised) q.
+    auto g = [&](const cc::Idx& j, const cc::Val& q) {
+      return cc::select(q > 0.0f, (cc::log(q) + 1.0f - k.lp(j)) * f, cc::Val(0.0f));
+    };
+    const cc::Val q_sum =
+        logits ? s.let(s.reduce_sum(d, [&](cc::Idx j) { return k.q(j); }), "q_sum") : cc::Val();
+    const cc::Val gq =
+        normalize ? s.let(s.reduce_sum(d, [&](cc::Idx j) { return g(j, k.q(j)) * k.q(j); }), "gq")
+                  : cc::Val();
+    s.parallel(d, [&](cc::Idx j) {
+      cc::Val q = s.let(k.q(j), "q");
+      da(row, j) = logits ? (cc::exp(a(row, j) - k.mx) / k.se * q_sum - q) * f : -(q * f);
+      db(row, j) = normalize ? (g(j, q) - gq) / k.den : g(j, q);
+    });
+  });
+  return kb.build();
+}
+
 cc::Kernel build_cross_entropy_rows(DType dtype) {
   cc::KernelBuilder kb("cross_entropy_rows" + suffix(dtype));
   cc::Dim r = kb.dim("R"), v = kb.dim("V");

@@ -63,6 +63,16 @@ compiler::Kernel build_kl_div_rows(DType dtype, int64_t rows_per_block = 0, int6
 // dloss, dlog_p, dq; N; R as f32.
 compiler::Kernel build_kl_div_grad(DType dtype);
 
+// kl_div with `logits` (log_p = log_softmax(z) of the row) or `normalize` (q = the row / (its sum
+// + kKlTiny)), a block a row: the row's max, sum of exponentials and q's sum first (the builder's
+// fixed reduction orders), then the row's terms. Parameters: z (or log_p), q, part; R, D.
+constexpr float kKlTiny = 1e-30f;
+// With `backward`, its gradient, a block a row: dz = (softmax(z)·Σ q - q) f (or dlog_p = -q f),
+// dq = (g - Σ g·q) / den with normalize (else g), g = (log q + 1 - log_p) f where q > 0, else 0;
+// f = dloss / R. Parameters: z (or log_p), q, dloss, dz, dq; R, D; R as f32.
+std::string kl_div_rows_name(bool logits, bool normalize, bool backward);
+compiler::Kernel build_kl_div_row_blocks(DType dtype, bool logits, bool normalize, bool backward);
+
 // dloss[0] = weight. Parameters: loss (read for its type only), dloss; weight.
 compiler::Kernel build_loss_seed();
 
