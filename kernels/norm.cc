@@ -7,6 +7,10 @@
 // rmsnorm's `to` rounds y to another dtype as it is stored (an f32 residual stream's norm feeding
 // bf16 GEMMs): the bits of a cast after it, one kernel fewer; its gradient reads that dtype's dy,
 // widening it as it loads (the bits of a cast back first).
+// rmsnorm_grad's optional cos and sin (rmsnorm_rope's gradient, rope.cc): dy is first turned back
+// by rope's inverse rotation, rounded to dy's dtype as rope's kernel rounds it; in the staged dx
+// kernel the turn happens on the staged rows (one kernel where rope and rmsnorm_grad took two,
+// the same bits), elsewhere rope's own kernel runs first into scratch.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -40,12 +44,28 @@ std::vector<TensorType> infer_rmsnorm(const std::vector<TensorType>& in, const A
   return {{y_dtype(in[0], attrs), in[0].shape}};
 }
 
-// (x, gamma, dy) -> (dx, dgamma); dy of x's shape, of x's dtype or of rmsnorm's `to`.
+// (x, gamma, dy[, cos, sin]) -> (dx, dgamma); dy of x's shape, of x's dtype or of rmsnorm's
+// `to`; rope's tables [T, R/2] (of dy's dtype, 2·R/2 <= D) over the whole last axis.
 std::vector<TensorType> infer_rmsnorm_grad(const std::vector<TensorType>& in, const Attrs& attrs) {
   Attrs plain = attrs;
   plain["to"] = std::string();
-  infer_rmsnorm(in, plain);
+  infer_rmsnorm({in[0], in[1]}, plain);
   expect_same(in[2], "dy", {y_dtype(in[0], attrs), in[0].shape}, "y");
+  if (in.size() > 3) {
+    const TensorType& x = in[0];
+    if (x.shape.size() < 2 || norm_group(x, attrs) != x.shape.back())
+      throw ShapeError(
+          "input 'cos' (dy turned back by rope) needs x [T, ..., D] normalised over "
+          "its whole last axis; x is " +
+          to_string(x));
+    const int64_t half = in[3].shape.size() == 2 ? in[3].shape[1] : 0;
+    if (half < 1 || 2 * half > x.shape.back())
+      throw ShapeError("input 'cos' is " + to_string(in[3]) + ", expected [" +
+                       std::to_string(x.shape[0]) +
+                       ", R/2] with 1 <= R <= " + std::to_string(x.shape.back()));
+    expect_same(in[3], "cos", {in[2].dtype, {x.shape[0], half}}, "rope's table for dy");
+    expect_same(in[4], "sin", in[3], "cos");
+  }
   return {in[0], in[1]};
 }
 
@@ -87,8 +107,24 @@ std::vector<RefTensor> ref_rmsnorm(const std::vector<RefTensor>& in, const Attrs
 // With n = cols, i = inv_rms, g = gamma * dy (per element):
 //   dx[r, c]   = i * g[c] - i^3 * x[r, c] * sum_k(g[k] * x[r, k]) / n
 //   dgamma[c]  = sum_r dy[r, c] * x[r, c] * i[r]
+// dy [T, ..., D] turned back by rope's tables [T, R/2] (the last R dims in interleaved pairs).
+RefTensor ref_rope_back(const RefTensor& dy, const RefTensor& cos, const RefTensor& sin) {
+  RefTensor out = dy;
+  const int64_t t = dy.shape[0], d = dy.shape.back(), rows = dy.numel() / d, half = cos.shape[1];
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t e = r * d + d - 2 * half + 2 * i, at = (r / (rows / t)) * half + i;
+      const double a = dy.data[e], b = dy.data[e + 1], c = cos.data[at], sn = sin.data[at];
+      out.data[e] = a * c + b * sn;
+      out.data[e + 1] = b * c - a * sn;
+    }
+  return out;
+}
+
 std::vector<RefTensor> ref_rmsnorm_grad(const std::vector<RefTensor>& in, const Attrs& attrs) {
-  const RefTensor x = as_norm_rows(in[0], attrs), &gamma = in[1], &dy = in[2];
+  const RefTensor turned = in.size() > 3 ? ref_rope_back(in[2], in[3], in[4]) : RefTensor{};
+  const RefTensor x = as_norm_rows(in[0], attrs), &gamma = in[1];
+  const RefTensor& dy = in.size() > 3 ? turned : in[2];
   auto [rows, cols] = rows_cols(x.shape);
   std::vector<double> inv = inv_rms(x, attr_float(attrs, "eps"));
   RefTensor dx = ref_zeros(x.shape), dgamma = ref_zeros(gamma.shape);
@@ -307,12 +343,27 @@ std::string rmsnorm_grad_dx_fixed_name(int64_t rb, int64_t d) {
   return rmsnorm_grad_dx_name(rb, true) + "_d" + std::to_string(d);
 }
 
-cc::Kernel build_rmsnorm_grad_dx_fixed(DType dtype, DType dydt, int64_t rb, int64_t dn) {
-  cc::KernelBuilder kb(typed(rmsnorm_grad_dx_fixed_name(rb, dn), dtype, dydt));
-  cc::Dim r = kb.dim("R");
+// `rope`: dy turned back by rope's tables first (rmsnorm_rope's gradient), `heads` rows a token.
+struct RopeBack {
+  int64_t heads = 0, pairs = 0;  // pairs 0: none
+};
+std::string rope_back_name(const RopeBack& rope) {
+  return rope.pairs ? "_rope_h" + std::to_string(rope.heads) + "_r" + std::to_string(rope.pairs)
+                    : "";
+}
+
+// With `rope` the rows are T·heads (dim T), cos and sin [T, pairs] follow dy.
+cc::Kernel build_rmsnorm_grad_dx_fixed(DType dtype, DType dydt, int64_t rb, int64_t dn,
+                                       RopeBack rope = {}) {
+  cc::KernelBuilder kb(
+      typed(rmsnorm_grad_dx_fixed_name(rb, dn) + rope_back_name(rope), dtype, dydt));
+  const cc::Val r = rope.pairs ? cc::Val(kb.dim("T")) * rope.heads : cc::Val(kb.dim("R"));
   const cc::Val d(dn);
   cc::Buf x = kb.input("x", dtype, {r, d}), g = kb.input("gamma", dtype, {d});
   cc::Buf dy = kb.input("dy", dydt, {r, d});
+  const cc::Val tokens = rope.pairs ? r / rope.heads : cc::Val();
+  cc::Buf cos = rope.pairs ? kb.input("cos", dydt, {tokens, cc::Val(rope.pairs)}) : cc::Buf{};
+  cc::Buf sin = rope.pairs ? kb.input("sin", dydt, {tokens, cc::Val(rope.pairs)}) : cc::Buf{};
   cc::Buf dx = kb.output("dx", dtype, {r, d});
   cc::Buf partial = kb.output("partial", DType::F32, {cc::ceildiv(r, rb), d});
   cc::Val eps = kb.scalar_f32("eps");
@@ -331,6 +382,20 @@ cc::Kernel build_rmsnorm_grad_dx_fixed(DType dtype, DType dydt, int64_t rb, int6
     s.parallel(d, [&](cc::Idx j) { pf(j) = -0.0f; });
     s.async_wait(0);
     s.barrier();
+    if (rope.pairs) {
+      // dy's pairs turned back in place, rounded to its dtype (rope's kernel's values: a·c - b·sn,
+      // a·sn + b·c with sn = -sin). A row past R (zeros) reads the last token's tables.
+      const int64_t base = dn - 2 * rope.pairs;
+      s.parallel(cc::Val(rb), cc::Val(rope.pairs), [&](cc::Idx t, cc::Idx i) {
+        cc::Idx tok = s.let(cc::min(r0 + t, r - 1) / rope.heads, "tok");
+        cc::Idx e = s.let(base + 2 * i, "e");
+        cc::Val a = s.let(dys(t, e), "a"), b = s.let(dys(t, e + 1), "b");
+        cc::Val c = s.let(cos(tok, i), "c"), sn = s.let(-cc::Val(sin(tok, i)), "sn");
+        dys(t, e) = a * c - b * sn;
+        dys(t, e + 1) = a * sn + b * c;
+      });
+      s.barrier();
+    }
     // Per row: sum of x², sum of gamma·dy·x (build_rmsnorm_grad_dx's terms).
     cc::Buf tree = row_sums(s, rb, dn, 2, kThreads, [&](const cc::Idx& t, const cc::Idx& j) {
       cc::Val xv = s.let(xs(t, j), "x");
@@ -393,20 +458,46 @@ ExpandFn expand_rmsnorm_grad(std::shared_ptr<KernelCache> cache) {
     const bool vec = cols % 8 == 0;
     const bool fixed =
         vec && (2 * rb + 1) * cols * static_cast<int64_t>(dtype_bytes(dt, 1)) <= kFixedDxBytes;
+    const bool turn = in.size() > 3;
+    const RopeBack rope = turn && fixed
+                              ? RopeBack{.heads = rows / in[0].shape[0], .pairs = in[3].shape[1]}
+                              : RopeBack{};
+    OpExpansion ex{.scratch = {TensorType{DType::F32, {blocks, cols}}}};
+    KernelArg dy = input_slot(2);
+    if (turn && !fixed) {
+      // rope's own kernel turns dy back into scratch 1 first.
+      const OpSchema& rope_op = *op_registry().find("rope");
+      const Attrs inverse = {{"inverse", true}};
+      const std::vector<TensorType> rope_in = {in[2], in[3], in[4]};
+      ex.scratch.push_back(in[2]);
+      dy = scratch_slot(1);
+      for (KernelCall call : rope_op.expand(rope_in, {in[2]}, inverse).calls) {
+        for (KernelArg& arg : call.buffers)
+          arg = arg.kind == KernelArg::Kind::Output ? dy : input_slot(2 + arg.index);
+        ex.calls.push_back(call);
+      }
+    }
     KernelCall dx{
-        .kernel = fixed
-                      ? cache->get(typed(rmsnorm_grad_dx_fixed_name(rb, cols), dt, dydt),
-                                   [&] { return build_rmsnorm_grad_dx_fixed(dt, dydt, rb, cols); })
-                      : cache->get(typed(rmsnorm_grad_dx_name(rb, vec), dt, dydt),
-                                   [&] { return build_rmsnorm_grad_dx(dt, dydt, rb, vec); }),
-        .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0), scratch_slot(0)},
-        .dims = fixed ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, cols},
+        .kernel = fixed ? cache->get(
+                              typed(rmsnorm_grad_dx_fixed_name(rb, cols) + rope_back_name(rope), dt,
+                                    dydt),
+                              [&] { return build_rmsnorm_grad_dx_fixed(dt, dydt, rb, cols, rope); })
+                        : cache->get(typed(rmsnorm_grad_dx_name(rb, vec), dt, dydt),
+                                     [&] { return build_rmsnorm_grad_dx(dt, dydt, rb, vec); }),
+        .buffers = {input_slot(0), input_slot(1), dy, output_slot(0), scratch_slot(0)},
+        .dims = fixed ? std::vector<int64_t>{rope.pairs ? in[0].shape[0] : rows}
+                      : std::vector<int64_t>{rows, cols},
         .scalars = {attr_float(attrs, "eps")}};
+    if (rope.pairs)
+      dx.buffers = {input_slot(0),  input_slot(1),  dy, input_slot(3), input_slot(4),
+                    output_slot(0), scratch_slot(0)};
     KernelCall dgamma{.kernel = cache->get(kernel_key("rmsnorm_grad_dgamma", dt),
                                            [&] { return build_partial_column_sum(dt); }),
                       .buffers = {scratch_slot(0), output_slot(1)},
                       .dims = {blocks, cols}};
-    return OpExpansion{.scratch = {TensorType{DType::F32, {blocks, cols}}}, .calls = {dx, dgamma}};
+    ex.calls.push_back(dx);
+    ex.calls.push_back(dgamma);
+    return ex;
   };
 }
 
@@ -442,8 +533,10 @@ void register_norm(OpRegistry& registry) {
                                .outputs = {{{1, 2}, {0.848528137423857, 2.262741699796952}}}}}}});
   registry.add(
       {.name = "rmsnorm_grad",
-       .doc = "(dx, dgamma) of rmsnorm from (x, gamma, dy) (the backward op of rmsnorm)",
-       .inputs = {"x", "gamma", "dy"},
+       .doc = "(dx, dgamma) of rmsnorm from (x, gamma, dy) (the backward op of rmsnorm); with "
+              "cos and sin, dy first turned back by rope's inverse rotation (rmsnorm_rope's)",
+       .inputs = {"x", "gamma", "dy", "cos", "sin"},
+       .optional_inputs = 2,
        .outputs = {"dx", "dgamma"},
        .attrs = {kEps, kNormGroup, kTo},
        .infer = infer_rmsnorm_grad,
@@ -460,6 +553,11 @@ void register_norm(OpRegistry& registry) {
                          {{{1001, 40}, {40}, {1001, 40}}},  // vectors, 4 rows per partial
                          {{{5, 1032}, {1032}, {5, 1032}}},  // vectors, a partial round
                          {{{1030, 64}, {64}, {1030, 64}}},  // 8 rows per partial, last ragged
+                         // dy turned back by rope first: on the staged rows (3 heads a token,
+                         // 8 pairs of 64 dims), and by rope's kernel (D = 33: no staged kernel)
+                         {{{5, 3, 64}, {64}, {5, 3, 64}, {5, 8}, {5, 8}}},
+                         {{{70, 64}, {64}, {70, 64}, {70, 32}, {70, 32}}},
+                         {{{4, 2, 33}, {33}, {4, 2, 33}, {4, 4}, {4, 4}}},
                      },
                  // x = [3, 4], i = 1/sqrt(12.5): dx = [16/25, -12/25] i, dgamma = [3i, 0].
                  .examples = {{.inputs = {{{1, 2}, {3, 4}}, {{2}, {1, 1}}, {{1, 2}, {1, 0}}},

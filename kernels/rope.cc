@@ -10,9 +10,9 @@
 // Kernels: rope and rmsnorm_rope one block per row (a token's head), the norm's sum of squares a
 // block reduction (with the row's shape constant: a tile of heads per block, rmsnorm_rope's rows
 // staged in shared memory); rope_grad one block per token: dx rotated back, then one thread per
-// table entry summing over the heads in order. rmsnorm_rope's gradient rotates dy back (rope with
-// inverse: true; where the tables need gradients, the norm recomputed and rope_grad) and hands the
-// result to rmsnorm_grad: no atomics, fixed orders.
+// table entry summing over the heads in order. rmsnorm_rope's gradient is rmsnorm_grad with the
+// tables (it turns dy back itself; where the tables need gradients, the norm recomputed and
+// rope_grad turn it first): no atomics, fixed orders.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -169,9 +169,12 @@ std::vector<GradOp> grad_rmsnorm_rope(const std::vector<TensorType>&, const Attr
   if (!needs[0] && !needs[1] && !needs[2] && !needs[3]) return {};
   const Attrs eps = {{"eps", attr_float(attrs, "eps")}};
   // Constant tables: dy rotated back needs no recomputed norm (only the tables' gradients read it).
+  // rmsnorm_grad turns dy back itself (with the staged rows, in the same kernel).
   if (!needs[2] && !needs[3])
-    return {{"rope", {"dy0", "x2", "x3"}, {"dz"}, {{"inverse", true}}},
-            {"rmsnorm_grad", {"x0", "x1", "dz"}, {grad_name(needs, 0), grad_name(needs, 1)}, eps}};
+    return {{"rmsnorm_grad",
+             {"x0", "x1", "dy0", "x2", "x3"},
+             {grad_name(needs, 0), grad_name(needs, 1)},
+             eps}};
   return {
       {"rmsnorm", {"x0", "x1"}, {"z"}, eps},
       {"rope_grad", {"z", "x2", "x3", "dy0"}, {"dz", grad_name(needs, 2), grad_name(needs, 3)}, {}},
@@ -676,8 +679,8 @@ void register_rope(OpRegistry& registry) {
                 .tests = tests_of(2)});
   registry.add({.name = "rmsnorm_rope",
                 .doc = "y = rope(rmsnorm(x, gamma; eps), cos, sin) in one kernel (V4's query "
-                       "and KV paths); gradient: rope (inverse), rmsnorm_grad (and rmsnorm, "
-                       "rope_grad where cos or sin need one)",
+                       "and KV paths); gradient: rmsnorm_grad with the tables (or rmsnorm, "
+                       "rope_grad and rmsnorm_grad where cos or sin need one)",
                 .inputs = {"x", "gamma", "cos", "sin"},
                 .outputs = {"y"},
                 .attrs = {{.name = "eps",

@@ -3,7 +3,9 @@
 //   and the gradient of a dy in that dtype is the gradient of dy widened first, on every kernel
 //   variant the expansion picks (generic rows, 16-byte vectors, the staged fixed tiles of the
 //   forward and of dx);
-// - weighted_relu_sum's bias: the op, then an add.
+// - weighted_relu_sum's bias: the op, then an add;
+// - rmsnorm_grad's cos and sin (rmsnorm_rope's gradient): rope's inverse, then rmsnorm_grad, on the
+//   staged dx kernel (dy turned back in shared memory) and where rope's kernel runs first.
 #include "tests/kernels/kernel_runner.h"
 
 namespace tilerun::kernels {
@@ -81,6 +83,36 @@ TEST(WeightedReluSumBias, IsTheSumThenAnAddBitForBit) {
       std::vector<Bytes> want = shared_runner().run(
           "add", {{.shape = yshape, .data = testing::decode(y[0])}, bias}, {}, dt, std::nan(""));
       EXPECT_EQ(got[0].data, want[0].data) << dtype_name(dt) << ", C = " << shape.back();
+    }
+}
+
+TEST(RmsnormGradRopeBack, IsRopeInverseThenTheGradientBitForBit) {
+  std::mt19937_64 rng(testing::test_seed());
+  struct Case {
+    std::vector<int64_t> x;
+    int64_t half;
+  };
+  // V4's query (16 heads of 512, 32 pairs), one head of 128 with 32 pairs, and D = 33 (no staged
+  // kernel: rope's own kernel first).
+  const Case cases[] = {{{6, 16, 512}, 32}, {{9, 128}, 32}, {{4, 2, 33}, 4}};
+  for (const Case& c : cases)
+    for (DType dt : {DType::F32, DType::BF16}) {
+      const int64_t d = c.x.back();
+      RefTensor x = testing::rounded(dt, testing::random_tensor(rng, c.x));
+      RefTensor gamma = testing::rounded(dt, testing::random_tensor(rng, {d}));
+      RefTensor dy = testing::rounded(dt, testing::random_tensor(rng, c.x));
+      RefTensor cos = testing::rounded(dt, testing::random_tensor(rng, {c.x[0], c.half}, -1, 1));
+      RefTensor sin = testing::rounded(dt, testing::random_tensor(rng, {c.x[0], c.half}, -1, 1));
+      std::vector<Bytes> got =
+          shared_runner().run("rmsnorm_grad", {x, gamma, dy, cos, sin}, {}, dt, std::nan(""));
+      std::vector<Bytes> turned =
+          shared_runner().run("rope", {dy, cos, sin}, {{"inverse", true}}, dt, std::nan(""));
+      std::vector<Bytes> want = shared_runner().run(
+          "rmsnorm_grad", {x, gamma, {.shape = c.x, .data = testing::decode(turned[0])}}, {}, dt,
+          std::nan(""));
+      ASSERT_EQ(got.size(), 2u);
+      EXPECT_EQ(got[0].data, want[0].data) << "dx, " << dtype_name(dt) << ", D = " << d;
+      EXPECT_EQ(got[1].data, want[1].data) << "dgamma, " << dtype_name(dt) << ", D = " << d;
     }
 }
 
