@@ -1,4 +1,5 @@
-// Expansion: every op of the OpGraph into kernel instances (its family's expand), kernels
+// Expansion: matmuls' single-use adds folded into them (fold_adds.h), then every op of the
+// OpGraph into kernel instances (its family's expand), kernels
 // deduplicated, limits checked at the op's position; then the dead kernels dropped (prune.h),
 // the memory plan (reuse.h) and the hazard edges (dependencies.h). An op whose outputs are views
 // (OpSchema::view) runs no kernel: its outputs become offsets into their base, and every access
@@ -12,6 +13,7 @@
 #include "compiler/base/check.h"
 #include "compiler/ir/kernel.h"
 #include "graph/dependencies.h"
+#include "graph/fold_adds.h"
 #include "graph/kernel_graph.h"
 #include "graph/prune.h"
 #include "graph/reuse.h"
@@ -168,9 +170,10 @@ class Expander {
 
 }  // namespace
 
-KernelGraph expand(OpGraph ops) {
+KernelGraph expand(OpGraph ops, bool fold) {
   KernelGraph kg;
   kg.ops = std::move(ops);
+  if (fold) fold_matmul_adds(kg.ops);
   Expander(kg).run();
   return kg;
 }

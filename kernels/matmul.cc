@@ -26,12 +26,13 @@ namespace cc = tilerun::compiler;
 
 // c[.., M,N] = op(a)[.., M,K] * op(b)[.., K,N], op = optional transpose of the last two axes,
 // the batch dims (..) broadcast.
-std::vector<TensorType> infer_matmul(const std::vector<TensorType>& in_full, const Attrs& attrs) {
+std::vector<TensorType> infer_matmul_product(const std::vector<TensorType>& in_full,
+                                             const Attrs& attrs) {
   expect_float(in_full[0], "a");
   expect_float(in_full[1], "b");
   const MatmulBatch mb = matmul_batch(in_full[0], in_full[1]);
   // The matrices: the last two axes (error messages name the whole operands).
-  std::vector<TensorType> in = in_full;
+  std::vector<TensorType> in = {in_full[0], in_full[1]};
   for (TensorType& t : in) t.shape.erase(t.shape.begin(), t.shape.end() - 2);
   if (in[1].dtype != in[0].dtype)
     throw ShapeError("input 'b' is " + to_string(in[1]) + ", expected dtype " +
@@ -49,6 +50,13 @@ std::vector<TensorType> infer_matmul(const std::vector<TensorType>& in_full, con
   shape.push_back(m);
   shape.push_back(n);
   return {TensorType{in[0].dtype, shape}};
+}
+
+// The optional addend is c's type.
+std::vector<TensorType> infer_matmul(const std::vector<TensorType>& in, const Attrs& attrs) {
+  std::vector<TensorType> out = infer_matmul_product(in, attrs);
+  if (in.size() > 2) expect_same(in[2], "addend", out[0], "c");
+  return out;
 }
 
 // Element (i, j) of op(t) for a row-major matrix t.
@@ -90,6 +98,8 @@ std::vector<RefTensor> ref_matmul(const std::vector<RefTensor>& in, const Attrs&
     c.shape = mb.c;
     c.shape.insert(c.shape.end(), cz.shape.begin(), cz.shape.end());
   }
+  if (in.size() > 2)
+    for (size_t i = 0; i < c.data.size(); ++i) c.data[i] += in[2].data[i];
   return {c};
 }
 
@@ -116,9 +126,13 @@ std::vector<GradOp> grad_matmul_2d(const std::vector<TensorType>&, const Attrs& 
   return ops;
 }
 
+// The addend's gradient is dc itself (no kernel).
 std::vector<GradOp> grad_matmul(const std::vector<TensorType>& in, const Attrs& attrs,
                                 const std::vector<bool>& needs) {
-  return batched_gradient(grad_matmul_2d, in, attrs, needs);
+  std::vector<GradOp> ops =
+      batched_gradient(grad_matmul_2d, {in[0], in[1]}, attrs, {needs[0], needs[1]});
+  if (in.size() > 2 && needs[2]) ops.push_back({"alias", {"dy0"}, {"dx2"}, {}});
+  return ops;
 }
 
 // ---- Tile kernels --------------------------------------------------------------------------
@@ -190,9 +204,54 @@ OpExpansion tc_split_expansion(KernelCache& cache, DType dt, bool ta, bool tb, b
   return OpExpansion{.scratch = {{DType::F32, {split.splits, m, n}}}, .calls = {part, sum}};
 }
 
+// The TMA kernel's one call; with `addend` its epilogue adds input 2 (and *fused says so).
+OpExpansion tc_async_expansion(KernelCache& cache, DType dt, bool ta, bool tb, int64_t rows,
+                               bool n8, bool addend, bool* fused, std::vector<int64_t> dims) {
+  *fused = addend;
+  KernelCall call{
+      .kernel = cache.get(kernel_key(tc_async_name(ta, tb, rows, n8, addend), dt),
+                          [&] { return build_tc_matmul_async(dt, ta, tb, rows, n8, addend); }),
+      .buffers = {input_slot(0), input_slot(1), output_slot(0)},
+      .dims = std::move(dims)};
+  if (addend) call.buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)};
+  return OpExpansion{.calls = {call}};
+}
+
+// The product's kernels (matmul_expansion below); with an addend (input 2) the TMA kernels add it
+// in their epilogue (`addend`: the caller asks; `*fused` says whether it was).
+OpExpansion matmul_expansion(KernelCache& cache, const std::vector<TensorType>& in,
+                             const std::vector<TensorType>& out, const Attrs& attrs, bool addend,
+                             bool* fused);
+
+// c = a·b, or with an addend a·b rounded to c's dtype, plus the addend, rounded (an add's bits):
+// in the TMA kernels' epilogue, else the product into scratch and the add op's own kernel.
 ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
   return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                  const Attrs& attrs) {
+    bool fused = false;
+    OpExpansion ex = matmul_expansion(*cache, in, out, attrs, in.size() > 2, &fused);
+    if (in.size() <= 2 || fused) return ex;
+    const int product = static_cast<int>(ex.scratch.size());
+    ex.scratch.push_back(out[0]);
+    for (KernelCall& call : ex.calls)
+      for (KernelArg& arg : call.buffers)
+        if (arg.kind == KernelArg::Kind::Output) arg = scratch_slot(product);
+    const OpSchema& add = *op_registry().find("add");
+    for (KernelCall call : add.expand({out[0], in[2]}, out, {}).calls) {
+      for (KernelArg& arg : call.buffers)
+        if (arg.kind == KernelArg::Kind::Input)
+          arg = arg.index == 0 ? scratch_slot(product) : input_slot(2);
+      ex.calls.push_back(call);
+    }
+    return ex;
+  };
+}
+
+OpExpansion matmul_expansion(KernelCache& cache_ref, const std::vector<TensorType>& in,
+                             const std::vector<TensorType>& out, const Attrs& attrs, bool addend,
+                             bool* fused) {
+  KernelCache* cache = &cache_ref;
+  {
     DType dt = out[0].dtype;
     bool ta = attr_bool(attrs, "transpose_a"), tb = attr_bool(attrs, "transpose_b");
     const std::vector<int64_t>& cs = out[0].shape;
@@ -210,12 +269,8 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
         if (const TcSplit split = plan_tc_split_rows(n, k); split.splits > 1)
           return tc_split_expansion(*cache, dt, false, tb, true, m * mb.count, n, k, split);
         const int64_t rows = tc_tile_rows(m * mb.count, n);
-        return OpExpansion{
-            .calls = {{.kernel = cache->get(
-                           kernel_key(tc_async_name(false, tb, rows, n % 8 == 0), dt),
-                           [&] { return build_tc_matmul_async(dt, false, tb, rows, n % 8 == 0); }),
-                       .buffers = {input_slot(0), input_slot(1), output_slot(0)},
-                       .dims = {m * mb.count, n, k}}}};
+        return tc_async_expansion(*cache, dt, false, tb, rows, n % 8 == 0, addend, fused,
+                                  {m * mb.count, n, k});
       }
       const bool ta_async = ta && mb.count == 1 && aligned && m % 8 == 0;
       if (ta && mb.count == 1)
@@ -224,12 +279,7 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
       if (ta_async) {
         // Tile rows by M too (a transposed a's K runs over the tokens: no row is a token's).
         const int64_t rows = tc_tile_rows(m, n);
-        return OpExpansion{
-            .calls = {{.kernel = cache->get(
-                           kernel_key(tc_async_name(ta, tb, rows, n % 8 == 0), dt),
-                           [&] { return build_tc_matmul_async(dt, ta, tb, rows, n % 8 == 0); }),
-                       .buffers = {input_slot(0), input_slot(1), output_slot(0)},
-                       .dims = {m, n, k}}}};
+        return tc_async_expansion(*cache, dt, ta, tb, rows, n % 8 == 0, addend, fused, {m, n, k});
       }
       KernelCall tc{.kernel = cache->get(kernel_key(tc_matmul_name(ta, tb), dt),
                                          [&] { return build_tc_matmul(dt, ta, tb); }),
@@ -314,7 +364,7 @@ ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
                         .buffers = {a.arg, b.arg, output_slot(0)},
                         .dims = {m, n, k, mb.count}});
     return ex;
-  };
+  }
 }
 
 // matmul's kernel cases: odd sizes for every tiling and staging (matmul_tc.h's for bf16/f16).
@@ -322,6 +372,12 @@ std::vector<OpTestCase> matmul_kernel_cases() {
   return {
       {{{1, 1}, {1, 1}}},
       {{{7, 130}, {130, 33}}},
+      // An addend: in the TMA kernels' epilogue (bf16/f16: an edge tile and whole ones, a
+      // transposed a), else an add after the product (f32, split K, N not a multiple of 8).
+      {{{130, 64}, {64, 136}, {130, 136}}},
+      {{{136, 40}, {136, 24}, {40, 24}}, {{"transpose_a", true}}},
+      {{{40, 4160}, {4160, 24}, {40, 24}}},
+      {{{7, 33}, {33, 5}, {7, 5}}},
       {{{130, 33}, {130, 7}}, {{"transpose_a", true}}},
       {{{33, 7}, {130, 7}}, {{"transpose_b", true}}},
       {{{7, 130}, {33, 7}}, {{"transpose_a", true}, {"transpose_b", true}}},
@@ -405,9 +461,12 @@ void register_matmul(OpRegistry& registry) {
   auto cache = std::make_shared<KernelCache>();
   registry.add(
       {.name = "matmul",
-       .doc = "c = op(a) @ op(b), op = optional transpose of the last two axes; leading axes are "
-              "batch dims, broadcast by NumPy rules",
-       .inputs = {"a", "b"},
+       .doc = "c = op(a) @ op(b) (+ addend), op = optional transpose of the last two axes; leading "
+              "axes are batch dims, broadcast by NumPy rules; the product is rounded to c's dtype "
+              "before the addend is added (an add's bits: the graph folds a single-use product's "
+              "add in)",
+       .inputs = {"a", "b", "addend"},
+       .optional_inputs = 1,
        .outputs = {"c"},
        .attrs = {{.name = "transpose_a",
                   .kind = AttrKind::Bool,
@@ -434,6 +493,7 @@ void register_matmul(OpRegistry& registry) {
                          {{{2, 3, 5}, {5, 4}}},
                          {{{2, 5, 3}, {5, 4}}, {{"transpose_a", true}}},
                          {{{3, 5}, {2, 5, 4}}},
+                         {{{3, 5}, {5, 4}, {3, 4}}},  // an addend
                      },
                  .examples = {{.inputs = {{{2, 2}, {1, 2, 3, 4}}, {{2, 1}, {5, 6}}},
                                .outputs = {{{2, 1}, {17, 39}}}}}}});

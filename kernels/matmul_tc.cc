@@ -291,10 +291,10 @@ cc::Kernel build_tc_splitk_sum(DType dtype, bool flat) {
 // Gemm::stage), so the loop is written once. Zero-filled edges; at least one step, so K = 0 adds
 // zeros to +0. The chain of each output is the one of build_tc_matmul: the same bits, whatever M.
 
-std::string tc_async_name(bool ta, bool tb, int64_t rows, bool n8) {
+std::string tc_async_name(bool ta, bool tb, int64_t rows, bool n8, bool addend) {
   return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_" +
          std::to_string(rows) + "x128x64_tma" + std::to_string(kAsyncStages) +
-         (tb && !n8 ? "_n1" : "");
+         (tb && !n8 ? "_n1" : "") + (addend ? "_add" : "");
 }
 
 TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb, int64_t rows,
@@ -417,7 +417,7 @@ void tc_store_through_shared(cc::Scope& s, DType dtype, const std::vector<cc::Bu
                              int64_t rows, const cc::Val& m0, const cc::Val& n0, const cc::Val& m,
                              const cc::Val& n,
                              const std::function<cc::Ref(const cc::Val&, const cc::Val&)>& c_at,
-                             bool transposed, const TcTileAt& tile) {
+                             bool transposed, const TcTileAt& tile, const TcValueAt& addend) {
   const int lanes = static_cast<int>(16 / dtype_bytes(dtype, 1));
   const int64_t width = kTcN / static_cast<int64_t>(frags.size());
   cc::Val whole = s.let(m0 + rows <= m && n0 + kTcN <= n, "whole");
@@ -445,6 +445,10 @@ void tc_store_through_shared(cc::Scope& s, DType dtype, const std::vector<cc::Bu
     // The innermost loop index runs along c's rows.
     if (transposed)
       s.parallel(kTcN, rows, [&](cc::Idx j, cc::Idx i) { c_at(m0 + i, n0 + j) = cs(j, i); });
+    else if (addend)
+      s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) {
+        c_at(m0 + i, n0 + j) = cs(i, j) + addend(m0 + i, n0 + j);
+      });
     else
       s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) { c_at(m0 + i, n0 + j) = cs(i, j); });
   });
@@ -455,16 +459,23 @@ void tc_store_through_shared(cc::Scope& s, DType dtype, const std::vector<cc::Bu
     for (size_t h = 0; h < frags.size(); ++h)
       s.parallel(rows, width, [&](cc::Idx i, cc::Idx j) {
         cc::Idx row = m0 + i, col = n0 + static_cast<int64_t>(h) * width + j;
-        s.if_then(row < m && col < n, [&] { c_at(row, col) = frags[h](i, j); });
+        s.if_then(row < m && col < n, [&] {
+          c_at(row, col) = frags[h](i, j);
+          // The product rounded (stored), read back by the thread that stored it, then added.
+          if (addend) c_at(row, col) = cc::Val(c_at(row, col)) + addend(row, col);
+        });
       });
   });
 }
 
-cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bool n8) {
-  cc::KernelBuilder kb(tc_async_name(ta, tb, rows, n8) + "_" + std::string(dtype_name(dtype)));
+cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bool n8,
+                                 bool addend) {
+  cc::KernelBuilder kb(tc_async_name(ta, tb, rows, n8, addend) + "_" +
+                       std::string(dtype_name(dtype)));
   const auto [m, n, k] = async_dims(kb, ta, tb, n8);
   cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
   cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
+  cc::Buf add = addend ? kb.input("addend", dtype, {m, n}) : cc::Buf{};
   cc::Buf c = kb.output("c", dtype, {m, n});
   // Two threads a row: a warpgroup per 64 rows.
   kb.body(
@@ -473,8 +484,12 @@ cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bo
         TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows);
         s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
         tc_async_steps(s, st, tc_async_boxes(a, b, ta, tb, m0, n0, cc::Val(int64_t{0}), rows), k);
-        tc_store_through_shared(s, dtype, {st.acc}, st.rows, m0, n0, m, n,
-                                [&](const cc::Val& r, const cc::Val& col) { return c(r, col); });
+        TcValueAt plus;
+        if (addend)
+          plus = [&](const cc::Val& r, const cc::Val& col) { return cc::Val(add(r, col)); };
+        tc_store_through_shared(
+            s, dtype, {st.acc}, st.rows, m0, n0, m, n,
+            [&](const cc::Val& r, const cc::Val& col) { return c(r, col); }, false, {}, plus);
       });
   return kb.build();
 }

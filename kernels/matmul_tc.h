@@ -41,9 +41,12 @@ compiler::Kernel build_tc_splitk_sum(DType dtype, bool flat);
 // `n8`: N is a multiple of 8 (always so when b is not transposed), so c's rows are 16-byte
 // aligned and the epilogue writes them as vectors; a transposed b with N not a multiple of 8
 // runs the "_n1" kernels. The bits are the same either way.
-std::string tc_async_name(bool ta, bool tb, int64_t rows = kTcM, bool n8 = true);
+// `addend`: c = the product rounded to c's dtype, plus an input addend [M, N], rounded (an add
+// after the kernel, in its epilogue); parameters a, b, addend, c.
+std::string tc_async_name(bool ta, bool tb, int64_t rows = kTcM, bool n8 = true,
+                          bool addend = false);
 compiler::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows = kTcM,
-                                       bool n8 = true);
+                                       bool n8 = true, bool addend = false);
 std::string tc_async_splitk_name(bool ta, bool tb);
 compiler::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb);
 
@@ -138,12 +141,16 @@ void tc_async_steps(compiler::Scope& s, const TcAsyncStaging& st, const TcAsyncB
 // `tile`, if given, names the shared tile's element (transposed: (n, m), else (m, n)) in memory
 // the kernel already holds (the K loop's stages, free once every gemm is done: a barrier comes
 // first), so the epilogue takes no shared memory of its own; else a padded tile is allocated.
+// `addend`, if given, names the value added to c's element (i, j) after the product was rounded
+// to c's dtype: the whole tile adds it to the shared tile's (rounded) value, an edge tile stores
+// the product, then reads it back and adds.
 using TcTileAt = std::function<compiler::Ref(const compiler::Val&, const compiler::Val&)>;
+using TcValueAt = std::function<compiler::Val(const compiler::Val&, const compiler::Val&)>;
 void tc_store_through_shared(
     compiler::Scope& s, DType dtype, const std::vector<compiler::Buf>& frags, int64_t rows,
     const compiler::Val& m0, const compiler::Val& n0, const compiler::Val& m,
     const compiler::Val& n,
     const std::function<compiler::Ref(const compiler::Val&, const compiler::Val&)>& c_at,
-    bool transposed = false, const TcTileAt& tile = {});
+    bool transposed = false, const TcTileAt& tile = {}, const TcValueAt& addend = {});
 
 }  // namespace tilerun::kernels

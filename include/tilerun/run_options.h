@@ -25,6 +25,9 @@ struct SessionOptions {
   uint64_t seed = 0;          // for tensors not bound explicitly (the documented initialiser)
   std::string dump_dir;       // non-empty: write each kernel's IR and code there
   bool forward_only = false;  // compile no backward kernels (backward() is then an error)
+  // Fold an add of a matmul's product that nothing else reads into the matmul (its epilogue on
+  // the tensor cores): one kernel fewer each, the same bits either way.
+  bool fold = true;
   // Called with one line of compile progress at a time (e.g. "compiling 12/31 kernels").
   void (*progress)(const char* line) = nullptr;
 };

@@ -106,6 +106,45 @@ TEST(Session, RepeatsBitForBitAndDependsOnTheSeed) {
   }
 }
 
+// A matmul's add folded in (graph/fold_adds.h): a residual add after a projection and a
+// gradient's two contributions, bf16 on the tensor cores' epilogue (whole and edge tiles) and f32
+// through the add's own kernel: every output and gradient bit for bit as unfolded, fewer kernels.
+TEST(Session, FoldedAddsGiveTheSameBits) {
+  for (const char* dtype : {"bf16", "f32"}) {
+    const std::string yaml =
+        std::string("model: s\ndtype: ") + dtype +
+        "\ndims: {T: 200, D: 64, F: 136}\ninputs:\n  x: {shape: [T, D]}\nlayers:\n  - name: l\n"
+        "    weights:\n      w1: {shape: [D, F]}\n      w2: {shape: [F, D]}\n"
+        "      w3: {shape: [D, D]}\n    ops:\n"
+        "      - {op: matmul, in: [x, w1], out: h}\n"
+        "      - {op: relu, in: h, out: a}\n"
+        "      - {op: matmul, in: [a, w2], out: p}\n"
+        "      - {op: add, in: [p, x], out: r}\n"      // a residual add
+        "      - {op: matmul, in: [r, w3], out: q}\n"  // r read twice: dr accumulates
+        "      - {op: mul, in: [q, r], out: y}\n"
+        "outputs: [l.y]\n";
+    const uint64_t seed = fresh_seed();
+    auto step = [&](bool fold) {
+      Session s(parse_model(yaml, "s.yaml"), {.device = Device::Cpu, .seed = seed, .fold = fold});
+      s.forward();
+      s.backward();
+      TensorMap all = s.outputs();
+      for (auto& [name, t] : s.gradients()) all["grad." + name] = t;
+      return std::pair{all, s.compile_stats().kernels_total};
+    };
+    const auto [folded, folded_kernels] = step(true);
+    const auto [plain, plain_kernels] = step(false);
+    // f32 (SIMT) runs the add's kernel after the product: as many kernels.
+    if (std::string(dtype) == "bf16")
+      EXPECT_LT(folded_kernels, plain_kernels);
+    else
+      EXPECT_EQ(folded_kernels, plain_kernels);
+    ASSERT_EQ(folded.size(), plain.size());
+    for (const auto& [name, t] : folded)
+      EXPECT_EQ(t.data, plain.at(name).data) << name << " " << dtype;
+  }
+}
+
 TEST(Session, ReplaysTheSameStep) {
   Session s(tiny(), {.device = Device::Cpu, .seed = fresh_seed()});
   s.forward();

@@ -1,0 +1,102 @@
+#include "graph/fold_adds.h"
+
+#include <vector>
+
+namespace tilerun::graph {
+
+namespace {
+
+// Tensors that outlive the step or are read from outside the ops (reuse.h persistent_tensors'
+// op-level part): a product among them keeps its own buffer.
+std::vector<bool> kept_tensors(const OpGraph& g) {
+  std::vector<bool> keep(g.tensors.size(), false);
+  for (int out : g.outputs) keep[out] = true;
+  for (const GraphLossTerm& term : g.loss) keep[term.value] = true;
+  for (const GraphIndexCheck& check : g.index_checks) {
+    if (check.status >= 0) keep[check.status] = true;
+    if (check.ids >= 0) keep[check.ids] = true;
+  }
+  for (int t : g.selection_inputs) keep[t] = true;
+  for (const auto& [x, dx] : g.grad) {
+    const TensorKind k = g.tensors[x].kind;
+    if (k == TensorKind::Input || k == TensorKind::Weight) keep[dx] = true;
+  }
+  return keep;
+}
+
+// Whether matmul `mm` with `addend` expands to no more kernels than without it.
+bool adds_in_kernel(const OpGraph& g, const GraphOp& mm, int addend) {
+  const kernels::OpSchema& schema = *kernels::op_registry().find("matmul");
+  std::vector<kernels::TensorType> in;
+  for (int t : mm.inputs) in.push_back(g.tensors[t].type);
+  const std::vector<kernels::TensorType> out = {g.tensors[mm.outputs[0]].type};
+  const size_t plain = schema.expand(in, out, mm.attrs).calls.size();
+  in.push_back(g.tensors[addend].type);
+  return schema.expand(in, out, mm.attrs).calls.size() <= plain;
+}
+
+}  // namespace
+
+int fold_matmul_adds(OpGraph& g) {
+  std::vector<int> readers(g.tensors.size(), 0);
+  for (const GraphOp& op : g.ops)
+    for (int t : op.inputs) ++readers[t];
+  const std::vector<bool> keep = kept_tensors(g);
+  std::vector<bool> removed(g.ops.size(), false);
+  int folded = 0;
+  for (size_t b = 0; b < g.ops.size(); ++b) {
+    GraphOp& add = g.ops[b];
+    if (add.type != "add" || add.inputs.size() != 2 || add.outputs.size() != 1) continue;
+    for (int side : {0, 1}) {
+      const int product = add.inputs[side], other = add.inputs[1 - side];
+      const int a = g.tensors[product].producer;
+      if (a < 0 || removed[a] || product == other) continue;
+      GraphOp& mm = g.ops[a];
+      const auto& type = g.tensors[product].type;
+      if (mm.type != "matmul" || mm.inputs.size() != 2 || readers[product] != 1 || keep[product] ||
+          mm.direction != add.direction || mm.layer != add.layer ||
+          !(g.tensors[other].type == type) || !(g.tensors[add.outputs[0]].type == type))
+        continue;
+      // Only where the matmul's kernels add it themselves (the tensor cores' epilogue): else
+      // the fold would run the same kernels and leave the product's tensor behind.
+      if (!adds_in_kernel(g, mm, other)) continue;
+      // The fused op runs where the matmul ran when the addend is ready by then, else where the
+      // add ran (the matmul's inputs, written once, are still there).
+      const bool at_add = g.tensors[other].producer >= a;
+      GraphOp fused = mm;
+      fused.inputs.push_back(other);
+      fused.outputs = add.outputs;
+      const int at = at_add ? static_cast<int>(b) : a;
+      g.tensors[add.outputs[0]].producer = at;
+      // The product is now written and read by nothing; it keeps the fused op as its producer,
+      // so that it counts neither as an input nor as a zero gradient (no bytes, no memset).
+      g.tensors[product].producer = at;
+      removed[at_add ? a : b] = true;
+      g.ops[at] = std::move(fused);
+      ++folded;
+      break;
+    }
+  }
+  if (folded == 0) return 0;
+  // Drop the folded adds, renumbering the ops.
+  std::vector<int> id(g.ops.size(), -1);
+  std::vector<GraphOp> ops;
+  for (size_t i = 0; i < g.ops.size(); ++i)
+    if (!removed[i]) {
+      id[i] = static_cast<int>(ops.size());
+      ops.push_back(std::move(g.ops[i]));
+    }
+  g.ops = std::move(ops);
+  auto renumber = [&](int& op) {
+    if (op >= 0) op = id[op];
+  };
+  for (GraphTensor& t : g.tensors) renumber(t.producer);
+  for (GraphLossTerm& term : g.loss) renumber(term.op);
+  for (GraphIndexCheck& check : g.index_checks) {
+    renumber(check.producer);
+    renumber(check.op);
+  }
+  return folded;
+}
+
+}  // namespace tilerun::graph
