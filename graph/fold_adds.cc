@@ -24,15 +24,15 @@ std::vector<bool> kept_tensors(const OpGraph& g) {
   return keep;
 }
 
-// Whether matmul `mm` with `addend` expands to no more kernels than without it.
-bool adds_in_kernel(const OpGraph& g, const GraphOp& mm, int addend) {
-  const kernels::OpSchema& schema = *kernels::op_registry().find("matmul");
-  std::vector<kernels::TensorType> in;
-  for (int t : mm.inputs) in.push_back(g.tensors[t].type);
-  const std::vector<kernels::TensorType> out = {g.tensors[mm.outputs[0]].type};
-  const size_t plain = schema.expand(in, out, mm.attrs).calls.size();
+// Whether `op` (of `schema`) with `addend` expands to no more kernels than without it.
+bool adds_in_kernel(const OpGraph& g, const kernels::OpSchema& schema, const GraphOp& op,
+                    int addend) {
+  std::vector<kernels::TensorType> in, out;
+  for (int t : op.inputs) in.push_back(g.tensors[t].type);
+  for (int t : op.outputs) out.push_back(g.tensors[t].type);
+  const size_t plain = schema.expand(in, out, op.attrs).calls.size();
   in.push_back(g.tensors[addend].type);
-  return schema.expand(in, out, mm.attrs).calls.size() <= plain;
+  return schema.expand(in, out, op.attrs).calls.size() <= plain;
 }
 
 }  // namespace
@@ -51,21 +51,25 @@ int fold_matmul_adds(OpGraph& g) {
       const int product = add.inputs[side], other = add.inputs[1 - side];
       const int a = g.tensors[product].producer;
       if (a < 0 || removed[a] || product == other) continue;
-      GraphOp& mm = g.ops[a];
+      GraphOp& op = g.ops[a];
+      const kernels::OpSchema& schema = *kernels::op_registry().find(op.type);
       const auto& type = g.tensors[product].type;
-      if (mm.type != "matmul" || mm.inputs.size() != 2 || readers[product] != 1 || keep[product] ||
-          mm.direction != add.direction || mm.layer != add.layer ||
+      if (schema.addend_input < 0 || static_cast<int>(op.inputs.size()) != schema.addend_input ||
+          op.outputs[0] != product || readers[product] != 1 || keep[product] ||
+          op.direction != add.direction || op.layer != add.layer ||
           !(g.tensors[other].type == type) || !(g.tensors[add.outputs[0]].type == type))
         continue;
-      // Only where the matmul's kernels add it themselves (the tensor cores' epilogue): else
-      // the fold would run the same kernels and leave the product's tensor behind.
-      if (!adds_in_kernel(g, mm, other)) continue;
-      // The fused op runs where the matmul ran when the addend is ready by then, else where the
-      // add ran (the matmul's inputs, written once, are still there).
+      // The fused op runs where the op ran when the addend is ready by then, else where the add
+      // ran (its inputs, written once, are still there; an op with other outputs stays, as
+      // their readers may come before the add).
       const bool at_add = g.tensors[other].producer >= a;
-      GraphOp fused = mm;
+      if (at_add && op.outputs.size() != 1) continue;
+      // Only where the op's kernels add it themselves (the tensor cores' epilogue): else the
+      // fold would run the same kernels and leave the product's tensor behind.
+      if (!adds_in_kernel(g, schema, op, other)) continue;
+      GraphOp fused = op;
       fused.inputs.push_back(other);
-      fused.outputs = add.outputs;
+      fused.outputs[0] = add.outputs[0];
       const int at = at_add ? static_cast<int>(b) : a;
       g.tensors[add.outputs[0]].producer = at;
       // The product is now written and read by nothing; it keeps the fused op as its producer,

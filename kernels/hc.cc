@@ -91,6 +91,7 @@ std::vector<TensorType> infer_hc_pre_grad(const std::vector<TensorType>& in, con
   expect_shape(in[4], "dy", {t, d});
   expect_shape(in[5], "dpost", {t, n});
   expect_shape(in[6], "dcomb", {t, n, n});
+  if (in.size() > 7) expect_shape(in[7], "addend", {t, n, d});
   check_attrs(attrs);
   return {in[0], {DType::F32, {t, m}}, {DType::F32, {t, m + 3}}};
 }
@@ -574,19 +575,23 @@ cc::Kernel build_hc_pre_grad_mix_lanes(int64_t n, const std::string& name) {
 }
 
 // dx[t, i, :] = coef[t, i]·dy[t, :] + coef[t, n]·x[t, i, :] + dxf[t, i, :] (the GEMM's part), one
-// block per token. Parameters coef, x, dy, dxf, dx; dims T, D.
-cc::Kernel build_hc_pre_grad_dx(int64_t n, const std::string& name) {
+// block per token; with `addend`, plus addend[t, i, :] after (an add's rounding). Parameters
+// coef, x, dy, dxf, (addend,) dx; dims T, D.
+cc::Kernel build_hc_pre_grad_dx(int64_t n, const std::string& name, bool addend) {
   cc::KernelBuilder kb(name);
   cc::Dim tokens = kb.dim("T"), dd = kb.dim("D");
   cc::Buf coef = kb.input("coef", DType::F32, {tokens, cc::Val(n + 1)});
   cc::Buf x = kb.input("x", DType::F32, {tokens, cc::Val(n), dd});
   cc::Buf dy = kb.input("dy", DType::F32, {tokens, dd});
   cc::Buf dxf = kb.input("dxf", DType::F32, {tokens, cc::Val(n), dd});
+  cc::Buf add = addend ? kb.input("addend", DType::F32, {tokens, cc::Val(n), dd}) : cc::Buf{};
   cc::Buf dx = kb.output("dx", DType::F32, {tokens, cc::Val(n), dd});
   kb.body({tokens}, kThreads, [&](cc::Scope& s) {
     cc::Idx tok = s.block_idx(0);
     s.parallel(cc::Val(n), dd, [&](cc::Idx i, cc::Idx c) {
-      dx(tok, i, c) = coef(tok, i) * dy(tok, c) + coef(tok, n) * x(tok, i, c) + dxf(tok, i, c);
+      cc::Val v =
+          s.let(coef(tok, i) * dy(tok, c) + coef(tok, n) * x(tok, i, c) + dxf(tok, i, c), "dx");
+      dx(tok, i, c) = addend ? cc::Val(v + add(tok, i, c)) : v;
     });
   });
   return kb.build();
@@ -854,8 +859,9 @@ ExpandFn expand_hc_pre_grad(std::shared_ptr<KernelCache> cache) {
                  const Attrs& attrs) {
     const int64_t t = in[0].shape[0], n = in[0].shape[1], d = in[0].shape[2], m = mixes_of(n);
     const bool lanes = SinkhornLanes::fits(n);
+    const bool addend = in.size() > 7;
     const std::string mix = name_of(lanes ? "hc_pre_grad_mix_lanes" : "hc_pre_grad_mix", n),
-                      dx = name_of("hc_pre_grad_dx", n);
+                      dx = name_of(addend ? "hc_pre_grad_dx_add" : "hc_pre_grad_dx", n);
     // Scratch: mix = x·fn [T, M], coef [T, n + 1], dxf = dmix·fnᵀ [T, n·D], sums [T, 1 + n],
     // Sinkhorn's tape [STEPS, n² + n, T] (or [STEPS, 2, T·n²] for the lane kernel).
     OpExpansion ex{.scratch = {{DType::F32, {t, m}},
@@ -882,10 +888,12 @@ ExpandFn expand_hc_pre_grad(std::shared_ptr<KernelCache> cache) {
                         .dims = {t, n * d, steps_of(attrs)},
                         .scalars = {attr_float(attrs, "eps"), attr_float(attrs, "norm_eps")}});
     append_matmul(ex, {DType::F32, {t, m}}, in[1], true, output_slot(1), 1, scratch_slot(2));
-    ex.calls.push_back({.kernel = cache->get(dx, [&] { return build_hc_pre_grad_dx(n, dx); }),
-                        .buffers = {scratch_slot(1), input_slot(0), input_slot(4), scratch_slot(2),
-                                    output_slot(0)},
-                        .dims = {t, d}});
+    ex.calls.push_back(
+        {.kernel = cache->get(dx, [&] { return build_hc_pre_grad_dx(n, dx, addend); }),
+         .buffers = {scratch_slot(1), input_slot(0), input_slot(4), scratch_slot(2),
+                     output_slot(0)},
+         .dims = {t, d}});
+    if (addend) ex.calls.back().buffers.insert(ex.calls.back().buffers.end() - 1, input_slot(7));
     return ex;
   };
 }
@@ -962,10 +970,13 @@ void register_hc(OpRegistry& registry) {
                 .expand = expand_hc_pre(cache),
                 .tests = hc_pre_tests()});
   registry.add({.name = "hc_pre_grad",
-                .doc = "hc_pre's backward from (x, fn, scale, base, dy, dpost, dcomb): dx, dmix "
-                       "(dfn = xᵀ·dmix), and per token dab [T, M + 3]: da (dbase's terms) then "
-                       "dscale's three; the GEMM and Sinkhorn recomputed",
-                .inputs = {"x", "fn", "scale", "base", "dy", "dpost", "dcomb"},
+                .doc = "hc_pre's backward from (x, fn, scale, base, dy, dpost, dcomb): dx (plus "
+                       "addend: x's other gradient), dmix (dfn = xᵀ·dmix), and per token dab "
+                       "[T, M + 3]: da (dbase's terms) then dscale's three; the GEMM and Sinkhorn "
+                       "recomputed",
+                .inputs = {"x", "fn", "scale", "base", "dy", "dpost", "dcomb", "addend"},
+                .optional_inputs = 1,
+                .addend_input = 7,
                 .outputs = {"dx", "dmix", "dab"},
                 .attrs = hc_pre_attrs(),
                 .dtypes = {DType::F32},

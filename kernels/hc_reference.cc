@@ -110,7 +110,8 @@ std::vector<RefTensor> ref_hc_pre_grad(const std::vector<RefTensor>& in, const A
         double through_fn = 0;  // Σ_j dmix_j·fn[i·D + e, j]
         for (int64_t j = 0; j < m; ++j)
           through_fn += dmix.data[t * m + j] * fn.data[(i * d + e) * m + j];
-        dx.data[at] = pre * dy.data[t * d + e] + c * x.data[at] + through_fn;
+        dx.data[at] = pre * dy.data[t * d + e] + c * x.data[at] + through_fn +
+                      (in.size() > 7 ? in[7].data[at] : 0.0);
       }
     }
   }
@@ -172,6 +173,10 @@ std::vector<std::vector<int64_t>> pre_shapes(int64_t t, int64_t n, int64_t d) {
 std::vector<std::vector<int64_t>> pre_grad_shapes(int64_t t, int64_t n, int64_t d) {
   return {{t, n, d}, {n * d, mixes_of(n)}, {3}, {mixes_of(n)}, {t, d}, {t, n}, {t, n, n}};
 }
+std::vector<std::vector<int64_t>> with_addend(std::vector<std::vector<int64_t>> s) {
+  s.push_back(s[0]);
+  return s;
+}
 std::vector<std::vector<int64_t>> post_shapes(int64_t t, int64_t n, int64_t d, bool grad) {
   std::vector<std::vector<int64_t>> s = {{t, d}, {t, n, d}, {t, n}, {t, n, n}};
   if (grad) s.push_back({t, n, d});
@@ -211,7 +216,12 @@ OpTests hc_pre_grad_tests() {
                      {.shapes = pre_grad_shapes(5, 2, 3), .attrs = it(3, 1e-3)},
                      {.shapes = pre_grad_shapes(70, 4, 130), .attrs = it(20), .lo = -1, .hi = 1},
                      {.shapes = pre_grad_shapes(19, 3, 5), .attrs = it(5), .lo = -1, .hi = 1},
-                     {.shapes = pre_grad_shapes(3, 1, 2), .attrs = it(2), .lo = -1, .hi = 1}},
+                     {.shapes = pre_grad_shapes(3, 1, 2), .attrs = it(2), .lo = -1, .hi = 1},
+                     // with dx's addend (the streams' other gradient)
+                     {.shapes = with_addend(pre_grad_shapes(19, 3, 5)),
+                      .attrs = it(5),
+                      .lo = -1,
+                      .hi = 1}},
           .examples = {{.inputs = {{{1, 1, 1}, {2}},
                                    {{1, 3}, {0, 0, 0}},
                                    {{3}, {1, 1, 1}},

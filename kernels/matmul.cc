@@ -467,6 +467,7 @@ void register_matmul(OpRegistry& registry) {
               "add in)",
        .inputs = {"a", "b", "addend"},
        .optional_inputs = 1,
+       .addend_input = 2,
        .outputs = {"c"},
        .attrs = {{.name = "transpose_a",
                   .kind = AttrKind::Bool,

@@ -31,9 +31,10 @@ namespace cc = tilerun::compiler;
 
 // y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * gamma, rows over the last axis (or its
 // groups).
-// y's dtype: `to`, or x's when it is empty.
+// y's dtype: `to`, or x's when it is empty or absent (a rule's attributes before defaults).
 DType y_dtype(const TensorType& x, const Attrs& attrs) {
-  return attr_string(attrs, "to").empty() ? x.dtype : float_dtype_attr(attrs, "to");
+  return !attrs.count("to") || attr_string(attrs, "to").empty() ? x.dtype
+                                                                : float_dtype_attr(attrs, "to");
 }
 
 std::vector<TensorType> infer_rmsnorm(const std::vector<TensorType>& in, const Attrs& attrs) {

@@ -198,8 +198,11 @@ inline const std::vector<DType> kFloatTypes = {DType::F32, DType::BF16, DType::F
 struct OpSchema {
   std::string name;
   std::string doc;
-  std::vector<std::string> inputs;   // input slot names, in order
-  int optional_inputs = 0;           // how many trailing inputs may be left out
+  std::vector<std::string> inputs;  // input slot names, in order
+  int optional_inputs = 0;          // how many trailing inputs may be left out
+  // >= 0: an optional input (the last) added to output 0 after the op rounded it to its dtype (an
+  // add after the op, the same bits): graph/fold_adds.h folds an add of output 0 into the op.
+  int addend_input = -1;
   std::vector<std::string> outputs;  // output slot names, in order
   int optional_outputs = 0;          // how many trailing outputs may be left out (split)
   std::vector<AttrSpec> attrs;

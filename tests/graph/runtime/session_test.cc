@@ -145,6 +145,26 @@ TEST(Session, FoldedAddsGiveTheSameBits) {
   }
 }
 
+// hc_pre_grad takes the streams' other gradient (hc_post's) as its dx kernel's addend: the mHC
+// model's gradients bit for bit as unfolded, one kernel fewer a layer.
+TEST(Session, FoldedStreamGradientsGiveTheSameBits) {
+  const Model model = load_model(std::string(TILERUN_SOURCE_DIR) + "/configs/mhc-fused.yaml");
+  const uint64_t seed = fresh_seed();
+  auto step = [&](bool fold) {
+    Session s(model, {.device = Device::Cpu, .seed = seed, .fold = fold});
+    s.forward();
+    s.backward();
+    TensorMap all = s.outputs();
+    for (auto& [name, t] : s.gradients()) all["grad." + name] = t;
+    return std::pair{all, s.compile_stats().kernels_total};
+  };
+  const auto [folded, folded_kernels] = step(true);
+  const auto [plain, plain_kernels] = step(false);
+  EXPECT_LT(folded_kernels, plain_kernels);
+  ASSERT_EQ(folded.size(), plain.size());
+  for (const auto& [name, t] : folded) EXPECT_EQ(t.data, plain.at(name).data) << name;
+}
+
 TEST(Session, ReplaysTheSameStep) {
   Session s(tiny(), {.device = Device::Cpu, .seed = fresh_seed()});
   s.forward();
