@@ -106,6 +106,27 @@ TEST(Session, RepeatsBitForBitAndDependsOnTheSeed) {
   }
 }
 
+// One step's outputs and gradients, and the session's kernel count, with or without folding.
+std::pair<TensorMap, int> step_folded(const Model& model, uint64_t seed, bool fold) {
+  Session s(model, {.device = Device::Cpu, .seed = seed, .fold = fold});
+  s.forward();
+  s.backward();
+  TensorMap all = s.outputs();
+  for (auto& [name, t] : s.gradients()) all["grad." + name] = t;
+  return {all, s.compile_stats().kernels_total};
+}
+
+// Folded and not: the same bits everywhere; returns (folded kernels, unfolded kernels).
+std::pair<int, int> expect_folding_keeps_the_bits(const Model& model, const std::string& what) {
+  const uint64_t seed = fresh_seed();
+  const auto [folded, folded_kernels] = step_folded(model, seed, true);
+  const auto [plain, plain_kernels] = step_folded(model, seed, false);
+  EXPECT_EQ(folded.size(), plain.size()) << what;
+  for (const auto& [name, t] : folded)
+    if (plain.count(name)) EXPECT_EQ(t.data, plain.at(name).data) << name << " " << what;
+  return {folded_kernels, plain_kernels};
+}
+
 // A matmul's add folded in (graph/fold_adds.h): a residual add after a projection and a
 // gradient's two contributions, bf16 on the tensor cores' epilogue (whole and edge tiles) and f32
 // through the add's own kernel: every output and gradient bit for bit as unfolded, fewer kernels.
@@ -123,46 +144,21 @@ TEST(Session, FoldedAddsGiveTheSameBits) {
         "      - {op: matmul, in: [r, w3], out: q}\n"  // r read twice: dr accumulates
         "      - {op: mul, in: [q, r], out: y}\n"
         "outputs: [l.y]\n";
-    const uint64_t seed = fresh_seed();
-    auto step = [&](bool fold) {
-      Session s(parse_model(yaml, "s.yaml"), {.device = Device::Cpu, .seed = seed, .fold = fold});
-      s.forward();
-      s.backward();
-      TensorMap all = s.outputs();
-      for (auto& [name, t] : s.gradients()) all["grad." + name] = t;
-      return std::pair{all, s.compile_stats().kernels_total};
-    };
-    const auto [folded, folded_kernels] = step(true);
-    const auto [plain, plain_kernels] = step(false);
-    // f32 (SIMT) runs the add's kernel after the product: as many kernels.
+    const auto [folded, plain] = expect_folding_keeps_the_bits(parse_model(yaml, "s.yaml"), dtype);
+    // f32 (SIMT) would run the add's kernel after the product: not folded, as many kernels.
     if (std::string(dtype) == "bf16")
-      EXPECT_LT(folded_kernels, plain_kernels);
+      EXPECT_LT(folded, plain);
     else
-      EXPECT_EQ(folded_kernels, plain_kernels);
-    ASSERT_EQ(folded.size(), plain.size());
-    for (const auto& [name, t] : folded)
-      EXPECT_EQ(t.data, plain.at(name).data) << name << " " << dtype;
+      EXPECT_EQ(folded, plain);
   }
 }
 
 // hc_pre_grad takes the streams' other gradient (hc_post's) as its dx kernel's addend: the mHC
 // model's gradients bit for bit as unfolded, one kernel fewer a layer.
 TEST(Session, FoldedStreamGradientsGiveTheSameBits) {
-  const Model model = load_model(std::string(TILERUN_SOURCE_DIR) + "/configs/mhc-fused.yaml");
-  const uint64_t seed = fresh_seed();
-  auto step = [&](bool fold) {
-    Session s(model, {.device = Device::Cpu, .seed = seed, .fold = fold});
-    s.forward();
-    s.backward();
-    TensorMap all = s.outputs();
-    for (auto& [name, t] : s.gradients()) all["grad." + name] = t;
-    return std::pair{all, s.compile_stats().kernels_total};
-  };
-  const auto [folded, folded_kernels] = step(true);
-  const auto [plain, plain_kernels] = step(false);
-  EXPECT_LT(folded_kernels, plain_kernels);
-  ASSERT_EQ(folded.size(), plain.size());
-  for (const auto& [name, t] : folded) EXPECT_EQ(t.data, plain.at(name).data) << name;
+  const auto [folded, plain] = expect_folding_keeps_the_bits(
+      load_model(std::string(TILERUN_SOURCE_DIR) + "/configs/mhc-fused.yaml"), "mhc-fused");
+  EXPECT_LT(folded, plain);
 }
 
 TEST(Session, ReplaysTheSameStep) {
