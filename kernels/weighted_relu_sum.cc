@@ -298,6 +298,7 @@ void register_weighted_relu_sum(OpRegistry& registry) {
               "weighted_relu_sum_grad",
        .inputs = {"x", "w", "bias"},
        .optional_inputs = 1,
+       .addend_input = 2,
        .outputs = {"y"},
        .attrs = {alpha},
        .infer = infer_forward,

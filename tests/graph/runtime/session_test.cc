@@ -161,6 +161,19 @@ TEST(Session, FoldedStreamGradientsGiveTheSameBits) {
   EXPECT_LT(folded, plain);
 }
 
+// weighted_relu_sum then an add of a mask (the indexer's score as a user may write it): folded
+// into the op's bias, the same bits.
+TEST(Session, FoldedScoreMaskGivesTheSameBits) {
+  const std::string yaml =
+      "model: s\ndtype: bf16\ndims: {T: 9, H: 4, C: 40}\ninputs:\n  x: {shape: [T, H, C]}\n"
+      "  w: {shape: [T, H]}\n  m: {shape: [T, C]}\nlayers:\n  - name: l\n    ops:\n"
+      "      - {op: weighted_relu_sum, in: [x, w], out: s, alpha: 0.5}\n"
+      "      - {op: add, in: [s, m], out: y}\n"
+      "outputs: [l.y]\n";
+  const auto [folded, plain] = expect_folding_keeps_the_bits(parse_model(yaml, "s.yaml"), "score");
+  EXPECT_LT(folded, plain);
+}
+
 TEST(Session, ReplaysTheSameStep) {
   Session s(tiny(), {.device = Device::Cpu, .seed = fresh_seed()});
   s.forward();
