@@ -43,6 +43,7 @@ SessionOptions session_options(const Options& o, Device device, LaunchMode mode)
   so.device = device;
   so.mode = mode;
   so.pdl = o.pdl;
+  so.fold = o.fold;
   so.profile = o.profile;
   so.seed = o.seed;
   so.dump_dir = o.dump_dir;
