@@ -1,10 +1,26 @@
 #include "kernels/bitonic_sort.h"
 
+#include <limits>
 #include <vector>
 
 namespace tilerun::kernels {
 
 namespace cc = tilerun::compiler;
+
+cc::Val monotone_bits(const cc::Val& v) {
+  cc::Val bits = cc::bitcast(cc::Type::I32, cc::select(v == 0.0f, cc::Val(0.0f), v));
+  cc::Val ordered =
+      bits ^ (cc::shr(bits, cc::to_i32(cc::Val(31))) & cc::to_i32(cc::Val(0x7FFFFFFF)));
+  return cc::select(v != v, cc::to_i32(cc::Val(0x7FFFFFFF)), ordered);
+}
+
+cc::Val sort_key(const cc::Val& v, const cc::Val& index) {
+  return cc::to_i64(monotone_bits(v)) * int64_t{4294967296} + (4294967295 - index);
+}
+
+cc::Val sort_key_index(const cc::Val& key) { return 4294967295 - (key & 4294967295); }
+
+cc::Val padding_key() { return cc::Val(std::numeric_limits<int64_t>::min() + 1); }
 
 void bitonic_sort(cc::Scope& s, const cc::Buf& keys, int64_t m, bool descending) {
   // Blocks of `size` alternate the final direction and its opposite, halved by `half` until

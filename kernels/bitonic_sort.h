@@ -15,6 +15,17 @@
 
 namespace tilerun::kernels {
 
+// Sort keys in topk's order (a NaN above every number, NaNs tied, +0 = -0, ties to the lower
+// index). monotone_bits: an f32 value as a signed i32 of that order (a negative float's magnitude
+// bits flipped, both zeros 0, every NaN 0x7FFFFFFF). sort_key: element `index` with value v as
+// monotone_bits · 2^32 + 2^32 - 1 - index (i64), distinct, so a descending sort (or a max) is
+// that order; sort_key_index gives the index back. padding_key is below every real key (whose
+// high half is at least -inf's, 0x807FFFFF), spelled without INT64_MIN's literal.
+compiler::Val monotone_bits(const compiler::Val& v);
+compiler::Val sort_key(const compiler::Val& v, const compiler::Val& index);
+compiler::Val sort_key_index(const compiler::Val& key);
+compiler::Val padding_key();
+
 // Sorts keys[0, m) in place (descending or ascending); a barrier before the first stage and
 // after the last, so the caller may write the tile just before and read it just after.
 void bitonic_sort(compiler::Scope& s, const compiler::Buf& keys, int64_t m, bool descending);

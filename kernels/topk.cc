@@ -130,24 +130,9 @@ std::vector<GradOp> grad_topk(const std::vector<TensorType>&, const Attrs&,
 
 std::string suffix(DType dtype) { return "_" + std::string(dtype_name(dtype)); }
 
-// An element's value as a signed i32 whose order is topk's: the bits of a negative float have
-// their magnitude flipped, +0 and -0 are both 0, every NaN is 0x7FFFFFFF (the largest).
-cc::Val monotone_bits(const cc::Val& v) {
-  cc::Val bits = cc::bitcast(cc::Type::I32, cc::select(v == 0.0f, cc::Val(0.0f), v));
-  cc::Val ordered =
-      bits ^ (cc::shr(bits, cc::to_i32(cc::Val(31))) & cc::to_i32(cc::Val(0x7FFFFFFF)));
-  return cc::select(v != v, cc::to_i32(cc::Val(0x7FFFFFFF)), ordered);
-}
-
 // The radix select's key: monotone_bits as an unsigned 32-bit value in an i64.
 cc::Val unsigned_key(const cc::Val& v) {
   return cc::to_i64(monotone_bits(v)) + int64_t{2147483648};
-}
-
-// The sort key of element `index` with value v: monotone_bits times 2^32 plus 2^32 - 1 - index,
-// so that the lower index is the larger key; distinct, so a descending sort is topk's order.
-cc::Val sort_key(const cc::Val& v, const cc::Val& index) {
-  return cc::to_i64(monotone_bits(v)) * int64_t{4294967296} + (4294967295 - index);
 }
 
 // For bf16 rows up to 2^16 (topk_sort): the key in 32 bits, monotone_bits' high half (a bf16's
@@ -173,15 +158,11 @@ void sort_and_write(cc::Scope& s, const cc::Buf& keys, int64_t m, const cc::Val&
   s.parallel(k, [&](cc::Idx r) {
     cc::Val index = narrow
                         ? s.let(65535 - cc::to_i64(keys(r) & cc::to_i32(cc::Val(65535))), "index")
-                        : s.let(4294967295 - (keys(r) & 4294967295), "index");
+                        : s.let(sort_key_index(keys(r)), "index");
     indices(row, r) = cc::to_i32(index);
     values(row, r) = x(row, cc::min(cc::max(index, cc::Val(int64_t{0})), n - 1));
   });
 }
-
-// Padding of a sort-key tile: below every real key (whose high half is at least -inf's,
-// 0x807FFFFF as i32), and spelled without INT64_MIN's literal, which C++ cannot write.
-cc::Val padding_key() { return cc::Val(std::numeric_limits<int64_t>::min() + 1); }
 
 // A condition as an i32 0/1 flag, a ballot's source.
 cc::Val as_flag(const cc::Val& cond) {

@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The MoE half's names that the attention half also uses: an f (FFN) prefix in the block.
 RENAME = {"y": "fy", "post": "fpost", "comb": "fcomb", "h": "fh", "hq": "fhq", "f": "ff",
-          "scores": "rscores", "hc_fn": "fhc_fn", "hc_scale": "fhc_scale",
+          "hc_fn": "fhc_fn", "hc_scale": "fhc_scale",
           "hc_base": "fhc_base", "x": "xa"}
 
 # Text edits that make each part mixed precision: (old, new), each must match exactly once.

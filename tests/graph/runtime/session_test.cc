@@ -161,6 +161,44 @@ TEST(Session, FoldedStreamGradientsGiveTheSameBits) {
   EXPECT_LT(folded, plain);
 }
 
+// moe_route (one kernel each way) against the router it replaces, composed of softplus, sqrt,
+// add, topk, take_along_axis, reduce_sum, div and scale: in f32 the same weights, experts and
+// gradients bit for bit (with a sigmoid score, V3's, too).
+TEST(Session, MoeRouteIsTheComposedRouterBitForBit) {
+  for (const bool sigmoid : {false, true}) {
+    const std::string head =
+        "model: s\ndtype: f32\ndims: {T: 300, E: 64}\ninputs:\n  logits: {shape: [T, E]}\n"
+        "layers:\n  - name: l\n    weights:\n"
+        "      e_bias: {shape: [E], init: {normal: {std: 0.3}}}\n    ops:\n";
+    const std::string tail = "outputs: [l.w, l.expert]\n";
+    const std::string fused =
+        head + "      - {op: moe_route, in: [logits, e_bias], out: [w, expert], k: 6, scale: 1.5" +
+        (sigmoid ? ", score: sigmoid" : "") + "}\n" + tail;
+    const std::string score = sigmoid ? "      - {op: sigmoid, in: logits, out: scores}\n"
+                                      : "      - {op: softplus, in: logits, out: sp}\n"
+                                        "      - {op: sqrt, in: sp, out: scores}\n";
+    const std::string composed =
+        head + score +
+        "      - {op: add, in: [scores, e_bias], out: biased}\n"
+        "      - {op: topk, in: biased, out: [top, expert], k: 6}\n"
+        "      - {op: take_along_axis, in: [scores, expert], out: chosen}\n"
+        "      - {op: reduce_sum, in: chosen, out: total, axes: [1], keepdims: true}\n"
+        "      - {op: div, in: [chosen, total], out: shares}\n"
+        "      - {op: scale, in: shares, out: w, alpha: 1.5}\n" +
+        tail;
+    const uint64_t seed = fresh_seed();
+    const auto [got, got_kernels] = step_folded(parse_model(fused, "fused.yaml"), seed, true);
+    const auto [want, want_kernels] =
+        step_folded(parse_model(composed, "composed.yaml"), seed, true);
+    for (const char* name : {"l.w", "l.expert", "grad.logits"}) {
+      ASSERT_TRUE(got.count(name) && want.count(name)) << name;
+      EXPECT_EQ(got.at(name).data, want.at(name).data) << name << (sigmoid ? " (sigmoid)" : "");
+    }
+    // One kernel each way (and the step's own two) against 18.
+    EXPECT_LE(got_kernels + 14, want_kernels) << got_kernels << " against " << want_kernels;
+  }
+}
+
 // weighted_relu_sum then an add of a mask (the indexer's score as a user may write it): folded
 // into the op's bias, the same bits.
 TEST(Session, FoldedScoreMaskGivesTheSameBits) {
