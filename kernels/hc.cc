@@ -13,8 +13,9 @@
 // every token), then `hc_token_sums`, one block per token: the mean squares by a block-wide
 // reduction (coalesced), then `hc_pre_split`, 64 tokens per block, one thread per token (like
 // sinkhorn's) for the σ splits and the whole Sinkhorn, pre into scratch; then `hc_pre_combine`,
-// one block per token, y in stream order. The backward op hc_pre_grad recomputes the GEMM and
-// Sinkhorn: x·fn (a matmul), the sums again with Σ dy·xₙ (hc_token_sums_dy), then per token
+// one block per token, y in stream order. The backward op hc_pre_grad reads the GEMM's x·fn
+// (hc_pre's optional mix output, else the gradient rule's own matmul) and recomputes Sinkhorn:
+// the sums again with Σ dy·xₙ (hc_token_sums_dy), then per token
 // (hc_pre_grad_mix, a warp of tokens per block; Sinkhorn's forward run once with its states on a
 // tape in scratch, then its adjoints: O(steps), not the O(steps²) of re-running it) dmix,
 // per-token partials of the gradients of base and scale (reduce_sum adds them in its fixed order)
@@ -78,11 +79,15 @@ std::vector<TensorType> infer_hc_pre(const std::vector<TensorType>& in, const At
   expect_shape(in[2], "scale", {3});
   expect_shape(in[3], "base", {mixes_of(n)});
   check_attrs(attrs);
-  return {{DType::F32, {t, d}}, {DType::F32, {t, n}}, {DType::F32, {t, n, n}}};
+  std::vector<TensorType> out = {
+      {DType::F32, {t, d}}, {DType::F32, {t, n}}, {DType::F32, {t, n, n}}};
+  if (attr_bool(attrs, "mix")) out.push_back({DType::F32, {t, mixes_of(n)}});
+  return out;
 }
 
-// (x, fn, scale, base, dy, dpost, dcomb) -> (dx, dmix, dab): dab [T, M + 3] holds each token's
-// da (dbase's terms) then its dscale terms, so that one sum over the tokens gives both.
+// (x, fn, scale, base, dy, dpost, dcomb, mix, addend?) -> (dx, dmix, dab): mix is the forward's
+// x·fn; dab [T, M + 3] holds each token's da (dbase's terms) then its dscale terms, so that one
+// sum over the tokens gives both.
 std::vector<TensorType> infer_hc_pre_grad(const std::vector<TensorType>& in, const Attrs& attrs) {
   const int64_t n = streams_of(in[0]), t = in[0].shape[0], d = in[0].shape[2], m = mixes_of(n);
   expect_shape(in[1], "fn", {n * d, m});
@@ -91,7 +96,8 @@ std::vector<TensorType> infer_hc_pre_grad(const std::vector<TensorType>& in, con
   expect_shape(in[4], "dy", {t, d});
   expect_shape(in[5], "dpost", {t, n});
   expect_shape(in[6], "dcomb", {t, n, n});
-  if (in.size() > 7) expect_shape(in[7], "addend", {t, n, d});
+  expect_shape(in[7], "mix", {t, m});
+  if (in.size() > 8) expect_shape(in[8], "addend", {t, n, d});
   check_attrs(attrs);
   return {in[0], {DType::F32, {t, m}}, {DType::F32, {t, m + 3}}};
 }
@@ -117,20 +123,25 @@ std::vector<TensorType> infer_hc_post_grad(const std::vector<TensorType>& in, co
 
 // hc_pre_grad gives dx whole, dmix and per-token terms of dbase and dscale side by side; dfn =
 // xᵀ·dmix, and one sum over the tokens, split (views where dbase's M floats keep 16-byte
-// alignment), gives dbase and dscale.
+// alignment), gives dbase and dscale. It reads the forward's x·fn: hc_pre's mix output where the
+// op has it (`mix`), else the same matmul again (the same kernels, so the same bits).
 std::vector<GradOp> grad_hc_pre(const std::vector<TensorType>& in, const Attrs& attrs,
                                 const std::vector<bool>& needs) {
   if (!needs[0] && !needs[1] && !needs[2] && !needs[3]) return {};
   const int64_t t = in[0].shape[0], k = in[0].shape[1] * in[0].shape[2];
   const int64_t m = in[3].shape[0];
-  std::vector<GradOp> ops = {{"hc_pre_grad",
-                              {"x0", "x1", "x2", "x3", "dy0", "dy1", "dy2"},
-                              {needs[0] ? "dx0" : "unused_dx", "dmix", "dab"},
-                              attrs}};
-  if (needs[1]) {
+  const bool has_mix = attr_bool(attrs, "mix");
+  std::vector<GradOp> ops;
+  if (needs[1] || !has_mix)
     ops.push_back({"reshape", {"x0"}, {"xf"}, {{"shape", std::vector<int64_t>{t, k}}}});
-    ops.push_back({"matmul", {"xf", "dmix"}, {"dx1"}, {{"transpose_a", true}}});
-  }
+  if (!has_mix) ops.push_back({"matmul", {"xf", "x1"}, {"mix"}, {}});
+  Attrs grad_attrs = attrs;
+  grad_attrs.erase("mix");
+  ops.push_back({"hc_pre_grad",
+                 {"x0", "x1", "x2", "x3", "dy0", "dy1", "dy2", has_mix ? "y3" : "mix"},
+                 {needs[0] ? "dx0" : "unused_dx", "dmix", "dab"},
+                 grad_attrs});
+  if (needs[1]) ops.push_back({"matmul", {"xf", "dmix"}, {"dx1"}, {{"transpose_a", true}}});
   if (needs[2] || needs[3]) {
     ops.push_back({"reduce_sum", {"dab"}, {"dab_sum"}, {{"axes", std::vector<int64_t>{0}}}});
     ops.push_back({"split",
@@ -821,13 +832,15 @@ void append_matmul(OpExpansion& ex, const TensorType& a, const TensorType& b, bo
 }
 
 ExpandFn expand_hc_pre(std::shared_ptr<KernelCache> cache) {
-  return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>&,
+  return [cache](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                  const Attrs& attrs) {
     const int64_t t = in[0].shape[0], n = in[0].shape[1], d = in[0].shape[2];
-    // Scratch: mix = x·fn [T, M], pre [T, n], the sums of squares [T, 1].
+    // Scratch: mix = x·fn [T, M] (the op's output instead when it gives it), pre [T, n], the
+    // sums of squares [T, 1].
     OpExpansion ex{
         .scratch = {{DType::F32, {t, mixes_of(n)}}, {DType::F32, {t, n}}, {DType::F32, {t, 1}}}};
-    append_matmul(ex, {DType::F32, {t, n * d}}, in[1], false, input_slot(0), 1, scratch_slot(0));
+    const KernelArg mix = out.size() > 3 ? output_slot(3) : scratch_slot(0);
+    append_matmul(ex, {DType::F32, {t, n * d}}, in[1], false, input_slot(0), 1, mix);
     const std::string sums = name_of("hc_token_sums", n),
                       split = name_of(
                           SinkhornLanes::fits(n) ? "hc_pre_split_lanes" : "hc_pre_split", n),
@@ -842,7 +855,7 @@ ExpandFn expand_hc_pre(std::shared_ptr<KernelCache> cache) {
                                                           ? build_hc_pre_split_lanes(n, split)
                                                           : build_hc_pre_split(n, split);
                                              }),
-                        .buffers = {scratch_slot(2), scratch_slot(0), input_slot(2), input_slot(3),
+                        .buffers = {scratch_slot(2), mix, input_slot(2), input_slot(3),
                                     scratch_slot(1), output_slot(1), output_slot(2)},
                         .dims = {t, n * d, steps_of(attrs)},
                         .scalars = {attr_float(attrs, "eps"), attr_float(attrs, "norm_eps")}});
@@ -859,41 +872,39 @@ ExpandFn expand_hc_pre_grad(std::shared_ptr<KernelCache> cache) {
                  const Attrs& attrs) {
     const int64_t t = in[0].shape[0], n = in[0].shape[1], d = in[0].shape[2], m = mixes_of(n);
     const bool lanes = SinkhornLanes::fits(n);
-    const bool addend = in.size() > 7;
+    const bool addend = in.size() > 8;
     const std::string mix = name_of(lanes ? "hc_pre_grad_mix_lanes" : "hc_pre_grad_mix", n),
                       dx = name_of(addend ? "hc_pre_grad_dx_add" : "hc_pre_grad_dx", n);
-    // Scratch: mix = x·fn [T, M], coef [T, n + 1], dxf = dmix·fnᵀ [T, n·D], sums [T, 1 + n],
-    // Sinkhorn's tape [STEPS, n² + n, T] (or [STEPS, 2, T·n²] for the lane kernel).
-    OpExpansion ex{.scratch = {{DType::F32, {t, m}},
-                               {DType::F32, {t, n + 1}},
+    // Scratch: coef [T, n + 1], dxf = dmix·fnᵀ [T, n·D], sums [T, 1 + n], Sinkhorn's tape
+    // [STEPS, n² + n, T] (or [STEPS, 2, T·n²] for the lane kernel).
+    OpExpansion ex{.scratch = {{DType::F32, {t, n + 1}},
                                {DType::F32, {t, n * d}},
                                {DType::F32, {t, n + 1}},
                                lanes ? TensorType{DType::F32,
                                                   {steps_of(attrs), 2, t * SinkhornLanes::group(n)}}
                                      : TensorType{DType::F32, {steps_of(attrs), n * n + n, t}}}};
-    append_matmul(ex, {DType::F32, {t, n * d}}, in[1], false, input_slot(0), 1, scratch_slot(0));
     const std::string sums = name_of("hc_token_sums_dy", n);
     ex.calls.push_back(
         {.kernel = cache->get(sums, [&] { return build_hc_token_sums(n, true, sums); }),
-         .buffers = {input_slot(0), input_slot(4), scratch_slot(3)},
+         .buffers = {input_slot(0), input_slot(4), scratch_slot(2)},
          .dims = {t, d, n * d}});
     ex.calls.push_back({.kernel = cache->get(mix,
                                              [&] {
                                                return lanes ? build_hc_pre_grad_mix_lanes(n, mix)
                                                             : build_hc_pre_grad_mix(n, mix);
                                              }),
-                        .buffers = {scratch_slot(3), scratch_slot(0), input_slot(2), input_slot(3),
+                        .buffers = {scratch_slot(2), input_slot(7), input_slot(2), input_slot(3),
                                     input_slot(5), input_slot(6), output_slot(1), output_slot(2),
-                                    scratch_slot(1), scratch_slot(4)},
+                                    scratch_slot(0), scratch_slot(3)},
                         .dims = {t, n * d, steps_of(attrs)},
                         .scalars = {attr_float(attrs, "eps"), attr_float(attrs, "norm_eps")}});
-    append_matmul(ex, {DType::F32, {t, m}}, in[1], true, output_slot(1), 1, scratch_slot(2));
+    append_matmul(ex, {DType::F32, {t, m}}, in[1], true, output_slot(1), 1, scratch_slot(1));
     ex.calls.push_back(
         {.kernel = cache->get(dx, [&] { return build_hc_pre_grad_dx(n, dx, addend); }),
-         .buffers = {scratch_slot(1), input_slot(0), input_slot(4), scratch_slot(2),
+         .buffers = {scratch_slot(0), input_slot(0), input_slot(4), scratch_slot(1),
                      output_slot(0)},
          .dims = {t, d}});
-    if (addend) ex.calls.back().buffers.insert(ex.calls.back().buffers.end() - 1, input_slot(7));
+    if (addend) ex.calls.back().buffers.insert(ex.calls.back().buffers.end() - 1, input_slot(8));
     return ex;
   };
 }
@@ -951,32 +962,47 @@ std::vector<AttrSpec> hc_pre_attrs() {
            .positive = true}};
 }
 
+std::vector<AttrSpec> hc_pre_forward_attrs() {
+  std::vector<AttrSpec> attrs = hc_pre_attrs();
+  attrs.push_back({.name = "mix",
+                   .kind = AttrKind::Bool,
+                   .default_value = AttrValue{false},
+                   .doc =
+                       "also give mix = x·fn [T, M] (no gradient), which the backward then reads "
+                       "instead of computing the GEMM again"});
+  return attrs;
+}
+
 }  // namespace
 
 void register_hc(OpRegistry& registry) {
   auto cache = std::make_shared<KernelCache>();
   registry.add({.name = "hc_pre",
-                .doc = "mHC pre (V4): from streams x [T, n, D], y = Σₙ preₙ·xₙ [T, D], post "
-                       "[T, n] and comb [T, n, n] (sinkhorn) from one projection fn [n·D, n² + 2n] "
-                       "of x scaled by rsqrt(mean(x²) + norm_eps), by scale [3], plus base; "
-                       "f32, n <= 8; gradient hc_pre_grad and matmuls",
+                .doc =
+                    "mHC pre (V4): from streams x [T, n, D], y = Σₙ preₙ·xₙ [T, D], post "
+                    "[T, n] and comb [T, n, n] (sinkhorn) from one projection fn [n·D, n² + 2n] "
+                    "of x scaled by rsqrt(mean(x²) + norm_eps), by scale [3], plus base; "
+                    "f32, n <= 8; with mix, also mix = x·fn [T, M] (no gradient; the backward "
+                    "reads it instead of recomputing the GEMM); gradient hc_pre_grad and matmuls",
                 .inputs = {"x", "fn", "scale", "base"},
-                .outputs = {"y", "post", "comb"},
-                .attrs = hc_pre_attrs(),
+                .outputs = {"y", "post", "comb", "mix"},
+                .optional_outputs = 1,
+                .attrs = hc_pre_forward_attrs(),
                 .dtypes = {DType::F32},
                 .infer = infer_hc_pre,
                 .reference = ref_hc_pre,
                 .gradient = grad_hc_pre,
+                .detached_outputs = {3},
                 .expand = expand_hc_pre(cache),
                 .tests = hc_pre_tests()});
   registry.add({.name = "hc_pre_grad",
-                .doc = "hc_pre's backward from (x, fn, scale, base, dy, dpost, dcomb): dx (plus "
-                       "addend: x's other gradient), dmix (dfn = xᵀ·dmix), and per token dab "
-                       "[T, M + 3]: da (dbase's terms) then dscale's three; the GEMM and Sinkhorn "
-                       "recomputed",
-                .inputs = {"x", "fn", "scale", "base", "dy", "dpost", "dcomb", "addend"},
+                .doc = "hc_pre's backward from (x, fn, scale, base, dy, dpost, dcomb) and the "
+                       "forward's mix = x·fn: dx (plus addend: x's other gradient), dmix (dfn = "
+                       "xᵀ·dmix), and per token dab [T, M + 3]: da (dbase's terms) then dscale's "
+                       "three; Sinkhorn recomputed",
+                .inputs = {"x", "fn", "scale", "base", "dy", "dpost", "dcomb", "mix", "addend"},
                 .optional_inputs = 1,
-                .addend_input = 7,
+                .addend_input = 8,
                 .outputs = {"dx", "dmix", "dab"},
                 .attrs = hc_pre_attrs(),
                 .dtypes = {DType::F32},

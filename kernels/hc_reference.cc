@@ -67,6 +67,7 @@ std::vector<RefTensor> ref_hc_pre(const std::vector<RefTensor>& in, const Attrs&
   RefTensor comb = op_registry()
                        .find("sinkhorn")
                        ->reference({comb_logits(l, t_count, n)}, sinkhorn_attrs_of(attrs))[0];
+  if (attrs.count("mix") && attr_bool(attrs, "mix")) return {y, post, comb, mix_of(x, fn)};
   return {y, post, comb};
 }
 
@@ -111,7 +112,7 @@ std::vector<RefTensor> ref_hc_pre_grad(const std::vector<RefTensor>& in, const A
         for (int64_t j = 0; j < m; ++j)
           through_fn += dmix.data[t * m + j] * fn.data[(i * d + e) * m + j];
         dx.data[at] = pre * dy.data[t * d + e] + c * x.data[at] + through_fn +
-                      (in.size() > 7 ? in[7].data[at] : 0.0);
+                      (in.size() > 8 ? in[8].data[at] : 0.0);
       }
     }
   }
@@ -167,11 +168,21 @@ Attrs it(int64_t iters, double eps = 1e-6) {
 }
 
 // Test cases: shapes {x [T, n, D], fn [n·D, M], scale [3], base [M]} and the others alike.
+Attrs with_mix(Attrs attrs) {
+  attrs["mix"] = true;
+  return attrs;
+}
 std::vector<std::vector<int64_t>> pre_shapes(int64_t t, int64_t n, int64_t d) {
   return {{t, n, d}, {n * d, mixes_of(n)}, {3}, {mixes_of(n)}};
 }
 std::vector<std::vector<int64_t>> pre_grad_shapes(int64_t t, int64_t n, int64_t d) {
-  return {{t, n, d}, {n * d, mixes_of(n)}, {3}, {mixes_of(n)}, {t, d}, {t, n}, {t, n, n}};
+  return {{t, n, d}, {n * d, mixes_of(n)}, {3}, {mixes_of(n)}, {t, d}, {t, n},
+          {t, n, n}, {t, mixes_of(n)}};
+}
+// hc_pre_grad's mix input: the forward's x·fn (in f32, as the forward's GEMM gives it).
+void derive_mix(std::vector<RefTensor>& in) {
+  in[7] = mix_of(in[0], in[1]);
+  for (double& v : in[7].data) v = static_cast<float>(v);
 }
 std::vector<std::vector<int64_t>> with_addend(std::vector<std::vector<int64_t>> s) {
   s.push_back(s[0]);
@@ -189,22 +200,25 @@ OpTests hc_pre_tests() {
   // Scale 0: the mixes are the bias alone whatever fn is. pre = σ(0, ln 3) = (1/2, 3/4), so
   // y = 3/2 + 3; post = 2σ(0) = 1; comb as sinkhorn's 2×2 worked example.
   const double l3 = std::log(3.0);
-  return {.kernel = {{.shapes = pre_shapes(33, 4, 8), .attrs = it(20), .lo = -1, .hi = 1},
-                     {.shapes = pre_shapes(5, 2, 3), .attrs = it(3, 1e-3)},
-                     {.shapes = pre_shapes(1, 1, 1), .attrs = it(1)},
-                     {.shapes = pre_shapes(70, 4, 130), .attrs = it(20), .lo = -1, .hi = 1},
-                     {.shapes = pre_shapes(16, 4, 64), .attrs = it(20), .lo = -1, .hi = 1},
-                     {.shapes = pre_shapes(19, 3, 5), .attrs = it(5), .lo = -1, .hi = 1}},
-          .gradient = {{.shapes = pre_shapes(2, 2, 3), .attrs = it(3, 1e-2), .lo = -1, .hi = 1},
-                       {.shapes = pre_shapes(2, 4, 2), .attrs = it(20), .lo = -1, .hi = 1}},
-          .examples = {
-              {.inputs = {{{1, 2, 1}, {3, 4}},
-                          {{2, 8}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
-                          {{3}, {0, 0, 0}},
-                          {{8}, {0, l3, 0, 0, 0, l3, 0, 0}}},
-               .attrs = it(1, 0),
-               .outputs = {
-                   {{1, 1}, {4.5}}, {{1, 2}, {1, 1}}, {{1, 2, 2}, {1.0 / 3, 0.6, 2.0 / 3, 0.4}}}}}};
+  return {
+      .kernel = {{.shapes = pre_shapes(33, 4, 8), .attrs = it(20), .lo = -1, .hi = 1},
+                 {.shapes = pre_shapes(5, 2, 3), .attrs = it(3, 1e-3)},
+                 {.shapes = pre_shapes(1, 1, 1), .attrs = it(1)},
+                 {.shapes = pre_shapes(70, 4, 130), .attrs = it(20), .lo = -1, .hi = 1},
+                 {.shapes = pre_shapes(16, 4, 64), .attrs = it(20), .lo = -1, .hi = 1},
+                 {.shapes = pre_shapes(19, 3, 5), .attrs = it(5), .lo = -1, .hi = 1},
+                 // with the projection x·fn as a fourth output
+                 {.shapes = pre_shapes(70, 4, 130), .attrs = with_mix(it(20)), .lo = -1, .hi = 1}},
+      .gradient = {{.shapes = pre_shapes(2, 2, 3), .attrs = it(3, 1e-2), .lo = -1, .hi = 1},
+                   {.shapes = pre_shapes(2, 4, 2), .attrs = it(20), .lo = -1, .hi = 1}},
+      .examples = {
+          {.inputs = {{{1, 2, 1}, {3, 4}},
+                      {{2, 8}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
+                      {{3}, {0, 0, 0}},
+                      {{8}, {0, l3, 0, 0, 0, l3, 0, 0}}},
+           .attrs = it(1, 0),
+           .outputs = {
+               {{1, 1}, {4.5}}, {{1, 2}, {1, 1}}, {{1, 2, 2}, {1.0 / 3, 0.6, 2.0 / 3, 0.4}}}}}};
 }
 
 OpTests hc_pre_grad_tests() {
@@ -212,27 +226,46 @@ OpTests hc_pre_grad_tests() {
   // da·r; the 1×1 Sinkhorn is constant (zero gradient); dr = Σ dz·mix = 0 and dmix·fnᵀ = 0, so dx =
   // pre·dy.
   const double r = 1 / std::sqrt(4 + 1e-6);
-  return {.kernel = {{.shapes = pre_grad_shapes(33, 4, 8), .attrs = it(20), .lo = -1, .hi = 1},
-                     {.shapes = pre_grad_shapes(5, 2, 3), .attrs = it(3, 1e-3)},
-                     {.shapes = pre_grad_shapes(70, 4, 130), .attrs = it(20), .lo = -1, .hi = 1},
-                     {.shapes = pre_grad_shapes(19, 3, 5), .attrs = it(5), .lo = -1, .hi = 1},
-                     {.shapes = pre_grad_shapes(3, 1, 2), .attrs = it(2), .lo = -1, .hi = 1},
-                     // with dx's addend (the streams' other gradient)
-                     {.shapes = with_addend(pre_grad_shapes(19, 3, 5)),
-                      .attrs = it(5),
-                      .lo = -1,
-                      .hi = 1}},
-          .examples = {{.inputs = {{{1, 1, 1}, {2}},
-                                   {{1, 3}, {0, 0, 0}},
-                                   {{3}, {1, 1, 1}},
-                                   {{3}, {0, 0, 0}},
-                                   {{1, 1}, {1}},
-                                   {{1, 1}, {0}},
-                                   {{1, 1, 1}, {0}}},
-                        .attrs = it(1, 0),
-                        .outputs = {{{1, 1, 1}, {0.5}},
-                                    {{1, 3}, {0.5 * r, 0, 0}},
-                                    {{1, 6}, {0.5, 0, 0, 0, 0, 0}}}}}};
+  return {
+      .kernel = {{.shapes = pre_grad_shapes(33, 4, 8),
+                  .attrs = it(20),
+                  .lo = -1,
+                  .hi = 1,
+                  .derive = derive_mix},
+                 {.shapes = pre_grad_shapes(5, 2, 3), .attrs = it(3, 1e-3), .derive = derive_mix},
+                 {.shapes = pre_grad_shapes(70, 4, 130),
+                  .attrs = it(20),
+                  .lo = -1,
+                  .hi = 1,
+                  .derive = derive_mix},
+                 {.shapes = pre_grad_shapes(19, 3, 5),
+                  .attrs = it(5),
+                  .lo = -1,
+                  .hi = 1,
+                  .derive = derive_mix},
+                 {.shapes = pre_grad_shapes(3, 1, 2),
+                  .attrs = it(2),
+                  .lo = -1,
+                  .hi = 1,
+                  .derive = derive_mix},
+                 // with dx's addend (the streams' other gradient)
+                 {.shapes = with_addend(pre_grad_shapes(19, 3, 5)),
+                  .attrs = it(5),
+                  .lo = -1,
+                  .hi = 1,
+                  .derive = derive_mix}},
+      .examples = {
+          {.inputs = {{{1, 1, 1}, {2}},
+                      {{1, 3}, {0, 0, 0}},
+                      {{3}, {1, 1, 1}},
+                      {{3}, {0, 0, 0}},
+                      {{1, 1}, {1}},
+                      {{1, 1}, {0}},
+                      {{1, 1, 1}, {0}},
+                      {{1, 3}, {0, 0, 0}}},
+           .attrs = it(1, 0),
+           .outputs = {
+               {{1, 1, 1}, {0.5}}, {{1, 3}, {0.5 * r, 0, 0}}, {{1, 6}, {0.5, 0, 0, 0, 0, 0}}}}}};
 }
 
 // f = 5, x = (1, 2), post = (1, 2), comb = (1 2; 3 4): out_q = post_q·5 + Σ_p comb[p, q]·x_p.

@@ -42,9 +42,12 @@ TEST_P(SinkhornTape, HcPreAndItsGradMatchTheSinkhornOpBitForBit) {
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t e = 0; e < n * n; ++e) logits.data.push_back(base.data[2 * n + e]);
 
+  Attrs with_mix = attrs;
+  with_mix["mix"] = true;  // the forward's x·fn, which hc_pre_grad reads
   std::vector<testing::Bytes> forward =
-      runner.run("hc_pre", {x, fn, scale, base}, attrs, DType::F32, 1234.5);
-  ASSERT_EQ(forward.size(), 3u);
+      runner.run("hc_pre", {x, fn, scale, base}, with_mix, DType::F32, 1234.5);
+  ASSERT_EQ(forward.size(), 4u);
+  const RefTensor mix{{tokens, m}, testing::decode(forward[3])};
   const std::vector<double> comb = testing::decode(forward[2]);
   std::vector<testing::Bytes> plain_forward =
       runner.run("sinkhorn", {logits}, attrs, DType::F32, 1234.5);
@@ -56,8 +59,8 @@ TEST_P(SinkhornTape, HcPreAndItsGradMatchTheSinkhornOpBitForBit) {
     ASSERT_EQ(bits(comb[i]), bits(q[i]))
         << "comb element " << i << ": " << comb[i] << " vs " << q[i];
 
-  std::vector<testing::Bytes> fused =
-      runner.run("hc_pre_grad", {x, fn, scale, base, dy, dpost, dcomb}, attrs, DType::F32, 1234.5);
+  std::vector<testing::Bytes> fused = runner.run(
+      "hc_pre_grad", {x, fn, scale, base, dy, dpost, dcomb, mix}, attrs, DType::F32, 1234.5);
   ASSERT_EQ(fused.size(), 3u);
   const std::vector<double> dab = testing::decode(fused[2]);  // [T, M + 3]: da, then dscale
 

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include <random>
 
@@ -159,6 +161,29 @@ TEST(Session, FoldedStreamGradientsGiveTheSameBits) {
   const auto [folded, plain] = expect_folding_keeps_the_bits(
       load_model(std::string(TILERUN_SOURCE_DIR) + "/configs/mhc-fused.yaml"), "mhc-fused");
   EXPECT_LT(folded, plain);
+}
+
+// hc_pre's mix output (x·fn) read by its backward instead of the GEMM again: the mHC model's
+// outputs and gradients bit for bit as without it, two kernels (the GEMM and its split sum) fewer.
+TEST(Session, HcPreMixOutputKeepsTheBits) {
+  std::ifstream file(std::string(TILERUN_SOURCE_DIR) + "/configs/mhc-fused.yaml");
+  std::stringstream text;
+  text << file.rdbuf();
+  const std::string with_mix = text.str();
+  const std::string from = "out: [y, post, comb, mix], iters: 20, mix: true";
+  const size_t at = with_mix.find(from);
+  ASSERT_NE(at, std::string::npos) << "configs/mhc-fused.yaml's hc_pre line changed";
+  std::string without = with_mix;
+  without.replace(at, from.size(), "out: [y, post, comb], iters: 20");
+  const uint64_t seed = fresh_seed();
+  const auto [got, got_kernels] = step_folded(parse_model(with_mix, "mix.yaml"), seed, true);
+  const auto [want, want_kernels] = step_folded(parse_model(without, "plain.yaml"), seed, true);
+  EXPECT_EQ(got.size(), want.size());
+  for (const auto& [name, t] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    EXPECT_EQ(got.at(name).data, t.data) << name;
+  }
+  EXPECT_LT(got_kernels, want_kernels);
 }
 
 // moe_route (one kernel each way) against the router it replaces, composed of softplus, sqrt,
