@@ -73,11 +73,18 @@ std::pair<int64_t, int64_t> route_shape(const TensorType& logits, const TensorTy
   return {rows, e};
 }
 
+// The weights' dtype: `to`, or the logits' when it is empty.
+DType weight_dtype(const TensorType& logits, const Attrs& attrs) {
+  // (Tolerant of a rule's attributes before defaults.)
+  return !attrs.count("to") || attr_string(attrs, "to").empty() ? logits.dtype
+                                                                : float_dtype_attr(attrs, "to");
+}
+
 std::vector<TensorType> infer_route(const std::vector<TensorType>& in, const Attrs& attrs) {
   route_shape(in[0], in[1], attrs);
   std::vector<int64_t> shape = in[0].shape;
   shape.back() = attr_int(attrs, "k");
-  return {TensorType{in[0].dtype, shape}, TensorType{DType::I32, shape}};
+  return {TensorType{weight_dtype(in[0], attrs), shape}, TensorType{DType::I32, shape}};
 }
 
 // (logits, bias, expert, dweight) -> dlogits.
@@ -86,7 +93,7 @@ std::vector<TensorType> infer_route_grad(const std::vector<TensorType>& in, cons
   std::vector<int64_t> shape = in[0].shape;
   shape.back() = attr_int(attrs, "k");
   expect_same(in[2], "expert", {DType::I32, shape}, "moe_route's expert output");
-  expect_same(in[3], "dweight", {in[0].dtype, shape}, "moe_route's weight output");
+  expect_same(in[3], "dweight", {weight_dtype(in[0], attrs), shape}, "moe_route's weight output");
   return {in[0]};
 }
 
@@ -191,22 +198,26 @@ cc::Val score_of(cc::Scope& s, const cc::Val& logit, bool sigmoid) {
   return cc::sqrt(cc::max(logit, 0.0f) + log1p);
 }
 
-std::string route_name(const char* base, int64_t slots, int64_t k, const Attrs& attrs) {
+// "moe_route_s2_k6_sqrt_softplus_f32" (with "_raw" when not normalised, and the weights' dtype
+// after the logits' when `to` differs).
+std::string route_name(const char* base, int64_t slots, int64_t k, const Attrs& attrs, DType dt,
+                       DType wdt) {
   return std::string(base) + "_s" + std::to_string(slots) + "_k" + std::to_string(k) +
          (sigmoid_score(attrs) ? "_sigmoid" : "_sqrt_softplus") +
-         (attr_bool(attrs, "normalize") ? "" : "_raw");
+         (attr_bool(attrs, "normalize") ? "" : "_raw") + "_" + std::string(dtype_name(dt)) +
+         (wdt == dt ? "" : "_" + std::string(dtype_name(wdt)));
 }
 
-// Parameters logits [R, E], bias [E], weight [R, K], expert [R, K] (i32); dims R, E; scalar
-// scale. Grid R / 4 blocks of four warps, a warp a row; lane l holds experts l + 32·j, j < slots.
-cc::Kernel build_route(DType dt, int64_t slots, int64_t k, const Attrs& attrs) {
+// Parameters logits [R, E], bias [E], weight [R, K] (of dtype wdt), expert [R, K] (i32); dims
+// R, E; scalar scale. Grid R / 4 blocks of four warps, a warp a row; lane l holds experts
+// l + 32·j, j < slots.
+cc::Kernel build_route(DType dt, DType wdt, int64_t slots, int64_t k, const Attrs& attrs) {
   const bool sigmoid = sigmoid_score(attrs), normalize = attr_bool(attrs, "normalize");
-  cc::KernelBuilder kb(route_name("moe_route", slots, k, attrs) + "_" +
-                       std::string(dtype_name(dt)));
+  cc::KernelBuilder kb(route_name("moe_route", slots, k, attrs, dt, wdt));
   cc::Dim r = kb.dim("R"), e = kb.dim("E", {.min = 1, .max = slots * kWarp});
   cc::Buf logits = kb.input("logits", dt, {r, e});
   cc::Buf bias = kb.input("bias", dt, {e});
-  cc::Buf weight = kb.output("weight", dt, {r, cc::Val(k)});
+  cc::Buf weight = kb.output("weight", wdt, {r, cc::Val(k)});
   cc::Buf expert = kb.output("expert", DType::I32, {r, cc::Val(k)});
   cc::Val scale = kb.scalar_f32("scale");
   constexpr int64_t rows_per_block = kThreads / kWarp;
@@ -283,18 +294,17 @@ cc::Kernel build_route(DType dt, int64_t slots, int64_t k, const Attrs& attrs) {
   return kb.build();
 }
 
-// Parameters logits [R, E], expert [R, K] (i32), dweight [R, K], dlogits [R, E]; dims R, E;
-// scalar scale. A block of 128 threads over (row, expert) pairs, each recomputing its row's
-// chosen scores (k loads of the logits at the chosen ids, clamped into [0, E): in range
+// Parameters logits [R, E], expert [R, K] (i32), dweight [R, K] (of dtype wdt), dlogits [R, E];
+// dims R, E; scalar scale. A block of 128 threads over (row, expert) pairs, each recomputing its
+// row's chosen scores (k loads of the logits at the chosen ids, clamped into [0, E): in range
 // whatever the ids hold).
-cc::Kernel build_route_grad(DType dt, int64_t k, const Attrs& attrs) {
+cc::Kernel build_route_grad(DType dt, DType wdt, int64_t k, const Attrs& attrs) {
   const bool sigmoid = sigmoid_score(attrs), normalize = attr_bool(attrs, "normalize");
-  cc::KernelBuilder kb(route_name("moe_route_grad", 0, k, attrs) + "_" +
-                       std::string(dtype_name(dt)));
+  cc::KernelBuilder kb(route_name("moe_route_grad", 0, k, attrs, dt, wdt));
   cc::Dim r = kb.dim("R"), e = kb.dim("E");
   cc::Buf logits = kb.input("logits", dt, {r, e});
   cc::Buf expert = kb.input("expert", DType::I32, {r, cc::Val(k)});
-  cc::Buf dweight = kb.input("dweight", dt, {r, cc::Val(k)});
+  cc::Buf dweight = kb.input("dweight", wdt, {r, cc::Val(k)});
   cc::Buf dlogits = kb.output("dlogits", dt, {r, e});
   cc::Val scale = kb.scalar_f32("scale");
   kb.body({r, cc::ceildiv(e, kThreads)}, kThreads, [&](cc::Scope& s) {
@@ -347,17 +357,17 @@ int64_t slots_of(int64_t experts) { return (experts + kWarp - 1) / kWarp; }
 ExpandFn expand_route(std::shared_ptr<KernelCache> cache, bool backward) {
   return [cache, backward](const std::vector<TensorType>& in, const std::vector<TensorType>&,
                            const Attrs& attrs) {
-    const DType dt = in[0].dtype;
+    const DType dt = in[0].dtype, wdt = weight_dtype(in[0], attrs);
     const auto [rows, e] = route_shape(in[0], in[1], attrs);
     const int64_t k = attr_int(attrs, "k"), slots = slots_of(e);
     KernelCall call{.dims = {rows, e}, .scalars = {attr_float(attrs, "scale")}};
     if (backward) {
-      call.kernel = cache->get(kernel_key(route_name("moe_route_grad", 0, k, attrs), dt),
-                               [&] { return build_route_grad(dt, k, attrs); });
+      call.kernel = cache->get(route_name("moe_route_grad", 0, k, attrs, dt, wdt),
+                               [&] { return build_route_grad(dt, wdt, k, attrs); });
       call.buffers = {input_slot(0), input_slot(2), input_slot(3), output_slot(0)};
     } else {
-      call.kernel = cache->get(kernel_key(route_name("moe_route", slots, k, attrs), dt),
-                               [&] { return build_route(dt, slots, k, attrs); });
+      call.kernel = cache->get(route_name("moe_route", slots, k, attrs, dt, wdt),
+                               [&] { return build_route(dt, wdt, slots, k, attrs); });
       call.buffers = {input_slot(0), input_slot(1), output_slot(0), output_slot(1)};
     }
     return OpExpansion{.calls = {call}};
@@ -377,7 +387,11 @@ std::vector<AttrSpec> route_attrs() {
           {.name = "normalize",
            .kind = AttrKind::Bool,
            .default_value = true,
-           .doc = "the chosen scores divided by their sum"}};
+           .doc = "the chosen scores divided by their sum"},
+          {.name = "to",
+           .kind = AttrKind::String,
+           .default_value = std::string(),
+           .doc = "the weights' dtype (f32, bf16 or f16), rounded as stored; empty: the logits'"}};
 }
 
 Attrs route(int64_t k, double scale = 1.0, const std::string& score = "sqrt_softplus",

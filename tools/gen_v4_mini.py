@@ -63,9 +63,8 @@ MOE_BF16 = [
     ("e_bias:   {shape: [XE],", "e_bias:   {shape: [XE], dtype: f32,"),
     ("      - {op: fake_quant, in: fh, out: fhq,",
      "      - {op: cast, in: fh, out: fhb, to: bf16}\n      - {op: fake_quant, in: fhb, out: fhq,"),
-    ("      - {op: reshape, in: route_w, out: route_w1, shape: [-1, 1]}",
-     "      - {op: cast, in: route_w, out: route_wb, to: bf16}\n"
-     "      - {op: reshape, in: route_wb, out: route_w1, shape: [-1, 1]}"),
+    ("k: 6, scale: 1.5}   # f32, i32 [T, 6]",
+     "k: 6, scale: 1.5, to: bf16}   # bf16 (rounded as stored), i32 [T, 6]"),
 
 ]
 

@@ -188,9 +188,11 @@ TEST(Session, HcPreMixOutputKeepsTheBits) {
 
 // moe_route (one kernel each way) against the router it replaces, composed of softplus, sqrt,
 // add, topk, take_along_axis, reduce_sum, div and scale: in f32 the same weights, experts and
-// gradients bit for bit (with a sigmoid score, V3's, too).
+// gradients bit for bit (with a sigmoid score, V3's, too; and with the weights in bf16 by `to`
+// against a cast after the composed form).
 TEST(Session, MoeRouteIsTheComposedRouterBitForBit) {
-  for (const bool sigmoid : {false, true}) {
+  for (const std::string variant : {"sqrt_softplus", "sigmoid", "to_bf16"}) {
+    const bool sigmoid = variant == "sigmoid", bf16 = variant == "to_bf16";
     const std::string head =
         "model: s\ndtype: f32\ndims: {T: 300, E: 64}\ninputs:\n  logits: {shape: [T, E]}\n"
         "layers:\n  - name: l\n    weights:\n"
@@ -198,7 +200,7 @@ TEST(Session, MoeRouteIsTheComposedRouterBitForBit) {
     const std::string tail = "outputs: [l.w, l.expert]\n";
     const std::string fused =
         head + "      - {op: moe_route, in: [logits, e_bias], out: [w, expert], k: 6, scale: 1.5" +
-        (sigmoid ? ", score: sigmoid" : "") + "}\n" + tail;
+        (sigmoid ? ", score: sigmoid" : "") + (bf16 ? ", to: bf16" : "") + "}\n" + tail;
     const std::string score = sigmoid ? "      - {op: sigmoid, in: logits, out: scores}\n"
                                       : "      - {op: softplus, in: logits, out: sp}\n"
                                         "      - {op: sqrt, in: sp, out: scores}\n";
@@ -208,8 +210,10 @@ TEST(Session, MoeRouteIsTheComposedRouterBitForBit) {
         "      - {op: topk, in: biased, out: [top, expert], k: 6}\n"
         "      - {op: take_along_axis, in: [scores, expert], out: chosen}\n"
         "      - {op: reduce_sum, in: chosen, out: total, axes: [1], keepdims: true}\n"
-        "      - {op: div, in: [chosen, total], out: shares}\n"
-        "      - {op: scale, in: shares, out: w, alpha: 1.5}\n" +
+        "      - {op: div, in: [chosen, total], out: shares}\n" +
+        (bf16 ? "      - {op: scale, in: shares, out: w32, alpha: 1.5}\n"
+                "      - {op: cast, in: w32, out: w, to: bf16}\n"
+              : "      - {op: scale, in: shares, out: w, alpha: 1.5}\n") +
         tail;
     const uint64_t seed = fresh_seed();
     const auto [got, got_kernels] = step_folded(parse_model(fused, "fused.yaml"), seed, true);
@@ -217,9 +221,10 @@ TEST(Session, MoeRouteIsTheComposedRouterBitForBit) {
         step_folded(parse_model(composed, "composed.yaml"), seed, true);
     for (const char* name : {"l.w", "l.expert", "grad.logits"}) {
       ASSERT_TRUE(got.count(name) && want.count(name)) << name;
-      EXPECT_EQ(got.at(name).data, want.at(name).data) << name << (sigmoid ? " (sigmoid)" : "");
+      EXPECT_EQ(got.at(name).dtype, want.at(name).dtype) << name << " (" << variant << ")";
+      EXPECT_EQ(got.at(name).data, want.at(name).data) << name << " (" << variant << ")";
     }
-    // One kernel each way (and the step's own two) against 18.
+    // One kernel each way (and the step's own two) against 18 or more.
     EXPECT_LE(got_kernels + 14, want_kernels) << got_kernels << " against " << want_kernels;
   }
 }
