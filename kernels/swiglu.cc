@@ -7,13 +7,20 @@
 // clamp is a select on z > L, false for NaN), and the gradient passes where a clamp is inactive
 // (bounds included, NaN blocks it as clamp_grad does):
 //   dg = dy · c(u) · silu'(c(g)) · [g <= L],  du = dy · silu(c(g)) · [-L <= u <= L].
+// An optional weight [.., 1] (a MoE route's weight per row) multiplies y after it is rounded to
+// its dtype, rounded again: the bits of swiglu then a mul, one kernel fewer each way. Its
+// backward op takes the weight too: dx from dy·w (rounded, as mul's gradient gives it) and the
+// weight's gradient Σⱼ dy·y₀ (each product rounded, as mul's kernel stores it, summed in
+// reduce_kernel.h's lane order, as sum_to sums them) in one block per row.
 #include <cmath>
 #include <limits>
 
 #include "compiler/ir/builder.h"
+#include "compiler/transforms/strict_math.h"
 #include "kernels/expand_util.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/op_registry.h"
+#include "kernels/reduce_kernel.h"
 #include "kernels/ref_util.h"
 #include "kernels/ref_values.h"
 #include "kernels/schema_util.h"
@@ -41,18 +48,28 @@ int64_t half_width(const TensorType& x) {
   return x.shape.back() / 2;
 }
 
+// The weight [.., 1]: one per row of x.
+void expect_weight(const TensorType& w, const TensorType& x) {
+  TensorType want = x;
+  want.shape.back() = 1;
+  expect_same(w, "weight", want, "one per row of x");
+}
+
 std::vector<TensorType> infer_swiglu(const std::vector<TensorType>& in, const Attrs& attrs) {
   limit_of(attrs);
   TensorType y = in[0];
   y.shape.back() = half_width(in[0]);
+  if (in.size() > 1) expect_weight(in[1], in[0]);
   return {y};
 }
 
-// (x [.., 2F], dy [.., F]) -> dx [.., 2F].
+// (x [.., 2F], dy [.., F][, weight [.., 1]]) -> dx [.., 2F][, dweight [.., 1]].
 std::vector<TensorType> infer_swiglu_grad(const std::vector<TensorType>& in, const Attrs& attrs) {
   TensorType y = infer_swiglu({in[0]}, attrs)[0];
   expect_same(in[1], "dy", y, "the output");
-  return {in[0]};
+  if (in.size() < 3) return {in[0]};
+  expect_weight(in[2], in[0]);
+  return {in[0], in[2]};
 }
 
 // ---- References ----------------------------------------------------------------------------
@@ -72,7 +89,7 @@ std::vector<RefTensor> ref_swiglu(const std::vector<RefTensor>& in, const Attrs&
     for (int64_t j = 0; j < f; ++j) {
       const double g = clamp_above(in[0].data[r * f2 + j], l);
       const double u = clamp_both(in[0].data[r * f2 + f + j], l);
-      y.data[r * f + j] = g * ref_sigmoid(g) * u;
+      y.data[r * f + j] = g * ref_sigmoid(g) * u * (in.size() > 1 ? in[1].data[r] : 1.0);
     }
   return {y};
 }
@@ -81,22 +98,34 @@ std::vector<RefTensor> ref_swiglu_grad(const std::vector<RefTensor>& in, const A
   const double l = limit_of(attrs);
   const auto [rows, f2] = rows_cols(in[0].shape);
   const int64_t f = f2 / 2;
-  RefTensor dx = ref_zeros(in[0].shape);
+  const bool weighted = in.size() > 2;
+  RefTensor dx = ref_zeros(in[0].shape), dw = ref_zeros({rows, 1});
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < f; ++j) {
       const double g0 = in[0].data[r * f2 + j], u0 = in[0].data[r * f2 + f + j];
-      const double dy = in[1].data[r * f + j];
+      const double w = weighted ? in[2].data[r] : 1.0, dy = in[1].data[r * f + j] * w;
       const double g = clamp_above(g0, l), u = clamp_both(u0, l), s = ref_sigmoid(g);
       dx.data[r * f2 + j] = g0 <= l ? dy * u * s * (1 + g * (1 - s)) : 0.0;
       dx.data[r * f2 + f + j] = u0 >= -l && u0 <= l ? dy * g * s : 0.0;
+      dw.data[r] += in[1].data[r * f + j] * g * s * u;
     }
-  return {dx};
+  if (!weighted) return {dx};
+  dw.shape = in[2].shape;
+  return {dx, dw};
 }
 
-std::vector<GradOp> grad_swiglu(const std::vector<TensorType>&, const Attrs& attrs,
+std::vector<GradOp> grad_swiglu(const std::vector<TensorType>& in, const Attrs& attrs,
                                 const std::vector<bool>& needs) {
+  const Attrs limit = {{"limit", attr_float(attrs, "limit")}};
+  if (in.size() > 1) {
+    if (!needs[0] && !needs[1]) return {};
+    return {{"swiglu_grad",
+             {"x0", "dy0", "x1"},
+             {needs[0] ? "dx0" : "unused_dx", needs[1] ? "dx1" : "unused_dweight"},
+             limit}};
+  }
   if (!needs[0]) return {};
-  return {{"swiglu_grad", {"x0", "dy0"}, {"dx0"}, {{"limit", attr_float(attrs, "limit")}}}};
+  return {{"swiglu_grad", {"x0", "dy0"}, {"dx0"}, limit}};
 }
 
 // ---- Kernels -------------------------------------------------------------------------------
@@ -109,28 +138,56 @@ std::vector<GradOp> grad_swiglu(const std::vector<TensorType>&, const Attrs& att
 // over the F - base columns left, whose count is a multiple of 8, vectors too.
 constexpr int64_t kVecTile = kThreads * 8;
 
-std::string swiglu_name(bool backward, bool vec) {
-  return std::string(backward ? "swiglu_grad" : "swiglu") + (vec ? "_vec" : "");
+std::string swiglu_name(bool backward, bool vec, bool weighted = false) {
+  return std::string(backward ? "swiglu_grad" : "swiglu") + (weighted ? "_w" : "") +
+         (vec ? "_vec" : "");
 }
 
-cc::Kernel build_swiglu(DType dtype, bool backward, bool vec) {
-  cc::KernelBuilder kb(swiglu_name(backward, vec) + "_" + std::string(dtype_name(dtype)));
+// v rounded to dtype as a store and a load of it would (f32: v itself).
+cc::Val rounded(DType dtype, const cc::Val& v, const std::string& prefix) {
+  if (dtype == DType::BF16)
+    return cc::Val(cc::bf16_bits_to_f32(cc::f32_to_bf16_bits(v.expr(), prefix)));
+  if (dtype == DType::F16)
+    return cc::Val(cc::f16_bits_to_f32(cc::f32_to_f16_bits(v.expr(), prefix), prefix + "h"));
+  return v;
+}
+
+// The clamped halves of column j of a row and the gate's sigmoid.
+struct Halves {
+  cc::Val g0, u0, g, u, sg;
+};
+Halves halves_at(cc::Scope& s, const cc::Buf& x, const cc::Val& row, const cc::Val& f,
+                 const cc::Val& j, const cc::Val& limit) {
+  Halves h;
+  h.g0 = s.let(x(row, j), "g0");
+  h.u0 = s.let(x(row, f + j), "u0");
+  h.g = s.let(cc::select(h.g0 > limit, limit, h.g0), "g");
+  h.u = s.let(cc::select(h.u0 > limit, limit, cc::select(h.u0 < -limit, -limit, h.u0)), "u");
+  h.sg = s.let(cc::sigmoid(h.g), "sig");
+  return h;
+}
+
+// Parameters x [P, 2F], (dy [P, F] backward), (weight [P, 1] when weighted, forward), out; dims
+// P, F; scalar limit.
+cc::Kernel build_swiglu(DType dtype, bool backward, bool vec, bool weighted = false) {
+  cc::KernelBuilder kb(swiglu_name(backward, vec, weighted) + "_" + std::string(dtype_name(dtype)));
   cc::Dim p = kb.dim("P"), f = kb.dim("F", {.divisible_by = vec ? 8 : 1});
   cc::Buf x = kb.input("x", dtype, {p, f * 2});
   cc::Buf dy = backward ? kb.input("dy", dtype, {p, f}) : cc::Buf{};
+  cc::Buf weight = weighted ? kb.input("weight", dtype, {p, cc::Val(1)}) : cc::Buf{};
   cc::Buf out = kb.output(backward ? "dx" : "y", dtype, {p, backward ? f * 2 : cc::Val(f)});
   cc::Val limit = kb.scalar_f32("limit");
   const int64_t tile = vec ? kVecTile : kThreads;
   kb.body({p, cc::ceildiv(f, tile)}, kThreads, [&](cc::Scope& s) {
     cc::Idx row = s.block_idx(0);
     cc::Idx base = vec ? s.let(s.block_idx(1) * tile, "base") : s.block_idx(1) * tile;
+    cc::Val w = weighted ? s.let(cc::to_f32(weight(row, 0)), "w") : cc::Val();
     auto column = [&](const cc::Idx& j) {
-      cc::Val g0 = s.let(x(row, j), "g0"), u0 = s.let(x(row, f + j), "u0");
-      cc::Val g = s.let(cc::select(g0 > limit, limit, g0), "g");
-      cc::Val u = s.let(cc::select(u0 > limit, limit, cc::select(u0 < -limit, -limit, u0)), "u");
-      cc::Val sg = s.let(cc::sigmoid(g), "sig");
+      const Halves h = halves_at(s, x, row, f, j, limit);
+      const cc::Val &g0 = h.g0, &u0 = h.u0, &g = h.g, &u = h.u, &sg = h.sg;
       if (!backward) {
-        out(row, j) = g * sg * u;
+        // Weighted: y rounded to its dtype, then the mul's product (rounded by the store).
+        out(row, j) = weighted ? rounded(dtype, g * sg * u, "y0") * w : g * sg * u;
         return;
       }
       cc::Val d = s.let(dy(row, j), "d");
@@ -159,18 +216,66 @@ cc::Kernel build_swiglu(DType dtype, bool backward, bool vec) {
   return kb.build();
 }
 
+// The weighted backward: parameters x [P, 2F], dy [P, F], weight [P, 1], dx [P, 2F], dweight
+// [P, 1]; dims P, F; scalar limit. One block of kLanes threads a row: dx from d = dy·w rounded
+// (mul's gradient as stored), then dweight = Σⱼ round(dy·round(y₀)) by fold_row, the order of
+// sum_to's reduction whatever kernel it picks.
+cc::Kernel build_swiglu_grad_weighted(DType dtype) {
+  cc::KernelBuilder kb(swiglu_name(true, false, true) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim p = kb.dim("P"), f = kb.dim("F");
+  cc::Buf x = kb.input("x", dtype, {p, f * 2});
+  cc::Buf dy = kb.input("dy", dtype, {p, f});
+  cc::Buf weight = kb.input("weight", dtype, {p, cc::Val(1)});
+  cc::Buf dx = kb.output("dx", dtype, {p, f * 2});
+  cc::Buf dweight = kb.output("dweight", dtype, {p, cc::Val(1)});
+  cc::Val limit = kb.scalar_f32("limit");
+  kb.body({p}, static_cast<int>(kLanes), [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(0);
+    cc::Val w = s.let(cc::to_f32(weight(row, 0)), "w");
+    s.parallel(f, [&](cc::Idx j) {
+      const Halves h = halves_at(s, x, row, f, j, limit);
+      cc::Val d = s.let(rounded(dtype, cc::to_f32(dy(row, j)) * w, "dact"), "d");
+      dx(row, j) = cc::select(h.g0 <= limit, d * h.u * (h.sg * (1.0f + h.g * (1.0f - h.sg))), 0.0f);
+      dx(row, f + j) = cc::select(h.u0 >= -limit && h.u0 <= limit, d * (h.g * h.sg), 0.0f);
+    });
+    cc::Buf lanes = s.alloc_shared("lanes", DType::F32, {kLanes});
+    cc::Buf total = s.alloc_shared("total", DType::F32, {1});
+    fold_row(
+        s, f, lanes, total,
+        [&](cc::Idx j) {
+          const Halves h = halves_at(s, x, row, f, j, limit);
+          cc::Val y0 = rounded(dtype, h.g * h.sg * h.u, "y0");
+          return rounded(dtype, cc::to_f32(dy(row, j)) * y0, "dyy");
+        },
+        [](cc::Val a, cc::Val b) { return a + b; });
+    s.parallel(1, [&](cc::Idx) { dweight(row, 0) = total(0); });
+  });
+  return kb.build();
+}
+
 ExpandFn expand_swiglu(std::shared_ptr<KernelCache> cache, bool backward) {
   return [cache, backward](const std::vector<TensorType>& in, const std::vector<TensorType>&,
                            const Attrs& attrs) {
     const DType dt = in[0].dtype;
     const auto [rows, f2] = rows_cols(in[0].shape);
+    const bool weighted = in.size() > (backward ? 2u : 1u);
+    if (backward && weighted) {
+      KernelCall call{
+          .kernel = cache->get(kernel_key(swiglu_name(true, false, true), dt),
+                               [&] { return build_swiglu_grad_weighted(dt); }),
+          .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0), output_slot(1)},
+          .dims = {rows, f2 / 2},
+          .scalars = {attr_float(attrs, "limit")}};
+      return OpExpansion{.calls = {call}};
+    }
     const bool vec = (f2 / 2) % 8 == 0;
-    KernelCall call{.kernel = cache->get(kernel_key(swiglu_name(backward, vec), dt),
-                                         [&] { return build_swiglu(dt, backward, vec); }),
+    KernelCall call{.kernel = cache->get(kernel_key(swiglu_name(backward, vec, weighted), dt),
+                                         [&] { return build_swiglu(dt, backward, vec, weighted); }),
                     .buffers = {input_slot(0), output_slot(0)},
                     .dims = {rows, f2 / 2},
                     .scalars = {attr_float(attrs, "limit")}};
     if (backward) call.buffers.insert(call.buffers.begin() + 1, input_slot(1));
+    if (weighted) call.buffers.insert(call.buffers.begin() + 1, input_slot(1));
     return OpExpansion{.calls = {call}};
   };
 }
@@ -193,9 +298,11 @@ void register_swiglu(OpRegistry& registry) {
   registry.add(
       {.name = "swiglu",
        .doc = "y = silu(min(g, limit)) · clamp(u, -limit, limit), g and u the two halves of x "
-              "[.., 2F]'s last axis (gate first): DeepSeek-V4's clamped SwiGLU in one kernel; "
-              "gradient swiglu_grad",
-       .inputs = {"x"},
+              "[.., 2F]'s last axis (gate first): DeepSeek-V4's clamped SwiGLU in one kernel; with "
+              "weight [.., 1], y rounded then times its row's weight (a MoE route's; the bits of a "
+              "mul after); gradient swiglu_grad",
+       .inputs = {"x", "weight"},
+       .optional_inputs = 1,
        .outputs = {"y"},
        .attrs = {limit_attr()},
        .infer = infer_swiglu,
@@ -208,22 +315,33 @@ void register_swiglu(OpRegistry& registry) {
                       {.shapes = {{7, 300}}, .attrs = loose, .lo = -20, .hi = 20},
                       // F a multiple of 8: a whole tile of 1024 columns and a partial one.
                       {.shapes = {{3, 2064}}, .attrs = clamped, .lo = -3, .hi = 3},
-                      {.shapes = {{5, 48}}, .lo = -6, .hi = 6}},
+                      {.shapes = {{5, 48}}, .lo = -6, .hi = 6},
+                      // with a weight per row (vectors, and scalar columns)
+                      {.shapes = {{33, 1040}, {33, 1}}, .attrs = loose, .lo = -6, .hi = 6},
+                      {.shapes = {{3, 5, 14}, {3, 5, 1}}, .attrs = clamped, .lo = -3, .hi = 3}},
            .gradient = {{.shapes = {{7, 10}}, .lo = -3, .hi = 3},
-                        {.shapes = {{2, 3, 8}}, .attrs = loose, .lo = -3, .hi = 3}},
+                        {.shapes = {{2, 3, 8}}, .attrs = loose, .lo = -3, .hi = 3},
+                        {.shapes = {{3, 8}, {3, 1}}, .attrs = loose, .lo = -3, .hi = 3}},
            // silu(1) = 1·σ(1) = 0.7310585786300049; a clamped gate and up, NaN kept.
            .examples = {
                {.inputs = {{{1, 6}, {1, 5, nan, 2, -4, 1}}},
                 .attrs = {{"limit", 3.0}},
                 .outputs = {{{1, 3}, {1.4621171572600098, -3 * 3 * 0.9525741268224334, nan}}}},
-               {.inputs = {{{1, 2}, {-inf, 1}}}, .outputs = {{{1, 1}, {nan}}}}}}});
+               {.inputs = {{{1, 2}, {-inf, 1}}}, .outputs = {{{1, 1}, {nan}}}},
+               // silu(1)·3 (the up clamped at 3) times the row's weight 2.
+               {.inputs = {{{1, 2}, {1, 5}}, {{1, 1}, {2}}},
+                .attrs = {{"limit", 3.0}},
+                .outputs = {{{1, 1}, {2 * 3 * 0.7310585786300049}}}}}}});
   registry.add(
       {.name = "swiglu_grad",
        .doc =
            "dx = (dy·c(u)·silu'(c(g))·[g <= limit], dy·silu(c(g))·[-limit <= u <= limit]) side by "
-           "side, c the clamps (the backward op of swiglu)",
-       .inputs = {"x", "dy"},
-       .outputs = {"dx"},
+           "side, c the clamps, dy first times weight when given, and then dweight = Σ dy·y₀ per "
+           "row (the backward op of swiglu)",
+       .inputs = {"x", "dy", "weight"},
+       .optional_inputs = 1,
+       .outputs = {"dx", "dweight"},
+       .optional_outputs = 1,
        .attrs = {limit_attr()},
        .infer = infer_swiglu_grad,
        .reference = ref_swiglu_grad,
@@ -231,7 +349,15 @@ void register_swiglu(OpRegistry& registry) {
        .tests = {.kernel = {{.shapes = {{33, 260}, {33, 130}}, .lo = -6, .hi = 6},
                             {.shapes = {{3, 5, 2}, {3, 5, 1}}, .attrs = clamped, .lo = -3, .hi = 3},
                             {.shapes = {{3, 2064}, {3, 1032}}, .attrs = clamped, .lo = -3, .hi = 3},
-                            {.shapes = {{5, 48}, {5, 24}}, .lo = -6, .hi = 6}},
+                            {.shapes = {{5, 48}, {5, 24}}, .lo = -6, .hi = 6},
+                            // weighted: a row of 130 columns (two lanes' worth past 128), a
+                            // 3-d x, V4's F = 512
+                            {.shapes = {{33, 260}, {33, 130}, {33, 1}}, .lo = -6, .hi = 6},
+                            {.shapes = {{3, 5, 2}, {3, 5, 1}, {3, 5, 1}}, .attrs = clamped},
+                            {.shapes = {{9, 1024}, {9, 512}, {9, 1}},
+                             .attrs = loose,
+                             .lo = -12,
+                             .hi = 12}},
                  // At g = 0: dg = dy·u·silu'(0) = dy·u/2, du = dy·silu(0) = 0; a clamped gate
                  // and up pass nothing.
                  .examples = {{.inputs = {{{1, 4}, {0, 5, 3, -6}}, {{1, 2}, {2, 1}}},

@@ -229,6 +229,33 @@ TEST(Session, MoeRouteIsTheComposedRouterBitForBit) {
   }
 }
 
+// swiglu's weight (a MoE route's, per row) against swiglu then a mul by the [R, 1] column: the
+// outputs and the gradients of x and of the weights bit for bit, in f32 and bf16, on vector rows
+// (F a multiple of 8) and scalar ones.
+TEST(Session, SwigluWeightIsSwigluThenAMulBitForBit) {
+  for (const char* dtype : {"bf16", "f32"})
+    for (const int64_t f : {512, 13}) {
+      const std::string head = std::string("model: s\ndtype: ") + dtype +
+                               "\ndims: {R: 70, F2: " + std::to_string(2 * f) +
+                               "}\ninputs:\n  x: {shape: [R, F2]}\n  w: {shape: [R, 1]}\n"
+                               "layers:\n  - name: l\n    ops:\n";
+      const std::string fused =
+          head + "      - {op: swiglu, in: [x, w], out: y, limit: 3.0}\noutputs: [l.y]\n";
+      const std::string composed = head +
+                                   "      - {op: swiglu, in: x, out: a, limit: 3.0}\n"
+                                   "      - {op: mul, in: [a, w], out: y}\noutputs: [l.y]\n";
+      const uint64_t seed = fresh_seed();
+      const auto [got, got_kernels] = step_folded(parse_model(fused, "fused.yaml"), seed, true);
+      const auto [want, want_kernels] =
+          step_folded(parse_model(composed, "composed.yaml"), seed, true);
+      for (const char* name : {"l.y", "grad.x", "grad.w"}) {
+        ASSERT_TRUE(got.count(name) && want.count(name)) << name;
+        EXPECT_EQ(got.at(name).data, want.at(name).data) << name << " " << dtype << " F " << f;
+      }
+      EXPECT_LT(got_kernels, want_kernels);
+    }
+}
+
 // weighted_relu_sum then an add of a mask (the indexer's score as a user may write it): folded
 // into the op's bias, the same bits.
 TEST(Session, FoldedScoreMaskGivesTheSameBits) {
