@@ -47,6 +47,11 @@ SparseAttentionShape check_inputs(const std::vector<TensorType>& in, const Attrs
     throw ShapeError("input 'idx' is " + to_string(in[2]) + ", expected i32[" +
                      std::to_string(sh.t) + ", K] (each token's selected rows of kv)");
   sh.w = attr_int(attrs, "window");
+  sh.off = attrs.count("offset") ? attr_int(attrs, "offset") : 0;
+  if (sh.off < 0 || sh.off >= sh.s)
+    throw ShapeError("offset is " + std::to_string(sh.off) + ", expected 0 <= offset < " +
+                     std::to_string(sh.s) + " (kv " + to_string(in[1]) +
+                     "'s rows: idx names rows offset + id)");
   if (in[2].shape[1] < 1)
     throw ShapeError("input 'idx' has no columns, expected each token's selected rows of kv");
   if (sh.w < 0) throw ShapeError("window is " + std::to_string(sh.w) + ", expected 0 or more");
@@ -81,29 +86,38 @@ std::vector<TensorType> infer_grad(const std::vector<TensorType>& in, const Attr
   expect_same(in[5], "y", in[0], "q");
   expect_same(in[6], "dy", in[0], "q");
   expect_shape(in[7], "order", DType::I32, {sh.t * sh.selected()}, "counting_sort's order of idx");
-  expect_shape(in[8], "offsets", DType::I32, {sh.s}, "counting_sort's offsets of idx");
+  expect_shape(in[8], "offsets", DType::I32, {sh.sorted_keys()},
+               "counting_sort's offsets of idx, one per row idx can name");
   return {in[0], in[1], in[3], in[4]};
 }
 
 // ---- References ----------------------------------------------------------------------------
 
 struct RefShape {
-  int64_t t, h, e, s, k, w;
+  int64_t t, h, e, s, k, w, off;
 };
 RefShape ref_shape(const std::vector<RefTensor>& in, const Attrs& attrs) {
   const int64_t w = attr_int(attrs, "window");
-  return {in[0].shape[0], in[0].shape[1], in[0].shape[2], in[1].shape[0], w + in[2].shape[1], w};
+  return {in[0].shape[0],
+          in[0].shape[1],
+          in[0].shape[2],
+          in[1].shape[0],
+          w + in[2].shape[1],
+          w,
+          attrs.count("offset") ? attr_int(attrs, "offset") : 0};
 }
 
 int64_t id_at(const RefTensor& idx, int64_t i) {
   return static_cast<int64_t>(std::llround(idx.data[i]));
 }
 
-// Slot j of token t: a window slot's key t - j (kEmpty past the first key), else idx's id.
+// Slot j of token t: a window slot's key t - j (kEmpty past the first key), else offset + idx's
+// id (-1 for a negative id).
 constexpr int64_t kEmpty = -2;
 int64_t slot_id(const std::vector<RefTensor>& in, const RefShape& n, int64_t t, int64_t j) {
   if (j < n.w) return j <= t ? t - j : kEmpty;
-  return id_at(in[2], t * (n.k - n.w) + j - n.w);
+  const int64_t id = id_at(in[2], t * (n.k - n.w) + j - n.w);
+  return id < 0 ? -1 : n.off + id;
 }
 
 // p [T, H, K] and the sink's probability [T, H]; NaN for a token with an id outside [0, S). An
@@ -211,10 +225,11 @@ std::vector<GradOp> grad_sparse_attention(const std::vector<TensorType>& in, con
                                           const std::vector<bool>& needs) {
   if (!needs[0] && !needs[1] && !needs[3] && !needs[4]) return {};
   auto name = [&](int i) { return needs[i] ? dx_name(i) : "unused_dx" + std::to_string(i); };
+  const int64_t off = attrs.count("offset") ? attr_int(attrs, "offset") : 0;
   return {{"counting_sort",
            {"x2"},
            {"sa_position", "sa_order", "sa_row", "sa_offsets"},
-           {{"bins", in[1].shape[0]}}},
+           {{"bins", in[1].shape[0] - off}}},
           {"sparse_attention_grad",
            {"x0", "x1", "x2", "x3", "x4", "y0", "dy0", "sa_order", "sa_offsets"},
            {name(0), name(1), name(3), name(4)},
@@ -245,20 +260,22 @@ std::vector<std::vector<int64_t>> input_shapes(int64_t t, int64_t h, int64_t e, 
 }
 
 OpTestCase forward_case(int64_t t, int64_t h, int64_t e, int64_t s, int64_t k, double scale,
-                        int64_t w = 0) {
+                        int64_t w = 0, int64_t off = 0) {
   OpTestCase c{.shapes = input_shapes(t, h, e, s, k, w),
                .attrs = {{"scale", scale}},
                .int_lo = 0,
-               .int_hi = s};
+               .int_hi = s - off};
   if (w > 0) c.attrs["window"] = w;
+  if (off > 0) c.attrs["offset"] = off;
   return c;
 }
 
-// order and offsets as counting_sort makes them from idx (input 2): the slots in key order,
-// ties in slot order, and where each key's run starts.
+// order and offsets as counting_sort makes them from idx (input 2) over the S - off ids it can
+// hold (offsets has input 8's length): the slots in id order, ties in slot order, and where each
+// id's run starts.
 void sort_slots(std::vector<RefTensor>& in) {
   const RefTensor& idx = in[2];
-  const int64_t s = in[1].shape[0], n = idx.numel();
+  const int64_t s = in[8].numel(), n = idx.numel();
   in[7] = ref_zeros({n});
   in[8] = ref_zeros({s});
   int64_t q = 0;
@@ -275,12 +292,12 @@ OpTestCase with_mass(OpTestCase c) {
 }
 
 OpTestCase grad_case(int64_t t, int64_t h, int64_t e, int64_t s, int64_t k, double scale,
-                     int64_t w = 0) {
-  OpTestCase c = forward_case(t, h, e, s, k, scale, w);
+                     int64_t w = 0, int64_t off = 0) {
+  OpTestCase c = forward_case(t, h, e, s, k, scale, w, off);
   c.shapes.push_back({t, h, e});
   c.shapes.push_back({t, h, e});
   c.shapes.push_back({t * (k - w)});
-  c.shapes.push_back({s});
+  c.shapes.push_back({s - off});
   c.derive = sort_slots;
   return c;
 }
@@ -306,10 +323,15 @@ OpTests forward_tests() {
                  // A window of 4 (then 64, on the tensor cores) before idx's slots: the first
                  // tokens' last window slots are empty.
                  with_mass(forward_case(9, 2, 16, 12, 6, 0.3, 4)),
-                 with_mass(forward_case(70, 8, 72, 90, 128, 0.125, 64))},
+                 with_mass(forward_case(70, 8, 72, 90, 128, 0.125, 64)),
+                 // idx naming the rows after an offset (V4's compressed keys after the tokens'):
+                 // alone, after a window, and on the tensor cores.
+                 forward_case(7, 2, 64, 20, 5, 0.125, 0, 12),
+                 with_mass(forward_case(9, 2, 16, 12, 6, 0.3, 4, 9)),
+                 with_mass(forward_case(70, 8, 72, 90, 128, 0.125, 64, 70))},
       // Repeated ids (K = 4 slots over S = 2 rows), and three heads over distinct ones.
       .gradient = {forward_case(2, 1, 3, 2, 4, 0.7), forward_case(3, 3, 4, 6, 2, 0.5),
-                   forward_case(4, 2, 3, 5, 4, 0.6, 2)},
+                   forward_case(4, 2, 3, 5, 4, 0.6, 2), forward_case(4, 2, 3, 7, 4, 0.6, 2, 4)},
       .examples = {masked}};
 }
 
@@ -331,34 +353,49 @@ OpTests grad_tests() {
   // The last four take the tensor-core kernels in 16-bit dtypes; the last three give keys runs
   // across several of kernel B's 128-position windows (3 keys over 512 slots; 2 over 2560), and
   // the last E = 520: kernel B's columns as one whole 512-wide block and a ragged one.
-  return {.kernel = {grad_case(3, 1, 8, 5, 1, 0.5), grad_case(7, 2, 64, 20, 5, 0.125),
-                     grad_case(24, 3, 70, 40, 16, 0.125), grad_case(5, 2, 8, 3, 16, 0.35),
-                     grad_case(6, 8, 72, 100, 64, 0.125), grad_case(3, 16, 136, 90, 128, 0.09),
-                     grad_case(8, 8, 72, 3, 64, 0.2), grad_case(40, 8, 16, 2, 64, 0.3),
-                     grad_case(5, 8, 520, 4, 64, 0.04),
-                     // Windows: the SIMT kernel B's band, then the tensor cores' (keys over two
-                     // 64-key blocks, E ragged; T below one block).
-                     grad_case(9, 2, 16, 12, 6, 0.3, 4), grad_case(70, 8, 72, 90, 128, 0.125, 64),
-                     grad_case(20, 16, 64, 30, 128, 0.1, 64)},
-          .examples = {one}};
+  return {
+      .kernel = {grad_case(3, 1, 8, 5, 1, 0.5), grad_case(7, 2, 64, 20, 5, 0.125),
+                 grad_case(24, 3, 70, 40, 16, 0.125), grad_case(5, 2, 8, 3, 16, 0.35),
+                 grad_case(6, 8, 72, 100, 64, 0.125), grad_case(3, 16, 136, 90, 128, 0.09),
+                 grad_case(8, 8, 72, 3, 64, 0.2), grad_case(40, 8, 16, 2, 64, 0.3),
+                 grad_case(5, 8, 520, 4, 64, 0.04),
+                 // Windows: the SIMT kernel B's band, then the tensor cores' (keys over two
+                 // 64-key blocks, E ragged; T below one block).
+                 grad_case(9, 2, 16, 12, 6, 0.3, 4), grad_case(70, 8, 72, 90, 128, 0.125, 64),
+                 grad_case(20, 16, 64, 30, 128, 0.1, 64),
+                 // With an offset: SIMT (kernel B's rows below it take the band alone), then
+                 // the tensor cores' key windows and sums.
+                 grad_case(7, 2, 64, 20, 5, 0.125, 0, 12), grad_case(9, 2, 16, 12, 6, 0.3, 4, 9),
+                 grad_case(70, 8, 72, 90, 128, 0.125, 64, 70),
+                 grad_case(20, 16, 64, 30, 128, 0.1, 64, 20)},
+      .examples = {one}};
 }
 
 const IndexContract kIdxContract{
     .slot = 2,
-    .bound = [](const std::vector<TensorType>& in, const Attrs&) { return in[1].shape[0]; },
-    .indexes = "the rows of input 'kv'"};
+    .bound =
+        [](const std::vector<TensorType>& in, const Attrs& attrs) {
+          return in[1].shape[0] - (attrs.count("offset") ? attr_int(attrs, "offset") : 0);
+        },
+    .indexes = "the rows of input 'kv' from offset on"};
 
 std::vector<AttrSpec> scale_attr() {
-  return {{.name = "scale",
-           .kind = AttrKind::Float,
-           .doc = "the factor on q·k before the bias (e.g. 1/sqrt(E))"},
-          {.name = "window",
-           .kind = AttrKind::Int,
-           .default_value = AttrValue{int64_t{0}},
-           .doc = "W sliding-window slots before idx's: slot j < W of token t is key t - j, or "
-                  "empty (no part in the softmax) when j > t; bias and mass cover all W + K "
-                  "slots. The backward sums the window's key gradients as a band, not "
-                  "through the sort"}};
+  return {
+      {.name = "scale",
+       .kind = AttrKind::Float,
+       .doc = "the factor on q·k before the bias (e.g. 1/sqrt(E))"},
+      {.name = "window",
+       .kind = AttrKind::Int,
+       .default_value = AttrValue{int64_t{0}},
+       .doc = "W sliding-window slots before idx's: slot j < W of token t is key t - j, or "
+              "empty (no part in the softmax) when j > t; bias and mass cover all W + K "
+              "slots. The backward sums the window's key gradients as a band, not "
+              "through the sort"},
+      {.name = "offset",
+       .kind = AttrKind::Int,
+       .default_value = AttrValue{int64_t{0}},
+       .doc = "added to idx's ids: idx names kv's rows offset + id, so ids lie in [0, S - "
+              "offset) (V4's compressed keys after the tokens' own, picked by a top-k over them)"}};
 }
 
 std::vector<AttrSpec> forward_attrs() {

@@ -31,7 +31,8 @@ cc::Val nan_f32() { return cc::Val(std::numeric_limits<float>::quiet_NaN()); }
 
 std::string kernel_name(const std::string& base, DType dt, const SparseAttentionShape& sh) {
   return base + "_h" + std::to_string(sh.h) + "_k" + std::to_string(sh.k) +
-         (sh.w > 0 ? "_w" + std::to_string(sh.w) : "") + "_" + std::string(dtype_name(dt));
+         (sh.w > 0 ? "_w" + std::to_string(sh.w) : "") +
+         (sh.off > 0 ? "_o" + std::to_string(sh.off) : "") + "_" + std::string(dtype_name(dt));
 }
 
 cc::Val slot_score(const cc::Val& id, const cc::Val& z) {
@@ -40,13 +41,18 @@ cc::Val slot_score(const cc::Val& id, const cc::Val& z) {
                                cc::Val(-std::numeric_limits<float>::infinity()), nan_f32()));
 }
 
-// ids[j]: the window's keys t - j (kEmptySlot past the first key), then idx[t, j - W], or -1
-// outside [0, S). Barrier after it.
+// ids[j]: the window's keys t - j (kEmptySlot past the first key), then off + idx[t, j - W], or
+// -1 for an id outside [0, S - off). Barrier after it.
 void stage_token_ids(cc::Scope& s, const SparseAttentionShape& sh, const cc::Idx& t,
                      const cc::Buf& ids, const cc::Buf& idx, const cc::Val& s_dim) {
   s.parallel(sh.k - sh.w, [&](cc::Idx j) {
     cc::Val id = s.let(cc::to_i64(idx(t, j)), "id");
-    ids(sh.w + j) = cc::to_i32(cc::select(id >= 0 && id < s_dim, id, i64(-1)));
+    if (sh.off > 0) {
+      cc::Val key = s.let(id + sh.off, "key");
+      ids(sh.w + j) = cc::to_i32(cc::select(id >= 0 && key < s_dim, key, i64(-1)));
+    } else {
+      ids(sh.w + j) = cc::to_i32(cc::select(id >= 0 && id < s_dim, id, i64(-1)));
+    }
   });
   if (sh.w > 0)
     s.parallel(sh.w,
@@ -109,6 +115,15 @@ KeyRun key_run(cc::Scope& s, const cc::Buf& offsets, const cc::Idx& key, const c
   cc::Val next = s.let(cc::to_i64(offsets(cc::min(key + 1, keys - 1))), "next");
   cc::Val end = s.let(cc::select(key + 1 < keys, cc::min(cc::max(next, begin), n), n), "end");
   return {begin, end};
+}
+
+KeyRun key_run_shifted(cc::Scope& s, const cc::Buf& offsets, const cc::Idx& key,
+                       const cc::Val& s_dim, const cc::Val& n, int64_t off) {
+  if (off == 0) return key_run(s, offsets, key, s_dim, n);
+  const KeyRun r = key_run(s, offsets, cc::max(key - off, i64(0)), s_dim - off, n);
+  cc::Val named = s.let(key >= off, "named");
+  return {s.let(cc::select(named, r.begin, i64(0)), "sbegin"),
+          s.let(cc::select(named, r.end, i64(0)), "send")};
 }
 
 }  // namespace sparse_attention_detail
@@ -331,14 +346,16 @@ cc::Kernel build_grad_keys(DType dt, const SparseAttentionShape& sh) {
   cc::Buf q = kb.input("q", dt, {t, h, e}), idx = kb.input("idx", DType::I32, {t, sel});
   cc::Buf dy = kb.input("dy", dt, {t, h, e});
   cc::Buf order = kb.input("order", DType::I32, {t * sel}),
-          offsets = kb.input("offsets", DType::I32, {sd});
+          offsets = kb.input("offsets", DType::I32, {sd - sh.off});
   cc::Buf p = kb.input("p", DType::F32, {t, h, k}), ds = kb.input("ds", DType::F32, {t, h, k});
   cc::Buf dkv = kb.output("dkv", dt, {sd, e});
   cc::Val scale = kb.scalar_f32("scale");
   kb.body({sd, cc::ceildiv(e, i64(kKeyThreads))}, kKeyThreads, [&](cc::Scope& s) {
     cc::Idx key = s.block_idx(0), base = s.block_idx(1) * kKeyThreads;
     cc::Val n = s.let(t * sel, "n");
-    const KeyRun run = key_run(s, offsets, key, sd, n);
+    // idx's id of this key (keys below off have none: their run is empty).
+    const cc::Val id = sh.off > 0 ? s.let(key - sh.off, "id") : cc::Val(key);
+    const KeyRun run = key_run_shifted(s, offsets, key, sd, n, sh.off);
     const cc::Val begin = run.begin, end = run.end;
     cc::Buf acc = s.alloc_fragment("acc", DType::F32, {kKeyThreads});
     cc::Buf bad = s.alloc_fragment("bad", DType::F32, {kKeyThreads});
@@ -364,7 +381,7 @@ cc::Kernel build_grad_keys(DType dt, const SparseAttentionShape& sh) {
               [&] {
                 cc::Val tt = s.let(o / sel, "tt"), j = s.let(o % sel, "j");
                 s.if_then_else(
-                    cc::to_i64(idx(tt, j)) == key, [&] { add_pair(i, col, tt, j + sh.w); },
+                    cc::to_i64(idx(tt, j)) == id, [&] { add_pair(i, col, tt, j + sh.w); },
                     [&] { bad(i) = 1.0f; });
               },
               [&] { bad(i) = 1.0f; });

@@ -18,9 +18,13 @@ constexpr int64_t kSparseAttentionMaxHK = 16384;
 // The shape every kernel of the op is specialised on (H, K and W are compile-time constants: the
 // per-token tiles' sizes); T, S and E stay dims. K counts every slot of a token: the W window
 // slots first (slot j < W names key t - j, or nothing when j > t), then idx's K - W columns.
+// `off` (also a constant: the kernels' names carry it) is added to idx's ids: id i names kv's row
+// off + i, so idx selects among the last S - off rows (V4's compressed keys after the T
+// tokens' own) and counting_sort's offsets of idx cover S - off keys.
 struct SparseAttentionShape {
-  int64_t t = 1, h = 1, e = 1, s = 1, k = 1, w = 0;
-  int64_t selected() const { return k - w; }  // idx's columns
+  int64_t t = 1, h = 1, e = 1, s = 1, k = 1, w = 0, off = 0;
+  int64_t selected() const { return k - w; }       // idx's columns
+  int64_t sorted_keys() const { return s - off; }  // the keys idx can name
 };
 
 // Forward: one block per token. Buffers q, kv, idx, bias, sink (input slots 0..4), y (output 0)

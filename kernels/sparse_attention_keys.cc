@@ -46,7 +46,7 @@ cc::Kernel build_grad_key_windows_tc(DType dt, const SparseAttentionShape& sh) {
   const cc::Val k(sh.selected());  // idx's slots (the window's are the band kernel's)
   cc::Buf idx = kb.input("idx", DType::I32, {t, k});
   cc::Buf order = kb.input("order", DType::I32, {t * k}),
-          offsets = kb.input("offsets", DType::I32, {sd});
+          offsets = kb.input("offsets", DType::I32, {sd - sh.off});
   cc::Buf g = kb.input("g", DType::F32, {t * k, e});
   cc::Buf part = kb.output("part", DType::F32, {t * k, e});
   cc::Buf seg_key = kb.output("seg_key", DType::I32, {t * k});
@@ -60,19 +60,21 @@ cc::Kernel build_grad_key_windows_tc(DType dt, const SparseAttentionShape& sh) {
     cc::Buf lo = s.alloc_fragment("lo", DType::I64, {kWindow});
     cc::Buf hi = s.alloc_fragment("hi", DType::I64, {kWindow});
     // Each position's key: the last whose offset is at most p (the first above p, less one),
-    // checked against key_run's [begin, end) of that key, and its entry checked.
+    // checked against key_run's [begin, end) of that key, and its entry checked. Keys here are
+    // idx's ids (kv's rows less off), as the offsets are.
+    const cc::Val keys = sh.off > 0 ? s.let(sd - sh.off, "keys") : cc::Val(sd);
     s.parallel(kWindow, [&](cc::Idx i) {
       cc::Val p = s.let(p0 + i, "p");
       s.if_then_else(
           p < n,
           [&] {
             auto offset_at = [&](const cc::Val& q) {
-              return cc::to_i64(offsets(cc::min(cc::max(q, i64(0)), sd - 1)));
+              return cc::to_i64(offsets(cc::min(cc::max(q, i64(0)), keys - 1)));
             };
-            sorted_lower_bound(s, lo, hi, i, sd, kSearchSteps, offset_at, p + 1);
+            sorted_lower_bound(s, lo, hi, i, keys, kSearchSteps, offset_at, p + 1);
             cc::Val kk = s.let(lo(i) - 1, "kk");
             cc::Val kc = s.let(cc::max(kk, i64(0)), "kc");
-            const KeyRun run = key_run(s, offsets, kc, sd, n);
+            const KeyRun run = key_run(s, offsets, kc, keys, n);
             cc::Val in_run = s.let(kk >= 0 && run.begin <= p && p < run.end, "in_run");
             cc::Val o = s.let(cc::to_i64(order(p)), "o");
             cc::Val oc = s.let(cc::min(cc::max(o, i64(0)), n - 1), "oc");
@@ -179,7 +181,7 @@ cc::Kernel build_grad_key_sums_tc(DType dt, const SparseAttentionShape& sh) {
   cc::KernelBuilder kb(kernel_name("sparse_attention_tc_grad_key_sums", dt, sh));
   cc::Dim t = kb.dim("T"), sd = kb.dim("S"), e = kb.dim("E");
   const cc::Val k(sh.selected());
-  cc::Buf offsets = kb.input("offsets", DType::I32, {sd});
+  cc::Buf offsets = kb.input("offsets", DType::I32, {sd - sh.off});
   cc::Buf part = kb.input("part", DType::F32, {t * k, e});
   cc::Buf seg_key = kb.input("seg_key", DType::I32, {t * k});
   cc::Buf band;  // with a window: each key's band sum (keys below T), added first
@@ -188,7 +190,9 @@ cc::Kernel build_grad_key_sums_tc(DType dt, const SparseAttentionShape& sh) {
   kb.body({sd, cc::ceildiv(e, i64(kCols))}, kCols, [&](cc::Scope& s) {
     cc::Idx key = s.block_idx(0), base = s.block_idx(1) * kCols;
     cc::Val n = s.let(t * k, "n");
-    const KeyRun run = key_run(s, offsets, key, sd, n);
+    const KeyRun run = key_run_shifted(s, offsets, key, sd, n, sh.off);
+    // idx's id of this row (seg_key holds ids, as key_windows found them).
+    const cc::Val id = sh.off > 0 ? s.let(key - sh.off, "id") : cc::Val(key);
     cc::Val first = s.let(run.begin / kWindow, "first");
     cc::Val windows = s.let(
         cc::select(run.end > run.begin, (run.end - 1) / kWindow - first + 1, i64(0)), "windows");
@@ -204,7 +208,7 @@ cc::Kernel build_grad_key_sums_tc(DType dt, const SparseAttentionShape& sh) {
           cc::Val pos = s.let(cc::max(run.begin, (first + w) * kWindow), "pos");
           cc::Val pc = s.let(cc::min(cc::max(pos, i64(0)), n - 1), "pc");
           s.if_then_else(
-              cc::to_i64(seg_key(pc)) == key, [&] { acc(c) = acc(c) + part(pc, col); },
+              cc::to_i64(seg_key(pc)) == id, [&] { acc(c) = acc(c) + part(pc, col); },
               [&] { bad(c) = 1.0f; });
         });
         dkv(key, col) = cc::select(bad(c) == 0.0f, acc(c), nan_f32());

@@ -54,6 +54,10 @@ struct KeyRun {
 };
 KeyRun key_run(compiler::Scope& s, const compiler::Buf& offsets, const compiler::Idx& key,
                const compiler::Val& keys, const compiler::Val& n);
+// The run of kv's row `key` when idx's ids are offset by `off` (SparseAttentionShape::off):
+// offsets cover rows off .. S - 1 (id key - off); rows below off have an empty run.
+KeyRun key_run_shifted(compiler::Scope& s, const compiler::Buf& offsets, const compiler::Idx& key,
+                       const compiler::Val& s_dim, const compiler::Val& n, int64_t off);
 
 // Kernel A's per-token tail: sink_part[t, h] = -(exp(sink[h] - m[h]) / d[h])·delta[h], then (after
 // a barrier) dbias[t, j] = Σ_h ds[h, j] in head order, ds [H, K] in shared memory.
