@@ -1,4 +1,5 @@
-// Expansion: matmuls' single-use adds folded into them (fold_adds.h), then every op of the
+// Expansion: matmuls' single-use adds folded into them (fold_adds.h) and single-use fake_quants
+// into the row kernels before them (fold_quant.h), then every op of the
 // OpGraph into kernel instances (its family's expand), kernels
 // deduplicated, limits checked at the op's position; then the dead kernels dropped (prune.h),
 // the memory plan (reuse.h) and the hazard edges (dependencies.h). An op whose outputs are views
@@ -14,6 +15,7 @@
 #include "compiler/ir/kernel.h"
 #include "graph/dependencies.h"
 #include "graph/fold_adds.h"
+#include "graph/fold_quant.h"
 #include "graph/kernel_graph.h"
 #include "graph/prune.h"
 #include "graph/reuse.h"
@@ -173,7 +175,10 @@ class Expander {
 KernelGraph expand(OpGraph ops, bool fold) {
   KernelGraph kg;
   kg.ops = std::move(ops);
-  if (fold) fold_matmul_adds(kg.ops);
+  if (fold) {
+    fold_matmul_adds(kg.ops);
+    fold_quant_epilogues(kg.ops);
+  }
   Expander(kg).run();
   return kg;
 }

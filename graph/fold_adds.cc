@@ -2,27 +2,11 @@
 
 #include <vector>
 
+#include "graph/fold_util.h"
+
 namespace tilerun::graph {
 
 namespace {
-
-// Tensors that outlive the step or are read from outside the ops (reuse.h persistent_tensors'
-// op-level part): a product among them keeps its own buffer.
-std::vector<bool> kept_tensors(const OpGraph& g) {
-  std::vector<bool> keep(g.tensors.size(), false);
-  for (int out : g.outputs) keep[out] = true;
-  for (const GraphLossTerm& term : g.loss) keep[term.value] = true;
-  for (const GraphIndexCheck& check : g.index_checks) {
-    if (check.status >= 0) keep[check.status] = true;
-    if (check.ids >= 0) keep[check.ids] = true;
-  }
-  for (int t : g.selection_inputs) keep[t] = true;
-  for (const auto& [x, dx] : g.grad) {
-    const TensorKind k = g.tensors[x].kind;
-    if (k == TensorKind::Input || k == TensorKind::Weight) keep[dx] = true;
-  }
-  return keep;
-}
 
 // Whether `op` (of `schema`) with `addend` expands to no more kernels than without it.
 bool adds_in_kernel(const OpGraph& g, const kernels::OpSchema& schema, const GraphOp& op,
@@ -38,9 +22,7 @@ bool adds_in_kernel(const OpGraph& g, const kernels::OpSchema& schema, const Gra
 }  // namespace
 
 int fold_matmul_adds(OpGraph& g) {
-  std::vector<int> readers(g.tensors.size(), 0);
-  for (const GraphOp& op : g.ops)
-    for (int t : op.inputs) ++readers[t];
+  const std::vector<int> readers = reader_counts(g);
   const std::vector<bool> keep = kept_tensors(g);
   std::vector<bool> removed(g.ops.size(), false);
   int folded = 0;
@@ -81,25 +63,7 @@ int fold_matmul_adds(OpGraph& g) {
       break;
     }
   }
-  if (folded == 0) return 0;
-  // Drop the folded adds, renumbering the ops.
-  std::vector<int> id(g.ops.size(), -1);
-  std::vector<GraphOp> ops;
-  for (size_t i = 0; i < g.ops.size(); ++i)
-    if (!removed[i]) {
-      id[i] = static_cast<int>(ops.size());
-      ops.push_back(std::move(g.ops[i]));
-    }
-  g.ops = std::move(ops);
-  auto renumber = [&](int& op) {
-    if (op >= 0) op = id[op];
-  };
-  for (GraphTensor& t : g.tensors) renumber(t.producer);
-  for (GraphLossTerm& term : g.loss) renumber(term.op);
-  for (GraphIndexCheck& check : g.index_checks) {
-    renumber(check.producer);
-    renumber(check.op);
-  }
+  if (folded > 0) drop_ops(g, removed);
   return folded;
 }
 

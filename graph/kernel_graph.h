@@ -42,8 +42,8 @@ struct KernelGraph {
 
 // Expands every op (forward then backward) through its registered expansion, dedups kernels,
 // plans memory and computes dependency edges. Throws tilerun::Error naming the op and its YAML
-// location when an op has no kernels. `fold`: matmuls' single-use adds folded in first
-// (fold_adds.h; the same bits either way).
+// location when an op has no kernels. `fold`: matmuls' single-use adds and the row kernels'
+// single-use fake_quants folded in first (fold_adds.h, fold_quant.h; the same bits either way).
 KernelGraph expand(OpGraph ops, bool fold = true);
 
 }  // namespace tilerun::graph

@@ -303,14 +303,7 @@ cc::Kernel build_quantize_rows(DType dtype, const Format& f, DType sd, int64_t b
       });
     });
     s.barrier();
-    cc::Buf m = s.alloc_fragment("m", DType::I32, {rows, spans});
-    s.annotate_layout(1);
-    s.parallel(rows, spans, [&](cc::Idx r, cc::Idx g) {
-      m(r, g) = i32(0);
-      s.serial(span, [&](cc::Idx k) { m(r, g) = cc::max(m(r, g), mag(r, g * span + k)); });
-      span_max(r, g) = m(r, g);
-    });
-    s.barrier();
+    quant::fold_spans(s, mag, span_max, rows, spans, span, "m");
     cc::Buf amax = s.alloc_fragment("amax", DType::I32, {rows});
     s.annotate_layout(1);
     s.parallel(rows, [&](cc::Idx r) {

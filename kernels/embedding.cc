@@ -25,6 +25,7 @@
 #include "compiler/ir/builder.h"
 #include "kernels/bitonic_sort.h"
 #include "kernels/expand_util.h"
+#include "kernels/gather_kernels.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
@@ -312,22 +313,24 @@ std::vector<GradOp> grad_gather_rows(const std::vector<TensorType>&, const Attrs
   return {{"gather_rows_grad", {"x0", "x1", "x2", "dy0"}, {"dx0"}, {}}};
 }
 
-// One block per (table row, column tile). The row's J inverse entries are checked against ids
-// once, into shared memory (an entry that fails is -1), then each thread adds its columns' dy
-// rows in j order (f32, from +0), NaN for the whole row if any entry failed. J is the kernel's
-// constant (a loop the compiler unrolls, its loads independent of one another); with D a
-// multiple of 8 each thread takes 8 adjacent columns, 16 bytes of bf16 a load. Before, each
-// thread walked inverse -> ids -> dy one entry at a time, three dependent loads per entry: 60 us
-// for the MoE dispatch's gradient at T = 1024 (25 MB, a 5 us floor).
-constexpr int64_t kMaxInverseWidth = 1024;  // the entries' shared i32s; wider: the scan below
+// The entries' shared i32s of build_gather_rows_grad_checked (gather_kernels.h); wider: the scan
+// below.
+constexpr int64_t kMaxInverseWidth = 1024;
 
-cc::Kernel build_gather_rows_grad_checked(DType dtype, int64_t j_n, bool vec) {
+}  // namespace
+
+// Before this kernel, each thread walked inverse -> ids -> dy one entry at a time, three
+// dependent loads per entry: 60 us for the MoE dispatch's gradient at T = 1024 (25 MB, a 5 us
+// floor).
+
+cc::Kernel build_gather_rows_grad_checked(DType dtype, int64_t j_n, bool vec,
+                                          const std::string& name, int64_t group) {
   const int width = vec ? 8 : 1;
   const int64_t cols = kThreads * width;
-  cc::KernelBuilder kb("gather_rows_grad_j" + std::to_string(j_n) + (vec ? "_vec" : "") +
-                       suffix(dtype));
+  cc::KernelBuilder kb(name + suffix(dtype));
   cc::Dim n = kb.dim("N"), v = kb.dim("V"), d = kb.dim("D", {.divisible_by = width});
-  cc::Buf ids = kb.input("ids", DType::I32, {n});
+  const cc::Val count = group == 1 ? cc::Val(n) : n * group;  // the ids
+  cc::Buf ids = kb.input("ids", DType::I32, {count});
   cc::Buf inv = kb.input("inverse", DType::I32, {v, cc::Val(j_n)});
   cc::Buf dy = kb.input("dy", dtype, {n, d});
   cc::Buf dt = kb.output("dtable", dtype, {v, d});
@@ -338,8 +341,10 @@ cc::Kernel build_gather_rows_grad_checked(DType dtype, int64_t j_n, bool vec) {
     s.parallel(j_n, [&](cc::Idx p) {
       cc::Val q = s.let(cc::to_i64(inv(row, p)), "q");
       qs(p) = cc::literal(cc::Type::I32, -1);
-      s.if_then(q >= 0 && q < n,
-                [&] { s.if_then(cc::to_i64(ids(q)) == row, [&] { qs(p) = inv(row, p); }); });
+      s.if_then(q >= 0 && q < count, [&] {
+        s.if_then(cc::to_i64(ids(q)) == row,
+                  [&] { qs(p) = group == 1 ? cc::Val(inv(row, p)) : cc::to_i32(q / group); });
+      });
     });
     s.barrier();
     cc::Val bad = s.reduce_max(cc::Val(j_n), [&](cc::Idx p) {
@@ -381,6 +386,8 @@ cc::Kernel build_gather_rows_grad_checked(DType dtype, int64_t j_n, bool vec) {
   });
   return kb.build();
 }
+
+namespace {
 
 // The general form, for any J: each thread walks its column's J entries, each checked in turn.
 // `flat`: a thread per element of the flat [V, D] table instead of a block per row (narrow rows:
@@ -482,11 +489,12 @@ ExpandFn expand_gather_rows_grad(std::shared_ptr<KernelCache> cache) {
     if (j >= 1 && j <= kMaxInverseWidth && ids_count(in[1]) >= 1 && !narrow) {
       const bool vec = d % 8 == 0;
       const std::string name = "gather_rows_grad_j" + std::to_string(j) + (vec ? "_vec" : "");
-      return OpExpansion{.calls = {{.kernel = cache->get(
-                                        kernel_key(name, dt),
-                                        [&] { return build_gather_rows_grad_checked(dt, j, vec); }),
-                                    .buffers = buffers,
-                                    .dims = {ids_count(in[1]), in[0].shape[0], d}}}};
+      return OpExpansion{
+          .calls = {{.kernel = cache->get(
+                         kernel_key(name, dt),
+                         [&] { return build_gather_rows_grad_checked(dt, j, vec, name); }),
+                     .buffers = buffers,
+                     .dims = {ids_count(in[1]), in[0].shape[0], d}}}};
     }
     KernelCall call{
         .kernel = cache->get(kernel_key(narrow ? "gather_rows_grad_flat" : "gather_rows_grad", dt),

@@ -32,6 +32,7 @@
 #include "kernels/ref_values.h"
 #include "kernels/schema_util.h"
 #include "kernels/shape_attrs.h"
+#include "kernels/unary_math.h"
 
 namespace tilerun::kernels {
 
@@ -99,12 +100,6 @@ std::vector<TensorType> infer_route_grad(const std::vector<TensorType>& in, cons
 
 // ---- References (double) ---------------------------------------------------------------------
 
-double ref_softplus(double x) {
-  if (std::isnan(x)) return x;
-  return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-}
-double ref_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
 double ref_score(double logit, bool sigmoid) {
   return sigmoid ? ref_sigmoid(logit) : std::sqrt(ref_softplus(logit));
 }
@@ -122,10 +117,8 @@ std::vector<int64_t> ref_choice(const RefTensor& logits, const RefTensor& bias, 
     key[i] = ref_score(logits.data[r * e + i], sigmoid) + bias.data[i];
   std::vector<int64_t> order(e);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    if (std::isnan(key[a]) != std::isnan(key[b])) return std::isnan(key[a]);
-    return !std::isnan(key[a]) && key[a] > key[b];
-  });
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return ref_topk_before(key[a], a, key[b], b); });
   order.resize(k);
   return order;
 }
@@ -185,17 +178,10 @@ std::vector<GradOp> grad_route(const std::vector<TensorType>&, const Attrs& attr
 
 // ---- Kernels -------------------------------------------------------------------------------
 
-// The score of an f32 logit, as the unary kernels compute it: sqrt of softplus (max(x, 0) +
-// log1p(e^-|x|), unary.cc's form) or sigmoid.
+// The score of an f32 logit, as the unary kernels compute it: sqrt of softplus or sigmoid.
 cc::Val score_of(cc::Scope& s, const cc::Val& logit, bool sigmoid) {
   if (sigmoid) return cc::sigmoid(logit);
-  cc::Val t =
-      s.let(cc::exp(-cc::bitcast(cc::Type::F32, cc::bitcast(cc::Type::I32, logit) &
-                                                    cc::literal(cc::Type::I32, 0x7fffffff))),
-            "t");
-  cc::Val u = s.let(1.0f + t, "u");
-  cc::Val log1p = cc::select(u == 1.0f, t, cc::log(u) * (t / (u - 1.0f)));
-  return cc::sqrt(cc::max(logit, 0.0f) + log1p);
+  return cc::sqrt(softplus_of(s, logit));
 }
 
 // "moe_route_s2_k6_sqrt_softplus_f32" (with "_raw" when not normalised, and the weights' dtype

@@ -1,3 +1,5 @@
+// over 600 lines: rmsnorm and rmsnorm_grad share the fixed-row tiles (and the fused fake_quant that
+// rides on the forward one), and the test cases that pin each kernel variant.
 // Normalisations over the last axis (rows), or over groups of `group` elements of it (per-head
 // norms: each group is a row of its own, so a grouped norm is the plain one over the [numel /
 // group, group] view, and its weights have `group` elements): rmsnorm, one block per row; and its
@@ -20,6 +22,7 @@
 #include "kernels/kernel_cache.h"
 #include "kernels/norm_util.h"
 #include "kernels/op_registry.h"
+#include "kernels/quant_format.h"
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
 
@@ -37,12 +40,46 @@ DType y_dtype(const TensorType& x, const Attrs& attrs) {
                                                                 : float_dtype_attr(attrs, "to");
 }
 
+// The fixed kernel's tile: about 2048 elements, at most 16 rows (the sums' tree holds 128 floats
+// a row), the rows and gamma within 32 KB.
+constexpr int64_t kFixedRowElems = 2048, kFixedRows = 16, kFixedRowBytes = 32 * 1024;
+// With a fake_quant in it, the staged output rows and the block scales too, within 64 KB.
+constexpr int64_t kFixedQuantBytes = 64 * 1024;
+
+// The fixed kernel's rows per block for x seen as [rows, cols], or 0 when it does not serve them
+// (cols not a multiple of 8, or the tile beyond its shared memory).
+int64_t fixed_rows(DType dt, int64_t rows, int64_t cols) {
+  const int64_t rb = std::max<int64_t>(1, std::min({rows, kFixedRowElems / cols, kFixedRows}));
+  const bool fits = (rb + 1) * cols * static_cast<int64_t>(dtype_bytes(dt, 1)) <= kFixedRowBytes;
+  return cols % 8 == 0 && fits ? rb : 0;
+}
+
+// Whether rmsnorm's fixed kernel takes the fake_quant its attributes name (quant_format):
+// rows over the whole last axis (its blocks lie along it), the fixed kernel, and its tile of
+// output rows and block scales beside the staged ones within kFixedQuantBytes.
+bool quant_tile(const TensorType& x, const TensorType& y, const Attrs& attrs) {
+  auto q = quant::row_quant_of(attrs, x.shape.back());
+  auto [rows, cols] = norm_rows(x, attrs);
+  const int64_t rb = fixed_rows(x.dtype, rows, cols);
+  if (!q || cols != x.shape.back() || rb == 0) return false;
+  const int64_t bytes = (rb + 1) * cols * static_cast<int64_t>(dtype_bytes(x.dtype, 1)) +
+                        rb * cols * static_cast<int64_t>(dtype_bytes(y.dtype, 1)) +
+                        quant::row_scales_bytes(rb, cols, *q);
+  return bytes <= kFixedQuantBytes;
+}
+
 std::vector<TensorType> infer_rmsnorm(const std::vector<TensorType>& in, const Attrs& attrs) {
   expect_float(in[0], "x");
   int64_t g = norm_group(in[0], attrs);
   TensorType gamma{in[0].dtype, {g}};
   expect_same(in[1], "gamma", gamma, norm_extent_name(attrs));
-  return {{y_dtype(in[0], attrs), in[0].shape}};
+  TensorType y{y_dtype(in[0], attrs), in[0].shape};
+  if (quant::row_quant_of(attrs, in[0].shape.back()) && !quant_tile(in[0], y, attrs))
+    throw ShapeError("attribute 'quant_format': a fake_quant in rmsnorm's kernel needs x " +
+                     to_string(in[0]) +
+                     " normalised over its whole last axis, a multiple of 8 elements whose "
+                     "tile of rows fits the fixed kernel's shared memory");
+  return {y};
 }
 
 // (x, gamma, dy[, cos, sin]) -> (dx, dgamma); dy of x's shape, of x's dtype or of rmsnorm's
@@ -102,6 +139,7 @@ std::vector<RefTensor> ref_rmsnorm(const std::vector<RefTensor>& in, const Attrs
     for (int64_t c = 0; c < cols; ++c)
       y.data[r * cols + c] = x.data[r * cols + c] * inv[r] * gamma.data[c];
   y.shape = in[0].shape;
+  if (auto q = quant::row_quant_of(attrs, y.shape.back())) quant::ref_quantize_rows(y, *q);
   return {y};
 }
 
@@ -199,10 +237,6 @@ cc::Kernel build_rmsnorm(DType dtype, DType ydt, bool vec) {
   return kb.build();
 }
 
-// The fixed rmsnorm's tile: about 2048 elements, at most 16 rows (the sums' tree holds 128 floats
-// a row), the rows and gamma within 32 KB.
-constexpr int64_t kFixedRowElems = 2048, kFixedRows = 16, kFixedRowBytes = 32 * 1024;
-
 // build_rmsnorm (vec) with D constant: a tile of `rb` rows per block staged in shared memory by
 // asynchronous copies (zeros past R), the rows' sums of squares at once (row_sums: the order of
 // the dx kernels' sums, not reduce_sum's, so the fixed rmsnorm_rope's norm and this one, which its
@@ -213,8 +247,12 @@ std::string rmsnorm_fixed_name(int64_t rb, int64_t d) {
   return "rmsnorm_rb" + std::to_string(rb) + "_d" + std::to_string(d);
 }
 
-cc::Kernel build_rmsnorm_fixed(DType dtype, DType ydt, int64_t rb, int64_t dn) {
-  cc::KernelBuilder kb(typed(rmsnorm_fixed_name(rb, dn), dtype, ydt));
+// With `q`, the fake_quant after it in the same kernel: the tile's output rows rounded to y's
+// dtype into shared memory, each block's scale from them (quant::row_scales), then y written as
+// fake_quant writes it.
+cc::Kernel build_rmsnorm_fixed(DType dtype, DType ydt, int64_t rb, int64_t dn,
+                               const std::optional<quant::RowQuant>& q) {
+  cc::KernelBuilder kb(typed(rmsnorm_fixed_name(rb, dn) + (q ? q->name() : ""), dtype, ydt));
   cc::Dim r = kb.dim("R");
   const cc::Val d(dn);
   cc::Buf x = kb.input("x", dtype, {r, d}), g = kb.input("gamma", dtype, {d});
@@ -230,11 +268,23 @@ cc::Kernel build_rmsnorm_fixed(DType dtype, DType ydt, int64_t rb, int64_t dn) {
     s.async_wait(0);
     s.barrier();
     cc::Buf inv = norm_inverses(s, xs, rb, dn, kThreads, eps);
+    cc::Buf ys;
+    std::optional<quant::RowScales> scales;
+    if (q) {
+      ys = s.alloc_shared("ys", ydt, {rb, dn});
+      s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
+      s.parallel(cc::Val(rb), d,
+                 [&](cc::Idx t, cc::Idx j) { ys(t, j) = xs(t, j) * inv(t) * gs(j); });
+      s.barrier();
+      scales = quant::row_scales(s, ys, rb, dn, *q);
+    }
     // The tile wholly inside R runs without a guard (a guard keeps accesses scalar).
     auto rows = [&](bool guarded) {
       s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
       s.parallel(cc::Val(rb), d, [&](cc::Idx t, cc::Idx j) {
-        auto store = [&] { y(r0 + t, j) = xs(t, j) * inv(t) * gs(j); };
+        auto store = [&] {
+          y(r0 + t, j) = q ? scales->value(s, t, j, ys(t, j)) : xs(t, j) * inv(t) * gs(j);
+        };
         if (guarded)
           s.if_then(r0 + t < r, store);
         else
@@ -433,11 +483,15 @@ ExpandFn expand_rmsnorm(std::shared_ptr<KernelCache> cache) {
     const DType dt = in[0].dtype, ydt = out[0].dtype;
     auto [rows, cols] = norm_rows(in[0], attrs);
     const bool vec = cols % 8 == 0;
-    const int64_t rb = std::max<int64_t>(1, std::min({rows, kFixedRowElems / cols, kFixedRows}));
-    if (vec && (rb + 1) * cols * static_cast<int64_t>(dtype_bytes(dt, 1)) <= kFixedRowBytes)
+    const int64_t rb = fixed_rows(dt, rows, cols);
+    const std::optional<quant::RowQuant> q = quant::row_quant_of(attrs, in[0].shape.back());
+    if (q && !quant_tile(in[0], out[0], attrs))
+      throw ShapeError("rmsnorm's fake_quant (quant_format) does not fit its kernel");
+    if (rb > 0)
       return OpExpansion{
-          .calls = {{.kernel = cache->get(typed(rmsnorm_fixed_name(rb, cols), dt, ydt),
-                                          [&] { return build_rmsnorm_fixed(dt, ydt, rb, cols); }),
+          .calls = {{.kernel = cache->get(
+                         typed(rmsnorm_fixed_name(rb, cols) + (q ? q->name() : ""), dt, ydt),
+                         [&] { return build_rmsnorm_fixed(dt, ydt, rb, cols, q); }),
                      .buffers = {input_slot(0), input_slot(1), output_slot(0)},
                      .dims = {rows},
                      .scalars = {attr_float(attrs, "eps")}}}};
@@ -502,6 +556,11 @@ ExpandFn expand_rmsnorm_grad(std::shared_ptr<KernelCache> cache) {
   };
 }
 
+std::vector<AttrSpec> with_quant(std::vector<AttrSpec> attrs) {
+  for (AttrSpec& a : quant::row_quant_attrs()) attrs.push_back(std::move(a));
+  return attrs;
+}
+
 }  // namespace
 
 void register_norm(OpRegistry& registry) {
@@ -509,21 +568,36 @@ void register_norm(OpRegistry& registry) {
   registry.add(
       {.name = "rmsnorm",
        .doc = "y = x * rsqrt(mean(x^2, last axis) + eps) * gamma, rounded to the dtype named by to "
-              "(x's if empty)",
+              "(x's if empty); with quant_format, then a fake_quant of y in the same kernel",
        .inputs = {"x", "gamma"},
        .outputs = {"y"},
-       .attrs = {kEps, kNormGroup, kTo},
+       .attrs = with_quant({kEps, kNormGroup, kTo}),
        .infer = infer_rmsnorm,
        .reference = ref_rmsnorm,
        .gradient = grad_rmsnorm,
        .expand = expand_rmsnorm(cache),
+       .quant_epilogue = [](const std::vector<TensorType>& in, const std::vector<TensorType>& out,
+                            const Attrs& attrs) { return quant_tile(in[0], out[0], attrs); },
        .tests = {.kernel = {{{{1, 1}, {1}}},
                             {{{7, 33}, {33}}},
                             {{{130, 7}, {7}}, {{"eps", 1e-5}}},
                             {{{2, 3, 130}, {130}}},
                             {{{5, 64}, {16}}, {{"group", int64_t{16}}}},  // per-head: 4 groups
                             {{{3, 1032}, {1032}}},  // vectors: 8 rounds and a partial one
-                            {{{37, 512}, {512}}}},  // tiles of 4 rows, the last one guarded
+                            {{{37, 512}, {512}}},   // tiles of 4 rows, the last one guarded
+                            // A fake_quant in the kernel (graph/fold_quant): FP8 per 128, and
+                            // FP4 with power-of-two scales on the first 3 of 4 blocks of 32.
+                            // In 16 bits: Session.FoldedQuantEpiloguesGiveTheSameBits.
+                            {.shapes = {{37, 512}, {512}},
+                             .attrs = {{"quant_format", std::string("f8e4m3")},
+                                       {"quant_block", int64_t{128}}},
+                             .reference_dtypes = {DType::F32}},
+                            {.shapes = {{21, 128}, {128}},
+                             .attrs = {{"quant_format", std::string("fp4e2m1")},
+                                       {"quant_block", int64_t{32}},
+                                       {"quant_scale", std::string("ue8m0")},
+                                       {"quant_extent", int64_t{96}}},
+                             .reference_dtypes = {DType::F32}}},
                  .gradient = {{{{5, 7}, {7}}},
                               {{{2, 8}, {4}}, {{"group", int64_t{4}}, {"eps", 0.1}}},
                               {{{2, 3, 9}, {9}}, {{"eps", 0.5}}},

@@ -128,6 +128,11 @@ struct OpTestCase {
   // Inputs (by index) of this dtype in this case, whatever the op's (dequantize's codes and
   // scales); drawn as floats in [lo, hi) and rounded to it.
   std::map<int, DType> input_dtypes = {};
+  // The op's dtypes in which the kernel is compared with the double reference (empty: every
+  // one). A kernel that quantises a value it rounded to a 16-bit dtype first (a folded fake_quant)
+  // can differ from the reference by a quantum where that rounding moves a block's scale or a
+  // tie; it is checked in those dtypes against the unfused ops, bit for bit, instead.
+  std::vector<DType> reference_dtypes = {};
 };
 
 // A worked example: literal inputs and the outputs the reference must give (to 1e-12 relative),
@@ -253,6 +258,14 @@ struct OpSchema {
   std::function<std::optional<std::vector<ViewOf>>(
       const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs, const Attrs&)>
       view = {};
+
+  // A single-use fake_quant of output 0 may run in the op's own kernel (graph/fold_quant.h):
+  // given the op's types and its attributes with the fake_quant's added (quant::add_row_quant),
+  // whether its expansion then quantises in the kernel that writes the output, with the bits of
+  // the fake_quant after it. Empty: never.
+  std::function<bool(const std::vector<TensorType>& inputs, const std::vector<TensorType>& outputs,
+                     const Attrs&)>
+      quant_epilogue = {};
 
   // Index inputs checked at run time (see IndexContract); their statuses follow the inputs.
   std::vector<IndexContract> index_contracts = {};

@@ -4,7 +4,10 @@
 // so a quantize followed by a dequantize gives fake_quant's bits wherever their scales agree.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "compiler/ir/builder.h"
 #include "kernels/op_registry.h"
@@ -47,6 +50,11 @@ cc::Val ceil_pow2(cc::Scope& s, const cc::Val& x);
 // |x| as i32 bits. Non-negative floats order as their bits and a NaN's bits are above every one
 // of them, so an integer max of these is max |x| with NaN sticking (any NaN gives a NaN).
 inline cc::Val magnitude(const cc::Val& x) { return bits(x) & i32(0x7fffffff); }
+// span_max(r, g) = max of mag(r, g·span + k) over k < span, for each of rows × spans (i32
+// magnitudes staged in shared memory, the maxima shared too), a thread each, then a barrier: the
+// first step of the tiled kernels' block amax (`fragment` names the thread's running max).
+void fold_spans(cc::Scope& s, const cc::Buf& mag, const cc::Buf& span_max, int64_t rows,
+                int64_t spans, int64_t span, const std::string& fragment);
 // amax / max_finite(format) in f32 (1 when amax = 0); pow2: the next power of two up.
 cc::Val block_scale(cc::Scope& s, const cc::Val& amax, const Format& f, bool pow2);
 
@@ -61,5 +69,47 @@ struct Divisor {
   cc::Val divide(const cc::Val& x) const { return pow2 ? x * pre * post : x / scale; }
 };
 Divisor divisor(cc::Scope& s, const cc::Val& scale, bool pow2);
+
+// ---- A fake_quant in a row kernel's epilogue (graph/fold_quant.h) --------------------------
+
+// fake_quant's parameters as a row kernel takes them: the format, power-of-two scales or not,
+// the block, and how many of a row's `per_row` blocks are rounded (the first `rounded`; the rest
+// copied, fake_quant's `extent`).
+struct RowQuant {
+  std::string format;
+  Format f;
+  bool pow2;
+  int64_t block, per_row, rounded;
+  bool all() const { return rounded == per_row; }
+  // "_fq_f8e4m3_b128" (with "_ue8m0" after the format and "_x7of8" at the end where they apply):
+  // every parameter, so two epilogues never share a kernel name.
+  std::string name() const;
+};
+
+// The attributes a fold gives the op (quant_format, quant_block, quant_scale, quant_extent:
+// the fake_quant's format, block, scale and extent), for the schemas of the ops that take them.
+std::vector<AttrSpec> row_quant_attrs();
+// The op's epilogue for rows of `row` elements: nullopt when quant_format is empty; a ShapeError
+// naming the attribute as fake_quant's inference would otherwise.
+std::optional<RowQuant> row_quant_of(const Attrs& attrs, int64_t row);
+// The fake_quant attributes as the epilogue's (format -> quant_format, ...), added to `attrs`.
+void add_row_quant(Attrs& attrs, const Attrs& fake_quant_attrs);
+
+// The double reference: fake_quant of each row of the last axis of y, in place.
+void ref_quantize_rows(RefTensor& y, const RowQuant& q);
+
+// The kernel piece: each block's scale of the rows of a shared tile [rows, d] holding the values
+// as stored (rounded to the output dtype), computed as fake_quant's tiled kernel does (the
+// magnitudes folded in spans of 8, then a block's spans by one thread); ready after the call's
+// last barrier. value(r, j, x) is then what fake_quant writes for the element x at (r, j).
+struct RowScales {
+  RowQuant q;
+  compiler::Buf scales, pres, posts;  // shared f32 [rows, per_row]
+  cc::Val value(cc::Scope& s, const cc::Idx& r, const cc::Idx& j, const cc::Val& x) const;
+};
+RowScales row_scales(cc::Scope& s, const compiler::Buf& tile, int64_t rows, int64_t d,
+                     const RowQuant& q);
+// The shared bytes row_scales allocates for `rows` rows of d.
+int64_t row_scales_bytes(int64_t rows, int64_t d, const RowQuant& q);
 
 }  // namespace tilerun::kernels::quant

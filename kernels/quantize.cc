@@ -98,14 +98,12 @@ std::vector<RefTensor> ref_fake_quant(const std::vector<RefTensor>& in, const At
   const int64_t block = attr_int(attrs, "block");
   const RoundedBlocks rb = rounded_blocks({DType::F32, in[0].shape}, attrs);
   RefTensor y = in[0];
-  for (int64_t b0 = 0; b0 < y.numel(); b0 += block) {
-    if ((b0 / block) % rb.per_row >= rb.rounded) continue;  // past extent: copied
-    const double amax = quant::amax(&in[0].data[b0], block);
-    double s = amax == 0 ? 1.0 : f32(amax / f.max);
-    if (pow2 && std::isfinite(s) && s > 0) s = quant::ceil_pow2(s);
-    for (int64_t j = b0; j < b0 + block; ++j)
-      y.data[j] = f32(quant::round_format(f32(in[0].data[j] / s), f) * s);
-  }
+  quant::ref_quantize_rows(y, {.format = attr_string(attrs, "format"),
+                               .f = f,
+                               .pow2 = pow2,
+                               .block = block,
+                               .per_row = rb.per_row,
+                               .rounded = rb.rounded});
   return {y};
 }
 
@@ -161,14 +159,7 @@ cc::Kernel build_fake_quant_tiled(DType dtype, const Format& f, bool pow2, int64
       });
     });
     s.barrier();
-    cc::Buf m = s.alloc_fragment("m", DType::I32, {rows, spans});
-    s.annotate_layout(1);
-    s.parallel(rows, spans, [&](cc::Idx r, cc::Idx g) {
-      m(r, g) = i32(0);
-      s.serial(span, [&](cc::Idx k) { m(r, g) = cc::max(m(r, g), mag(r, g * span + k)); });
-      span_max(r, g) = m(r, g);
-    });
-    s.barrier();
+    quant::fold_spans(s, mag, span_max, rows, spans, span, "m");
     cc::Buf amax = s.alloc_fragment("amax", DType::I32, {rows});
     s.annotate_layout(1);
     s.parallel(rows, [&](cc::Idx r) {

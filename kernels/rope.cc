@@ -16,12 +16,14 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include "compiler/ir/builder.h"
 #include "kernels/expand_util.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/norm_util.h"
 #include "kernels/op_registry.h"
+#include "kernels/quant_format.h"
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
 
@@ -61,9 +63,16 @@ std::vector<TensorType> infer_rope_grad(const std::vector<TensorType>& in, const
   return {in[0], in[1], in[2]};
 }
 
-std::vector<TensorType> infer_rmsnorm_rope(const std::vector<TensorType>& in, const Attrs&) {
+bool quant_tile(const std::vector<TensorType>& in, const Attrs& attrs);
+
+std::vector<TensorType> infer_rmsnorm_rope(const std::vector<TensorType>& in, const Attrs& attrs) {
   check_rope(in[0], in[2], in[3]);
   expect_same(in[1], "gamma", TensorType{in[0].dtype, {in[0].shape.back()}}, "the last axis of x");
+  if (quant::row_quant_of(attrs, in[0].shape.back()) && !quant_tile(in, attrs))
+    throw ShapeError("attribute 'quant_format': a fake_quant in rmsnorm_rope's kernel needs x " +
+                     to_string(in[0]) +
+                     " with the copied dims and the pairs in whole vectors (the fixed kernel) "
+                     "and its tile within its shared memory");
   return {in[0]};
 }
 
@@ -129,7 +138,9 @@ std::vector<RefTensor> ref_rmsnorm_rope(const std::vector<RefTensor>& in, const 
     const double inv = 1.0 / std::sqrt(ss / static_cast<double>(d) + attr_float(attrs, "eps"));
     for (int64_t c = 0; c < d; ++c) z.data[r * d + c] = x.data[r * d + c] * inv * gamma.data[c];
   }
-  return {ref_rope_of(z, in[2], in[3])};
+  RefTensor y = ref_rope_of(z, in[2], in[3]);
+  if (auto q = quant::row_quant_of(attrs, d)) quant::ref_quantize_rows(y, *q);
+  return {y};
 }
 
 // ---- Gradient rules ----------------------------------------------------------------------------
@@ -451,8 +462,12 @@ cc::Kernel build_rope_fixed(DType dtype, int64_t d0, int64_t r2, int64_t hb, boo
 // first). At T = 1024 the V4-mini query's rmsnorm_rope (one row per block, a block reduction and
 // three dependent round trips a row) ran 26.8 us against a 7 us floor.
 // Parameters x [T, H, D], gamma [D], cos, sin [T, R2], y; dims T, H; scalar eps.
-cc::Kernel build_rmsnorm_rope_fixed(DType dtype, int64_t d0, int64_t r2, int64_t hb) {
-  cc::KernelBuilder kb("rmsnorm_" + rope_fixed_name(d0, r2, hb) + "_" +
+// With `q`, the fake_quant after it in the same kernel: every row of the tile (zeros past H)
+// rotated into a shared tile of y's dtype, each block's scale from it (quant::row_scales), then y
+// written as fake_quant writes it (V4's KV path: norm, RoPE and FP8 quant, one kernel).
+cc::Kernel build_rmsnorm_rope_fixed(DType dtype, int64_t d0, int64_t r2, int64_t hb,
+                                    const std::optional<quant::RowQuant>& q) {
+  cc::KernelBuilder kb("rmsnorm_" + rope_fixed_name(d0, r2, hb) + (q ? q->name() : "") + "_" +
                        std::string(dtype_name(dtype)));
   cc::Dim t = kb.dim("T"), h = kb.dim("H");
   const int64_t dn = d0 + 2 * r2;
@@ -473,18 +488,38 @@ cc::Kernel build_rmsnorm_rope_fixed(DType dtype, int64_t d0, int64_t r2, int64_t
     s.barrier();
     cc::Buf inv = norm_inverses(s, xs, hb, dn, kThreads, eps);
     RowsFixed rows(s, dtype, hb, d0, r2);
+    auto each = [&](bool guarded) {
+      return [&, guarded](const cc::Idx& r, const std::function<void(const cc::Idx&)>& body) {
+        if (guarded)
+          s.if_then(h0 + r < h, [&] { body(r); });
+        else
+          body(r);
+      };
+    };
+    auto src = [&](const cc::Idx& r, const cc::Val& j) { return xs(r, j) * inv(r) * g(j); };
+    auto c = [&](const cc::Idx& i) { return cc::Val(cos(tok, i)); };
+    auto sn = [&](const cc::Idx& i) { return cc::Val(sin(tok, i)); };
+    if (q) {
+      cc::Buf ys = s.alloc_shared("ys", dtype, {hb, dn});
+      rows.run(
+          each(false), src, [&](const cc::Idx& r, const cc::Val& j) { return ys(r, j); }, c, sn);
+      s.barrier();
+      const quant::RowScales scales = quant::row_scales(s, ys, hb, dn, *q);
+      auto store = [&](bool guarded) {
+        s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
+        s.parallel(cc::Val(hb), d, [&](cc::Idx r, cc::Idx j) {
+          each(guarded)(
+              r, [&](const cc::Idx&) { y(tok, h0 + r, j) = scales.value(s, r, j, ys(r, j)); });
+        });
+      };
+      s.if_then_else(
+          h0 + hb <= h, [&] { store(false); }, [&] { store(true); });
+      return;
+    }
     auto tile = [&](bool guarded) {
       rows.run(
-          [&](const cc::Idx& r, const std::function<void(const cc::Idx&)>& body) {
-            if (guarded)
-              s.if_then(h0 + r < h, [&] { body(r); });
-            else
-              body(r);
-          },
-          [&](const cc::Idx& r, const cc::Val& j) { return xs(r, j) * inv(r) * g(j); },
-          [&](const cc::Idx& r, const cc::Val& j) { return y(tok, h0 + r, j); },
-          [&](const cc::Idx& i) { return cc::Val(cos(tok, i)); },
-          [&](const cc::Idx& i) { return cc::Val(sin(tok, i)); });
+          each(guarded), src, [&](const cc::Idx& r, const cc::Val& j) { return y(tok, h0 + r, j); },
+          c, sn);
     };
     s.if_then_else(
         h0 + hb <= h, [&] { tile(false); }, [&] { tile(true); });
@@ -536,6 +571,25 @@ cc::Kernel build_rope_grad_fixed(DType dtype, int64_t h, int64_t d0, int64_t r2)
   return kb.build();
 }
 
+// With a fake_quant in it, the staged output rows and the block scales too, within 96 KB.
+constexpr int64_t kFixedQuantBytes = 96 * 1024;
+
+// Whether rmsnorm_rope's fixed kernel takes the fake_quant its attributes name (quant_format):
+// the fixed kernel serves x, and its tile of output rows and block scales fits beside the staged
+// rows.
+bool quant_tile(const std::vector<TensorType>& in, const Attrs& attrs) {
+  const TensorType& x = in[0];
+  const int64_t d = x.shape.back();
+  const std::optional<quant::RowQuant> q = quant::row_quant_of(attrs, d);
+  if (!q || x.shape.size() < 2 || in[2].shape.size() != 2) return false;
+  const int64_t t = x.shape[0], h = numel(x) / (t * d), r2 = in[2].shape[1];
+  const bool vec = (d - 2 * r2) % 8 == 0 && r2 % 4 == 0;
+  const int64_t hb = norm_heads_per_block(h, d);
+  const int64_t bytes = hb * d * static_cast<int64_t>(dtype_bytes(x.dtype, 1));
+  return vec && bytes <= kFixedNormBytes &&
+         2 * bytes + quant::row_scales_bytes(hb, d, *q) <= kFixedQuantBytes;
+}
+
 // Kinds of expansion: 0 rope, 1 rmsnorm_rope, 2 rope_grad.
 ExpandFn expand(std::shared_ptr<KernelCache> cache, int kind) {
   return [cache, kind](const std::vector<TensorType>& in, const std::vector<TensorType>&,
@@ -556,16 +610,22 @@ ExpandFn expand(std::shared_ptr<KernelCache> cache, int kind) {
                .buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)},
                .dims = {t, h}}}};
     }
+    const std::optional<quant::RowQuant> q =
+        kind == 1 ? quant::row_quant_of(attrs, d) : std::nullopt;
+    if (q && !quant_tile(in, attrs))
+      throw ShapeError("rmsnorm_rope's fake_quant (quant_format) does not fit its kernel");
     if (vec && kind == 1) {
       const int64_t hb = norm_heads_per_block(h, d);
       if (hb * d * static_cast<int64_t>(dtype_bytes(dt, 1)) <= kFixedNormBytes)
-        return OpExpansion{.calls = {{.kernel = cache->get(
-                                          kernel_key("rmsnorm_" + rope_fixed_name(d0, r2, hb), dt),
-                                          [&] { return build_rmsnorm_rope_fixed(dt, d0, r2, hb); }),
-                                      .buffers = {input_slot(0), input_slot(1), input_slot(2),
-                                                  input_slot(3), output_slot(0)},
-                                      .dims = {t, h},
-                                      .scalars = {attr_float(attrs, "eps")}}}};
+        return OpExpansion{
+            .calls = {{.kernel = cache->get(
+                           kernel_key(
+                               "rmsnorm_" + rope_fixed_name(d0, r2, hb) + (q ? q->name() : ""), dt),
+                           [&] { return build_rmsnorm_rope_fixed(dt, d0, r2, hb, q); }),
+                       .buffers = {input_slot(0), input_slot(1), input_slot(2), input_slot(3),
+                                   output_slot(0)},
+                       .dims = {t, h},
+                       .scalars = {attr_float(attrs, "eps")}}}};
     }
     if (vec && kind == 2 && h * r2 <= kFixedGradPairs) {
       return OpExpansion{
@@ -630,6 +690,21 @@ OpTests tests_of(int kind) {
     t.kernel.push_back({.shapes = rope_shapes({2, 5, 2048}, 4, kind), .attrs = inverse});
     t.gradient.push_back({.shapes = rope_shapes({2, 3, 6}, 2, kind), .attrs = inverse});
   }
+  if (kind == 1) {
+    // A fake_quant in the kernel (graph/fold_quant): V4's KV path (FP8 per 64 of the copied dims,
+    // the rotated ones kept), and FP4 with power-of-two scales over whole rows, tiles of 3 rows
+    // over 5 (the last one guarded). In 16 bits: Session.FoldedQuantEpiloguesGiveTheSameBits.
+    t.kernel.push_back({.shapes = rope_shapes({9, 256}, 32, kind),
+                        .attrs = {{"quant_format", std::string("f8e4m3")},
+                                  {"quant_block", int64_t{64}},
+                                  {"quant_extent", int64_t{192}}},
+                        .reference_dtypes = {DType::F32}});
+    t.kernel.push_back({.shapes = rope_shapes({2, 5, 640}, 8, kind),
+                        .attrs = {{"quant_format", std::string("fp4e2m1")},
+                                  {"quant_block", int64_t{32}},
+                                  {"quant_scale", std::string("ue8m0")}},
+                        .reference_dtypes = {DType::F32}});
+  }
   // x = (1, 2, 3, 4), the last pair turned by 90°: cos 0, sin 1.
   const RefTensor x{{1, 4}, {1, 2, 3, 4}}, c{{1, 1}, {0}}, s{{1, 1}, {1}};
   // Turned back by 90° (inverse): (4, -3).
@@ -647,6 +722,16 @@ OpTests tests_of(int kind) {
                    .attrs = {{"eps", 0.0}},
                    .outputs = {{{1, 2}, {-2.262741699796952, 0.848528137423857}}}}};
   return t;
+}
+
+std::vector<AttrSpec> rmsnorm_rope_attrs() {
+  std::vector<AttrSpec> attrs = {{.name = "eps",
+                                  .kind = AttrKind::Float,
+                                  .default_value = AttrValue{1e-6},
+                                  .doc = "added to the mean square",
+                                  .positive = true}};
+  for (AttrSpec& a : quant::row_quant_attrs()) attrs.push_back(std::move(a));
+  return attrs;
 }
 
 }  // namespace
@@ -677,22 +762,22 @@ void register_rope(OpRegistry& registry) {
                 .reference = ref_rope_grad,
                 .expand = expand(cache, 2),
                 .tests = tests_of(2)});
-  registry.add({.name = "rmsnorm_rope",
-                .doc = "y = rope(rmsnorm(x, gamma; eps), cos, sin) in one kernel (V4's query "
-                       "and KV paths); gradient: rmsnorm_grad with the tables (or rmsnorm, "
-                       "rope_grad and rmsnorm_grad where cos or sin need one)",
-                .inputs = {"x", "gamma", "cos", "sin"},
-                .outputs = {"y"},
-                .attrs = {{.name = "eps",
-                           .kind = AttrKind::Float,
-                           .default_value = AttrValue{1e-6},
-                           .doc = "added to the mean square",
-                           .positive = true}},
-                .infer = infer_rmsnorm_rope,
-                .reference = ref_rmsnorm_rope,
-                .gradient = grad_rmsnorm_rope,
-                .expand = expand(cache, 1),
-                .tests = tests_of(1)});
+  registry.add(
+      {.name = "rmsnorm_rope",
+       .doc = "y = rope(rmsnorm(x, gamma; eps), cos, sin) in one kernel (V4's query "
+              "and KV paths), with quant_format then a fake_quant of y in it too; "
+              "gradient: rmsnorm_grad with the tables (or rmsnorm, rope_grad and "
+              "rmsnorm_grad where cos or sin need one), the fake_quant straight-through",
+       .inputs = {"x", "gamma", "cos", "sin"},
+       .outputs = {"y"},
+       .attrs = rmsnorm_rope_attrs(),
+       .infer = infer_rmsnorm_rope,
+       .reference = ref_rmsnorm_rope,
+       .gradient = grad_rmsnorm_rope,
+       .expand = expand(cache, 1),
+       .quant_epilogue = [](const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                            const Attrs& attrs) { return quant_tile(in, attrs); },
+       .tests = tests_of(1)});
 }
 
 }  // namespace tilerun::kernels

@@ -14,16 +14,20 @@
 // reduce_kernel.h's lane order, as sum_to sums them) in one block per row.
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "compiler/ir/builder.h"
 #include "compiler/transforms/strict_math.h"
 #include "kernels/expand_util.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/op_registry.h"
+#include "kernels/quant_format.h"
 #include "kernels/reduce_kernel.h"
 #include "kernels/ref_util.h"
 #include "kernels/ref_values.h"
+#include "kernels/round_to.h"
 #include "kernels/schema_util.h"
+#include "kernels/unary_math.h"
 
 namespace tilerun::kernels {
 
@@ -55,11 +59,25 @@ void expect_weight(const TensorType& w, const TensorType& x) {
   expect_same(w, "weight", want, "one per row of x");
 }
 
+// The longest row whose fake_quant runs in swiglu's kernel (its values staged in shared memory).
+constexpr int64_t kMaxQuantRow = 8192;
+
+// Whether swiglu's kernel takes the fake_quant its attributes name (quant_format): rows of whole
+// vectors (F a multiple of 8), at most kMaxQuantRow of them.
+bool quant_fits(const TensorType& x, const Attrs& attrs) {
+  const int64_t f = half_width(x);
+  return quant::row_quant_of(attrs, f).has_value() && f % 8 == 0 && f <= kMaxQuantRow;
+}
+
 std::vector<TensorType> infer_swiglu(const std::vector<TensorType>& in, const Attrs& attrs) {
   limit_of(attrs);
   TensorType y = in[0];
   y.shape.back() = half_width(in[0]);
   if (in.size() > 1) expect_weight(in[1], in[0]);
+  if (quant::row_quant_of(attrs, y.shape.back()) && !quant_fits(in[0], attrs))
+    throw ShapeError(
+        "attribute 'quant_format': a fake_quant in swiglu's kernel needs rows of F = " +
+        std::to_string(y.shape.back()) + ", a multiple of 8 up to " + std::to_string(kMaxQuantRow));
   return {y};
 }
 
@@ -74,7 +92,6 @@ std::vector<TensorType> infer_swiglu_grad(const std::vector<TensorType>& in, con
 
 // ---- References ----------------------------------------------------------------------------
 
-double ref_sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 double clamp_above(double g, double l) { return g > l ? l : g; }
 double clamp_both(double u, double l) { return u > l ? l : (u < -l ? -l : u); }
 
@@ -91,6 +108,7 @@ std::vector<RefTensor> ref_swiglu(const std::vector<RefTensor>& in, const Attrs&
       const double u = clamp_both(in[0].data[r * f2 + f + j], l);
       y.data[r * f + j] = g * ref_sigmoid(g) * u * (in.size() > 1 ? in[1].data[r] : 1.0);
     }
+  if (auto q = quant::row_quant_of(attrs, f)) quant::ref_quantize_rows(y, *q);
   return {y};
 }
 
@@ -141,15 +159,6 @@ constexpr int64_t kVecTile = kThreads * 8;
 std::string swiglu_name(bool backward, bool vec, bool weighted = false) {
   return std::string(backward ? "swiglu_grad" : "swiglu") + (weighted ? "_w" : "") +
          (vec ? "_vec" : "");
-}
-
-// v rounded to dtype as a store and a load of it would (f32: v itself).
-cc::Val rounded(DType dtype, const cc::Val& v, const std::string& prefix) {
-  if (dtype == DType::BF16)
-    return cc::Val(cc::bf16_bits_to_f32(cc::f32_to_bf16_bits(v.expr(), prefix)));
-  if (dtype == DType::F16)
-    return cc::Val(cc::f16_bits_to_f32(cc::f32_to_f16_bits(v.expr(), prefix), prefix + "h"));
-  return v;
 }
 
 // The clamped halves of column j of a row and the gate's sigmoid.
@@ -216,6 +225,41 @@ cc::Kernel build_swiglu(DType dtype, bool backward, bool vec, bool weighted = fa
   return kb.build();
 }
 
+// The forward with the fake_quant after it (graph/fold_quant) in the same kernel, F a constant:
+// one block a row, its F values (rounded to the dtype, and times the weight and rounded again
+// where there is one) staged in shared memory, each block's scale from them (quant::row_scales),
+// then y written as fake_quant writes it. Parameters x [P, 2F], (weight [P, 1]), y; dim P; scalar
+// limit.
+std::string swiglu_fq_name(bool weighted, int64_t f, const quant::RowQuant& q) {
+  return swiglu_name(false, true, weighted) + "_f" + std::to_string(f) + q.name();
+}
+
+cc::Kernel build_swiglu_fq(DType dtype, bool weighted, int64_t fn, const quant::RowQuant& q) {
+  cc::KernelBuilder kb(swiglu_fq_name(weighted, fn, q) + "_" + std::string(dtype_name(dtype)));
+  cc::Dim p = kb.dim("P");
+  const cc::Val f(fn);
+  cc::Buf x = kb.input("x", dtype, {p, cc::Val(2 * fn)});
+  cc::Buf weight = weighted ? kb.input("weight", dtype, {p, cc::Val(1)}) : cc::Buf{};
+  cc::Buf y = kb.output("y", dtype, {p, f});
+  cc::Val limit = kb.scalar_f32("limit");
+  const int lanes = static_cast<int>(16 / dtype_bytes(dtype, 1));
+  kb.body({p}, kThreads, [&](cc::Scope& s) {
+    cc::Idx row = s.block_idx(0);
+    cc::Val w = weighted ? s.let(cc::to_f32(weight(row, 0)), "w") : cc::Val();
+    cc::Buf ys = s.alloc_shared("ys", dtype, {1, fn});
+    s.annotate_layout(lanes);
+    s.parallel(f, [&](cc::Idx j) {
+      const Halves h = halves_at(s, x, row, f, j, limit);
+      ys(0, j) = weighted ? rounded(dtype, h.g * h.sg * h.u, "y0") * w : h.g * h.sg * h.u;
+    });
+    s.barrier();
+    const quant::RowScales scales = quant::row_scales(s, ys, 1, fn, q);
+    s.annotate_layout(lanes);
+    s.parallel(f, [&](cc::Idx j) { y(row, j) = scales.value(s, cc::Val(0), j, ys(0, j)); });
+  });
+  return kb.build();
+}
+
 // The weighted backward: parameters x [P, 2F], dy [P, F], weight [P, 1], dx [P, 2F], dweight
 // [P, 1]; dims P, F; scalar limit. One block of kLanes threads a row: dx from d = dy·w rounded
 // (mul's gradient as stored), then dweight = Σⱼ round(dy·round(y₀)) by fold_row, the order of
@@ -268,6 +312,20 @@ ExpandFn expand_swiglu(std::shared_ptr<KernelCache> cache, bool backward) {
           .scalars = {attr_float(attrs, "limit")}};
       return OpExpansion{.calls = {call}};
     }
+    const std::optional<quant::RowQuant> q =
+        backward ? std::nullopt : quant::row_quant_of(attrs, f2 / 2);
+    if (q) {
+      if (!quant_fits(in[0], attrs))
+        throw ShapeError("swiglu's fake_quant (quant_format) does not fit its kernel");
+      KernelCall call{
+          .kernel = cache->get(kernel_key(swiglu_fq_name(weighted, f2 / 2, *q), dt),
+                               [&] { return build_swiglu_fq(dt, weighted, f2 / 2, *q); }),
+          .buffers = {input_slot(0), output_slot(0)},
+          .dims = {rows},
+          .scalars = {attr_float(attrs, "limit")}};
+      if (weighted) call.buffers.insert(call.buffers.begin() + 1, input_slot(1));
+      return OpExpansion{.calls = {call}};
+    }
     const bool vec = (f2 / 2) % 8 == 0;
     KernelCall call{.kernel = cache->get(kernel_key(swiglu_name(backward, vec, weighted), dt),
                                          [&] { return build_swiglu(dt, backward, vec, weighted); }),
@@ -289,6 +347,12 @@ AttrSpec limit_attr() {
               "no clamp)"};
 }
 
+std::vector<AttrSpec> swiglu_attrs() {
+  std::vector<AttrSpec> attrs = {limit_attr()};
+  for (AttrSpec& a : quant::row_quant_attrs()) attrs.push_back(std::move(a));
+  return attrs;
+}
+
 }  // namespace
 
 void register_swiglu(OpRegistry& registry) {
@@ -300,15 +364,18 @@ void register_swiglu(OpRegistry& registry) {
        .doc = "y = silu(min(g, limit)) · clamp(u, -limit, limit), g and u the two halves of x "
               "[.., 2F]'s last axis (gate first): DeepSeek-V4's clamped SwiGLU in one kernel; with "
               "weight [.., 1], y rounded then times its row's weight (a MoE route's; the bits of a "
-              "mul after); gradient swiglu_grad",
+              "mul after); with quant_format, then a fake_quant of y in the same kernel; gradient "
+              "swiglu_grad",
        .inputs = {"x", "weight"},
        .optional_inputs = 1,
        .outputs = {"y"},
-       .attrs = {limit_attr()},
+       .attrs = swiglu_attrs(),
        .infer = infer_swiglu,
        .reference = ref_swiglu,
        .gradient = grad_swiglu,
        .expand = expand_swiglu(cache, false),
+       .quant_epilogue = [](const std::vector<TensorType>& in, const std::vector<TensorType>&,
+                            const Attrs& attrs) { return quant_fits(in[0], attrs); },
        .tests = {
            .kernel = {{.shapes = {{33, 260}}, .lo = -6, .hi = 6},
                       {.shapes = {{3, 5, 2}}, .attrs = clamped, .lo = -3, .hi = 3},
@@ -318,7 +385,24 @@ void register_swiglu(OpRegistry& registry) {
                       {.shapes = {{5, 48}}, .lo = -6, .hi = 6},
                       // with a weight per row (vectors, and scalar columns)
                       {.shapes = {{33, 1040}, {33, 1}}, .attrs = loose, .lo = -6, .hi = 6},
-                      {.shapes = {{3, 5, 14}, {3, 5, 1}}, .attrs = clamped, .lo = -3, .hi = 3}},
+                      {.shapes = {{3, 5, 14}, {3, 5, 1}}, .attrs = clamped, .lo = -3, .hi = 3},
+                      // A fake_quant in the kernel (graph/fold_quant), with and without a
+                      // weight; in 16 bits: Session.FoldedQuantEpiloguesGiveTheSameBits.
+                      {.shapes = {{9, 512}},
+                       .attrs = {{"limit", 10.0},
+                                 {"quant_format", std::string("f8e4m3")},
+                                 {"quant_block", int64_t{128}}},
+                       .lo = -6,
+                       .hi = 6,
+                       .reference_dtypes = {DType::F32}},
+                      {.shapes = {{7, 256}, {7, 1}},
+                       .attrs = {{"limit", 10.0},
+                                 {"quant_format", std::string("fp4e2m1")},
+                                 {"quant_block", int64_t{32}},
+                                 {"quant_scale", std::string("ue8m0")}},
+                       .lo = -6,
+                       .hi = 6,
+                       .reference_dtypes = {DType::F32}}},
            .gradient = {{.shapes = {{7, 10}}, .lo = -3, .hi = 3},
                         {.shapes = {{2, 3, 8}}, .attrs = loose, .lo = -3, .hi = 3},
                         {.shapes = {{3, 8}, {3, 1}}, .attrs = loose, .lo = -3, .hi = 3}},

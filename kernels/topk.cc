@@ -48,6 +48,7 @@
 #include "kernels/ref_values.h"
 #include "kernels/schema_util.h"
 #include "kernels/shape_attrs.h"
+#include "kernels/unary_math.h"
 
 namespace tilerun::kernels {
 
@@ -87,14 +88,6 @@ std::vector<TensorType> infer_topk(const std::vector<TensorType>& in, const Attr
 
 // ---- References ----------------------------------------------------------------------------
 
-// Whether a comes before b in topk's order (a NaN above every number, ties to the lower index).
-bool ref_before(double a, int64_t ia, double b, int64_t ib) {
-  const bool na = std::isnan(a), nb = std::isnan(b);
-  if (na != nb) return na;
-  if (!na && a != b) return a > b;
-  return ia < ib;
-}
-
 std::vector<RefTensor> ref_topk(const std::vector<RefTensor>& in, const Attrs& attrs) {
   const RefTensor& x = in[0];
   const auto [rows, n] = rows_cols(x.shape);
@@ -107,7 +100,7 @@ std::vector<RefTensor> ref_topk(const std::vector<RefTensor>& in, const Attrs& a
     const double* row = x.data.data() + r * n;
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(),
-              [&](int64_t a, int64_t b) { return ref_before(row[a], a, row[b], b); });
+              [&](int64_t a, int64_t b) { return ref_topk_before(row[a], a, row[b], b); });
     for (int64_t j = 0; j < k; ++j) {
       values.data[r * k + j] = row[order[j]];
       indices.data[r * k + j] = static_cast<double>(order[j]);

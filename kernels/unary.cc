@@ -11,6 +11,7 @@
 #include "kernels/ref_util.h"
 #include "kernels/ref_values.h"
 #include "kernels/schema_util.h"
+#include "kernels/unary_math.h"
 
 namespace tilerun::kernels {
 
@@ -32,26 +33,6 @@ std::vector<TensorType> infer_backward(const std::vector<TensorType>& in, const 
 
 using Fn1 = double (*)(double);
 using Fn2 = double (*)(double, double);
-
-double ref_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-// log(1 + e^x) without overflow: x + log1p(e^-x) for x > 0.
-double ref_softplus(double x) {
-  if (std::isnan(x)) return x;
-  return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-}
-
-// |x| clears the sign bit: abs(-0) = +0, abs(-NaN) is NaN.
-cc::Val abs_bits(const cc::Val& x) {
-  return cc::bitcast(cc::Type::F32,
-                     cc::bitcast(cc::Type::I32, x) & cc::literal(cc::Type::I32, 0x7fffffff));
-}
-
-// log(1 + t) for t in [0, 1], accurate for small t: log(u) · t / (u - 1) with u = 1 + t
-// cancels the rounding of u (Goldberg); t itself when u rounds to 1.
-cc::Val log1p_small(cc::Scope& s, const cc::Val& t) {
-  cc::Val u = s.let(1.0f + t, "u");
-  return cc::select(u == 1.0f, t, cc::log(u) * (t / (u - 1.0f)));
-}
 
 // One unary op and, where its gradient needs a kernel, its backward op.
 struct Unary {
@@ -160,10 +141,7 @@ std::vector<Unary> unary_ops() {
        "y = ln(1 + e^x), computed as max(x, 0) + log1p(e^-abs(x)) (no overflow); gradient "
        "softplus_grad",
        ref_softplus,
-       [](cc::Scope& s, const auto& v, const auto&) {
-         cc::Val t = s.let(cc::exp(-abs_bits(v[0])), "t");
-         return cc::max(v[0], 0.0f) + log1p_small(s, t);
-       },
+       [](cc::Scope& s, const auto& v, const auto&) { return softplus_of(s, v[0]); },
        unary_tests(-20, 20, {0, inf, -inf, nan, 1, -30},
                    {std::log(2.0), inf, 0, nan, 1.3132616875182228, 9.357622968840175e-14}, -4, 4),
        "softplus_grad",

@@ -122,7 +122,8 @@ constexpr std::array kOptions = {
                [](Options& o, std::string_view, const std::string& v) { o.pdl = v == "on"; }},
     OptionSpec{"--fold", "", "on|off", Value::Choice,
                "fold an add of a matmul's (or hc_pre_grad's, weighted_relu_sum's) single-use\n"
-               "output into that op's kernel (default on; results are bit-identical either way)",
+               "output, and a fake_quant of an rmsnorm's, rmsnorm_rope's or swiglu's, into\n"
+               "that op's kernel (default on; results are bit-identical either way)",
                [](Options& o, std::string_view, const std::string& v) { o.fold = v == "on"; }},
     OptionSpec{"--profile", "", "on|off", Value::Choice,
                "time the profiling pass's kernels with CUPTI (on, default) or events (off)",

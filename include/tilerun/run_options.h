@@ -26,7 +26,8 @@ struct SessionOptions {
   std::string dump_dir;       // non-empty: write each kernel's IR and code there
   bool forward_only = false;  // compile no backward kernels (backward() is then an error)
   // Fold an add of a matmul's product that nothing else reads into the matmul (its epilogue on
-  // the tensor cores): one kernel fewer each, the same bits either way.
+  // the tensor cores), and such a fake_quant of an rmsnorm's, rmsnorm_rope's or swiglu's output
+  // into their kernel: one kernel fewer each, the same bits either way.
   bool fold = true;
   // Called with one line of compile progress at a time (e.g. "compiling 12/31 kernels").
   void (*progress)(const char* line) = nullptr;

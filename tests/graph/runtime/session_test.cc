@@ -256,6 +256,72 @@ TEST(Session, SwigluWeightIsSwigluThenAMulBitForBit) {
     }
 }
 
+// gather_sum (the MoE combine) against gather_rows, reduce_sum over the routes and an add, on a
+// real routing (moe_route, counting_sort): the output and the gradients of the routed rows and
+// of the addend bit for bit, in f32 and bf16, on vector rows (D a multiple of 8) and scalar ones.
+TEST(Session, GatherSumIsGatherReduceAddBitForBit) {
+  for (const char* dtype : {"bf16", "f32"})
+    for (const int64_t d : {1024, 13}) {
+      const std::string head =
+          std::string("model: s\ndtype: ") + dtype +
+          "\ndims: {T: 50, E: 8, D: " + std::to_string(d) +
+          "}\ninputs:\n  x: {shape: [T, D]}\n  logits: {shape: [T, E]}\n  bias: {shape: [E]}\n"
+          "  s: {shape: [T, D]}\nlayers:\n  - name: l\n    ops:\n"
+          "      - {op: moe_route, in: [logits, bias], out: [w, expert], k: 6}\n"
+          "      - {op: counting_sort, in: expert, out: [position, order, row, offsets], bins: E}\n"
+          "      - {op: gather_rows, in: [x, row, position], out: xs}\n"
+          "      - {op: tanh, in: xs, out: ye}\n";
+      const std::string fused =
+          head + "      - {op: gather_sum, in: [ye, position, order, s], out: y}\noutputs: [l.y]\n";
+      const std::string composed = head +
+                                   "      - {op: gather_rows, in: [ye, position, order], out: yt}\n"
+                                   "      - {op: reduce_sum, in: yt, out: r, axes: [1]}\n"
+                                   "      - {op: add, in: [r, s], out: y}\noutputs: [l.y]\n";
+      const uint64_t seed = fresh_seed();
+      const auto [got, got_kernels] = step_folded(parse_model(fused, "fused.yaml"), seed, true);
+      const auto [want, want_kernels] =
+          step_folded(parse_model(composed, "composed.yaml"), seed, true);
+      for (const char* name : {"l.y", "grad.x", "grad.s"}) {
+        ASSERT_TRUE(got.count(name) && want.count(name)) << name;
+        EXPECT_EQ(got.at(name).data, want.at(name).data) << name << " " << dtype << " D " << d;
+      }
+      EXPECT_LT(got_kernels, want_kernels);
+    }
+}
+
+// A single-use fake_quant after rmsnorm (FP8 per 128; FP4 with power-of-two scales), after
+// rmsnorm_rope (V4's KV path: FP8 per 64 of the copied dims, the rotated ones kept) and after
+// swiglu (with and without a route weight) runs in their kernels (graph/fold_quant.h): every output
+// and gradient bit for bit as unfolded, in bf16 and f32, on tiles whose last one is guarded; a
+// fake_quant of a tensor read twice stays.
+TEST(Session, FoldedQuantEpiloguesGiveTheSameBits) {
+  for (const char* dtype : {"bf16", "f32"}) {
+    const std::string yaml =
+        std::string("model: s\ndtype: ") + dtype +
+        "\ndims: {T: 37, H: 11, D: 256, R: 32}\ninputs:\n  x: {shape: [T, D]}\n"
+        "  q: {shape: [T, H, D]}\n  cos: {shape: [T, R]}\n  sin: {shape: [T, R]}\n"
+        "  z: {shape: [T, D]}\n  zw: {shape: [T, 1]}\n"
+        "layers:\n  - name: l\n    weights:\n      g: {shape: [D], init: ones}\n"
+        "      gq: {shape: [D], init: ones}\n    ops:\n"
+        "      - {op: rmsnorm, in: [x, g], out: h}\n"
+        "      - {op: fake_quant, in: h, out: hq, format: f8e4m3, block: 128}\n"
+        "      - {op: rmsnorm, in: [hq, g], out: h2}\n"
+        "      - {op: fake_quant, in: h2, out: h2q, format: fp4e2m1, block: 32, scale: ue8m0}\n"
+        "      - {op: rmsnorm_rope, in: [q, gq, cos, sin], out: k}\n"
+        "      - {op: fake_quant, in: k, out: kq, format: f8e4m3, block: 64, extent: 192}\n"
+        "      - {op: rmsnorm, in: [x, g], out: u}\n"  // u is read twice: its fake_quant stays
+        "      - {op: fake_quant, in: u, out: uq, format: f8e4m3, block: 128}\n"
+        "      - {op: mul, in: [uq, u], out: v}\n"
+        "      - {op: swiglu, in: z, out: za, limit: 1.5}\n"
+        "      - {op: fake_quant, in: za, out: zq, format: f8e4m3, block: 128}\n"
+        "      - {op: swiglu, in: [z, zw], out: zb, limit: 1.5}\n"
+        "      - {op: fake_quant, in: zb, out: zbq, format: fp4e2m1, block: 32, scale: ue8m0}\n"
+        "outputs: [l.h2q, l.kq, l.v, l.zq, l.zbq]\n";
+    const auto [folded, plain] = expect_folding_keeps_the_bits(parse_model(yaml, "s.yaml"), dtype);
+    EXPECT_EQ(folded + 5, plain) << dtype;
+  }
+}
+
 // weighted_relu_sum then an add of a mask (the indexer's score as a user may write it): folded
 // into the op's bias, the same bits.
 TEST(Session, FoldedScoreMaskGivesTheSameBits) {
