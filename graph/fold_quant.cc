@@ -24,7 +24,9 @@ int fold_quant_epilogues(OpGraph& g) {
         op.direction != fq.direction || !(g.tensors[fq.outputs[0]].type == g.tensors[product].type))
       continue;
     Attrs attrs = op.attrs;
-    if (kernels::quant::row_quant_of(attrs, 1).has_value()) continue;  // it quantises already
+    auto has = attrs.find("quant_format");
+    if (has != attrs.end() && !std::get<std::string>(has->second).empty())
+      continue;  // it quantises already
     kernels::quant::add_row_quant(attrs, fq.attrs);
     std::vector<kernels::TensorType> in, out;
     for (int t : op.inputs) in.push_back(g.tensors[t].type);

@@ -291,9 +291,10 @@ TEST(Session, GatherSumIsGatherReduceAddBitForBit) {
 
 // A single-use fake_quant after rmsnorm (FP8 per 128; FP4 with power-of-two scales), after
 // rmsnorm_rope (V4's KV path: FP8 per 64 of the copied dims, the rotated ones kept) and after
-// swiglu (with and without a route weight) runs in their kernels (graph/fold_quant.h): every output
-// and gradient bit for bit as unfolded, in bf16 and f32, on tiles whose last one is guarded; a
-// fake_quant of a tensor read twice stays.
+// swiglu (with and without a route weight) runs in their kernels (graph/fold_quant.h); an rmsnorm
+// that quantises already (its quant attributes written by hand) keeps the fake_quant after it:
+// every output and gradient bit for bit as unfolded, in bf16 and f32, on tiles whose last one is
+// guarded; a fake_quant of a tensor read twice stays.
 TEST(Session, FoldedQuantEpiloguesGiveTheSameBits) {
   for (const char* dtype : {"bf16", "f32"}) {
     const std::string yaml =
@@ -312,11 +313,14 @@ TEST(Session, FoldedQuantEpiloguesGiveTheSameBits) {
         "      - {op: rmsnorm, in: [x, g], out: u}\n"  // u is read twice: its fake_quant stays
         "      - {op: fake_quant, in: u, out: uq, format: f8e4m3, block: 128}\n"
         "      - {op: mul, in: [uq, u], out: v}\n"
+        // rmsnorm quantising already (written by hand): the fake_quant after it stays
+        "      - {op: rmsnorm, in: [x, g], out: e, quant_format: f8e4m3, quant_block: 128}\n"
+        "      - {op: fake_quant, in: e, out: eq, format: fp4e2m1, block: 32, scale: ue8m0}\n"
         "      - {op: swiglu, in: z, out: za, limit: 1.5}\n"
         "      - {op: fake_quant, in: za, out: zq, format: f8e4m3, block: 128}\n"
         "      - {op: swiglu, in: [z, zw], out: zb, limit: 1.5}\n"
         "      - {op: fake_quant, in: zb, out: zbq, format: fp4e2m1, block: 32, scale: ue8m0}\n"
-        "outputs: [l.h2q, l.kq, l.v, l.zq, l.zbq]\n";
+        "outputs: [l.h2q, l.kq, l.v, l.zq, l.zbq, l.eq]\n";
     const auto [folded, plain] = expect_folding_keeps_the_bits(parse_model(yaml, "s.yaml"), dtype);
     EXPECT_EQ(folded + 5, plain) << dtype;
   }
