@@ -366,7 +366,8 @@ class CpuCodegen {
                .n = op->n,
                .k = op->k,
                .threads = k_.sig.threads,
-               .f16 = a->dtype == DType::F16,
+               .a_input = mma_input_of(a->dtype),
+               .b_input = mma_input_of(b->dtype),
                .trans_a = op->trans_a,
                .trans_b = op->trans_b,
                // Panels [m / 64, k, 64] as the row-major [m / 64 * k, 64] they are in memory.
@@ -400,7 +401,7 @@ class CpuCodegen {
       return mul(st, make_i64(stack_tile_elems(s->shape)));
     };
     b_.CreateCall(fn, {acc->second, element_ptr(op->a, start(a, op->a_staged()), bits),
-                       element_ptr(op->b, start(b, op->b_staged()), bits), desc});
+                       element_ptr(op->b, start(b, op->b_staged()), storage_type(b->dtype)), desc});
   }
 
   // A tma_copy: thread 0 calls tilerun_cpu_tma_copy (tma_model.h) with the tile's first

@@ -5,6 +5,10 @@
 
 namespace tilerun::compiler::cuda {
 
+namespace {
+bool is_fp8(DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; }
+}  // namespace
+
 const char* const kWgmmaHelpers = R"(// ---- wgmma helpers (kernels with a gemm).
 static __device__ __forceinline__ unsigned tr_smem_addr(const void* p) {
   unsigned a;
@@ -34,7 +38,14 @@ static __device__ __forceinline__ unsigned long long tr_wgmma_desc_mn(unsigned a
 std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
   const SimtArray *a = find_shared(k, g.a), *b = find_shared(k, g.b);
   if (!a || !b) return "the operands are not shared arrays";
-  if (a->dtype != DType::BF16 && a->dtype != DType::F16) return "the operands are not bf16/f16";
+  const bool fp8 = is_fp8(a->dtype) && is_fp8(b->dtype);
+  if (!fp8 && (a->dtype != b->dtype || (a->dtype != DType::BF16 && a->dtype != DType::F16)))
+    return "the operands are not both bf16, both f16 or both FP8";
+  // FP8 (k32 instructions) reads both operands K-major: 128-byte rows of 128 elements.
+  if (fp8 && (g.trans_a || !g.trans_b || g.k != 128))
+    return "FP8 operands must both be K-major tiles with k = 128 (one 128-byte swizzle atom a "
+           "row)";
+  const int64_t eb = fp8 ? 1 : 2;  // bytes an element
   // A stack of tiles at a stage: each tile as a whole array would be, one tile on from the last,
   // so whole 1024-byte swizzle atoms (the hardware swizzles the address) and whole periods of
   // the swizzle (the same pattern in every tile).
@@ -44,8 +55,8 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
       shape.insert(shape.begin(), s->shape.empty() ? 0 : s->shape[0]);
     return shape;
   };
-  if ((g.a_staged() && (stack_tile_elems(a->shape) * 2) % 1024 != 0) ||
-      (g.b_staged() && (stack_tile_elems(b->shape) * 2) % 1024 != 0))
+  if ((g.a_staged() && (stack_tile_elems(a->shape) * eb) % 1024 != 0) ||
+      (g.b_staged() && (stack_tile_elems(b->shape) * eb) % 1024 != 0))
     return "a stack's tiles must be whole 1024-byte swizzle atoms";
   // A transposed a only as m's 64-wide panels [m / 64, k, 64]: each warpgroup's 64 rows of
   // op(a) are then one MN-major panel of 128-byte rows, as an N-major b tile of n = 64.
@@ -64,10 +75,10 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
            "panels ([n / 64, k, 64])";
   // A K-major operand's rows are its k: 128 bytes (one swizzle atom row) need k = 64. MN-major
   // operands take k along their 128-byte rows' count, 16 rows a step: any multiple of 16.
-  if ((!g.trans_a || g.trans_b) ? g.k != 64 : g.k % 16 != 0)
+  if (!fp8 && ((!g.trans_a || g.trans_b) ? g.k != 64 : g.k % 16 != 0))
     return "the lowering takes k = 64 (one 128-byte swizzle atom per row), or a multiple of 16 "
            "when both tiles are MN-major";
-  const Swizzle sw = tensor_core_swizzle(128, 2);
+  const Swizzle sw = tensor_core_swizzle(128, static_cast<int>(eb));
   const std::vector<int64_t> b_shape = g.trans_b  ? std::vector<int64_t>{g.n, g.k}
                                        : b_panels ? std::vector<int64_t>{g.n / 64, g.k, 64}
                                                   : std::vector<int64_t>{g.k, g.n};
@@ -79,7 +90,8 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
     return "the tiles must be row-major under the 128B swizzle " + to_string(sw);
   if (g.n % 8 != 0 || g.n > 256 || k.sig.threads % 128 != 0 ||
       g.m % (64 * (k.sig.threads / 128)) != 0)
-    return "the tile does not split into m64nNk16 steps per warpgroup";
+    return std::string("the tile does not split into m64nNk") + (fp8 ? "32" : "16") +
+           " steps per warpgroup";
   return "";
 }
 
@@ -89,14 +101,30 @@ std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const s
   TR_CHECK(wgmma_unsupported(k, g).empty(), "wgmma lowering of an unsupported gemm");
   TR_CHECK(g.stage.defined() == !stage.empty(), "a staged gemm's stage text");
   const int64_t groups = k.sig.threads / 128, blocks = g.m / (64 * groups), regs = g.n / 2;
-  const char* in = k.shared.empty() || find_shared(k, g.a)->dtype == DType::BF16 ? "bf16" : "f16";
+  // The operands' formats (FP8 ones may differ: e4m3 by e5m2), and the bytes an element: each
+  // instruction covers 32 bytes of k (16 elements of 16 bits, 32 of 8 bits).
+  auto format = [&](const std::string& name) -> std::string {
+    switch (find_shared(k, name)->dtype) {
+      case DType::F16:
+        return "f16";
+      case DType::F8E4M3:
+        return "e4m3";
+      case DType::F8E5M2:
+        return "e5m2";
+      default:
+        return "bf16";
+    }
+  };
+  const std::string fa = format(g.a), fb = format(g.b);
+  const bool fp8 = is_fp8(find_shared(k, g.a)->dtype);
+  const int64_t eb = fp8 ? 1 : 2, step_k = 32 / eb;
   std::vector<std::string> out;
   out.push_back("{  // gemm " + acc + " += " + a + " * " + b + "^T over [" + std::to_string(g.m) +
                 ", " + std::to_string(g.n) + ", " + std::to_string(g.k) + "]");
   out.push_back("  const unsigned tr_wg = (unsigned)(" + tid + " / 128);");
   // One tile of a stack is its bytes past the stage axis.
   auto tile_bytes = [&](const std::string& name) {
-    return std::to_string(stack_tile_elems(find_shared(k, name)->shape) * 2) + "u";
+    return std::to_string(stack_tile_elems(find_shared(k, name)->shape) * eb) + "u";
   };
   if (stage.empty()) {
     out.push_back("  const unsigned tr_a0 = tr_smem_addr(" + a + "), tr_b0 = tr_smem_addr(" + b +
@@ -114,15 +142,18 @@ std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const s
   // bytes. Step s of k starts 32 bytes (16 elements) further along the rows; the hardware
   // applies the swizzle to the address, so the atoms must be 1024-byte aligned.
   for (int64_t r = 0; r < blocks; ++r) {
-    for (int64_t s = 0; s < g.k / 16; ++s) {
+    for (int64_t s = 0; s < g.k / step_k; ++s) {
       std::string ops;
       for (int64_t i = 0; i < regs; ++i)
         ops += (i ? ", " : "") + std::string("%") + std::to_string(i);
-      std::string asm_text =
-          "\"{ .reg .pred p; setp.ne.b32 p, %" + std::to_string(regs + 2) +
-          ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(g.n) + "k16.f32." + in + "." +
-          in + " {" + ops + "}, %" + std::to_string(regs) + ", %" + std::to_string(regs + 1) +
-          ", p, 1, 1, " + (g.trans_a ? "1" : "0") + ", " + (g.trans_b ? "0" : "1") + "; }\"";
+      // FP8 takes no transpose immediates (both operands K-major).
+      const std::string transposes =
+          fp8 ? "" : std::string(", ") + (g.trans_a ? "1" : "0") + ", " + (g.trans_b ? "0" : "1");
+      std::string asm_text = "\"{ .reg .pred p; setp.ne.b32 p, %" + std::to_string(regs + 2) +
+                             ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(g.n) + "k" +
+                             std::to_string(step_k) + ".f32." + fa + "." + fb + " {" + ops +
+                             "}, %" + std::to_string(regs) + ", %" + std::to_string(regs + 1) +
+                             ", p, 1, 1" + transposes + "; }\"";
       std::string outs;
       for (int64_t i = 0; i < regs; ++i)
         outs += (i ? ", " : "") + std::string("\"+f\"(") + acc + "[" +

@@ -35,6 +35,51 @@ Term decode16(uint16_t h, bool f16) {
   return t;
 }
 
+// An FP8 code: e4m3 (bias 7, no infinities, S.1111.111 the only NaN) or e5m2 (bias 15, IEEE-like
+// infinities and NaNs).
+Term decode8(uint8_t h, MmaInput f) {
+  Term t;
+  t.neg = h >> 7;
+  const bool e4 = f == MmaInput::E4M3;
+  const int mbits = e4 ? 3 : 2, ebits = e4 ? 4 : 5, bias = e4 ? 7 : 15;
+  const int e = (h >> mbits) & ((1 << ebits) - 1), m = h & ((1 << mbits) - 1);
+  if (e4 ? (e == 15 && m == 7) : e == 31) {
+    t.nan = e4 || m != 0;
+    t.inf = !e4 && m == 0;
+    return t;
+  }
+  t.mag = e == 0 ? m : (m | (1 << mbits));
+  t.q = (e == 0 ? 1 : e) - bias - mbits;
+  t.subnormal = e == 0 && m != 0;
+  return t;
+}
+
+// An operand's element at `index` of a tile of format f (16-bit or 8-bit storage).
+Term decode_at(const void* tile, int64_t index, MmaInput f) {
+  if (mma_input_is_fp8(f)) return decode8(static_cast<const uint8_t*>(tile)[index], f);
+  return decode16(static_cast<const uint16_t*>(tile)[index], f == MmaInput::F16);
+}
+
+// A finite value as mag * 2^q with mag odd (or 0), or a special value.
+Term decode_double(double v) {
+  Term t;
+  t.neg = std::signbit(v);
+  if (std::isnan(v) || std::isinf(v)) {
+    t.nan = std::isnan(v);
+    t.inf = std::isinf(v);
+    return t;
+  }
+  if (v == 0) return t;
+  int e = 0;
+  const double f = std::frexp(std::fabs(v), &e);  // in [0.5, 1)
+  uint64_t mag = static_cast<uint64_t>(std::ldexp(f, 53));
+  int q = e - 53;
+  while (!(mag & 1)) mag >>= 1, ++q;
+  t.mag = mag;
+  t.q = q;
+  return t;
+}
+
 Term decode32(float c) {
   uint32_t u;
   std::memcpy(&u, &c, 4);
@@ -114,6 +159,16 @@ MmaModel hopper_mma_model() {
                   .nearest_final = false,
                   .lead_from_exponents = true,
                   .flush_subnormal_inputs = false};
+}
+
+// A first fit: the 16-bit scheme with the instruction's 32 products a group and 13 bits below the
+// largest term (DeepSeek-V3's "around 14 bits", counting the leading one). Until the GPU test
+// confirms it on the H200, an FP8 gemm's CPU bits are the model's, not the hardware's.
+MmaModel hopper_mma_model_fp8() {
+  MmaModel m = hopper_mma_model();
+  m.group = 32;
+  m.frac_bits = 13;
+  return m;
 }
 
 namespace {
@@ -197,15 +252,30 @@ float mma_dot(const MmaModel& model, float c, const uint16_t* a, int64_t a_strid
   return dot_decoded(model, c, x.data(), y.data(), k);
 }
 
+float mma_dot8(const MmaModel& model, float c, const uint8_t* a, int64_t a_stride, MmaInput fa,
+               const uint8_t* b, int64_t b_stride, MmaInput fb, int64_t k) {
+  std::vector<Term> x(static_cast<size_t>(k)), y(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i)
+    x[i] = decode8(a[i * a_stride], fa), y[i] = decode8(b[i * b_stride], fb);
+  return dot_decoded(model, c, x.data(), y.data(), k);
+}
+
+float mma_dot_values(const MmaModel& model, float c, const double* a, int64_t a_stride,
+                     const double* b, int64_t b_stride, int64_t k) {
+  std::vector<Term> x(static_cast<size_t>(k)), y(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i)
+    x[i] = decode_double(a[i * a_stride]), y[i] = decode_double(b[i * b_stride]);
+  return dot_decoded(model, c, x.data(), y.data(), k);
+}
+
 }  // namespace tilerun::compiler
 
-extern "C" void tilerun_cpu_gemm(float* acc, const uint16_t* a, const uint16_t* b,
-                                 const int64_t* desc) {
+extern "C" void tilerun_cpu_gemm(float* acc, const void* a, const void* b, const int64_t* desc) {
   using namespace tilerun::compiler;
   const GemmDesc g = GemmDesc::decode(desc);
   const Layout tv = wgmma_accumulator_layout(g.m, g.n, g.threads);
   const ComposedLayout la{g.a_swizzle, g.a_layout}, lb{g.b_swizzle, g.b_layout};
-  const MmaModel model = hopper_mma_model();
+  const MmaModel model = hopper_mma_model_for(g.a_input);
   const int64_t values = g.m * g.n / g.threads;
   // The tiles as op(a) rows [m][k] and op(b) columns [n][k], each k-contiguous: the tile's 2-d
   // layout, then its swizzle.
@@ -219,15 +289,15 @@ extern "C" void tilerun_cpu_gemm(float* acc, const uint16_t* a, const uint16_t* 
   std::vector<Term> rows(static_cast<size_t>(g.m * g.k)), cols(static_cast<size_t>(g.n * g.k));
   for (int64_t i = 0; i < g.m; ++i)
     for (int64_t kk = 0; kk < g.k; ++kk)
-      rows[i * g.k + kk] =
-          decode16(a[g.trans_a ? offset(la, a_row(i, kk), i % a_width) : offset(la, i, kk)], g.f16);
+      rows[i * g.k + kk] = decode_at(
+          a, g.trans_a ? offset(la, a_row(i, kk), i % a_width) : offset(la, i, kk), g.a_input);
   // An N-major b: [k, n], or n's panels [n / w, k, w] laid out as [n / w * k, w].
   const int64_t b_width = g.b_layout.shape[1];
   auto b_row = [&](int64_t j, int64_t kk) { return (j / b_width) * g.k + kk; };
   for (int64_t j = 0; j < g.n; ++j)
     for (int64_t kk = 0; kk < g.k; ++kk)
-      cols[j * g.k + kk] =
-          decode16(b[g.trans_b ? offset(lb, j, kk) : offset(lb, b_row(j, kk), j % b_width)], g.f16);
+      cols[j * g.k + kk] = decode_at(
+          b, g.trans_b ? offset(lb, j, kk) : offset(lb, b_row(j, kk), j % b_width), g.b_input);
   for (int64_t t = 0; t < g.threads; ++t)
     for (int64_t v = 0; v < values; ++v) {
       const int64_t lin = tv(t + g.threads * v), i = lin / g.n, j = lin % g.n;

@@ -14,6 +14,10 @@
 
 namespace tilerun::compiler {
 
+// The tensor core's input formats (wgmma's .bf16, .f16, .e4m3, .e5m2).
+enum class MmaInput : int { BF16 = 0, F16 = 1, E4M3 = 2, E5M2 = 3 };
+inline bool mma_input_is_fp8(MmaInput f) { return f == MmaInput::E4M3 || f == MmaInput::E5M2; }
+
 struct MmaModel {
   int group = 16;      // products aligned and summed together (with the accumulator)
   int frac_bits = 25;  // bits kept below the largest term's leading bit
@@ -29,9 +33,19 @@ struct MmaModel {
   bool flush_subnormal_inputs = false;
 };
 
-// The model the CPU backend uses (see docs: the GPU test tests/cuda/mma_model_gpu_test.cc
-// records how it compares with the H200).
+// The model the CPU backend uses for bf16/f16 (tests/cuda/tensor_core_gpu_test.cc records how
+// it compares with the H200).
 MmaModel hopper_mma_model();
+// The model for FP8 inputs (wgmma m64nNk32 .e4m3/.e5m2): the same scheme with the instruction's
+// 32 products a group and fewer bits kept below the largest term (DeepSeek-V3 reports "around 14
+// bits" of accumulation precision on Hopper's FP8 MMA, the reason its recipe promotes partial sums
+// to f32 every 128 of K). Fitted on the H200 by tests/cuda/tensor_core_gpu_test.cc
+// (Fp8ModelMatchesTheGpu, which prints how each candidate fares).
+MmaModel hopper_mma_model_fp8();
+// The model the CPU backend uses for inputs of format f.
+inline MmaModel hopper_mma_model_for(MmaInput f) {
+  return mma_input_is_fp8(f) ? hopper_mma_model_fp8() : hopper_mma_model();
+}
 
 // c + sum_{i < n} a[i] * b[i] by the model, a and b raw bf16 (or f16 when `f16`) bits, n <= group.
 float mma_group(const MmaModel& model, float c, const uint16_t* a, const uint16_t* b, int n,
@@ -41,10 +55,21 @@ float mma_group(const MmaModel& model, float c, const uint16_t* a, const uint16_
 float mma_dot(const MmaModel& model, float c, const uint16_t* a, int64_t a_stride,
               const uint16_t* b, int64_t b_stride, int64_t k, bool f16);
 
+// c + the dot product of a[0..k) and b[0..k) of FP8 codes (strides in elements), formats fa and fb
+// (E4M3 or E5M2, which wgmma may mix), group after group in k order.
+float mma_dot8(const MmaModel& model, float c, const uint8_t* a, int64_t a_stride, MmaInput fa,
+               const uint8_t* b, int64_t b_stride, MmaInput fb, int64_t k);
+
+// The same over inputs given as their values (each exactly representable in the operands' format:
+// a double reference's FP8 or 16-bit inputs): the model reads a value's significand and exponent
+// only, so this equals mma_dot8 / mma_dot on the codes. NaN and infinities as IEEE.
+float mma_dot_values(const MmaModel& model, float c, const double* a, int64_t a_stride,
+                     const double* b, int64_t b_stride, int64_t k);
+
 }  // namespace tilerun::compiler
 
 // The CPU backend's call for one block's gemm: `acc` holds every thread's accumulator values
-// (thread t's value v at t * values + v), `a`/`b` the shared tiles (storage bits), `desc` the
-// gemm's constants (gemm_desc.h). Called by the JIT by address.
-extern "C" void tilerun_cpu_gemm(float* acc, const uint16_t* a, const uint16_t* b,
-                                 const int64_t* desc);
+// (thread t's value v at t * values + v), `a`/`b` the shared tiles (storage bits: 16-bit or, for
+// FP8, 8-bit elements), `desc` the gemm's constants (gemm_desc.h, each operand's MmaInput among
+// them). Called by the JIT by address.
+extern "C" void tilerun_cpu_gemm(float* acc, const void* a, const void* b, const int64_t* desc);

@@ -179,7 +179,8 @@ class SimtVerifier : public IRVisitor {
     Decl a = decl(op->a), b = decl(op->b), c = decl(op->c);
     const SimtArray* acc = find_local_array(k_, op->c);
     if (a.space != Space::Shared || b.space != Space::Shared || c.space != Space::Local ||
-        c.dtype != DType::F32 || a.dtype != b.dtype || !acc ||
+        c.dtype != DType::F32 ||
+        !(a.dtype == b.dtype || (dtype_bits(a.dtype) == 8 && dtype_bits(b.dtype) == 8)) || !acc ||
         acc->size() * k_.sig.threads != op->m * op->n)
       fail("gemm into '" + op->c + "': shared operands of one dtype, an f32 local array of " +
            "m*n/threads elements");

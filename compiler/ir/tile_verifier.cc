@@ -395,8 +395,15 @@ class TileVerifier : public IRVisitor {
       fail(what + ": '" + op->a + "' and '" + op->b + "' must be shared tiles");
     if (!c || c->scope != MemScope::Fragment || c->dtype != DType::F32)
       fail(what + ": the accumulator must be an f32 fragment");
-    if (a->dtype != b->dtype || (a->dtype != DType::BF16 && a->dtype != DType::F16))
-      fail(what + ": the operands must both be bf16 or both f16");
+    auto fp8 = [](DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; };
+    const bool eight = fp8(a->dtype) && fp8(b->dtype);
+    if (!eight && (a->dtype != b->dtype || (a->dtype != DType::BF16 && a->dtype != DType::F16)))
+      fail(what + ": the operands must both be bf16, both f16 or both FP8 (e4m3/e5m2)");
+    // FP8 wgmma reads both operands K-major from shared memory, 32 of k an instruction.
+    if (eight && (op->trans_a || !op->trans_b || op->k % 32 != 0))
+      fail(what +
+           ": FP8 operands must both be K-major (a [m, k], b [n, k]: trans_b) with k a "
+           "multiple of 32");
     auto shape = [](bool t, int64_t rows, int64_t cols) {
       return t ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols};
     };

@@ -41,7 +41,8 @@ class StorageLowerer : public IRMutator {
     // rounding back gives the same bits (only a NaN's payload could change, and every f32 or
     // 16-bit result computed from it is canonicalised anyway), so the round trip through f32 is
     // left out. This is what lets tensor-core staging copy bytes.
-    if (d == DType::BF16 || d == DType::F16)
+    // The same for an FP8 code: decoding is exact and encoding gives it back (a NaN stays NaN).
+    if (d == DType::BF16 || d == DType::F16 || d == DType::F8E4M3 || d == DType::F8E5M2)
       if (const Load* src = op->value.as<Load>(); src && dtype_of(src->buffer) == d)
         return Store::make(op->buffer, {mutate(op->indices[0])},
                            Load::make(storage_type(d), src->buffer, {mutate(src->indices[0])}));

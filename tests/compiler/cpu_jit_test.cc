@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compiler/codegen/cpu_backend.h"
+#include "compiler/codegen/mma_model.h"
 #include "compiler/ir/builder.h"
 #include "compiler/ir/simt_verifier.h"
 #include "test_kernels.h"
@@ -164,6 +165,61 @@ TEST(CpuJit, TiledMatmulWithBarriersMatchesFmaChainBitExactly) {
         ASSERT_NEAR(c[i * s.n + j], ref, 1e-4 * std::sqrt(double(s.k)));
       }
     }
+  }
+}
+
+// FP8 tiles on the tensor-core model: every output of a ragged product (two k steps and a part,
+// edges past M and N) is the model's dot product of its row and column, in k order from +0, bit
+// for bit, whatever the swizzle did to the tiles; and close to the exact product.
+TEST(CpuJit, Fp8TensorCoreGemmIsTheModelsDotProduct) {
+  for (auto [da, db] :
+       {std::pair{DType::F8E4M3, DType::F8E4M3}, std::pair{DType::F8E4M3, DType::F8E5M2}}) {
+    auto k = jit(testing::tensor_core_gemm_kernel(da, db));
+    const int64_t m = 150, n = 131, kd = 300;
+    const MmaInput fa = da == DType::F8E4M3 ? MmaInput::E4M3 : MmaInput::E5M2,
+                   fb = db == DType::F8E4M3 ? MmaInput::E4M3 : MmaInput::E5M2;
+    // Finite codes of magnitude 2^-3 .. 2^3 (exponent fields around each format's bias).
+    auto code = [&](DType d) {
+      const bool e4 = d == DType::F8E4M3;
+      const int mbits = e4 ? 3 : 2, bias = e4 ? 7 : 15;
+      const uint32_t r = rng()();
+      return static_cast<uint8_t>(((r & 1) << 7) | ((bias - 3 + (r >> 1) % 7) << mbits) |
+                                  ((r >> 8) & ((1u << mbits) - 1)));
+    };
+    std::vector<uint8_t> a(m * kd), b(n * kd);
+    for (auto& x : a) x = code(da);
+    for (auto& x : b) x = code(db);
+    std::vector<float> c = poisoned<float>(m * n);
+    k->launch({.buffers = {a.data(), b.data(), c.data()}, .dims = {m, n, kd}, .scalars = {}});
+    ASSERT_TRUE(all_written(c));
+    auto value = [](uint8_t h, MmaInput f) {  // exact, for the double reference
+      const bool e4 = f == MmaInput::E4M3;
+      const int mbits = e4 ? 3 : 2, bias = e4 ? 7 : 15, e = (h & 0x7f) >> mbits;
+      const double man = h & ((1 << mbits) - 1);
+      const double v = e == 0 ? std::ldexp(man, 1 - bias - mbits)
+                              : std::ldexp(1.0 + man / (1 << mbits), e - bias);
+      return (h & 0x80) ? -v : v;
+    };
+    // The kernel's chain runs over whole steps of 128, zeros past K: a group of zero products
+    // still aligns the accumulator (the model keeps frac_bits of it), so the reference runs over
+    // the same padded K.
+    const int64_t padded = (kd + 127) / 128 * 128;
+    std::vector<uint8_t> row(padded, 0), col(padded, 0);
+    const MmaModel model = hopper_mma_model_fp8();
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        std::copy(&a[i * kd], &a[i * kd] + kd, row.begin());
+        std::copy(&b[j * kd], &b[j * kd] + kd, col.begin());
+        const float want = mma_dot8(model, 0.0f, row.data(), 1, fa, col.data(), 1, fb, padded);
+        ASSERT_EQ(bits(c[i * n + j]), bits(want)) << i << "," << j;
+        double exact = 0, scale = 0;
+        for (int64_t p = 0; p < kd; ++p) {
+          const double t = value(a[i * kd + p], fa) * value(b[j * kd + p], fb);
+          exact += t, scale += std::fabs(t);
+        }
+        // Each group keeps frac_bits below its largest term: an error of a few units there.
+        ASSERT_NEAR(c[i * n + j], exact, scale * std::ldexp(1.0, 4 - model.frac_bits));
+      }
   }
 }
 

@@ -103,5 +103,42 @@ TEST(MmaModel, HalfPrecisionInputs) {
   EXPECT_TRUE(std::isinf(mma_dot(m, 0.0f, c.data(), 1, d.data(), 1, 1, true)));
 }
 
+// FP8 inputs: each format's codes decode to their values (normals, subnormals, the largest
+// finite), e4m3's S.1111.111 and e5m2's exponent 31 are its specials, and mixed formats multiply.
+TEST(MmaModel, Fp8CodesDecodeToTheirValues) {
+  const MmaModel m = hopper_mma_model_fp8();
+  auto dot8 = [&](std::vector<uint8_t> a, MmaInput fa, std::vector<uint8_t> b, MmaInput fb) {
+    return mma_dot8(m, 0.0f, a.data(), 1, fa, b.data(), 1, fb, static_cast<int64_t>(a.size()));
+  };
+  const MmaInput e4 = MmaInput::E4M3, e5 = MmaInput::E5M2;
+  // e4m3: 1.0 = 0x38, 2.0 = 0x40, 448 = 0x7e (the largest), 2^-9 = 0x01 (the smallest subnormal).
+  EXPECT_EQ(dot8({0x38, 0x40}, e4, {0x7e, 0x38}, e4), 450.0f);
+  EXPECT_EQ(dot8({0x01}, e4, {0x38}, e4), std::ldexp(1.0f, -9));
+  EXPECT_EQ(dot8({0xb8}, e4, {0x3c}, e4), -1.5f);  // -1 * 1.5
+  // e5m2: 1.0 = 0x3c, 57344 = 0x7b (the largest), 2^-16 = 0x01; times e4m3's 2.0.
+  EXPECT_EQ(dot8({0x7b}, e5, {0x40}, e4), 114688.0f);
+  EXPECT_EQ(dot8({0x01}, e5, {0x3c}, e5), std::ldexp(1.0f, -16));
+  // Specials: e4m3 0x7f is NaN (no infinities); e5m2 0x7c is +inf, 0x7d NaN, inf * 0 NaN.
+  EXPECT_TRUE(std::isnan(dot8({0x7f}, e4, {0x38}, e4)));
+  EXPECT_EQ(dot8({0x7c}, e5, {0x3c}, e5), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(dot8({0x7d}, e5, {0x3c}, e5)));
+  EXPECT_TRUE(std::isnan(dot8({0x7c}, e5, {0x00}, e5)));
+}
+
+// The FP8 model's group is the instruction's 32 products, and it keeps fewer bits: a term more
+// than frac_bits below the group's largest is gone.
+TEST(MmaModel, Fp8GroupsAndKeptBits) {
+  const MmaModel m = hopper_mma_model_fp8();
+  EXPECT_EQ(m.group, 32);
+  // 448 * 448 = 200704 (leading bit 2^17) and 2^-9 * 1: 2^-9 is 26 bits below, past frac_bits.
+  std::vector<uint8_t> a = {0x7e, 0x01}, b = {0x7e, 0x38};
+  EXPECT_EQ(mma_dot8(m, 0.0f, a.data(), 1, MmaInput::E4M3, b.data(), 1, MmaInput::E4M3, 2),
+            200704.0f);
+  // 33 ones: the first group of 32 sums to 32, the 33rd is added in a group of its own.
+  std::vector<uint8_t> ones(33, 0x38);
+  EXPECT_EQ(mma_dot8(m, 0.0f, ones.data(), 1, MmaInput::E4M3, ones.data(), 1, MmaInput::E4M3, 33),
+            33.0f);
+}
+
 }  // namespace
 }  // namespace tilerun::compiler

@@ -204,6 +204,31 @@ Kernel matmul_kernel() {
   return kb.build();
 }
 
+Kernel tensor_core_gemm_kernel(DType da, DType db) {
+  // A K-major tile row is one 128-byte swizzle row: 64 elements of 16 bits, 128 of FP8.
+  const int64_t eb = dtype_bytes(da, 1), kt = 128 / eb;
+  KernelBuilder kb("tc_gemm_" + std::string(dtype_name(da)) + "_" + std::string(dtype_name(db)));
+  Dim m = kb.dim("M"), n = kb.dim("N"), k = kb.dim("K");
+  Buf a = kb.input("a", da, {m, k}), b = kb.input("b", db, {n, k});
+  Buf c = kb.output("c", DType::F32, {m, n});
+  kb.body({ceildiv(n, 128), ceildiv(m, 128)}, 256, [&](Scope& s) {
+    Idx bx = s.block_idx(0), by = s.block_idx(1);
+    const Swizzle sw = tensor_core_swizzle(128, static_cast<int>(eb));
+    Buf as = s.alloc_shared("As", da, {128, kt}, sw), bs = s.alloc_shared("Bs", db, {128, kt}, sw);
+    Buf acc = s.alloc_fragment("acc", DType::F32, {128, 128});
+    s.parallel(128, 128, [&](Idx i, Idx j) { acc(i, j) = 0.0f; });
+    s.serial(ceildiv(k, Val(kt)), [&](Idx ko) {
+      s.copy(as, a.region({by * 128, ko * kt}, {128, kt}));
+      s.copy(bs, b.region({bx * 128, ko * kt}, {128, kt}));
+      s.barrier();
+      s.gemm(acc, as, bs, /*trans_a=*/false, /*trans_b=*/true);
+      s.barrier();
+    });
+    s.copy(c.region({by * 128, bx * 128}, {128, 128}), acc);
+  });
+  return kb.build();
+}
+
 Kernel transpose_kernel() {
   constexpr int B = 32;
   KernelBuilder kb("transpose");

@@ -29,6 +29,11 @@ Kernel dgamma_kernel();
 // C[M, N] = A[M, K] @ B[K, N] with 16x16 output tiles, shared A/B tiles of 16x8 and 8x16,
 // barriers in the K loop, a fragment accumulator and guarded copies at ragged edges.
 Kernel matmul_kernel();
+// c[M, N] (f32, the accumulator unrounded) = a[M, K] · b[N, K]^T on the tensor cores: bf16 or
+// f16 (da = db), or FP8 (each f8e4m3 or f8e5m2). 128 x 128 outputs a block of two warpgroups,
+// both operands K-major in shared tiles of 128-byte rows under the 128B swizzle (64 of k a step
+// for 16-bit operands, 128 for FP8), ragged edges zero-filled.
+Kernel tensor_core_gemm_kernel(DType da, DType db);
 // y = x^T through a 32x32 shared tile and a fragment: copies global → shared → fragment,
 // ragged edges guarded by the copies (reads) and an if (writes).
 Kernel transpose_kernel();

@@ -32,6 +32,24 @@ void expect_rejected(const std::function<void(Scope&, Buf& x, Buf& y, Val N)>& b
   ADD_FAILURE() << "accepted a kernel that should fail with: " << message;
 }
 
+// FP8 wgmma reads both operands K-major: an N-major b (no trans_b), or a k that is no multiple of
+// the instruction's 32, is refused with the reason; FP8 by bf16 is refused too.
+TEST(TileVerifier, Fp8GemmOperandsMustBeKMajor) {
+  auto gemm = [](DType a_dt, DType b_dt, std::vector<int64_t> b_shape, bool trans_b) {
+    return [=](Scope& s, Buf&, Buf&, Val) {
+      const Swizzle sw = tensor_core_swizzle(128, 1);
+      Buf a = s.alloc_shared("a", a_dt, {64, 128}, sw), b = s.alloc_shared("b", b_dt, b_shape, sw);
+      Buf acc = s.alloc_fragment("acc", DType::F32, {64, 64});
+      s.parallel(64, 64, [&](Idx i, Idx j) { acc(i, j) = 0.0f; });
+      s.gemm(acc, a, b, /*trans_a=*/false, trans_b);
+    };
+  };
+  expect_rejected(gemm(DType::F8E4M3, DType::F8E4M3, {128, 64}, false),
+                  "FP8 operands must both be K-major", 128);
+  expect_rejected(gemm(DType::F8E4M3, DType::BF16, {64, 128}, true),
+                  "must both be bf16, both f16 or both FP8", 128);
+}
+
 TEST(TileVerifier, BarrierInsideParallel) {
   expect_rejected([](Scope& s, Buf&, Buf& y, Val N) { s.parallel(N, [&](Idx i) { s.barrier(); }); },
                   "barrier inside parallel");

@@ -16,6 +16,7 @@
 #include "compiler/codegen/cpu_backend.h"
 #include "compiler/ir/builder.h"
 #include "compiler/lower.h"
+#include "compiler/test_kernels.h"
 #include "cuda/cuda_test_kernels.h"
 #include "tilerun/error.h"
 
@@ -240,6 +241,18 @@ TEST(CudaCodegen, SharedMemoryOver48KiBIsDynamic) {
   EXPECT_EQ(src.find("__shared__ __align__(16) float"), std::string::npos) << src;
   CudaBinary bin = compile_cuda(k, "");
   EXPECT_EQ(bin.dynamic_shared, bytes);
+}
+
+// An FP8 gemm lowers to wgmma's k32 instruction with each operand's format (e4m3 by e5m2 mixed),
+// no transpose immediates, and NVRTC compiles it for sm_90a.
+TEST(CudaCodegen, Fp8GemmLowersToWgmmaK32) {
+  SimtKernel k = lower(testing::tensor_core_gemm_kernel(DType::F8E4M3, DType::F8E5M2));
+  const std::string src = emit_cuda(k);
+  EXPECT_NE(src.find("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2"), std::string::npos)
+      << src;
+  EXPECT_EQ(src.find("k16.f32"), std::string::npos) << src;
+  CudaBinary bin = compile_cuda(k, "");
+  EXPECT_FALSE(bin.cubin.empty());
 }
 
 TEST(CudaCodegen, SharedMemoryOverTheBlockLimitIsAnError) {

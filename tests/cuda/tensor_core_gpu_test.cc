@@ -25,6 +25,7 @@
 #include "compiler/codegen/mma_model.h"
 #include "compiler/ir/builder.h"
 #include "compiler/lower.h"
+#include "compiler/test_kernels.h"
 #include "graph/runtime/cuda_driver.h"
 #include "kernels/op_registry.h"
 
@@ -35,31 +36,9 @@ using graph::cuda_check;
 using graph::CudaDriver;
 using Bytes = std::vector<unsigned char>;
 
-// c[M, N] (f32, the accumulator itself) = a[M, K] · b[N, K]^T on the tensor cores: the matmul
-// kernel's structure with an unrounded output, so the GPU's accumulator bits can be read.
-Kernel probe_kernel(DType dtype) {
-  KernelBuilder kb("mma_probe_" + std::string(dtype_name(dtype)));
-  Dim m = kb.dim("M"), n = kb.dim("N"), k = kb.dim("K");
-  Buf a = kb.input("a", dtype, {m, k}), b = kb.input("b", dtype, {n, k});
-  Buf c = kb.output("c", DType::F32, {m, n});
-  kb.body({ceildiv(n, 128), ceildiv(m, 128)}, 256, [&](Scope& s) {
-    Idx bx = s.block_idx(0), by = s.block_idx(1);
-    const Swizzle sw = tensor_core_swizzle(128, 2);
-    Buf as = s.alloc_shared("As", dtype, {128, 64}, sw),
-        bs = s.alloc_shared("Bs", dtype, {128, 64}, sw);
-    Buf acc = s.alloc_fragment("acc", DType::F32, {128, 128});
-    s.parallel(128, 128, [&](Idx i, Idx j) { acc(i, j) = 0.0f; });
-    s.serial(ceildiv(k, Val(64)), [&](Idx ko) {
-      s.copy(as, a.region({by * 128, ko * 64}, {128, 64}));
-      s.copy(bs, b.region({bx * 128, ko * 64}, {128, 64}));
-      s.barrier();
-      s.gemm(acc, as, bs, false, true);
-      s.barrier();
-    });
-    s.copy(c.region({by * 128, bx * 128}, {128, 128}), acc);
-  });
-  return kb.build();
-}
+// The probe: c[M, N] (f32, the accumulator itself) = a[M, K] · b[N, K]^T on the tensor cores
+// (tests/compiler/test_kernels.h), so the GPU's accumulator bits can be read.
+Kernel probe_kernel(DType dtype) { return testing::tensor_core_gemm_kernel(dtype, dtype); }
 
 class TensorCoreGpu : public ::testing::Test {
  protected:
@@ -322,6 +301,144 @@ TEST_F(TensorCoreGpu, MatmulRowsDoNotDependOnMAndMatchTheCpu) {
                 static_cast<long>(kdim), cs.tb ? 1 : 0, differ, gpu.size() / 2);
     EXPECT_EQ(differ, 0u) << dname(dt);
   }
+}
+
+// ---- FP8 (wgmma m64nNk32 .e4m3 / .e5m2) ------------------------------------------------------
+
+MmaInput input_of(DType d) { return d == DType::F8E4M3 ? MmaInput::E4M3 : MmaInput::E5M2; }
+
+// An FP8 code of class c: e4m3 (bias 7, S.1111.111 NaN) or e5m2 (bias 15, IEEE specials).
+uint8_t pattern8(std::mt19937& rng, DType d, Inputs c) {
+  const bool e4 = d == DType::F8E4M3;
+  const int mbits = e4 ? 3 : 2, bias = e4 ? 7 : 15;
+  auto pick = [&](uint32_t n) { return static_cast<uint32_t>(rng() % n); };
+  auto make = [&](uint32_t sign, uint32_t e, uint32_t man) {
+    return static_cast<uint8_t>((sign << 7) | (e << mbits) | (man & ((1u << mbits) - 1)));
+  };
+  switch (c) {
+    case Inputs::Random:  // |x| in [2^-2, 2^2)
+      return make(pick(2), bias - 2 + pick(4), pick(1u << mbits));
+    case Inputs::WideExponents:  // every normal exponent (e4m3's top one less its NaN)
+      return make(pick(2), 1 + pick(e4 ? 14 : 30), pick(1u << mbits));
+    case Inputs::Cancellation:
+      return make(pick(2), bias + pick(3), pick(1u << mbits));
+    case Inputs::SubnormalsAndZeros: {
+      uint32_t r = pick(4);
+      if (r == 0) return make(pick(2), 0, 0);
+      if (r == 1) return make(pick(2), 0, pick(1u << mbits));
+      return make(pick(2), 1 + pick(4), pick(1u << mbits));
+    }
+    case Inputs::InfNaN: {
+      uint32_t r = pick(64);
+      if (r == 0) return e4 ? make(pick(2), 15, 7) : make(pick(2), 31, 0);  // NaN / +-inf
+      if (r == 1) return e4 ? make(pick(2), 15, 7) : make(pick(2), 31, 1 + pick(3));
+      return make(pick(2), bias - 2 + pick(4), pick(1u << mbits));
+    }
+  }
+  return 0;
+}
+
+// The FP8 model (hopper_mma_model_fp8) against the GPU, bit for bit, and how nearby candidates
+// of the model's scheme fare on the same outputs (printed: what to change if the shipped one
+// misses). TILERUN_MMA8_DUMP=FILE writes every launch for fitting offline: per launch five i32
+// (a's and b's dtype 0 e4m3 / 1 e5m2, input class, M·N, K), a (M·K u8), b (N·K u8), c (M·N f32).
+// The CPU backend's run of the same kernel must equal the GPU's too.
+TEST_F(TensorCoreGpu, Fp8ModelMatchesTheGpu) {
+  const int64_t M = 128, N = 128, K = 256, launches = 2;
+  const char* dump_path = std::getenv("TILERUN_MMA8_DUMP");
+  std::FILE* dump = dump_path ? std::fopen(dump_path, "wb") : nullptr;
+  std::vector<MmaModel> candidates;
+  for (int group : {16, 32})
+    for (int frac = 10; frac <= 27; ++frac)
+      for (bool floor_terms : {false, true})
+        for (bool nearest : {false, true})
+          for (bool lead : {true, false})
+            candidates.push_back({group, frac, floor_terms, nearest, lead, false});
+  const MmaModel shipped = hopper_mma_model_fp8();
+  std::vector<int64_t> misses(candidates.size(), 0);
+  int64_t total = 0, sampled = 0, mismatched = 0, cpu_differ = 0;
+  for (auto [da, db] :
+       {std::pair{DType::F8E4M3, DType::F8E4M3}, std::pair{DType::F8E5M2, DType::F8E5M2},
+        std::pair{DType::F8E4M3, DType::F8E5M2}}) {
+    Kernel k = testing::tensor_core_gemm_kernel(da, db);
+    std::mt19937 rng(77 + static_cast<int>(da) * 3 + static_cast<int>(db));
+    for (Inputs cls : {Inputs::Random, Inputs::WideExponents, Inputs::Cancellation,
+                       Inputs::SubnormalsAndZeros, Inputs::InfNaN}) {
+      int64_t cls_mismatched = 0;
+      for (int l = 0; l < launches; ++l) {
+        std::vector<uint8_t> a(M * K), b(N * K);
+        for (auto& x : a) x = pattern8(rng, da, cls);
+        for (auto& x : b) x = pattern8(rng, db, cls);
+        if (cls == Inputs::Cancellation && da == db)  // b's odd k repeat the even ones, a's negate
+          for (int64_t r = 0; r < M; ++r)
+            for (int64_t p = 1; p < K; p += 2) {
+              a[r * K + p] = static_cast<uint8_t>(a[r * K + p - 1] ^ 0x80 ^ (rng() % 2));
+              if (r < N) b[r * K + p] = b[r * K + p - 1];
+            }
+        std::vector<Bytes> bufs(3);
+        bufs[0].assign(a.begin(), a.end()), bufs[1].assign(b.begin(), b.end());
+        bufs[2].assign(M * N * 4, 0xA5);
+        std::vector<Bytes> cpu = bufs;
+        run_gpu(k, {M, N, K}, bufs);
+        run_cpu(k, {M, N, K}, cpu);
+        cpu_differ += std::memcmp(cpu[2].data(), bufs[2].data(), bufs[2].size()) != 0;
+        const float* c = reinterpret_cast<const float*>(bufs[2].data());
+        if (dump) {
+          const int32_t head[5] = {da == DType::F8E5M2, db == DType::F8E5M2,
+                                   static_cast<int32_t>(cls), static_cast<int32_t>(M * N),
+                                   static_cast<int32_t>(K)};
+          std::fwrite(head, sizeof head, 1, dump);
+          for (const Bytes& x : bufs) std::fwrite(x.data(), 1, x.size(), dump);
+        }
+        auto same = [](float x, float y) {
+          return (std::isnan(x) && std::isnan(y)) || f32_bits(x) == f32_bits(y);
+        };
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            const float gpu = c[i * N + j];
+            auto model = [&](const MmaModel& mm) {
+              return mma_dot8(mm, 0.0f, &a[i * K], 1, input_of(da), &b[j * K], 1, input_of(db), K);
+            };
+            ++total;
+            // The candidates on a sample (the first launch's first 16 rows): enough to rank them.
+            if (l == 0 && i < 16) {
+              ++sampled;
+              for (size_t q = 0; q < candidates.size(); ++q)
+                misses[q] += !same(gpu, model(candidates[q]));
+            }
+            const float want = model(shipped);
+            if (!same(gpu, want)) {
+              ++mismatched, ++cls_mismatched;
+              if (cls_mismatched <= 2)
+                std::printf("  %s x %s %s c[%ld,%ld]: gpu %.9g (0x%08x) model %.9g (0x%08x)\n",
+                            dname(da).c_str(), dname(db).c_str(), inputs_name(cls),
+                            static_cast<long>(i), static_cast<long>(j), gpu, f32_bits(gpu), want,
+                            f32_bits(want));
+            }
+          }
+      }
+      std::printf("[ mma8 %s x %s ] %-17s %6ld of %ld outputs differ from the shipped model\n",
+                  dname(da).c_str(), dname(db).c_str(), inputs_name(cls),
+                  static_cast<long>(cls_mismatched), static_cast<long>(M * N * launches));
+    }
+  }
+  if (dump) std::fclose(dump);
+  // The candidates that come closest, best first (ties in the order they were listed).
+  std::vector<size_t> order(candidates.size());
+  for (size_t q = 0; q < order.size(); ++q) order[q] = q;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return misses[x] < misses[y]; });
+  for (size_t r = 0; r < std::min<size_t>(8, order.size()); ++r) {
+    const MmaModel& mm = candidates[order[r]];
+    std::printf(
+        "[ mma8 candidate ] group %d frac_bits %d floor_terms %d nearest_final %d "
+        "lead_from_exponents %d: %ld of %ld differ\n",
+        mm.group, mm.frac_bits, mm.floor_terms, mm.nearest_final, mm.lead_from_exponents,
+        static_cast<long>(misses[order[r]]), static_cast<long>(sampled));
+  }
+  EXPECT_EQ(cpu_differ, 0) << "launches where the CPU backend's bits differ from the GPU's";
+  EXPECT_EQ(mismatched, 0) << "the FP8 model differs from the GPU on " << mismatched << " of "
+                           << total << " outputs";
 }
 
 }  // namespace
