@@ -138,6 +138,17 @@ TEST(MmaModel, Fp8GroupsAndKeptBits) {
   std::vector<uint8_t> ones(33, 0x38);
   EXPECT_EQ(mma_dot8(m, 0.0f, ones.data(), 1, MmaInput::E4M3, ones.data(), 1, MmaInput::E4M3, 33),
             33.0f);
+  // A group's result keeps 14 significant bits. 31 products 448·448 = 200704 (exponent 16 by its
+  // inputs' exponents, so terms keep bits down to 2^(16 - 13) = 8) and 8·1: the exact sum 6221832
+  // spans 2^22 .. 2^3, 20 bits; cut to 14 it is 6221824 (a multiple of 2^9).
+  std::vector<uint8_t> c(31, 0x7e), d(31, 0x7e);
+  c.push_back(0x50), d.push_back(0x38);  // 0x50 = 8, 0x38 = 1
+  EXPECT_EQ(mma_dot8(m, 0.0f, c.data(), 1, MmaInput::E4M3, d.data(), 1, MmaInput::E4M3, 32),
+            6221824.0f);
+  MmaModel wide = m;
+  wide.sum_bits = 24;
+  EXPECT_EQ(mma_dot8(wide, 0.0f, c.data(), 1, MmaInput::E4M3, d.data(), 1, MmaInput::E4M3, 32),
+            6221832.0f);
 }
 
 }  // namespace
