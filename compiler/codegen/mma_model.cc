@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "compiler/codegen/gemm_desc.h"
@@ -259,28 +261,36 @@ float mma_group(const MmaModel& model, float c, const uint16_t* a, const uint16_
   return group_decoded(model, c, x, y, n);
 }
 
+namespace {
+// The dot product of k input pairs, pair(i) giving the decoded a[i] and b[i]: what the three
+// entry points below share (they differ only in how an input is read).
+template <class Pair>
+float dot_of(const MmaModel& model, float c, int64_t k, const Pair& pair) {
+  std::vector<Term> x(static_cast<size_t>(k)), y(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) std::tie(x[i], y[i]) = pair(i);
+  return dot_decoded(model, c, x.data(), y.data(), k);
+}
+}  // namespace
+
 float mma_dot(const MmaModel& model, float c, const uint16_t* a, int64_t a_stride,
               const uint16_t* b, int64_t b_stride, int64_t k, bool f16) {
-  std::vector<Term> x(static_cast<size_t>(k)), y(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i)
-    x[i] = decode16(a[i * a_stride], f16), y[i] = decode16(b[i * b_stride], f16);
-  return dot_decoded(model, c, x.data(), y.data(), k);
+  return dot_of(model, c, k, [&](int64_t i) {
+    return std::pair{decode16(a[i * a_stride], f16), decode16(b[i * b_stride], f16)};
+  });
 }
 
 float mma_dot8(const MmaModel& model, float c, const uint8_t* a, int64_t a_stride, MmaInput fa,
                const uint8_t* b, int64_t b_stride, MmaInput fb, int64_t k) {
-  std::vector<Term> x(static_cast<size_t>(k)), y(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i)
-    x[i] = decode8(a[i * a_stride], fa), y[i] = decode8(b[i * b_stride], fb);
-  return dot_decoded(model, c, x.data(), y.data(), k);
+  return dot_of(model, c, k, [&](int64_t i) {
+    return std::pair{decode8(a[i * a_stride], fa), decode8(b[i * b_stride], fb)};
+  });
 }
 
 float mma_dot_values(const MmaModel& model, float c, const double* a, int64_t a_stride,
                      const double* b, int64_t b_stride, int64_t k) {
-  std::vector<Term> x(static_cast<size_t>(k)), y(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i)
-    x[i] = decode_double(a[i * a_stride]), y[i] = decode_double(b[i * b_stride]);
-  return dot_decoded(model, c, x.data(), y.data(), k);
+  return dot_of(model, c, k, [&](int64_t i) {
+    return std::pair{decode_double(a[i * a_stride]), decode_double(b[i * b_stride])};
+  });
 }
 
 }  // namespace tilerun::compiler
