@@ -46,7 +46,6 @@ constexpr int64_t kBlock = 128;  // a scale block's extent along K (and N for w)
 constexpr int kStages = 4;       // shared stages of [128, 128] codes for x and for w: 128 KB
 constexpr int kThreads = 256;    // two warpgroups, 64 rows each
 
-bool fp8(DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; }
 int64_t blocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
 
 // ---- Inference ---------------------------------------------------------------------------------
@@ -58,7 +57,7 @@ std::vector<TensorType> infer_matmul_fp8(const std::vector<TensorType>& in, cons
   const char* names[] = {"x", "x_scale", "w", "w_scale"};
   for (int i : {0, 2}) {
     expect_rank(in[i], 2, names[i]);
-    if (!fp8(in[i].dtype))
+    if (!dtype_is_fp8(in[i].dtype))
       throw ShapeError("input '" + std::string(names[i]) + "' is " + to_string(in[i]) +
                        ", expected FP8 codes (f8e4m3 or f8e5m2)");
   }

@@ -5,10 +5,6 @@
 
 namespace tilerun::compiler::cuda {
 
-namespace {
-bool is_fp8(DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; }
-}  // namespace
-
 const char* const kWgmmaHelpers = R"(// ---- wgmma helpers (kernels with a gemm).
 static __device__ __forceinline__ unsigned tr_smem_addr(const void* p) {
   unsigned a;
@@ -38,7 +34,7 @@ static __device__ __forceinline__ unsigned long long tr_wgmma_desc_mn(unsigned a
 std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
   const SimtArray *a = find_shared(k, g.a), *b = find_shared(k, g.b);
   if (!a || !b) return "the operands are not shared arrays";
-  const bool fp8 = is_fp8(a->dtype) && is_fp8(b->dtype);
+  const bool fp8 = dtype_is_fp8(a->dtype) && dtype_is_fp8(b->dtype);
   if (!fp8 && (a->dtype != b->dtype || (a->dtype != DType::BF16 && a->dtype != DType::F16)))
     return "the operands are not both bf16, both f16 or both FP8";
   // FP8 (k32 instructions) reads both operands K-major: 128-byte rows of 128 elements.
@@ -116,7 +112,7 @@ std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const s
     }
   };
   const std::string fa = format(g.a), fb = format(g.b);
-  const bool fp8 = is_fp8(find_shared(k, g.a)->dtype);
+  const bool fp8 = dtype_is_fp8(find_shared(k, g.a)->dtype);
   const int64_t eb = fp8 ? 1 : 2, step_k = 32 / eb;
   std::vector<std::string> out;
   out.push_back("{  // gemm " + acc + " += " + a + " * " + b + "^T over [" + std::to_string(g.m) +

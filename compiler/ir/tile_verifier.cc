@@ -395,8 +395,7 @@ class TileVerifier : public IRVisitor {
       fail(what + ": '" + op->a + "' and '" + op->b + "' must be shared tiles");
     if (!c || c->scope != MemScope::Fragment || c->dtype != DType::F32)
       fail(what + ": the accumulator must be an f32 fragment");
-    auto fp8 = [](DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; };
-    const bool eight = fp8(a->dtype) && fp8(b->dtype);
+    const bool eight = dtype_is_fp8(a->dtype) && dtype_is_fp8(b->dtype);
     if (!eight && (a->dtype != b->dtype || (a->dtype != DType::BF16 && a->dtype != DType::F16)))
       fail(what + ": the operands must both be bf16, both f16 or both FP8 (e4m3/e5m2)");
     // FP8 wgmma reads both operands K-major from shared memory, 32 of k an instruction.

@@ -26,7 +26,87 @@ class Accessed : public IRVisitor {
   }
 };
 
-// One lane loop's body: global accesses moving with the lane go through local arrays.
+// Whether e is a multiple of w (a power of two) whatever its variables hold, in wrapping integer
+// arithmetic: multiples of w combined by +, -, ^, | and % (floor or not), a product, mask or left
+// shift with a factor that is one, or a logical right shift by c of a multiple of w << c.
+bool multiple_of(const Expr& e, int64_t w) {
+  int64_t v = 0;
+  if (const_int(e, &v)) return v % w == 0;
+  const Binary* b = e.as<Binary>();
+  if (!b) return false;
+  int64_t c = 0;
+  switch (b->op) {
+    case BinaryOp::Add:
+    case BinaryOp::Sub:
+    case BinaryOp::Xor:
+    case BinaryOp::Or:
+    case BinaryOp::Mod:
+      return multiple_of(b->a, w) && multiple_of(b->b, w);
+    case BinaryOp::And:
+    case BinaryOp::Mul:
+      return multiple_of(b->a, w) || multiple_of(b->b, w);
+    case BinaryOp::Shl:
+      return multiple_of(b->a, w) ||
+             (const_int(b->b, &c) && c >= 0 && c < 62 && (int64_t{1} << c) % w == 0);
+    case BinaryOp::ShrL:
+      return const_int(b->b, &c) && c >= 0 && c < 32 && multiple_of(b->a, w << c);
+    default:
+      return false;
+  }
+}
+
+// For a lane var in [0, w) (w a power of two): e as base + lane, the base free of the lane and a
+// multiple of w, where that holds for every lane; else undefined. Through sums, and through a
+// swizzle's XOR (flatten_buffers: L ^ ((L & M) >> s) with L = base + lane): where M and the
+// shifted mask keep no bit below w, the lane moves neither the mask's bits nor the bits the XOR
+// flips, so (base + lane) ^ y = (base ^ y) + lane. A 16-byte run of a 128-byte-swizzled tile is
+// contiguous in memory, which is what this proves.
+Expr lane_base(const Expr& e, const std::string& lane, int64_t w);
+
+// e with the lane var gone, where e has one value over the lanes (a swizzle's mask of base + lane
+// keeping no bit below w); else undefined.
+Expr lane_free(const Expr& e, const std::string& lane, int64_t w) {
+  if (!uses_var(e, lane)) return e;
+  const Binary* b = e.as<Binary>();
+  int64_t c = 0;
+  if (!b || !const_int(b->b, &c)) return Expr();
+  if (b->op == BinaryOp::And && c % w == 0) {
+    Expr base = lane_base(b->a, lane, w);
+    if (base.defined()) return Binary::make(BinaryOp::And, base, b->b);
+  }
+  if (b->op == BinaryOp::And || b->op == BinaryOp::ShrL || b->op == BinaryOp::ShrA ||
+      b->op == BinaryOp::Shl) {
+    Expr a = lane_free(b->a, lane, w);
+    if (a.defined()) return Binary::make(b->op, a, b->b);
+  }
+  return Expr();
+}
+
+Expr lane_base(const Expr& e, const std::string& lane, int64_t w) {
+  if (const Var* v = e.as<Var>(); v && v->name == lane) return make_i64(0);
+  const Binary* b = e.as<Binary>();
+  if (!b) return Expr();
+  const bool in_a = uses_var(b->a, lane), in_b = uses_var(b->b, lane);
+  Expr base;
+  if (b->op == BinaryOp::Add && in_a != in_b) {
+    Expr peeled = lane_base(in_a ? b->a : b->b, lane, w);
+    if (peeled.defined()) base = in_a ? add(peeled, b->b) : add(b->a, peeled);
+  } else if (b->op == BinaryOp::Sub && in_a && !in_b) {
+    Expr peeled = lane_base(b->a, lane, w);
+    if (peeled.defined()) base = sub(peeled, b->b);
+  } else if (b->op == BinaryOp::Xor) {
+    for (int side = 0; side < 2 && !base.defined(); ++side) {
+      Expr x = lane_base(side ? b->b : b->a, lane, w);
+      Expr y = lane_free(side ? b->a : b->b, lane, w);
+      if (x.defined() && y.defined() && multiple_of(y, w)) base = Binary::make(BinaryOp::Xor, x, y);
+    }
+  }
+  return base.defined() && multiple_of(base, w) ? base : Expr();
+}
+
+// One lane loop's body: global accesses moving with the lane, and shared loads moving with it
+// through whole 16-byte runs (a tensor-core epilogue reading its swizzled tile back), go through
+// local arrays.
 class LaneLoop : public IRMutator {
  public:
   LaneLoop(SimtKernel* k, NameGen* names, const For* loop) : k_(k), names_(names), loop_(loop) {
@@ -45,16 +125,21 @@ class LaneLoop : public IRMutator {
     bool index_let = is_int(op->value.type());
     if (uses_var(op->value, loop_->var)) lins_.insert(op->name);
     if (index_let && aligned_lin(op->value)) aligned_.insert(op->name);
+    Expr split;
     if (index_let) {
-      Expr split = lane_split(op->value);
+      split = lane_split(op->value);
       if (split.defined()) v = split;
     }
     // An outer parallel var is the same in every lane: it stands for its lane-0 value, so an
     // access through it alone (post[t, i] beside x[t, i, j]) stays a scalar load instead of
-    // being read as lanes of consecutive elements.
-    if (index_let) lets_[op->name] = outer_var(op->value) ? at_lane0(op->value) : op->value;
+    // being read as lanes of consecutive elements. For a shared index's proof (lane_base), the
+    // innermost one as its lane-0 value plus the lane (lane_split).
+    if (index_let) {
+      lets_[op->name] = outer_var(op->value) ? at_lane0(op->value) : op->value;
+      split_lets_[op->name] = split.defined() ? split : lets_[op->name];
+    }
     Stmt b = mutate(op->body);
-    if (index_let) lets_.erase(op->name);
+    if (index_let) lets_.erase(op->name), split_lets_.erase(op->name);
     if (v.same_as(op->value) && b.same_as(op->body)) return self;
     return LetStmt::make(op->name, v, b);
   }
@@ -98,11 +183,20 @@ class LaneLoop : public IRMutator {
   // The local array standing for buffer[index .. + lanes), or "" when the access stays scalar.
   std::string vector_of(const std::string& buffer, const Expr& index, bool store) {
     const BufferParam* b = find_buffer(k_->sig, buffer);
-    if (!b) return "";
-    Expr full = Substitute(lets_).mutate(index);
+    // A shared tile only read here (the loop stores nothing to it), in runs of at most 16 bytes.
+    int64_t lane0 = -1;
+    const SimtArray* shared =
+        b || store || stored_.count(buffer) || !const_int(loop_->min, &lane0) || lane0 != 0
+            ? nullptr
+            : find_shared(*k_, buffer);
+    if (!b && (!shared || dtype_bytes(shared->dtype, lanes_) > 16)) return "";
+    Expr full = Substitute(shared ? split_lets_ : lets_).mutate(index);
     if (!uses_var(full, loop_->var)) return "";
     std::map<std::string, Expr> first{{loop_->var, make_i64(0)}};
-    Expr base = Substitute(first).mutate(full);
+    // A global access was proved contiguous along the lane (analyze_accesses); a shared one
+    // proves it here, on its flattened (swizzled) index.
+    Expr base = shared ? lane_base(full, loop_->var, lanes_) : Substitute(first).mutate(full);
+    if (!base.defined()) return "";
     Accessed reads;
     reads.visit(base);
     if (mentions_any(base, inner_)) return "";
@@ -121,7 +215,7 @@ class LaneLoop : public IRMutator {
     auto it = arrays_.find(key);
     if (it != arrays_.end()) return it->second;
     std::string tmp = names_->fresh(buffer + (store ? ".out" : ".in"));
-    k_->local_arrays.push_back({tmp, b->dtype, {lanes_}});
+    k_->local_arrays.push_back({tmp, b ? b->dtype : shared->dtype, {lanes_}});
     Stmt move = store ? VectorMove::make(buffer, base, tmp, make_i64(0), lanes_)
                       : VectorMove::make(tmp, make_i64(0), buffer, base, lanes_);
     if (guard.defined()) move = IfThenElse::make(guard, move);
@@ -187,6 +281,7 @@ class LaneLoop : public IRMutator {
   std::set<std::string> inner_;
   std::set<std::string> stored_;  // buffers the loop body writes
   std::map<std::string, Expr> lets_;
+  std::map<std::string, Expr> split_lets_;     // lets_ with the innermost var as lane-0 + lane
   std::map<std::string, std::string> arrays_;  // access key → local array
   std::vector<Expr> guards_;  // lane-0 values of the enclosing guards (undefined: unknown)
 };

@@ -11,6 +11,10 @@
 // element, so hoisting the reads and sinking the writes changes no value. An access whose
 // first-lane index still names something bound inside the loop stays scalar (never expected; kept
 // as a safe fallback).
+// A shared load moving with the lane is moved the same way where the loop stores nothing to that
+// tile and the pass proves, on the flattened index, that lane l reads element base + l with base a
+// multiple of the lanes and the run at most 16 bytes (through a 128-byte swizzle's XOR: a
+// tensor-core epilogue reading back its tile, 64 scalar shared loads a thread before, 8 after).
 #pragma once
 
 #include "compiler/ir/kernel.h"

@@ -29,6 +29,8 @@ std::optional<DType> parse_dtype(std::string_view name);
 // Bits per element (4 for FP4E2M1).
 int dtype_bits(DType t);
 bool dtype_is_float(DType t);
+// The 8-bit floats the tensor cores multiply: f8e4m3 and f8e5m2.
+inline bool dtype_is_fp8(DType t) { return t == DType::F8E4M3 || t == DType::F8E5M2; }
 // Whether tensors of the dtype carry gradients: f32, bf16 and f16. Integers and low-precision
 // codes and scales (f8e4m3, f8e5m2, fp4e2m1, e8m0: quantize's outputs, FP4 weights) do not.
 bool dtype_is_differentiable(DType t);
