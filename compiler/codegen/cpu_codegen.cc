@@ -502,6 +502,16 @@ class CpuCodegen {
         const Call* op = e.as<Call>();
         std::vector<llvm::Value*> args;
         for (const Expr& a : op->args) args.push_back(emit_expr(a));
+        if (op->op == CallOp::Bf16Bits) {
+          // Round to nearest even on the 16 dropped bits (a carry into the exponent rounds up to
+          // the next binade or to inf); a NaN to 0x7fc0.
+          llvm::Value* b = b_.CreateBitCast(args[0], b_.getInt32Ty());
+          llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(b, 16), b_.getInt32(1));
+          llvm::Value* r =
+              b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(b, b_.getInt32(0x7fff)), lsb), 16);
+          llvm::Value* nan = b_.CreateFCmpUNO(args[0], args[0]);
+          return b_.CreateTrunc(b_.CreateSelect(nan, b_.getInt32(0x7fc0), r), b_.getInt16Ty());
+        }
         TR_CHECK(op->op == CallOp::Fma || op->op == CallOp::Sqrt,
                  std::string("unexpanded call ") + call_op_name(op->op));
         auto id = op->op == CallOp::Fma ? llvm::Intrinsic::fma : llvm::Intrinsic::sqrt;

@@ -338,6 +338,7 @@ class CudaEmitter {
         std::vector<std::string> a;
         for (const Expr& x : op->args) a.push_back(expr(x));
         if (op->op == CallOp::Fma) return "__fmaf_rn(" + a[0] + ", " + a[1] + ", " + a[2] + ")";
+        if (op->op == CallOp::Bf16Bits) return "tr_bf16_bits(" + a[0] + ")";
         TR_CHECK(op->op == CallOp::Sqrt,
                  std::string("call to ") + call_op_name(op->op) + " survived expand_strict_math");
         return "__fsqrt_rn(" + a[0] + ")";

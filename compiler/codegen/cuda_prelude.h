@@ -88,6 +88,13 @@ static __device__ __forceinline__ long long tr_f32_to_i64(float x) {
   return x != x ? 0LL : x >= 9223372036854775808.0f ? 9223372036854775807LL
        : x <= -9223372036854775808.0f ? (-9223372036854775807LL - 1LL) : __float2ll_rz(x);
 }
+// An f32 rounded to bf16, its bits: the hardware's conversion rounds to nearest even with
+// subnormals kept, as the CPU's integer rounding does; a NaN to 0x7fc0 (the hardware's is 0x7fff).
+static __device__ __forceinline__ short tr_bf16_bits(float x) {
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return x != x ? (short)0x7fc0 : (short)h;
+}
 // ---- end of helpers.
 )";
 

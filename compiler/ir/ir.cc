@@ -180,6 +180,8 @@ const char* call_op_name(CallOp op) {
       return "cos";
     case CallOp::Erf:
       return "erf";
+    case CallOp::Bf16Bits:
+      return "bf16_bits";
   }
   return "?";
 }
@@ -287,7 +289,8 @@ Expr Bitcast::make(Type t, Expr value) {
 Expr Call::make(CallOp op, std::vector<Expr> args) {
   TR_CHECK(static_cast<int>(args.size()) == call_op_arity(op), "Call arity");
   for (const Expr& a : args) TR_CHECK(a.defined() && a.type() == Type::F32, "Call on non-f32");
-  return Expr(std::make_shared<Call>(Type::F32, op, std::move(args)));
+  const Type result = op == CallOp::Bf16Bits ? Type::I16 : Type::F32;
+  return Expr(std::make_shared<Call>(result, op, std::move(args)));
 }
 
 Expr Let::make(const std::string& name, Expr value, Expr body) {

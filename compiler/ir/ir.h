@@ -187,8 +187,11 @@ struct Bitcast : ExprNode {
 };
 
 // Math on f32. Fma and Sqrt are IEEE operations every backend has; the rest are expanded into
-// +,−,×,÷,fma,sqrt and bit operations by expand_strict_math before code generation.
-enum class CallOp : uint8_t { Fma, Sqrt, Exp, Log, Tanh, Sigmoid, Rsqrt, Sin, Cos, Erf };
+// +,−,×,÷,fma,sqrt and bit operations by expand_strict_math before code generation, except
+// Bf16Bits: an f32 rounded to bf16 (to nearest even; a NaN to 0x7fc0), its bits as an i16 — the
+// store of a bf16 (lower_storage_types). Every backend has it too: the CPU as integer operations
+// on the bits, CUDA as one cvt.rn.bf16.f32 (the same bits for every non-NaN f32) and a select.
+enum class CallOp : uint8_t { Fma, Sqrt, Exp, Log, Tanh, Sigmoid, Rsqrt, Sin, Cos, Erf, Bf16Bits };
 const char* call_op_name(CallOp op);
 int call_op_arity(CallOp op);
 

@@ -17,8 +17,9 @@ namespace {
 
 const char* const kTypeNames[] = {"bool", "i8", "i16", "i32", "i64", "f32"};
 constexpr Type kTypes[] = {Type::Bool, Type::I8, Type::I16, Type::I32, Type::I64, Type::F32};
-constexpr CallOp kCalls[] = {CallOp::Fma,     CallOp::Sqrt,  CallOp::Exp, CallOp::Log, CallOp::Tanh,
-                             CallOp::Sigmoid, CallOp::Rsqrt, CallOp::Sin, CallOp::Cos, CallOp::Erf};
+constexpr CallOp kCalls[] = {CallOp::Fma,  CallOp::Sqrt,    CallOp::Exp,     CallOp::Log,
+                             CallOp::Tanh, CallOp::Sigmoid, CallOp::Rsqrt,   CallOp::Sin,
+                             CallOp::Cos,  CallOp::Erf,     CallOp::Bf16Bits};
 
 std::optional<Type> type_of_name(const std::string& s) {
   for (size_t i = 0; i < std::size(kTypes); ++i)

@@ -101,7 +101,8 @@ class SimtVerifier : public IRVisitor {
     if (check_access(op->buffer, op->indices, op->type)) varying_ = true;
   }
   void visit_expr(const Call* op) override {
-    if (form_ == SimtForm::Complete && op->op != CallOp::Fma && op->op != CallOp::Sqrt)
+    if (form_ == SimtForm::Complete && op->op != CallOp::Fma && op->op != CallOp::Sqrt &&
+        op->op != CallOp::Bf16Bits)
       fail(std::string("call to ") + call_op_name(op->op) + " survived expand_strict_math");
     IRVisitor::visit_expr(op);
   }

@@ -34,6 +34,7 @@ class StrictMathExpander : public IRMutator {
         return strict_erf(c->args[0], names_->fresh("erf"));
       case CallOp::Fma:
       case CallOp::Sqrt:
+      case CallOp::Bf16Bits:
         return e;
     }
     return e;

@@ -1,5 +1,8 @@
 #include "compiler/transforms/lower_storage_types.h"
 
+#include <bit>
+#include <cstdint>
+
 #include "compiler/base/check.h"
 #include "compiler/ir/ir_visitor.h"
 #include "compiler/ir/names.h"
@@ -8,6 +11,13 @@
 
 namespace tilerun::compiler {
 namespace {
+
+// bf16_bits of an f32 on the host: to nearest even on the dropped 16 bits, a NaN to 0x7fc0.
+int64_t bf16_bits_of(float x) {
+  if (x != x) return 0x7fc0;
+  const uint32_t b = std::bit_cast<uint32_t>(x);
+  return static_cast<int16_t>(static_cast<uint16_t>((b + 0x7fffu + ((b >> 16) & 1u)) >> 16));
+}
 
 class StorageLowerer : public IRMutator {
  public:
@@ -49,7 +59,11 @@ class StorageLowerer : public IRMutator {
     Expr v = mutate(op->value);
     switch (d) {
       case DType::BF16:
-        v = f32_to_bf16_bits(v, names_->fresh("bf16"));
+        // A constant is rounded here (a zero fill stores 0, not a conversion a lane).
+        if (const FloatImm* c = v.as<FloatImm>())
+          v = make_const(Type::I16, bf16_bits_of(static_cast<float>(c->value)));
+        else
+          v = Call::make(CallOp::Bf16Bits, {v});
         break;
       case DType::F16:
         v = f32_to_f16_bits(v, names_->fresh("f16"));

@@ -11,6 +11,7 @@
 
 #include "graph/runtime/cuda_driver.h"
 #include "kernels/op_catalog.h"
+#include "tests/graph/runtime/bf16_round_case.h"
 #include "tests/kernels/test_util.h"
 #include "tilerun/tilerun.h"
 
@@ -115,6 +116,26 @@ TEST_F(GpuSession, ElementwiseConfigBitIdenticalToTheCpu) {
   expect_bit_identical(want, step(graph), "elementwise.yaml graph vs cpu");
   CheckResult c = graph.check();
   EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
+}
+
+// Every bf16 store rounds as the CPU's does: on CUDA the hardware's cvt.rn.bf16.f32 and a NaN
+// select (CallOp::Bf16Bits), on the CPU integer rounding of the bits; every exponent (subnormals
+// too) with fractions at and around the halfway point, then random bit patterns, bit for bit
+// against the CPU and the rounding worked out in the test.
+TEST_F(GpuSession, Bf16StoresRoundLikeTheCpu) {
+  const uint64_t seed = std::random_device{}();
+  const std::vector<uint32_t> x = testing::bf16_rounding_patterns(seed, 1 << 20);
+  const std::vector<uint16_t> gpu = testing::bf16_cast_in_session(Device::Cuda, x);
+  const std::vector<uint16_t> cpu = testing::bf16_cast_in_session(Device::Cpu, x);
+  size_t off = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (gpu[i] != cpu[i] || gpu[i] != testing::bf16_rounded(x[i])) {
+      if (++off <= 8)
+        ADD_FAILURE() << "f32 bits " << std::hex << x[i] << ": GPU " << gpu[i] << ", CPU " << cpu[i]
+                      << ", want " << testing::bf16_rounded(x[i]);
+    }
+  }
+  EXPECT_EQ(off, 0u) << "of " << x.size() << " (seed " << seed << ")";
 }
 
 TEST_F(GpuSession, EveryOpFamilyBitIdenticalToTheCpu) {

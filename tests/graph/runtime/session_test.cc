@@ -13,6 +13,7 @@
 #include "compiler/ir/kernel.h"
 #include "graph/autodiff.h"
 #include "graph/kernel_graph.h"
+#include "tests/graph/runtime/bf16_round_case.h"
 #include "tilerun/tilerun.h"
 
 namespace tilerun {
@@ -40,6 +41,17 @@ TEST(Session, TinyStepMatchesTheReference) {
 
 // An sgd step: w - lr * dw, bit for bit (lr = 1/4 makes lr * dw exact, so one rounding is left),
 // and only after backward(); afterwards the old outputs are not checked against the new weights.
+// A bf16 store (CallOp::Bf16Bits) rounds an f32 to nearest even on its bits, a NaN to 0x7fc0:
+// every exponent with fractions at and around the halfway point, then random bit patterns.
+TEST(Session, Bf16StoresRoundToNearestEven) {
+  const uint64_t seed = std::random_device{}();
+  const std::vector<uint32_t> x = testing::bf16_rounding_patterns(seed, 1 << 16);
+  const std::vector<uint16_t> y = testing::bf16_cast_in_session(Device::Cpu, x);
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(y[i], testing::bf16_rounded(x[i]))
+        << "f32 bits " << std::hex << x[i] << " (seed " << std::dec << seed << ")";
+}
+
 TEST(Session, SgdUpdateMovesEachWeightAgainstItsGradient) {
   const std::string yaml =
       "model: s\ndims: {T: 4, D: 8}\ninputs:\n  x: {shape: [T, D]}\nlayers:\n  - name: l\n"
