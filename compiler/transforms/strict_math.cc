@@ -493,19 +493,6 @@ Expr bf16_bits_to_f32(const Expr& bits) {
   return from_bits(shl_c(cast(Type::I32, Val(bits)), 16)).expr();
 }
 
-Expr f32_to_bf16_bits(const Expr& x_in, const std::string& p) {
-  return let_in(p + ".x", Val(x_in),
-                [&](Val x) {
-                  return let_in(p + ".b", bits_of(x), [&](Val b) {
-                    // Round to nearest even on the 16 dropped bits; a carry into the exponent is
-                    // correct (it rounds up to the next binade or to inf).
-                    Val rounded = shr_c(b + I(0x7fff) + (shr_c(b, 16) & I(1)), 16);
-                    return cast(Type::I16, select(is_nan(x), I(0x7fc0), rounded));
-                  });
-                })
-      .expr();
-}
-
 Expr f16_bits_to_f32(const Expr& bits, const std::string& p) {
   return let_in(p + ".h", cast(Type::I32, Val(bits)) & I(0xffff),
                 [&](Val h) {

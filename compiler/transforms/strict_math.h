@@ -48,10 +48,10 @@ Expr strict_max(const Expr& a, const Expr& b, const std::string& prefix);
 // x, with any NaN replaced by the canonical quiet NaN 0x7fc00000.
 Expr canonicalize_nan(const Expr& x, const std::string& prefix);
 
-// bf16/f16 storage (i16 bits) ↔ f32. To f32 is exact; from f32 rounds to nearest even,
-// overflows to inf, and maps NaN to the canonical 0x7fc0 (bf16) / 0x7e00 (f16).
+// bf16/f16 storage (i16 bits) ↔ f32. To f32 is exact; from f32 (f16 here; bf16 is the
+// Bf16Bits call every backend implements) rounds to nearest even, overflows to inf, and maps NaN
+// to the canonical 0x7e00.
 Expr bf16_bits_to_f32(const Expr& bits);
-Expr f32_to_bf16_bits(const Expr& x, const std::string& prefix);
 Expr f16_bits_to_f32(const Expr& bits, const std::string& prefix);
 Expr f32_to_f16_bits(const Expr& x, const std::string& prefix);
 
