@@ -13,6 +13,7 @@
 // weight's gradient Σⱼ dy·y₀ (each product rounded, as mul's kernel stores it, summed in
 // reduce_kernel.h's lane order, as sum_to sums them) in one block per row.
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 
@@ -299,27 +300,26 @@ cc::Kernel build_swiglu_grad_weighted(DType dtype, int64_t fn) {
     };
     cc::Buf lanes = s.alloc_shared("lanes", DType::F32, {kLanes});
     cc::Buf total = s.alloc_shared("total", DType::F32, {1});
+    // The fold's products: from a shared row filled in one vector pass (F a constant), else
+    // recomputed from x and dy as the fold reads them.
+    std::function<cc::Val(cc::Idx)> value;
+    cc::Buf dyy;
     if (fn > 0) {
-      cc::Buf dyy = s.alloc_shared("dyy", DType::F32, {1, fn});
+      dyy = s.alloc_shared("dyy", DType::F32, {1, fn});
       s.annotate_layout(static_cast<int>(16 / dtype_bytes(dtype, 1)));
       s.parallel(f, [&](cc::Idx j) {
         const Halves h = halves_at(s, x, row, f, j, limit);
         dyy(0, j) = product(h, grads(h, j));
       });
       s.barrier();
-      fold_row(
-          s, f, lanes, total, [&](cc::Idx j) { return dyy(0, j); },
-          [](cc::Val a, cc::Val b) { return a + b; });
+      value = [&](cc::Idx j) { return dyy(0, j); };
     } else {
       s.parallel(f, [&](cc::Idx j) { grads(halves_at(s, x, row, f, j, limit), j); });
-      fold_row(
-          s, f, lanes, total,
-          [&](cc::Idx j) {
-            const Halves h = halves_at(s, x, row, f, j, limit);
-            return product(h, cc::to_f32(dy(row, j)));
-          },
-          [](cc::Val a, cc::Val b) { return a + b; });
+      value = [&](cc::Idx j) {
+        return product(halves_at(s, x, row, f, j, limit), cc::to_f32(dy(row, j)));
+      };
     }
+    fold_row(s, f, lanes, total, value, [](cc::Val a, cc::Val b) { return a + b; });
     s.parallel(1, [&](cc::Idx) { dweight(row, 0) = total(0); });
   });
   return kb.build();
