@@ -20,7 +20,6 @@
 // graph passes it through, no kernel), none when the bias is a constant.
 // relu is the IR's max(x, +0): NaN stays NaN (a NaN logit makes its score and dw NaN).
 #include <cmath>
-#include <functional>
 #include <string>
 
 #include "compiler/ir/builder.h"
@@ -211,17 +210,14 @@ cc::Kernel build_columns(DType dtype, int64_t heads, bool vec, bool dx_pass, boo
   return kb.build();
 }
 
-// The backward's dw: a block per row. Thread t folds its columns c = t, t + kThreads, ... in
-// order, each head's partial in registers; then the partials' halving tree. (Written with dx in
-// one pass, dx's 2-byte stores, 128 a thread, made it 4x its bytes' time at T = 4096.) With `vec`
-// (C a multiple of 8) the row comes in chunks of kTile columns, each read as 16-byte vectors into
-// shared memory (all of a chunk's loads in flight at once) and folded from there in the same
-// order: before, each thread waited on a load of 2 bytes a head per step of 128 columns (117 µs
-// on the H100 at T = 4096, C = 1024, four times the bytes' floor). Parameters: x, dy, dw; P, C;
-// scalar alpha.
-cc::Kernel build_dw(DType dtype, int64_t heads, bool vec) {
-  cc::KernelBuilder kb(kernel_name("_grad_dw", heads, vec) + "_" + std::string(dtype_name(dtype)));
-  cc::Dim p = kb.dim("P"), c = kb.dim("C", {.divisible_by = vec ? 8 : 1});
+// The backward's dw: a block per row. Thread t walks its columns c = t, t + kThreads, ... once,
+// each head's partial in registers; then the partials' halving tree. (Written with dx in one
+// pass, dx's 2-byte stores, 128 a thread, made it 4x its bytes' time at T = 4096.) Parameters:
+// x, dy, dw; P, C; scalar alpha.
+cc::Kernel build_dw(DType dtype, int64_t heads) {
+  cc::KernelBuilder kb(kernel_name("_grad_dw", heads, false) + "_" +
+                       std::string(dtype_name(dtype)));
+  cc::Dim p = kb.dim("P"), c = kb.dim("C");
   const cc::Val h(heads);
   cc::Buf x = kb.input("x", dtype, {p, h, c});
   cc::Buf dy = kb.input("dy", dtype, {p, c});
@@ -233,59 +229,18 @@ cc::Kernel build_dw(DType dtype, int64_t heads, bool vec) {
     for (int64_t i = 0; i < heads; ++i)
       part.push_back(s.alloc_fragment("part" + std::to_string(i), DType::F32, {kThreads}));
     cc::Buf tree = s.alloc_shared("tree", DType::F32, {heads, kThreads});
-    // Thread t's partials over column j (its dy d) of each head, x's value there by `at`.
-    auto fold = [&](const cc::Idx& t, const cc::Val& d, const std::function<cc::Val(int64_t)>& at) {
-      for (int64_t i = 0; i < heads; ++i) part[i](t) = part[i](t) + d * cc::max(at(i), 0.0f);
-    };
-    if (!vec) {
-      s.parallel(kThreads, [&](cc::Idx t) {
-        for (int64_t i = 0; i < heads; ++i) part[i](t) = -0.0f;
-        s.serial(cc::ceildiv(c, cc::Val(kThreads)), [&](cc::Idx it) {
-          cc::Idx j = it * kThreads + t;
-          s.if_then(j < c, [&] {
-            fold(t, s.let(dy(row, j), "dy"), [&](int64_t i) { return x(row, cc::Val(i), j); });
-          });
+    s.parallel(kThreads, [&](cc::Idx t) {
+      for (int64_t i = 0; i < heads; ++i) part[i](t) = -0.0f;
+      s.serial(cc::ceildiv(c, cc::Val(kThreads)), [&](cc::Idx it) {
+        cc::Idx j = it * kThreads + t;
+        s.if_then(j < c, [&] {
+          cc::Val d = s.let(dy(row, j), "dy");
+          for (int64_t i = 0; i < heads; ++i)
+            part[i](t) = part[i](t) + d * cc::max(x(row, i, j), 0.0f);
         });
-        for (int64_t i = 0; i < heads; ++i) tree(i, t) = part[i](t);
       });
-    } else {
-      cc::Buf xs = s.alloc_shared("xs", dtype, {heads, kTile});
-      cc::Buf ds = s.alloc_shared("ds", DType::F32, {kTile});
-      s.parallel(kThreads, [&](cc::Idx t) {
-        for (int64_t i = 0; i < heads; ++i) part[i](t) = -0.0f;
-      });
-      const int lanes = static_cast<int>(16 / dtype_bytes(dtype, 1));
-      s.serial(cc::ceildiv(c, cc::Val(kTile)), [&](cc::Idx chunk) {
-        cc::Val c0 = s.let(chunk * kTile, "c0");
-        auto stage = [&](const cc::Idx& j) {
-          ds(j) = cc::to_f32(dy(row, c0 + j));
-          for (int64_t i = 0; i < heads; ++i) xs(cc::Val(i), j) = x(row, cc::Val(i), c0 + j);
-        };
-        s.if_then_else(
-            c0 + kTile <= c,
-            [&] {
-              s.annotate_layout(lanes);
-              s.parallel(kTile, stage);
-            },
-            [&] {
-              s.annotate_layout(lanes);
-              s.parallel(c - c0, stage);
-            });
-        s.barrier();
-        s.parallel(kThreads, [&](cc::Idx t) {
-          s.serial(kTile / kThreads, [&](cc::Idx m) {
-            cc::Idx j = s.let(m * kThreads + t, "j");
-            s.if_then(c0 + j < c, [&] {
-              fold(t, s.let(ds(j), "dy"), [&](int64_t i) { return xs(cc::Val(i), j); });
-            });
-          });
-        });
-        s.barrier();
-      });
-      s.parallel(kThreads, [&](cc::Idx t) {
-        for (int64_t i = 0; i < heads; ++i) tree(i, t) = part[i](t);
-      });
-    }
+      for (int64_t i = 0; i < heads; ++i) tree(i, t) = part[i](t);
+    });
     s.barrier();
     for (int64_t half = kThreads / 2; half >= 1; half /= 2) {
       s.parallel(h, half,
@@ -317,8 +272,8 @@ ExpandFn expand(std::shared_ptr<KernelCache> cache, bool backward) {
         .scalars = {alpha}};
     if (!backward) return OpExpansion{.scratch = {}, .calls = {columns}};
     columns.buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)};
-    KernelCall dw{.kernel = cache->get(kernel_key(kernel_name("_grad_dw", sh.h, vec), dt),
-                                       [&] { return build_dw(dt, sh.h, vec); }),
+    KernelCall dw{.kernel = cache->get(kernel_key(kernel_name("_grad_dw", sh.h, false), dt),
+                                       [&] { return build_dw(dt, sh.h); }),
                   .buffers = {input_slot(0), input_slot(2), output_slot(1)},
                   .dims = dims,
                   .scalars = {alpha}};
@@ -387,8 +342,6 @@ void register_weighted_relu_sum(OpRegistry& registry) {
        .tests = {.kernel = {{.shapes = {{3, 16, 1040}, {3, 16}, {3, 1040}}, .lo = -3, .hi = 3},
                             {.shapes = {{2, 3, 4, 37}, {2, 3, 4}, {2, 3, 37}}, .lo = -3, .hi = 3},
                             {.shapes = {{7, 130}, {7}, {130}}, .lo = -3, .hi = 3},
-                            // C a multiple of 8 below one chunk of 1024: dw's partial chunk only
-                            {.shapes = {{4, 2, 264}, {4, 2}, {4, 264}}, .lo = -3, .hi = 3},
                             {.shapes = {{2, 5, 100}, {2, 5}, {2, 100}}, .lo = -3, .hi = 3},
                             {.shapes = {{3, 16, 1040}, {3, 16}, {3, 1040}},
                              .attrs = {{"alpha", 0.0221}}}},
