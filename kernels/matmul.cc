@@ -3,6 +3,8 @@
 // over up to 8 thread groups of the block (group g takes every k with (k / 16) % G == g), their
 // tiles added in group order; double-buffered shared tiles, the next step prefetched into
 // registers. bf16/f16: the tensor cores (a `gemm` per 64 of K over 128x128 or 64x128 tiles).
+// f32 with `precision: tf32`: the same tensor-core kernels over f32 tiles read as tf32 (a `gemm`
+// per 32 of K), where the product is one matrix product or b is transposed; strict otherwise.
 // Batched (rank >= 3, matmul_batch.h): the same kernels with a grid axis over the batch, or one
 // matmul when the batch folds into a's rows.
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
+#include "kernels/strided.h"
 
 namespace tilerun::kernels {
 
@@ -52,8 +55,20 @@ std::vector<TensorType> infer_matmul_product(const std::vector<TensorType>& in_f
   return {TensorType{in[0].dtype, shape}};
 }
 
+// `precision`: "strict" (f32 products as fma chains) or "tf32" (f32 products on the tensor cores,
+// the inputs read as tf32). Ops that expand through matmul's expansion (einsum, hc) give none:
+// strict.
+bool tf32_of(const Attrs& attrs) {
+  if (!attrs.count("precision")) return false;
+  const std::string& p = attr_string(attrs, "precision");
+  if (p != "strict" && p != "tf32")
+    throw ShapeError("attribute 'precision' is '" + p + "', expected strict or tf32");
+  return p == "tf32";
+}
+
 // The optional addend is c's type.
 std::vector<TensorType> infer_matmul(const std::vector<TensorType>& in, const Attrs& attrs) {
+  tf32_of(attrs);  // a precision it knows
   std::vector<TensorType> out = infer_matmul_product(in, attrs);
   if (in.size() > 2) expect_same(in[2], "addend", out[0], "c");
   return out;
@@ -103,11 +118,15 @@ std::vector<RefTensor> ref_matmul(const std::vector<RefTensor>& in, const Attrs&
   return {c};
 }
 
-GradOp matmul_op(std::string a, std::string b, bool ta, bool tb, std::string out) {
+// The gradient's products run at the forward's precision.
+GradOp matmul_op(std::string a, std::string b, bool ta, bool tb, std::string out,
+                 const Attrs& forward) {
   return {"matmul",
           {std::move(a), std::move(b)},
           {std::move(out)},
-          {{"transpose_a", ta}, {"transpose_b", tb}}};
+          {{"transpose_a", ta},
+           {"transpose_b", tb},
+           {"precision", tf32_of(forward) ? std::string("tf32") : std::string("strict")}}};
 }
 
 // With A' = op(a), B' = op(b) and C = A'B':  dA' = dC B'^T,  dB' = A'^T dC. A transposed operand
@@ -118,11 +137,11 @@ std::vector<GradOp> grad_matmul_2d(const std::vector<TensorType>&, const Attrs& 
   bool ta = attr_bool(attrs, "transpose_a"), tb = attr_bool(attrs, "transpose_b");
   std::vector<GradOp> ops;
   if (needs[0])
-    ops.push_back(ta ? matmul_op("x1", "dy0", tb, true, "dx0")      // a = A'^T: B' dC^T
-                     : matmul_op("dy0", "x1", false, !tb, "dx0"));  // a = A': dC B'^T
+    ops.push_back(ta ? matmul_op("x1", "dy0", tb, true, "dx0", attrs)      // a = A'^T: B' dC^T
+                     : matmul_op("dy0", "x1", false, !tb, "dx0", attrs));  // a = A': dC B'^T
   if (needs[1])
-    ops.push_back(tb ? matmul_op("dy0", "x0", true, ta, "dx1")      // b = B'^T: dC^T A'
-                     : matmul_op("x0", "dy0", !ta, false, "dx1"));  // b = B': A'^T dC
+    ops.push_back(tb ? matmul_op("dy0", "x0", true, ta, "dx1", attrs)      // b = B'^T: dC^T A'
+                     : matmul_op("x0", "dy0", !ta, false, "dx1", attrs));  // b = B': A'^T dC
   return ops;
 }
 
@@ -223,6 +242,49 @@ OpExpansion matmul_expansion(KernelCache& cache, const std::vector<TensorType>& 
                              const std::vector<TensorType>& out, const Attrs& attrs, bool addend,
                              bool* fused);
 
+// A tf32 product with a transposed a or a plain b: wgmma reads tf32 tiles K-major only, so the
+// operands that are not (a [K, M], b [K, N]) are copied transposed into scratch first (strided.h)
+// and the product runs as a·b^T on the TMA kernels: the register-staged kernels' chain, the same
+// bits, where those took 1430 us for 4096^3 on the H100 against 536 (bench/RESULTS.md).
+OpExpansion tf32_k_major_expansion(KernelCache& cache, const std::vector<TensorType>& in,
+                                   const std::vector<TensorType>& out, const Attrs& attrs,
+                                   bool addend, bool* fused) {
+  const bool ta = attr_bool(attrs, "transpose_a"), tb = attr_bool(attrs, "transpose_b");
+  OpExpansion ex;
+  std::vector<TensorType> nt_in = in;
+  KernelArg operand[2] = {input_slot(0), input_slot(1)};
+  // Operand i ([rows, cols] as given) copied to [cols, rows].
+  auto transpose = [&](int i) {
+    const std::vector<int64_t>& shape = in[i].shape;
+    const int64_t rows = shape[shape.size() - 2], cols = shape.back();
+    const int slot = static_cast<int>(ex.scratch.size());
+    ex.scratch.push_back({DType::F32, {cols, rows}});
+    ex.calls.push_back(
+        strided_copy_call(cache, DType::F32, rows * cols,
+                          StridedView{.shape = {cols, rows}, .strides = {1, cols}, .offset = 0},
+                          input_slot(i), scratch_slot(slot)));
+    nt_in[i] = {DType::F32, {cols, rows}};
+    operand[i] = scratch_slot(slot);
+  };
+  if (ta) transpose(0);
+  if (!tb) transpose(1);
+  Attrs nt = attrs;
+  nt["transpose_a"] = false;
+  nt["transpose_b"] = true;
+  OpExpansion mm = matmul_expansion(cache, nt_in, out, nt, addend, fused);
+  const int base = static_cast<int>(ex.scratch.size());
+  ex.scratch.insert(ex.scratch.end(), mm.scratch.begin(), mm.scratch.end());
+  for (KernelCall call : mm.calls) {
+    for (KernelArg& arg : call.buffers)
+      if (arg.kind == KernelArg::Kind::Scratch)
+        arg = scratch_slot(base + arg.index);
+      else if (arg.kind == KernelArg::Kind::Input && arg.index < 2)
+        arg = operand[arg.index];
+    ex.calls.push_back(call);
+  }
+  return ex;
+}
+
 // c = a·b, or with an addend a·b rounded to c's dtype, plus the addend, rounded (an add's bits):
 // in the TMA kernels' epilogue, else the product into scratch and the add op's own kernel.
 ExpandFn expand_matmul(std::shared_ptr<KernelCache> cache) {
@@ -259,12 +321,22 @@ OpExpansion matmul_expansion(KernelCache& cache_ref, const std::vector<TensorTyp
     int64_t m = cs[cs.size() - 2], n = cs.back();
     int64_t k = ta ? as[as.size() - 2] : as.back();
     const MatmulBatch mb = matmul_batch(in[0], in[1]);
-    // bf16/f16 on the tensor cores when the product is one matrix product (a's batch folded into
-    // its rows): the K chain never depends on M, so neither do a row's bits.
-    if ((dt == DType::BF16 || dt == DType::F16) && (mb.count == 1 || folds_into_rows(mb, ta))) {
+    // bf16/f16 (and f32 with precision tf32) on the tensor cores when the product is one matrix
+    // product (a's batch folded into its rows): the K chain never depends on M, so neither do a
+    // row's bits.
+    const bool tf32 = dt == DType::F32 && tf32_of(attrs);
+    // Matrices, or a batch folded into a's rows (then only b, a matrix, is copied).
+    if (tf32 && (ta || !tb) && k % 8 == 0 && in[1].shape.size() == 2 &&
+        (in[0].shape.size() == 2 || (!ta && folds_into_rows(mb, ta))))
+      return tf32_k_major_expansion(*cache, in, out, attrs, addend, fused);
+    if ((dt == DType::BF16 || dt == DType::F16 || tf32) &&
+        (mb.count == 1 || folds_into_rows(mb, ta))) {
       // Asynchronous copies where the rows are 16-byte aligned: a choice by K and N only for a
-      // not transposed a; a transposed one (one product, K over the tokens) needs M too.
-      const bool aligned = k % 8 == 0 && (tb || n % 8 == 0);
+      // not transposed a; a transposed one (one product, K over the tokens) needs M too. tf32
+      // tiles are K-major only (wgmma reads no MN-major tf32 operand): the TMA loop takes a
+      // plain a and a transposed b, the register-staged kernels transpose the other forms on
+      // their way to shared memory.
+      const bool aligned = k % 8 == 0 && (tb || n % 8 == 0) && (!tf32 || tb);
       if (!ta && aligned) {
         if (const TcSplit split = plan_tc_split_rows(n, k); split.splits > 1)
           return tc_split_expansion(*cache, dt, false, tb, true, m * mb.count, n, k, split);
@@ -272,7 +344,7 @@ OpExpansion matmul_expansion(KernelCache& cache_ref, const std::vector<TensorTyp
         return tc_async_expansion(*cache, dt, false, tb, rows, n % 8 == 0, addend, fused,
                                   {m * mb.count, n, k});
       }
-      const bool ta_async = ta && mb.count == 1 && aligned && m % 8 == 0;
+      const bool ta_async = ta && !tf32 && mb.count == 1 && aligned && m % 8 == 0;
       if (ta && mb.count == 1)
         if (const TcSplit split = plan_tc_split(m, n, k); split.splits > 1)
           return tc_split_expansion(*cache, dt, ta, tb, ta_async, m, n, k, split);
@@ -333,7 +405,7 @@ OpExpansion matmul_expansion(KernelCache& cache_ref, const std::vector<TensorTyp
     BatchOperand b = prepare_operand(*cache, dt, mb.b, matrix(in[1].shape), mb, 1, ex);
     // bf16/f16 products whose rows are 16-byte aligned: the tensor cores, one grid z per batch
     // element (each element's bits those of its rank-2 product on the same kernel family).
-    if (tc_batch_fits(dt, ta, tb, m, n, k)) {
+    if (tc_batch_fits(dt, ta, tb, m, n, k, dt == DType::F32 && tf32_of(attrs))) {
       ex.calls.push_back(tc_batch_call(*cache, dt, ta, tb, a.batched, b.batched, {}, m, n, k,
                                        mb.count, a.arg, b.arg, output_slot(0)));
       return ex;
@@ -432,14 +504,29 @@ std::vector<OpTestCase> matmul_kernel_cases() {
       {{{24, 40}, {3, 40, 136}}},
       {{{2, 7, 16}, {2, 136, 16}}, {{"transpose_b", true}}},
       {{{2, 40, 72}, {2, 136, 40}}, {{"transpose_a", true}, {"transpose_b", true}}},
+      // precision tf32: the TMA loop (an addend in its epilogue; copies first for the other
+      // forms), the register-staged kernels (K ragged), split K, a batch folded into a's rows, a
+      // batch with b transposed (grid z) and one that stays strict (b not transposed).
+      {{{130, 72}, {136, 72}}, {{"transpose_b", true}, {"precision", std::string("tf32")}}},
+      {{{130, 72}, {136, 72}, {130, 136}},
+       {{"transpose_b", true}, {"precision", std::string("tf32")}}},
+      {{{7, 130}, {130, 33}}, {{"precision", std::string("tf32")}}},
+      {{{130, 33}, {130, 7}}, {{"transpose_a", true}, {"precision", std::string("tf32")}}},
+      {{{7, 130}, {33, 7}},
+       {{"transpose_a", true}, {"transpose_b", true}, {"precision", std::string("tf32")}}},
+      {{{2148, 33}, {2148, 40}}, {{"transpose_a", true}, {"precision", std::string("tf32")}}},
+      {{{9, 4104}, {16, 4104}}, {{"transpose_b", true}, {"precision", std::string("tf32")}}},
+      {{{2, 7, 40}, {40, 24}}, {{"precision", std::string("tf32")}}},
+      {{{2, 7, 16}, {2, 136, 16}}, {{"transpose_b", true}, {"precision", std::string("tf32")}}},
+      {{{2, 7, 16}, {2, 16, 24}}, {{"precision", std::string("tf32")}}},
   };
 }
 
 }  // namespace
 
-bool tc_batch_fits(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
-  return (dt == DType::BF16 || dt == DType::F16) && k % 8 == 0 && (tb || n % 8 == 0) &&
-         (!ta || m % 8 == 0);
+bool tc_batch_fits(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, bool tf32) {
+  return (dt == DType::BF16 || dt == DType::F16 || (tf32 && dt == DType::F32 && !ta && tb)) &&
+         k % 8 == 0 && (tb || n % 8 == 0) && (!ta || m % 8 == 0);
 }
 
 KernelCall tc_batch_call(KernelCache& cache, DType dt, bool ta, bool tb, bool a_batched,
@@ -476,7 +563,14 @@ void register_matmul(OpRegistry& registry) {
                  {.name = "transpose_b",
                   .kind = AttrKind::Bool,
                   .default_value = AttrValue{false},
-                  .doc = "use b^T"}},
+                  .doc = "use b^T"},
+                 {.name = "precision",
+                  .kind = AttrKind::String,
+                  .default_value = AttrValue{std::string("strict")},
+                  .doc = "f32 products: strict (fma chains on the CUDA cores, bit-identical CPU vs "
+                         "GPU) or tf32 (the tensor cores, inputs read as tf32: one product or a "
+                         "batch with b transposed; other batched forms stay strict); bf16/f16 "
+                         "always use the tensor cores"}},
        .infer = infer_matmul,
        .reference = ref_matmul,
        .gradient = grad_matmul,
@@ -495,6 +589,7 @@ void register_matmul(OpRegistry& registry) {
                          {{{2, 5, 3}, {5, 4}}, {{"transpose_a", true}}},
                          {{{3, 5}, {2, 5, 4}}},
                          {{{3, 5}, {5, 4}, {3, 4}}},  // an addend
+                         {{{3, 5}, {5, 4}}, {{"precision", std::string("tf32")}}},
                      },
                  .examples = {{.inputs = {{{2, 2}, {1, 2, 3, 4}}, {{2, 1}, {5, 6}}},
                                .outputs = {{{2, 1}, {17, 39}}}}}}});

@@ -48,8 +48,9 @@ BatchOperand prepare_operand(KernelCache& cache, DType dtype, const std::vector<
                              OpExpansion& ex);
 
 // The tensor cores take a batched bf16/f16 product whose rows are 16-byte aligned: K, N when b
-// is not transposed, M when a is.
-bool tc_batch_fits(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k);
+// is not transposed, M when a is; with `tf32`, an f32 one with a plain a and a transposed b too
+// (tf32 tiles are K-major only).
+bool tc_batch_fits(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, bool tf32 = false);
 
 // The batched tensor-core kernel's call (matmul_tc.h build_tc_matmul_async_batch) for `count`
 // products of m x n x k, its tile rows planned as matmul plans them: each element's bits those

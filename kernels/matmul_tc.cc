@@ -1,4 +1,6 @@
-// The tensor-core matmul kernels (matmul_tc.h): one tiling, two ways of staging the tiles.
+// over 600 lines: the tensor-core matmul kernels (matmul_tc.h) are one tiling with two ways of
+// staging the tiles (registers, TMA), each with its split-K and batched forms, sharing the K loops
+// and the epilogue that grouped_matmul and sparse attention reuse.
 #include "kernels/matmul_tc.h"
 
 #include "compiler/base/check.h"
@@ -31,17 +33,28 @@ constexpr int kAsyncStages = kTcAsyncStages;
 
 }  // namespace
 
+std::string tc_kernel_name(const std::string& base, DType dtype) {
+  if (dtype != DType::F32) return base + "_" + std::string(dtype_name(dtype));
+  std::string name = base;
+  if (const size_t at = name.find("x64"); at != std::string::npos) name.replace(at, 3, "x32");
+  const std::string tma = "_tma" + std::to_string(kTcAsyncStages);
+  if (const size_t at = name.find(tma); at != std::string::npos)
+    name.replace(at, tma.size(), "_tma" + std::to_string(tc_async_stages(dtype)));
+  return name + "_tf32";
+}
+
 std::string tc_matmul_name(bool ta, bool tb) {
   return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_128x128x64_s" +
          std::to_string(kTcStages);
 }
 
 TcStaging tc_staging(cc::Scope& s, DType dtype, bool a_k_major, bool b_k_major) {
-  const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
-  TcStaging st{.a_k_major = a_k_major, .b_k_major = b_k_major};
+  const int64_t kk = tc_k_step(dtype);
+  const cc::Swizzle sw = cc::tensor_core_swizzle(128, static_cast<int>(dtype_bytes(dtype, 1)));
+  TcStaging st{.a_k_major = a_k_major, .b_k_major = b_k_major, .k_step = kk};
   for (int i = 0; i < kTcStages; ++i) {
-    st.as.push_back(s.alloc_shared("As" + std::to_string(i), dtype, {kTcM, kTcK}, sw));
-    st.bs.push_back(s.alloc_shared("Bs" + std::to_string(i), dtype, {kTcN, kTcK}, sw));
+    st.as.push_back(s.alloc_shared("As" + std::to_string(i), dtype, {kTcM, kk}, sw));
+    st.bs.push_back(s.alloc_shared("Bs" + std::to_string(i), dtype, {kTcN, kk}, sw));
   }
   // The next step's tiles in registers, in the operands' dtype (staging moves bits:
   // lower_storage_types copies a 16-bit float to its own dtype raw). A K-major operand (a
@@ -49,8 +62,8 @@ TcStaging tc_staging(cc::Scope& s, DType dtype, bool a_k_major, bool b_k_major) 
   // [rows / 8, 64, 8]: a thread still reads 8 consecutive global elements (one 16-byte load),
   // but the threads of a warp run along k, so its transposing 2-byte stores fill consecutive
   // addresses of one shared row instead of 16 rows that share a bank under the swizzle.
-  auto frag_shape = [](bool k_major, int64_t rows) {
-    return k_major ? std::vector<int64_t>{rows, kTcK} : std::vector<int64_t>{rows / 8, kTcK, 8};
+  auto frag_shape = [kk](bool k_major, int64_t rows) {
+    return k_major ? std::vector<int64_t>{rows, kk} : std::vector<int64_t>{rows / 8, kk, 8};
   };
   st.ra = s.alloc_fragment("ra", dtype, frag_shape(a_k_major, kTcM));
   st.rb = s.alloc_fragment("rb", dtype, frag_shape(b_k_major, kTcN));
@@ -61,7 +74,8 @@ void tc_gemm_steps(cc::Scope& s, const TcStaging& st, const TcOperand& a, const 
                    const cc::Buf& acc, const cc::Val& k_lo, const cc::Val& k_hi) {
   // k_lo undefined: the whole K axis of 2-d operands, read as build_tc_matmul always has.
   const bool whole = !k_lo.defined();
-  cc::Val steps = s.let(cc::ceildiv(whole ? k_hi : k_hi - k_lo, cc::Val(kTcK)), "steps");
+  const int64_t ks = st.k_step;  // the K step
+  cc::Val steps = s.let(cc::ceildiv(whole ? k_hi : k_hi - k_lo, cc::Val(ks)), "steps");
   // A tile wholly inside its operand loads unguarded (its loads issue back to back); an edge
   // tile reads zeros outside (outside [k_lo, k_hi) too).
   auto load_tile = [&](const cc::Buf& frag, const TcOperand& op, bool k_major, int64_t r_len,
@@ -73,17 +87,17 @@ void tc_gemm_steps(cc::Scope& s, const TcStaging& st, const TcOperand& a, const 
     auto at_k_outer = [&](const cc::Val& kk, const cc::Val& row) {
       return op.lead.defined() ? op.buf(op.lead, kk, row) : op.buf(kk, row);
     };
-    cc::Val inside = k0 + kTcK <= k_hi && r0 + r_len <= rows;
+    cc::Val inside = k0 + ks <= k_hi && r0 + r_len <= rows;
     if (k_major) {
-      std::vector<int64_t> tile{r_len, kTcK};
+      std::vector<int64_t> tile{r_len, ks};
       s.if_then_else(
           inside,
           [&] {
-            s.parallel(r_len, kTcK, [&](cc::Idx i, cc::Idx j) { frag(i, j) = at(r0 + i, k0 + j); });
+            s.parallel(r_len, ks, [&](cc::Idx i, cc::Idx j) { frag(i, j) = at(r0 + i, k0 + j); });
           },
           [&] {
             if (whole && !op.lead.defined()) return s.copy(frag, op.buf.region({r0, k0}, tile));
-            s.parallel(r_len, kTcK, [&](cc::Idx i, cc::Idx j) {
+            s.parallel(r_len, ks, [&](cc::Idx i, cc::Idx j) {
               s.if_then_else(
                   k0 + j < k_hi && r0 + i < rows, [&] { frag(i, j) = at(r0 + i, k0 + j); },
                   [&] { frag(i, j) = 0.0f; });
@@ -94,12 +108,12 @@ void tc_gemm_steps(cc::Scope& s, const TcStaging& st, const TcOperand& a, const 
     s.if_then_else(
         inside,
         [&] {
-          s.parallel(r_len / 8, kTcK, 8, [&](cc::Idx c, cc::Idx kk, cc::Idx l) {
+          s.parallel(r_len / 8, ks, 8, [&](cc::Idx c, cc::Idx kk, cc::Idx l) {
             frag(c, kk, l) = at_k_outer(k0 + kk, r0 + c * 8 + l);
           });
         },
         [&] {
-          s.parallel(r_len / 8, kTcK, 8, [&](cc::Idx c, cc::Idx kk, cc::Idx l) {
+          s.parallel(r_len / 8, ks, 8, [&](cc::Idx c, cc::Idx kk, cc::Idx l) {
             s.if_then_else(
                 k0 + kk < k_hi && r0 + c * 8 + l < rows,
                 [&] { frag(c, kk, l) = at_k_outer(k0 + kk, r0 + c * 8 + l); },
@@ -108,16 +122,16 @@ void tc_gemm_steps(cc::Scope& s, const TcStaging& st, const TcOperand& a, const 
         });
   };
   auto load = [&](const cc::Val& ko) {
-    cc::Val k0 = s.let(whole ? ko * kTcK : k_lo + ko * kTcK, "k0");
+    cc::Val k0 = s.let(whole ? ko * ks : k_lo + ko * ks, "k0");
     load_tile(st.ra, a, st.a_k_major, kTcM, k0);
     load_tile(st.rb, b, st.b_k_major, kTcN, k0);
   };
   // Registers into the K-major shared tiles.
   auto store_tile = [&](const cc::Buf& dst, const cc::Buf& frag, bool k_major, int64_t r_len) {
     if (k_major) {
-      s.parallel(r_len, kTcK, [&](cc::Idx i, cc::Idx j) { dst(i, j) = frag(i, j); });
+      s.parallel(r_len, ks, [&](cc::Idx i, cc::Idx j) { dst(i, j) = frag(i, j); });
     } else {
-      s.parallel(r_len / 8, kTcK, 8,
+      s.parallel(r_len / 8, ks, 8,
                  [&](cc::Idx c, cc::Idx kk, cc::Idx l) { dst(c * 8 + l, kk) = frag(c, kk, l); });
     }
   };
@@ -150,7 +164,7 @@ void tc_gemm_steps(cc::Scope& s, const TcStaging& st, const TcOperand& a, const 
 }
 
 cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
-  cc::KernelBuilder kb(tc_matmul_name(ta, tb) + "_" + std::string(dtype_name(dtype)));
+  cc::KernelBuilder kb(tc_kernel_name(tc_matmul_name(ta, tb), dtype));
   cc::Dim m = kb.dim("M"), n = kb.dim("N"), k = kb.dim("K");
   cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
   cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
@@ -175,7 +189,7 @@ cc::Kernel build_tc_matmul(DType dtype, bool ta, bool tb) {
 std::string tc_splitk_name(bool ta, bool tb) { return tc_matmul_name(ta, tb) + "_splitk"; }
 
 cc::Kernel build_tc_matmul_splitk(DType dtype, bool ta, bool tb) {
-  cc::KernelBuilder kb(tc_splitk_name(ta, tb) + "_" + std::string(dtype_name(dtype)));
+  cc::KernelBuilder kb(tc_kernel_name(tc_splitk_name(ta, tb), dtype));
   cc::Dim m = kb.dim("M"), n = kb.dim("N"), k = kb.dim("K");
   cc::Dim slice = kb.dim("L", {.min = kTcK, .divisible_by = kTcK}), splits = kb.dim("S");
   cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
@@ -301,25 +315,30 @@ TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb, int
                                 int stages, bool again) {
   TR_CHECK(rows == 64 || rows == 128, "a tensor-core tile of 64 or 128 rows");
   TR_CHECK(stages >= 3, "at least three stages (the copies run stages - 2 steps ahead)");
-  const cc::Swizzle sw = cc::tensor_core_swizzle(128, 2);
-  TcAsyncStaging st{.ta = ta, .tb = tb, .rows = rows, .stages = stages, .again = again};
+  // f32 (tf32) operands only K-major: the wgmma reads no MN-major tf32 tile.
+  TR_CHECK(dtype != DType::F32 || (!ta && tb), "a tf32 tile is K-major (a [m, k], b [n, k])");
+  const int64_t ks = tc_k_step(dtype);
+  const cc::Swizzle sw = cc::tensor_core_swizzle(128, static_cast<int>(dtype_bytes(dtype, 1)));
+  TcAsyncStaging st{
+      .ta = ta, .tb = tb, .rows = rows, .stages = stages, .again = again, .k_step = ks};
   st.full = s.alloc_shared("full", DType::I64, {stages});
   // A transposed a as m's panels [64 (k), 64 (m)]: 128-byte rows under the swizzle.
-  st.as = s.alloc_shared("As", dtype,
-                         ta ? std::vector<int64_t>{stages, rows / 64, kTcK, 64}
-                            : std::vector<int64_t>{stages, rows, kTcK},
-                         sw);
-  st.bs = s.alloc_shared("Bs", dtype,
-                         tb ? std::vector<int64_t>{stages, kTcN, kTcK}
-                            : std::vector<int64_t>{stages, kTcN / 64, kTcK, 64},
-                         sw);
+  st.as = s.alloc_shared(
+      "As", dtype,
+      ta ? std::vector<int64_t>{stages, rows / 64, ks, 64} : std::vector<int64_t>{stages, rows, ks},
+      sw);
+  st.bs = s.alloc_shared(
+      "Bs", dtype,
+      tb ? std::vector<int64_t>{stages, kTcN, ks} : std::vector<int64_t>{stages, kTcN / 64, ks, 64},
+      sw);
   st.acc = s.alloc_fragment("acc", DType::F32, {rows, kTcN});
   return st;
 }
 
 void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& boxes,
                     const cc::Val& k, const std::function<void()>& mask_last) {
-  cc::Val steps = s.let(cc::max(cc::ceildiv(k, cc::Val(kTcK)), cc::Val(int64_t{1})), "steps");
+  const int64_t ks = st.k_step;
+  cc::Val steps = s.let(cc::max(cc::ceildiv(k, cc::Val(ks)), cc::Val(int64_t{1})), "steps");
   const cc::Val zero(int64_t{0});
   // In 32 bits (steps - 1 - j < 2^31: K is at most 2^31 - 1): a 64-bit modulo by a constant
   // is some twenty instructions on the step's critical path, a 32-bit one four.
@@ -335,12 +354,12 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
     cc::Val sl = s.let(slot(j), "slot");
     s.if_then(j < steps, [&] {
       for (int h = 0; h < (st.ta ? st.rows / 64 : 1); ++h)
-        s.copy_tma(st.ta ? st.as.region({sl, h, 0, 0}, {1, 1, kTcK, 64})
-                         : st.as.region({sl, 0, 0}, {1, st.rows, kTcK}),
+        s.copy_tma(st.ta ? st.as.region({sl, h, 0, 0}, {1, 1, ks, 64})
+                         : st.as.region({sl, 0, 0}, {1, st.rows, ks}),
                    boxes.a(j, h), st.full, sl);
       for (int h = 0; h < (st.tb ? 1 : kTcN / 64); ++h)
-        s.copy_tma(st.tb ? st.bs.region({sl, 0, 0}, {1, kTcN, kTcK})
-                         : st.bs.region({sl, h, 0, 0}, {1, 1, kTcK, 64}),
+        s.copy_tma(st.tb ? st.bs.region({sl, 0, 0}, {1, kTcN, ks})
+                         : st.bs.region({sl, h, 0, 0}, {1, 1, ks, 64}),
                    boxes.b(j, h), st.full, sl);
     });
   };
@@ -380,17 +399,19 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
 
 // Step j's boxes of a ([m, k], or [k, m] read as m's panels) and b, from k_lo: the origins are
 // written out (not let-bound) so that the verifier sees them multiples of 8.
+// `ks`: the K step (tc_k_step).
 TcAsyncBoxes tc_async_boxes(const cc::Buf& a, const cc::Buf& b, bool ta, bool tb, const cc::Val& m0,
-                            const cc::Val& n0, const cc::Val& k_lo, int64_t rows = kTcM) {
+                            const cc::Val& n0, const cc::Val& k_lo, int64_t ks,
+                            int64_t rows = kTcM) {
   return {.a =
               [=](const cc::Val& j, int h) {
-                return ta ? a.region({k_lo + j * kTcK, m0 + h * 64}, {kTcK, 64})
-                          : a.region({m0, k_lo + j * kTcK}, {rows, kTcK});
+                return ta ? a.region({k_lo + j * ks, m0 + h * 64}, {ks, 64})
+                          : a.region({m0, k_lo + j * ks}, {rows, ks});
               },
           .b =
               [=](const cc::Val& j, int h) {
-                return tb ? b.region({n0, k_lo + j * kTcK}, {kTcN, kTcK})
-                          : b.region({k_lo + j * kTcK, n0 + h * 64}, {kTcK, 64});
+                return tb ? b.region({n0, k_lo + j * ks}, {kTcN, ks})
+                          : b.region({k_lo + j * ks, n0 + h * 64}, {ks, 64});
               }};
 }
 
@@ -470,8 +491,7 @@ void tc_store_through_shared(cc::Scope& s, DType dtype, const std::vector<cc::Bu
 
 cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bool n8,
                                  bool addend) {
-  cc::KernelBuilder kb(tc_async_name(ta, tb, rows, n8, addend) + "_" +
-                       std::string(dtype_name(dtype)));
+  cc::KernelBuilder kb(tc_kernel_name(tc_async_name(ta, tb, rows, n8, addend), dtype));
   const auto [m, n, k] = async_dims(kb, ta, tb, n8);
   cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
   cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
@@ -481,9 +501,10 @@ cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bo
   kb.body(
       {cc::ceildiv(n, kTcN), cc::ceildiv(m, rows)}, static_cast<int>(2 * rows), [&](cc::Scope& s) {
         cc::Idx m0 = s.block_idx(1) * rows, n0 = s.block_idx(0) * kTcN;
-        TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows);
+        TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows, tc_async_stages(dtype));
         s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
-        tc_async_steps(s, st, tc_async_boxes(a, b, ta, tb, m0, n0, cc::Val(int64_t{0}), rows), k);
+        tc_async_steps(
+            s, st, tc_async_boxes(a, b, ta, tb, m0, n0, cc::Val(int64_t{0}), st.k_step, rows), k);
         TcValueAt plus;
         if (addend)
           plus = [&](const cc::Val& r, const cc::Val& col) { return cc::Val(add(r, col)); };
@@ -508,8 +529,8 @@ std::string tc_async_batch_name(bool ta, bool tb, bool a_batched, bool b_batched
 
 cc::Kernel build_tc_matmul_async_batch(DType dtype, bool ta, bool tb, bool a_batched,
                                        bool b_batched, int64_t rows, bool n8, TcBatchMid mid) {
-  cc::KernelBuilder kb(tc_async_batch_name(ta, tb, a_batched, b_batched, rows, n8, mid) + "_" +
-                       std::string(dtype_name(dtype)));
+  cc::KernelBuilder kb(
+      tc_kernel_name(tc_async_batch_name(ta, tb, a_batched, b_batched, rows, n8, mid), dtype));
   const auto [m, n, k] = async_dims(kb, ta, tb, n8);
   cc::Dim batch = kb.dim("B", {.min = 1});
   // An operand's shape: its matrix [r, q] with the batch (count nz) leading or in the middle.
@@ -532,19 +553,21 @@ cc::Kernel build_tc_matmul_async_batch(DType dtype, bool ta, bool tb, bool a_bat
             cc::Idx m0 = s.block_idx(1) * rows, n0 = s.block_idx(0) * kTcN, z = s.block_idx(2);
             const cc::Val za = a_batched || mid.a ? cc::Val(z) : cc::Val(int64_t{0});
             const cc::Val zb = b_batched || mid.b ? cc::Val(z) : cc::Val(int64_t{0});
-            TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows);
+            TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows, tc_async_stages(dtype));
             s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
             // tc_async_boxes' boxes, as the matrix of a 3-d tensor.
             tc_async_steps(s, st,
                            {.a =
                                 [&](const cc::Val& j, int h) {
-                                  return ta ? box(a, mid.a, za, j * kTcK, m0 + h * 64, kTcK, 64)
-                                            : box(a, mid.a, za, m0, j * kTcK, rows, kTcK);
+                                  const int64_t ks = st.k_step;
+                                  return ta ? box(a, mid.a, za, j * ks, m0 + h * 64, ks, 64)
+                                            : box(a, mid.a, za, m0, j * ks, rows, ks);
                                 },
                             .b =
                                 [&](const cc::Val& j, int h) {
-                                  return tb ? box(b, mid.b, zb, n0, j * kTcK, kTcN, kTcK)
-                                            : box(b, mid.b, zb, j * kTcK, n0 + h * 64, kTcK, 64);
+                                  const int64_t ks = st.k_step;
+                                  return tb ? box(b, mid.b, zb, n0, j * ks, kTcN, ks)
+                                            : box(b, mid.b, zb, j * ks, n0 + h * 64, ks, 64);
                                 }},
                            k);
             tc_store_through_shared(s, dtype, {st.acc}, st.rows, m0, n0, m, n,
@@ -562,7 +585,7 @@ std::string tc_async_splitk_name(bool ta, bool tb) {
 }
 
 cc::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb) {
-  cc::KernelBuilder kb(tc_async_splitk_name(ta, tb) + "_" + std::string(dtype_name(dtype)));
+  cc::KernelBuilder kb(tc_kernel_name(tc_async_splitk_name(ta, tb), dtype));
   const auto [m, n, k] = async_dims(kb, ta, tb, false);
   cc::Dim slice = kb.dim("L", {.min = kTcK, .divisible_by = kTcK}), splits = kb.dim("S");
   cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
@@ -573,9 +596,9 @@ cc::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb) {
     cc::Idx z = s.block_idx(2);
     cc::Val k_lo = cc::min(z * slice, k);
     cc::Val k_hi = s.let(cc::min(k_lo + slice, k), "k_hi");
-    TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb);
+    TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, kTcM, tc_async_stages(dtype));
     s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
-    tc_async_steps(s, st, tc_async_boxes(a, b, ta, tb, m0, n0, k_lo), k_hi - k_lo);
+    tc_async_steps(s, st, tc_async_boxes(a, b, ta, tb, m0, n0, k_lo, st.k_step), k_hi - k_lo);
     s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) {
       cc::Idx row = m0 + i, col = n0 + j;
       s.if_then(row < m && col < n, [&] { part(z, row, col) = st.acc(i, j); });

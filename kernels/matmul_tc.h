@@ -15,9 +15,17 @@
 
 namespace tilerun::kernels {
 
-// The tiling: a 128 x 128 output tile per block of two warpgroups, K in steps of 64.
+// The tiling: a 128 x 128 output tile per block of two warpgroups, K in steps of 64 (16-bit
+// operands; f32 ones, read as tf32, in steps of 32: tc_k_step).
 constexpr int64_t kTcM = 128, kTcN = 128, kTcK = 64;
 constexpr int kTcThreads = 256;
+
+// The K step of a K-major tile: one 128-byte row of the 128B swizzle, 64 elements of 16 bits or
+// 32 of f32 (a tf32 gemm's, wgmma k8 four times a step).
+inline int64_t tc_k_step(DType dtype) { return 128 / dtype_bytes(dtype, 1); }
+// A kernel's name: `base` (which spells the 16-bit tiling, "..x64..", "_tma5") for `dtype`; an
+// f32 (tf32) kernel's says its K step ("..x32.."), its stages (tc_async_stages) and "tf32".
+std::string tc_kernel_name(const std::string& base, DType dtype);
 
 // Tiles staged through registers: any transposes, any K and N.
 std::string tc_matmul_name(bool ta, bool tb);
@@ -80,6 +88,7 @@ struct TcStaging {
   std::vector<compiler::Buf> as, bs;
   compiler::Buf ra, rb;
   bool a_k_major = true, b_k_major = true;
+  int64_t k_step = kTcK;  // tc_k_step of the operands' dtype
 };
 TcStaging tc_staging(compiler::Scope& s, DType dtype, bool a_k_major, bool b_k_major);
 
@@ -107,6 +116,9 @@ struct TcAsyncBoxes {
 // `rows`: the tile's rows of a (128, or 64 for one warpgroup); `stages`: the buffers (at least
 // 3; the copies run stages - 2 steps ahead of the gemms).
 constexpr int kTcAsyncStages = 5;
+// The stages of the matmul kernels' TMA loop for `dtype`: f32 (tf32) tiles are twice the bytes of
+// 16-bit ones a K step's row, so four stages (128 KB), which leave room for the epilogue's tile.
+inline int tc_async_stages(DType dtype) { return dtype == DType::F32 ? 4 : kTcAsyncStages; }
 struct TcAsyncStaging {
   compiler::Buf as, bs;  // stacks of the stages' tiles
   compiler::Buf acc;     // f32 [rows, 128]
@@ -119,6 +131,7 @@ struct TcAsyncStaging {
   bool again = false;
   // A K of a few steps: the prologue puts one step more in flight (tc_async_steps).
   bool short_k = false;
+  int64_t k_step = kTcK;  // tc_k_step of the operands' dtype
 };
 TcAsyncStaging tc_async_staging(compiler::Scope& s, DType dtype, bool ta, bool tb,
                                 int64_t rows = kTcM, int stages = kTcAsyncStages,

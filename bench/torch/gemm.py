@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bf16 GEMM: tilerun's tensor-core matmul against cuBLAS (torch.matmul) on the same shapes.
+"""GEMM: tilerun's matmul against cuBLAS (torch.matmul) on the same shapes (bf16 by default).
 
 For each M in --ms and each (N, K) in --nk (default: the V4-Flash projections of
 ../shared/V4_LAYER.md: q_lora 4096->1024, kv 4096->512, expert w13 4096->4096, expert w2
@@ -10,7 +10,10 @@ torch.matmul on random bf16 tensors of the same shapes: CUDA events around --rep
 products after warm-up, the median of --trials such runs, per product. Prints TFLOP/s (2MNK/t)
 and the ratio tilerun/cuBLAS per shape and the geometric means over M >= 1024 and M = 128;
 --json FILE writes all of it. --transpose-a times a^T w instead, a given as [K, M] (a weight
-gradient dW = x^T dy: K runs over the tokens), the same on both sides.
+gradient dW = x^T dy: K runs over the tokens), the same on both sides; --transpose-b times
+x w^T, w given as [N, K] (nn.Linear's layout). --dtype tf32 times an f32 product with
+`precision: tf32` against torch.matmul in f32 with TF32 allowed; --dtype f32 the strict f32 kernels
+against torch with TF32 off.
 
   python3 bench/torch/gemm.py --tilerun build/tilerun --json out/gemm.json
 """
@@ -26,27 +29,28 @@ import tempfile
 DEFAULT_NK = "1024x4096,512x4096,4096x4096,4096x2048,4096x8192"
 
 
-def model_yaml(m, n, k, dtype, ta=False):
+def model_yaml(m, n, k, dtype, ta=False, tb=False):
+    precision = ", precision: tf32" if dtype == "tf32" else ""
     return f"""model: gemm
-dtype: {dtype}
+dtype: {'f32' if dtype == 'tf32' else dtype}
 dims: {{M: {m}, N: {n}, K: {k}}}
 inputs:
   x: {{shape: {'[K, M]' if ta else '[M, K]'}}}
 layers:
   - name: mm
     weights:
-      w: {{shape: [K, N], init: {{normal: {{mean: 0, std: 0.02}}}}}}
+      w: {{shape: {'[N, K]' if tb else '[K, N]'}, init: {{normal: {{mean: 0, std: 0.02}}}}}}
     ops:
-      - {{op: matmul, in: [x, w], out: y, transpose_a: {'true' if ta else 'false'}}}
+      - {{op: matmul, in: [x, w], out: y, transpose_a: {'true' if ta else 'false'}, transpose_b: {'true' if tb else 'false'}{precision}}}
 outputs: [mm.y]
 """
 
 
-def tilerun_time(binary, m, n, k, dtype, steps, workdir, ta=False):
+def tilerun_time(binary, m, n, k, dtype, steps, workdir, ta=False, tb=False):
     path = os.path.join(workdir, f"gemm_{m}_{n}_{k}.yaml")
     rep = os.path.join(workdir, f"gemm_{m}_{n}_{k}.json")
     with open(path, "w") as f:
-        f.write(model_yaml(m, n, k, dtype, ta))
+        f.write(model_yaml(m, n, k, dtype, ta, tb))
     cmd = [binary, path, "--forward-only", "--steps", str(steps), "--report", rep]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
@@ -57,10 +61,13 @@ def tilerun_time(binary, m, n, k, dtype, steps, workdir, ta=False):
     return layer["kernels_us"], layer["device_us"]
 
 
-def torch_time(torch, m, n, k, reps, trials, ta=False):
-    x = torch.randn(k, m, device="cuda", dtype=torch.bfloat16).t() if ta else \
-        torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) * 0.02
+def torch_time(torch, m, n, k, reps, trials, ta=False, tb=False, dtype="bf16"):
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float16 if dtype == "f16" else torch.float32
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    x = torch.randn(k, m, device="cuda", dtype=dt).t() if ta else \
+        torch.randn(m, k, device="cuda", dtype=dt)
+    w = torch.randn(n, k, device="cuda", dtype=dt).t() * 0.02 if tb else \
+        torch.randn(k, n, device="cuda", dtype=dt) * 0.02
     for _ in range(10):
         torch.matmul(x, w)
     torch.cuda.synchronize()
@@ -88,6 +95,7 @@ def main():
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--json", default=None)
     p.add_argument("--transpose-a", action="store_true", help="time a^T w, a given as [K, M]")
+    p.add_argument("--transpose-b", action="store_true", help="time x w^T, w given as [N, K]")
     args = p.parse_args()
     try:
         import torch
@@ -100,8 +108,9 @@ def main():
                 n, k = [int(v) for v in nk.split("x")]
                 flops = 2.0 * m * n * k
                 kern_us, dev_us = tilerun_time(args.tilerun, m, n, k, args.dtype, args.steps, workdir,
-                                               args.transpose_a)
-                t_us = torch_time(torch, m, n, k, args.reps, args.trials, args.transpose_a) if torch else None
+                                               args.transpose_a, args.transpose_b)
+                t_us = torch_time(torch, m, n, k, args.reps, args.trials, args.transpose_a,
+                                  args.transpose_b, args.dtype) if torch else None
                 row = {"M": m, "N": n, "K": k, "tilerun_kernel_us": kern_us, "tilerun_graph_us": dev_us,
                        "torch_us": t_us, "tilerun_tflops": flops / kern_us / 1e6,
                        "torch_tflops": flops / t_us / 1e6 if t_us else None,

@@ -35,13 +35,19 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
   const SimtArray *a = find_shared(k, g.a), *b = find_shared(k, g.b);
   if (!a || !b) return "the operands are not shared arrays";
   const bool fp8 = dtype_is_fp8(a->dtype) && dtype_is_fp8(b->dtype);
-  if (!fp8 && (a->dtype != b->dtype || (a->dtype != DType::BF16 && a->dtype != DType::F16)))
-    return "the operands are not both bf16, both f16 or both FP8";
-  // FP8 (k32 instructions) reads both operands K-major: 128-byte rows of 128 elements.
+  const bool tf32 = a->dtype == DType::F32 && b->dtype == DType::F32;
+  if (!fp8 && !tf32 &&
+      (a->dtype != b->dtype || (a->dtype != DType::BF16 && a->dtype != DType::F16)))
+    return "the operands are not both bf16, both f16, both FP8 or both f32 (tf32)";
+  // FP8 (k32 instructions) and tf32 (k8) read both operands K-major: 128-byte rows of 128 FP8
+  // or 32 f32 elements.
   if (fp8 && (g.trans_a || !g.trans_b || g.k != 128))
     return "FP8 operands must both be K-major tiles with k = 128 (one 128-byte swizzle atom a "
            "row)";
-  const int64_t eb = fp8 ? 1 : 2;  // bytes an element
+  if (tf32 && (g.trans_a || !g.trans_b || g.k != 32))
+    return "f32 (tf32) operands must both be K-major tiles with k = 32 (one 128-byte swizzle "
+           "atom a row)";
+  const int64_t eb = fp8 ? 1 : tf32 ? 4 : 2;  // bytes an element
   // A stack of tiles at a stage: each tile as a whole array would be, one tile on from the last,
   // so whole 1024-byte swizzle atoms (the hardware swizzles the address) and whole periods of
   // the swizzle (the same pattern in every tile).
@@ -71,7 +77,7 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
            "panels ([n / 64, k, 64])";
   // A K-major operand's rows are its k: 128 bytes (one swizzle atom row) need k = 64. MN-major
   // operands take k along their 128-byte rows' count, 16 rows a step: any multiple of 16.
-  if (!fp8 && ((!g.trans_a || g.trans_b) ? g.k != 64 : g.k % 16 != 0))
+  if (!fp8 && !tf32 && ((!g.trans_a || g.trans_b) ? g.k != 64 : g.k % 16 != 0))
     return "the lowering takes k = 64 (one 128-byte swizzle atom per row), or a multiple of 16 "
            "when both tiles are MN-major";
   const Swizzle sw = tensor_core_swizzle(128, static_cast<int>(eb));
@@ -86,7 +92,10 @@ std::string wgmma_unsupported(const SimtKernel& k, const Gemm& g) {
     return "the tiles must be row-major under the 128B swizzle " + to_string(sw);
   if (g.n % 8 != 0 || g.n > 256 || k.sig.threads % 128 != 0 ||
       g.m % (64 * (k.sig.threads / 128)) != 0)
-    return std::string("the tile does not split into m64nNk") + (fp8 ? "32" : "16") +
+    return std::string("the tile does not split into m64nNk") +
+           (fp8    ? "32"
+            : tf32 ? "8"
+                   : "16") +
            " steps per warpgroup";
   return "";
 }
@@ -98,9 +107,11 @@ std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const s
   TR_CHECK(g.stage.defined() == !stage.empty(), "a staged gemm's stage text");
   const int64_t groups = k.sig.threads / 128, blocks = g.m / (64 * groups), regs = g.n / 2;
   // The operands' formats (FP8 ones may differ: e4m3 by e5m2), and the bytes an element: each
-  // instruction covers 32 bytes of k (16 elements of 16 bits, 32 of 8 bits).
+  // instruction covers 32 bytes of k (16 elements of 16 bits, 32 of 8 bits, 8 of f32).
   auto format = [&](const std::string& name) -> std::string {
     switch (find_shared(k, name)->dtype) {
+      case DType::F32:
+        return "tf32";
       case DType::F16:
         return "f16";
       case DType::F8E4M3:
@@ -112,8 +123,9 @@ std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const s
     }
   };
   const std::string fa = format(g.a), fb = format(g.b);
-  const bool fp8 = dtype_is_fp8(find_shared(k, g.a)->dtype);
-  const int64_t eb = fp8 ? 1 : 2, step_k = 32 / eb;
+  const DType ad = find_shared(k, g.a)->dtype;
+  const bool fp8 = dtype_is_fp8(ad), tf32 = ad == DType::F32;
+  const int64_t eb = fp8 ? 1 : tf32 ? 4 : 2, step_k = 32 / eb;
   std::vector<std::string> out;
   out.push_back("{  // gemm " + acc + " += " + a + " * " + b + "^T over [" + std::to_string(g.m) +
                 ", " + std::to_string(g.n) + ", " + std::to_string(g.k) + "]");
@@ -142,9 +154,10 @@ std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const s
       std::string ops;
       for (int64_t i = 0; i < regs; ++i)
         ops += (i ? ", " : "") + std::string("%") + std::to_string(i);
-      // FP8 takes no transpose immediates (both operands K-major).
-      const std::string transposes =
-          fp8 ? "" : std::string(", ") + (g.trans_a ? "1" : "0") + ", " + (g.trans_b ? "0" : "1");
+      // FP8 and tf32 take no transpose immediates (both operands K-major).
+      const std::string transposes = fp8 || tf32 ? ""
+                                                 : std::string(", ") + (g.trans_a ? "1" : "0") +
+                                                       ", " + (g.trans_b ? "0" : "1");
       std::string asm_text = "\"{ .reg .pred p; setp.ne.b32 p, %" + std::to_string(regs + 2) +
                              ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(g.n) + "k" +
                              std::to_string(step_k) + ".f32." + fa + "." + fb + " {" + ops +

@@ -12,10 +12,12 @@
 
 namespace tilerun::compiler {
 
-// A tile dtype's tensor-core input format (bf16, f16, f8e4m3, f8e5m2; the verifiers admit no
-// other).
+// A tile dtype's tensor-core input format (bf16, f16, f8e4m3, f8e5m2, and f32 read as tf32; the
+// verifiers admit no other).
 inline MmaInput mma_input_of(DType d) {
   switch (d) {
+    case DType::F32:
+      return MmaInput::TF32;
     case DType::F16:
       return MmaInput::F16;
     case DType::F8E4M3:

@@ -14,8 +14,9 @@
 
 namespace tilerun::compiler {
 
-// The tensor core's input formats (wgmma's .bf16, .f16, .e4m3, .e5m2).
-enum class MmaInput : int { BF16 = 0, F16 = 1, E4M3 = 2, E5M2 = 3 };
+// The tensor core's input formats (wgmma's .bf16, .f16, .e4m3, .e5m2, .tf32). TF32 operands are
+// f32 in memory; the unit reads 10 of their 23 fraction bits (MmaModel::round_tf32_inputs).
+enum class MmaInput : int { BF16 = 0, F16 = 1, E4M3 = 2, E5M2 = 3, TF32 = 4 };
 inline bool mma_input_is_fp8(MmaInput f) { return f == MmaInput::E4M3 || f == MmaInput::E5M2; }
 
 struct MmaModel {
@@ -34,6 +35,9 @@ struct MmaModel {
   // The significant bits a group's result keeps: the exact sum, rounded to f32 as above, is then
   // cut toward zero to this many (24: f32's own; Hopper's FP8 MMA keeps 14). A normal result only.
   int sum_bits = 24;
+  // How an f32 operand of a tf32 gemm becomes tf32 (10 fraction bits): its 13 low bits dropped
+  // (toward zero), or rounded to nearest (ties away from zero). Other formats ignore it.
+  bool round_tf32_inputs = false;
 };
 
 // The model the CPU backend uses for bf16/f16 (tests/cuda/tensor_core_gpu_test.cc records how
@@ -46,8 +50,14 @@ MmaModel hopper_mma_model();
 // every one of 491520 outputs of tests/cuda/tensor_core_gpu_test.cc's Fp8ModelMatchesTheGpu
 // (e4m3, e5m2 and mixed; random, every exponent, cancellation, subnormals and zeros, NaN/inf).
 MmaModel hopper_mma_model_fp8();
+// The model for tf32 inputs (wgmma m64nNk8 .tf32: f32 operands read as tf32): the 16-bit scheme
+// with the instruction's 8 products a group and inputs truncated to tf32 (their 13 low bits
+// dropped). Fitted on the H100: every one of 327680 outputs of tests/cuda/tensor_core_gpu_test.cc's
+// Tf32ModelMatchesTheGpu (random, wide exponents, cancellation, subnormals, infinities and NaNs).
+MmaModel hopper_mma_model_tf32();
 // The model the CPU backend uses for inputs of format f.
 inline MmaModel hopper_mma_model_for(MmaInput f) {
+  if (f == MmaInput::TF32) return hopper_mma_model_tf32();
   return mma_input_is_fp8(f) ? hopper_mma_model_fp8() : hopper_mma_model();
 }
 
@@ -64,6 +74,11 @@ float mma_dot(const MmaModel& model, float c, const uint16_t* a, int64_t a_strid
 float mma_dot8(const MmaModel& model, float c, const uint8_t* a, int64_t a_stride, MmaInput fa,
                const uint8_t* b, int64_t b_stride, MmaInput fb, int64_t k);
 
+// c + the dot product of a[0..k) and b[0..k) of f32 values read as tf32 (strides in elements),
+// group after group in k order.
+float mma_dot_tf32(const MmaModel& model, float c, const float* a, int64_t a_stride, const float* b,
+                   int64_t b_stride, int64_t k);
+
 // The same over inputs given as their values (each exactly representable in the operands' format:
 // a double reference's FP8 or 16-bit inputs): the model reads a value's significand and exponent
 // only, so this equals mma_dot8 / mma_dot on the codes. NaN and infinities as IEEE.
@@ -74,6 +89,6 @@ float mma_dot_values(const MmaModel& model, float c, const double* a, int64_t a_
 
 // The CPU backend's call for one block's gemm: `acc` holds every thread's accumulator values
 // (thread t's value v at t * values + v), `a`/`b` the shared tiles (storage bits: 16-bit or, for
-// FP8, 8-bit elements), `desc` the gemm's constants (gemm_desc.h, each operand's MmaInput among
-// them). Called by the JIT by address.
+// FP8, 8-bit elements; f32 for tf32), `desc` the gemm's constants (gemm_desc.h, each operand's
+// MmaInput among them). Called by the JIT by address.
 extern "C" void tilerun_cpu_gemm(float* acc, const void* a, const void* b, const int64_t* desc);

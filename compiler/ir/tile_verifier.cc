@@ -396,13 +396,22 @@ class TileVerifier : public IRVisitor {
     if (!c || c->scope != MemScope::Fragment || c->dtype != DType::F32)
       fail(what + ": the accumulator must be an f32 fragment");
     const bool eight = dtype_is_fp8(a->dtype) && dtype_is_fp8(b->dtype);
-    if (!eight && (a->dtype != b->dtype || (a->dtype != DType::BF16 && a->dtype != DType::F16)))
-      fail(what + ": the operands must both be bf16, both f16 or both FP8 (e4m3/e5m2)");
-    // FP8 wgmma reads both operands K-major from shared memory, 32 of k an instruction.
+    const bool tf32 = a->dtype == DType::F32 && b->dtype == DType::F32;
+    if (!eight && !tf32 &&
+        (a->dtype != b->dtype || (a->dtype != DType::BF16 && a->dtype != DType::F16)))
+      fail(what +
+           ": the operands must both be bf16, both f16, both FP8 (e4m3/e5m2) or both f32 (read "
+           "as tf32)");
+    // FP8 and tf32 wgmma read both operands K-major from shared memory, 32 (FP8) or 8 (tf32) of
+    // k an instruction.
     if (eight && (op->trans_a || !op->trans_b || op->k % 32 != 0))
       fail(what +
            ": FP8 operands must both be K-major (a [m, k], b [n, k]: trans_b) with k a "
            "multiple of 32");
+    if (tf32 && (op->trans_a || !op->trans_b || op->k % 8 != 0))
+      fail(what +
+           ": f32 (tf32) operands must both be K-major (a [m, k], b [n, k]: trans_b) with k a "
+           "multiple of 8");
     auto shape = [](bool t, int64_t rows, int64_t cols) {
       return t ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols};
     };
@@ -441,8 +450,9 @@ class TileVerifier : public IRVisitor {
       fail(what + ": " + std::to_string(k_.sig.threads) + " threads (" +
            "warpgroups of 128, each 64 rows at a time) cannot share " + std::to_string(op->m) +
            " rows");
-    if (op->n % 8 != 0 || op->n > 256 || op->k % 16 != 0)
-      fail(what + ": the tile needs n a multiple of 8 up to 256 and k a multiple of 16");
+    if (op->n % 8 != 0 || op->n > 256 || op->k % (tf32 ? 8 : 16) != 0)
+      fail(what + ": the tile needs n a multiple of 8 up to 256 and k a multiple of " +
+           (tf32 ? "8" : "16"));
     IRVisitor::visit_stmt(op);  // the stage's names in scope
   }
 

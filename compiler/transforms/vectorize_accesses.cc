@@ -26,6 +26,28 @@ class Accessed : public IRVisitor {
   }
 };
 
+// The buffers a statement loads after storing to them, in program order (a store's value and
+// indices are read before it writes): an epilogue that stores a product and reads it back to add
+// to it. Their accesses stay scalar: a vector load runs before the loop and a vector store after
+// it, so the load would miss what the loop stored.
+class LoadedAfterStored : public IRVisitor {
+ public:
+  std::set<std::string> buffers;
+
+ protected:
+  void visit_expr(const Load* op) override {
+    if (stored_.count(op->buffer)) buffers.insert(op->buffer);
+    IRVisitor::visit_expr(op);
+  }
+  void visit_stmt(const Store* op) override {
+    IRVisitor::visit_stmt(op);
+    stored_.insert(op->buffer);
+  }
+
+ private:
+  std::set<std::string> stored_;
+};
+
 // Whether e is a multiple of w (a power of two) whatever its variables hold, in wrapping integer
 // arithmetic: multiples of w combined by +, -, ^, | and % (floor or not), a product, mask or left
 // shift with a factor that is one, or a logical right shift by c of a multiple of w << c.
@@ -114,6 +136,9 @@ class LaneLoop : public IRMutator {
     b.visit(loop->body);
     inner_ = bound_names(loop->body);
     stored_ = b.stored;
+    LoadedAfterStored reread;
+    reread.visit(loop->body);
+    reread_ = reread.buffers;
     inner_.insert(loop->var);
     lanes_ = static_cast<int>(loop->extent.as<IntImm>()->value);
   }
@@ -183,6 +208,7 @@ class LaneLoop : public IRMutator {
   // The local array standing for buffer[index .. + lanes), or "" when the access stays scalar.
   std::string vector_of(const std::string& buffer, const Expr& index, bool store) {
     const BufferParam* b = find_buffer(k_->sig, buffer);
+    if (reread_.count(buffer)) return "";
     // A shared tile only read here (the loop stores nothing to it), in runs of at most 16 bytes.
     int64_t lane0 = -1;
     const SimtArray* shared =
@@ -280,6 +306,7 @@ class LaneLoop : public IRMutator {
   std::set<std::string> aligned_;  // lins of the form e·W + lane
   std::set<std::string> inner_;
   std::set<std::string> stored_;  // buffers the loop body writes
+  std::set<std::string> reread_;  // buffers it reads after writing (LoadedAfterStored)
   std::map<std::string, Expr> lets_;
   std::map<std::string, Expr> split_lets_;     // lets_ with the innermost var as lane-0 + lane
   std::map<std::string, std::string> arrays_;  // access key → local array

@@ -223,6 +223,36 @@ TEST(CpuJit, Fp8TensorCoreGemmIsTheModelsDotProduct) {
   }
 }
 
+// f32 tiles on the tensor-core model (tf32): every output of a ragged product (two 32-wide k
+// steps and a part, edges past M and N) is the model's tf32 dot product of its row and column in
+// k order from +0, bit for bit through the 128B swizzle of 4-byte elements; and within tf32's
+// error of the exact product of the f32 inputs.
+TEST(CpuJit, Tf32TensorCoreGemmIsTheModelsDotProduct) {
+  auto k = jit(testing::tensor_core_gemm_kernel(DType::F32, DType::F32));
+  const int64_t m = 150, n = 131, kd = 75;
+  std::vector<float> a = random_floats(m * kd), b = random_floats(n * kd);
+  std::vector<float> c = poisoned<float>(m * n);
+  k->launch({.buffers = {a.data(), b.data(), c.data()}, .dims = {m, n, kd}, .scalars = {}});
+  ASSERT_TRUE(all_written(c));
+  const int64_t padded = (kd + 31) / 32 * 32;  // the chain's zero products past K, as the kernel
+  std::vector<float> row(padded, 0.0f), col(padded, 0.0f);
+  const MmaModel model = hopper_mma_model_tf32();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      std::copy(&a[i * kd], &a[i * kd] + kd, row.begin());
+      std::copy(&b[j * kd], &b[j * kd] + kd, col.begin());
+      const float want = mma_dot_tf32(model, 0.0f, row.data(), 1, col.data(), 1, padded);
+      ASSERT_EQ(bits(c[i * n + j]), bits(want)) << i << "," << j;
+      double exact = 0, scale = 0;
+      for (int64_t p = 0; p < kd; ++p) {
+        const double t = double(a[i * kd + p]) * b[j * kd + p];
+        exact += t, scale += std::fabs(t);
+      }
+      // Each input loses up to 2^-10 of itself (truncated to tf32): a product up to 2^-9.
+      ASSERT_NEAR(c[i * n + j], exact, scale * std::ldexp(1.0, -9));
+    }
+}
+
 TEST(CpuJit, TransposeThroughSharedTileAndFragment) {
   auto k = jit(testing::transpose_kernel());
   for (auto [r, c] : {std::pair<int64_t, int64_t>{32, 32}, {45, 70}, {1, 33}, {100, 3}}) {

@@ -151,5 +151,43 @@ TEST(MmaModel, Fp8GroupsAndKeptBits) {
             6221832.0f);
 }
 
+// tf32 inputs: an f32 operand keeps its sign, exponent and 10 leading fraction bits; the 13 low
+// bits are dropped (toward zero), or rounded to nearest (ties away) with round_tf32_inputs.
+// Specials and subnormals by the f32's own bits; the group is the k8 instruction's 8 products.
+TEST(MmaModel, Tf32InputsKeepTenFractionBits) {
+  MmaModel m = hopper_mma_model_tf32();
+  EXPECT_EQ(m.group, 8);
+  auto dot = [&](std::vector<float> a, std::vector<float> b) {
+    return mma_dot_tf32(m, 0.0f, a.data(), 1, b.data(), 1, static_cast<int64_t>(a.size()));
+  };
+  const float ulp10 = std::ldexp(1.0f, -10);  // tf32's unit in the last place at 1
+  // 1 + 2^-10 + 2^-11 + 2^-20: truncated to 1 + 2^-10; rounded up to 1 + 2^-9.
+  const float x = 1.0f + ulp10 + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20);
+  m.round_tf32_inputs = false;
+  EXPECT_EQ(dot({x}, {1.0f}), 1.0f + ulp10);
+  EXPECT_EQ(dot({-x}, {1.0f}), -(1.0f + ulp10));
+  m.round_tf32_inputs = true;
+  EXPECT_EQ(dot({x}, {1.0f}), 1.0f + 2 * ulp10);
+  // Just below a tie rounds down; 2 - 2^-24 rounds up to 2 (a carry out of the fraction).
+  EXPECT_EQ(dot({1.0f + std::ldexp(1.0f, -11) - std::ldexp(1.0f, -23)}, {1.0f}), 1.0f);
+  EXPECT_EQ(dot({2.0f - std::ldexp(1.0f, -23)}, {1.0f}), 2.0f);
+  m.round_tf32_inputs = false;
+  EXPECT_EQ(dot({2.0f - std::ldexp(1.0f, -23)}, {1.0f}), 2.0f - ulp10);
+  // f32's range: 2^100 * 2^-120, and a subnormal (2^-130, exact in tf32, whose subnormals are
+  // multiples of 2^-136) times 2^10.
+  EXPECT_EQ(dot({std::ldexp(1.0f, 100)}, {std::ldexp(1.0f, -120)}), std::ldexp(1.0f, -20));
+  EXPECT_EQ(dot({std::ldexp(1.0f, -130)}, {std::ldexp(1.0f, 10)}), std::ldexp(1.0f, -120));
+  // Subnormals whose bits lie below tf32's 10 (2^-140, 2^-149): gone.
+  EXPECT_EQ(dot({std::ldexp(1.0f, -140)}, {std::ldexp(1.0f, 10)}), 0.0f);
+  EXPECT_EQ(dot({std::ldexp(1.0f, -149)}, {1.0f}), 0.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(dot({inf}, {1.0f}), inf);
+  EXPECT_TRUE(std::isnan(dot({inf}, {0.0f})));
+  EXPECT_TRUE(std::isnan(dot({std::numeric_limits<float>::quiet_NaN()}, {1.0f})));
+  // Nine ones: a group of eight, then the ninth on its own.
+  std::vector<float> ones(9, 1.0f);
+  EXPECT_EQ(dot(ones, ones), 9.0f);
+}
+
 }  // namespace
 }  // namespace tilerun::compiler

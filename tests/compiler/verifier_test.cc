@@ -47,7 +47,29 @@ TEST(TileVerifier, Fp8GemmOperandsMustBeKMajor) {
   expect_rejected(gemm(DType::F8E4M3, DType::F8E4M3, {128, 64}, false),
                   "FP8 operands must both be K-major", 128);
   expect_rejected(gemm(DType::F8E4M3, DType::BF16, {64, 128}, true),
-                  "must both be bf16, both f16 or both FP8", 128);
+                  "must both be bf16, both f16, both FP8", 128);
+}
+
+// tf32 (f32 operands) likewise: both K-major, k a multiple of the instruction's 8; f32 by bf16
+// is refused.
+TEST(TileVerifier, Tf32GemmOperandsMustBeKMajor) {
+  auto gemm = [](DType b_dt, std::vector<int64_t> b_shape, bool trans_a, bool trans_b) {
+    return [=](Scope& s, Buf&, Buf&, Val) {
+      const Swizzle sw = tensor_core_swizzle(128, 4);
+      Buf a =
+          s.alloc_shared("a", DType::F32,
+                         trans_a ? std::vector<int64_t>{32, 64} : std::vector<int64_t>{64, 32}, sw);
+      Buf b = s.alloc_shared("b", b_dt, b_shape, sw);
+      Buf acc = s.alloc_fragment("acc", DType::F32, {64, 64});
+      s.parallel(64, 64, [&](Idx i, Idx j) { acc(i, j) = 0.0f; });
+      s.gemm(acc, a, b, trans_a, trans_b);
+    };
+  };
+  expect_rejected(gemm(DType::F32, {32, 64}, false, false),
+                  "f32 (tf32) operands must both be K-major", 128);
+  expect_rejected(gemm(DType::F32, {64, 32}, true, true),
+                  "f32 (tf32) operands must both be K-major", 128);
+  expect_rejected(gemm(DType::BF16, {64, 32}, false, true), "or both f32 (read as tf32)", 128);
 }
 
 TEST(TileVerifier, BarrierInsideParallel) {

@@ -255,6 +255,18 @@ TEST(CudaCodegen, Fp8GemmLowersToWgmmaK32) {
   EXPECT_FALSE(bin.cubin.empty());
 }
 
+// A gemm over f32 tiles lowers to wgmma's tf32 k8 instruction (four a 32-wide K step), no
+// transpose immediates, and NVRTC compiles it for sm_90a.
+TEST(CudaCodegen, Tf32GemmLowersToWgmmaK8) {
+  SimtKernel k = lower(testing::tensor_core_gemm_kernel(DType::F32, DType::F32));
+  const std::string src = emit_cuda(k);
+  EXPECT_NE(src.find("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32"), std::string::npos)
+      << src;
+  EXPECT_EQ(src.find("k16.f32"), std::string::npos) << src;
+  CudaBinary bin = compile_cuda(k, "");
+  EXPECT_FALSE(bin.cubin.empty());
+}
+
 TEST(CudaCodegen, SharedMemoryOverTheBlockLimitIsAnError) {
   SimtKernel k = lower(tiled_matmul_kernel());
   k.shared.push_back({"big", DType::F32, {227 * 256}});

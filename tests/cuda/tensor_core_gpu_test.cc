@@ -1,6 +1,7 @@
 // Tensor-core gemms (ir.h Gemm → wgmma on sm_90a) on the GPU against the CPU backend, which
 // runs the tensor core's model (compiler/codegen/mma_model.h):
-//   * the model against the H200 on >= 10^5 outputs per format (bf16, f16), random and targeted
+//   * the model against the H200 on >= 10^5 outputs per format (bf16, f16, FP8, tf32), random and
+//   targeted
 //     inputs (wide exponent spread, cancellation, subnormals and zeros, infinities and NaN),
 //     read from the f32 accumulator before any rounding: bit for bit;
 //   * the matmul op's tensor-core kernels: rows of an M = 4096 product equal the same rows at
@@ -448,6 +449,150 @@ TEST_F(TensorCoreGpu, Fp8ModelMatchesTheGpu) {
   }
   EXPECT_EQ(cpu_differ, 0) << "launches where the CPU backend's bits differ from the GPU's";
   EXPECT_EQ(mismatched, 0) << "the FP8 model differs from the GPU on " << mismatched << " of "
+                           << total << " outputs";
+}
+
+// ---- tf32 (wgmma m64nNk8 .tf32: f32 tiles) ----------------------------------------------------
+
+// An f32 of class c, its 23 fraction bits random (so that how the unit reads them as tf32's 10
+// matters): f32's exponents, subnormals (some with bits only below tf32's 10), infinities and
+// NaNs (some with payload bits only below tf32's 10).
+uint32_t pattern32(std::mt19937& rng, Inputs c) {
+  auto pick = [&](uint32_t n) { return static_cast<uint32_t>(rng() % n); };
+  auto make = [&](uint32_t sign, uint32_t e, uint32_t man) {
+    return (sign << 31) | (e << 23) | (man & 0x7fffffu);
+  };
+  const uint32_t man = (static_cast<uint32_t>(rng()) << 7) ^ static_cast<uint32_t>(rng());
+  switch (c) {
+    case Inputs::Random:  // |x| in [2^-2, 2^2)
+      return make(pick(2), 125 + pick(4), man);
+    case Inputs::WideExponents:  // exponents over +-40
+      return make(pick(2), 127 - 40 + pick(80), man);
+    case Inputs::Cancellation:
+      return make(pick(2), 127 + pick(3), man);
+    case Inputs::SubnormalsAndZeros: {
+      uint32_t r = pick(5);
+      if (r == 0) return make(pick(2), 0, 0);
+      if (r == 1) return make(pick(2), 0, man);            // subnormal
+      if (r == 2) return make(pick(2), 0, man & 0x1fffu);  // bits below tf32's only
+      return make(pick(2), 1 + pick(8), man);              // just above
+    }
+    case Inputs::InfNaN: {
+      uint32_t r = pick(64);
+      if (r == 0) return make(pick(2), 255, 0);                  // +-inf
+      if (r == 1) return make(pick(2), 255, 0x2000u | man);      // NaN
+      if (r == 2) return make(pick(2), 255, 1 + pick(0x1fffu));  // NaN, low payload only
+      return make(pick(2), 125 + pick(4), man);
+    }
+  }
+  return 0;
+}
+
+// The tf32 model (hopper_mma_model_tf32) against the GPU, bit for bit, and how the candidates of
+// the model's scheme fare on the same outputs (printed, best first: how the shipped one was
+// fitted). TILERUN_MMA32_DUMP=FILE writes every launch for fitting offline: per launch three i32
+// (input class, M·N, K), a (M·K f32), b (N·K f32), c (M·N f32). The CPU backend's run of the same
+// kernel must equal the GPU's too.
+TEST_F(TensorCoreGpu, Tf32ModelMatchesTheGpu) {
+  const int64_t M = 128, N = 128, K = 128, launches = 4;
+  const char* dump_path = std::getenv("TILERUN_MMA32_DUMP");
+  std::FILE* dump = dump_path ? std::fopen(dump_path, "wb") : nullptr;
+  std::vector<MmaModel> candidates;
+  for (int group : {4, 8})
+    for (int frac = 10; frac <= 27; ++frac)
+      for (bool floor_terms : {false, true})
+        for (bool nearest : {false, true})
+          for (bool lead : {true, false})
+            for (bool flush : {false, true})
+              for (bool round_inputs : {false, true}) {
+                MmaModel mm{group, frac, floor_terms, nearest, lead, flush, 24};
+                mm.round_tf32_inputs = round_inputs;
+                candidates.push_back(mm);
+              }
+  const MmaModel shipped = hopper_mma_model_tf32();
+  std::vector<int64_t> misses(candidates.size(), 0);
+  int64_t total = 0, sampled = 0, mismatched = 0, cpu_differ = 0;
+  Kernel k = testing::tensor_core_gemm_kernel(DType::F32, DType::F32);
+  std::mt19937 rng(2032);
+  auto same = [](float x, float y) {
+    return (std::isnan(x) && std::isnan(y)) || f32_bits(x) == f32_bits(y);
+  };
+  for (Inputs cls : {Inputs::Random, Inputs::WideExponents, Inputs::Cancellation,
+                     Inputs::SubnormalsAndZeros, Inputs::InfNaN}) {
+    int64_t cls_mismatched = 0;
+    for (int l = 0; l < launches; ++l) {
+      std::vector<uint32_t> a(M * K), b(N * K);
+      for (auto& x : a) x = pattern32(rng, cls);
+      for (auto& x : b) x = pattern32(rng, cls);
+      if (cls == Inputs::Cancellation)  // b's odd k repeat the even ones, a's negate them
+        for (int64_t r = 0; r < M; ++r)
+          for (int64_t p = 1; p < K; p += 2) {
+            a[r * K + p] =
+                a[r * K + p - 1] ^ 0x80000000u ^ (static_cast<uint32_t>(rng()) & 0x3fffu);
+            if (r < N) b[r * K + p] = b[r * K + p - 1];
+          }
+      std::vector<Bytes> bufs(3);
+      bufs[0].resize(a.size() * 4), bufs[1].resize(b.size() * 4), bufs[2].assign(M * N * 4, 0xA5);
+      std::memcpy(bufs[0].data(), a.data(), bufs[0].size());
+      std::memcpy(bufs[1].data(), b.data(), bufs[1].size());
+      std::vector<Bytes> cpu = bufs;
+      run_gpu(k, {M, N, K}, bufs);
+      run_cpu(k, {M, N, K}, cpu);
+      cpu_differ += std::memcmp(cpu[2].data(), bufs[2].data(), bufs[2].size()) != 0;
+      if (dump) {
+        const int32_t head[3] = {static_cast<int32_t>(cls), static_cast<int32_t>(M * N),
+                                 static_cast<int32_t>(K)};
+        std::fwrite(head, sizeof head, 1, dump);
+        for (const Bytes& x : bufs) std::fwrite(x.data(), 1, x.size(), dump);
+      }
+      const float* c = reinterpret_cast<const float*>(bufs[2].data());
+      const float* af = reinterpret_cast<const float*>(bufs[0].data());
+      const float* bf = reinterpret_cast<const float*>(bufs[1].data());
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          const float gpu = c[i * N + j];
+          auto model = [&](const MmaModel& mm) {
+            return mma_dot_tf32(mm, 0.0f, &af[i * K], 1, &bf[j * K], 1, K);
+          };
+          ++total;
+          // The candidates on a sample (the first launch's first 8 rows): enough to rank them.
+          if (l == 0 && i < 8) {
+            ++sampled;
+            for (size_t q = 0; q < candidates.size(); ++q)
+              misses[q] += !same(gpu, model(candidates[q]));
+          }
+          const float want = model(shipped);
+          if (!same(gpu, want)) {
+            ++mismatched, ++cls_mismatched;
+            if (cls_mismatched <= 2)
+              std::printf("  tf32 %s c[%ld,%ld]: gpu %.9g (0x%08x) model %.9g (0x%08x)\n",
+                          inputs_name(cls), static_cast<long>(i), static_cast<long>(j), gpu,
+                          f32_bits(gpu), want, f32_bits(want));
+          }
+        }
+    }
+    std::printf("[ mma tf32 ] %-17s %6ld of %ld outputs differ from the shipped model\n",
+                inputs_name(cls), static_cast<long>(cls_mismatched),
+                static_cast<long>(M * N * launches));
+  }
+  if (dump) std::fclose(dump);
+  std::vector<size_t> order(candidates.size());
+  for (size_t q = 0; q < order.size(); ++q) order[q] = q;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return misses[x] < misses[y]; });
+  for (size_t r = 0; r < std::min<size_t>(10, order.size()); ++r) {
+    const MmaModel& mm = candidates[order[r]];
+    std::printf(
+        "[ mma tf32 candidate ] group %d frac_bits %d floor_terms %d nearest_final %d "
+        "lead_from_exponents %d flush_subnormal_inputs %d round_tf32_inputs %d: %ld of %ld "
+        "differ\n",
+        mm.group, mm.frac_bits, mm.floor_terms, mm.nearest_final, mm.lead_from_exponents,
+        mm.flush_subnormal_inputs, mm.round_tf32_inputs, static_cast<long>(misses[order[r]]),
+        static_cast<long>(sampled));
+  }
+  EXPECT_GE(total, 100000);
+  EXPECT_EQ(cpu_differ, 0) << "launches where the CPU backend's bits differ from the GPU's";
+  EXPECT_EQ(mismatched, 0) << "the tf32 model differs from the GPU on " << mismatched << " of "
                            << total << " outputs";
 }
 
