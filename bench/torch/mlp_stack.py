@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The residual MLP stack of configs/tiny.yaml at real sizes and any dtype: tilerun (CUDA graph,
+"""The residual MLP stack of configs/tiny.yaml at real sizes and any dtype (tf32: f32 with the products in tf32 on both sides): tilerun (CUDA graph,
 forward + backward, device time per step summed over the layers from --report) against PyTorch
 (eager and a torch.cuda.CUDAGraph of the whole forward + backward, CUDA events, median), the
 same architecture and initialisation scheme (not the same weights: this is a timing table; the
@@ -20,7 +20,9 @@ import tempfile
 
 def tilerun_step_us(binary, config, dtype, t, d, f, steps):
     text = open(config).read()
-    text = re.sub(r"^dtype: \w+", f"dtype: {dtype}", text, flags=re.M)
+    text = re.sub(r"^dtype: \w+", f"dtype: {'f32' if dtype == 'tf32' else dtype}", text, flags=re.M)
+    if dtype == "tf32":  # f32 tensors, the products on the tensor cores in tf32
+        text = re.sub(r"(\{op: matmul, [^}]*?)(, precision: \w+)?\}", r"\1, precision: tf32}", text)
     text = re.sub(r"^dims: .*$", f"dims: {{T: {t}, D: {d}, F: {f}}}", text, flags=re.M)
     with tempfile.TemporaryDirectory() as tmp:
         path, rep = os.path.join(tmp, "mlp.yaml"), os.path.join(tmp, "r.json")
@@ -33,8 +35,9 @@ def tilerun_step_us(binary, config, dtype, t, d, f, steps):
 
 def torch_step_us(dtype, t, d, f, blocks, steps):
     import torch
-    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dtype]
-    torch.backends.cuda.matmul.allow_tf32 = False
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
+          "tf32": torch.float32}[dtype]
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
     g = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(t, d, device="cuda", dtype=dt, generator=g, requires_grad=True)
     ws = []
