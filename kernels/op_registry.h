@@ -154,6 +154,10 @@ struct OpTests {
   // The gradient rule is a straight-through estimator (dx = dy through a rounding, fake_quant),
   // not the derivative: no finite-difference cases; the suite checks the rule is dy itself.
   bool straight_through = false;
+  // The gradient rule is the derivative of the unrounded op computed through rounded products
+  // (linear_fp8's FP8 backward): no finite-difference cases (the roundings are steps); its own
+  // test checks the rule against the unrounded derivative within the rounding's error.
+  bool fp8_gradient = false;
 };
 
 // An input slot of indices into something the op reads (embedding's ids into the table's

@@ -375,6 +375,13 @@ double tolerance_for(DType t) { return t == DType::F32 ? 1e-4 : 2e-2; }
 // tolerance and floor instead of f32's.
 constexpr double kTf32Tolerance = 1e-2, kTf32FloorFraction = 0.25;
 
+// A step with FP8 products (linear_fp8) quantizes tensors that the reference computes in double
+// and the kernels in their dtype: where the two straddle a rounding boundary of an FP8 code (about
+// one element in 64 for a bf16 tensor: bf16's 2^-9 against e4m3's 2^-3 steps) the code differs by
+// one step, 2^-3 of the value, and the backward compounds three quantizations a product: its
+// tensors are held to this tolerance.
+constexpr double kFp8Tolerance = 1e-1;
+
 // The absolute floor of the comparison, per element, as a fraction of the step's scale: a
 // tensor whose true value is ~0 (the gradient of a lone rmsnorm, which is scale-invariant) is
 // computed as rounding noise of the terms that cancel, a few ulps of the scale of the values
@@ -435,17 +442,19 @@ CheckResult Session::check() const {
   DType step_dtype = DType::F32;
   for (const graph::GraphTensor& t : g.tensors)
     if (t.type.dtype == DType::BF16 || t.type.dtype == DType::F16) step_dtype = t.type.dtype;
-  bool tf32 = false;
-  for (const graph::GraphOp& op : g.ops)
+  bool tf32 = false, fp8 = false;
+  for (const graph::GraphOp& op : g.ops) {
+    fp8 = fp8 || op.type == "linear_fp8";
     if (auto it = op.attrs.find("precision"); it != op.attrs.end())
       if (const auto* p = std::get_if<std::string>(&it->second)) tf32 = tf32 || *p == "tf32";
+  }
   CheckResult result;
   auto compare = [&](int id, const std::string& label) {
     DType dtype = g.tensors[id].type.dtype == DType::F32 ? step_dtype : g.tensors[id].type.dtype;
     const bool at_tf32 = tf32 && dtype == DType::F32;
     double err = scaled_l2(to_ref(s.read(id)), values[id],
                            (at_tf32 ? kTf32FloorFraction : floor_fraction(dtype)) * scale);
-    double tol = at_tf32 ? kTf32Tolerance : tolerance_for(dtype);
+    double tol = fp8 ? kFp8Tolerance : at_tf32 ? kTf32Tolerance : tolerance_for(dtype);
     ++result.tensors_checked;
     // Report the tensor furthest beyond (or closest to) its tolerance.
     if (result.worst_tensor.empty() || err / tol > result.worst_error / result.tolerance) {

@@ -85,6 +85,23 @@ TEST_F(GpuSession, Tf32StepBitIdenticalToTheCpuInBothModes) {
   EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
 }
 
+// configs/fp8_train.yaml: the MLP trained in FP8 (linear_fp8: every forward and backward product
+// on the FP8 tensor-core path, the CPU running its model): the same bits on the CPU and the GPU
+// in both modes, and the step within the FP8 tolerance of the double reference.
+TEST_F(GpuSession, Fp8TrainStepBitIdenticalToTheCpuInBothModes) {
+  const Model m = load_model(source_dir() + "/configs/fp8_train.yaml");
+  uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  Session cpu(m, {.device = Device::Cpu, .seed = seed});
+  Session launch(m, {.device = Device::Cuda, .mode = LaunchMode::Launch, .seed = seed});
+  Session graph(m, {.device = Device::Cuda, .mode = LaunchMode::Graph, .seed = seed});
+  TensorMap want = step(cpu);
+  expect_bit_identical(want, step(launch), "launch vs cpu");
+  expect_bit_identical(want, step(graph), "graph vs cpu");
+  CheckResult c = graph.check();
+  EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
+}
+
 // Training loops (configs/classifier.yaml: cross-entropy on integer labels, AdamW updates in
 // place; configs/transformer.yaml: the causal LM, RoPE tables from sin/cos) give the CPU's bits
 // on the GPU in both launch modes: every step's loss values, and the trained weights and last
