@@ -54,12 +54,14 @@ class GpuSession : public ::testing::Test {
   }
 };
 
-TEST_F(GpuSession, TinyStepBitIdenticalToTheCpuInBothModes) {
+// One step of `m` (forward and backward, a random seed) on the GPU in launch and in graph mode
+// gives the CPU's bits, and the graph step passes its check against the double reference.
+void expect_step_bit_identical_to_the_cpu(const Model& m) {
   uint64_t seed = std::random_device{}();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  Session cpu(tiny(), {.device = Device::Cpu, .seed = seed});
-  Session launch(tiny(), {.device = Device::Cuda, .mode = LaunchMode::Launch, .seed = seed});
-  Session graph(tiny(), {.device = Device::Cuda, .mode = LaunchMode::Graph, .seed = seed});
+  std::printf("%s: seed %llu\n", m.name.c_str(), static_cast<unsigned long long>(seed));
+  Session cpu(m, {.device = Device::Cpu, .seed = seed});
+  Session launch(m, {.device = Device::Cuda, .mode = LaunchMode::Launch, .seed = seed});
+  Session graph(m, {.device = Device::Cuda, .mode = LaunchMode::Graph, .seed = seed});
   EXPECT_EQ(launch.device_name(), "cuda");
   TensorMap want = step(cpu);
   expect_bit_identical(want, step(launch), "launch vs cpu");
@@ -68,38 +70,20 @@ TEST_F(GpuSession, TinyStepBitIdenticalToTheCpuInBothModes) {
   EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
 }
 
+TEST_F(GpuSession, TinyStepBitIdenticalToTheCpuInBothModes) {
+  expect_step_bit_identical_to_the_cpu(tiny());
+}
+
 // configs/tf32.yaml: the MLP with its products in tf32 on the tensor cores (the CPU runs the
-// tensor core's tf32 model): the same bits on the CPU and the GPU in both modes, forward and
-// backward, and the step within tf32's tolerance of the double reference.
+// tensor core's tf32 model), within tf32's tolerance of the double reference.
 TEST_F(GpuSession, Tf32StepBitIdenticalToTheCpuInBothModes) {
-  const Model m = load_model(source_dir() + "/configs/tf32.yaml");
-  uint64_t seed = std::random_device{}();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  Session cpu(m, {.device = Device::Cpu, .seed = seed});
-  Session launch(m, {.device = Device::Cuda, .mode = LaunchMode::Launch, .seed = seed});
-  Session graph(m, {.device = Device::Cuda, .mode = LaunchMode::Graph, .seed = seed});
-  TensorMap want = step(cpu);
-  expect_bit_identical(want, step(launch), "launch vs cpu");
-  expect_bit_identical(want, step(graph), "graph vs cpu");
-  CheckResult c = graph.check();
-  EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
+  expect_step_bit_identical_to_the_cpu(load_model(source_dir() + "/configs/tf32.yaml"));
 }
 
 // configs/fp8_train.yaml: the MLP trained in FP8 (linear_fp8: every forward and backward product
-// on the FP8 tensor-core path, the CPU running its model): the same bits on the CPU and the GPU
-// in both modes, and the step within the FP8 tolerance of the double reference.
+// on the FP8 tensor-core path, the CPU running its model), within the FP8 tolerance.
 TEST_F(GpuSession, Fp8TrainStepBitIdenticalToTheCpuInBothModes) {
-  const Model m = load_model(source_dir() + "/configs/fp8_train.yaml");
-  uint64_t seed = std::random_device{}();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  Session cpu(m, {.device = Device::Cpu, .seed = seed});
-  Session launch(m, {.device = Device::Cuda, .mode = LaunchMode::Launch, .seed = seed});
-  Session graph(m, {.device = Device::Cuda, .mode = LaunchMode::Graph, .seed = seed});
-  TensorMap want = step(cpu);
-  expect_bit_identical(want, step(launch), "launch vs cpu");
-  expect_bit_identical(want, step(graph), "graph vs cpu");
-  CheckResult c = graph.check();
-  EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
+  expect_step_bit_identical_to_the_cpu(load_model(source_dir() + "/configs/fp8_train.yaml"));
 }
 
 // Training loops (configs/classifier.yaml: cross-entropy on integer labels, AdamW updates in
