@@ -1,10 +1,13 @@
+// over 600 lines: the matmul family is one op whose expansion chooses among the strict SIMT,
+// skinny, tensor-core (registers, TMA, split K, batched) and tf32 kernels by shape and dtype;
+// the choice reads best in one place.
 // Matrix multiplication, with optional transposes of either operand. f32: strict fma chains on
 // the CUDA cores, 32x32 (or, below 128 such tiles, 16x16) tiles, 4x4 outputs per thread, K split
 // over up to 8 thread groups of the block (group g takes every k with (k / 16) % G == g), their
 // tiles added in group order; double-buffered shared tiles, the next step prefetched into
 // registers. bf16/f16: the tensor cores (a `gemm` per 64 of K over 128x128 or 64x128 tiles).
 // f32 with `precision: tf32`: the same tensor-core kernels over f32 tiles read as tf32 (a `gemm`
-// per 32 of K), where the product is one matrix product or b is transposed; strict otherwise.
+// per 32 of K), K-major operands only (others copied transposed first).
 // Batched (rank >= 3, matmul_batch.h): the same kernels with a grid axis over the batch, or one
 // matmul when the batch folds into a's rows.
 #include <algorithm>
@@ -403,9 +406,29 @@ OpExpansion matmul_expansion(KernelCache& cache_ref, const std::vector<TensorTyp
     };
     BatchOperand a = prepare_operand(*cache, dt, mb.a, matrix(as), mb, 0, ex);
     BatchOperand b = prepare_operand(*cache, dt, mb.b, matrix(in[1].shape), mb, 1, ex);
+    // tf32: the operands that are not K-major copied transposed first (as tf32_k_major_expansion
+    // does for one product), each matrix of the batch.
+    if (tf32 && (ta || !tb) && k % 8 == 0) {
+      auto transpose = [&](BatchOperand& op, int64_t rows, int64_t cols) {
+        const int64_t count = op.batched ? mb.count : 1;
+        const int slot = static_cast<int>(ex.scratch.size());
+        ex.scratch.push_back({DType::F32, {count, cols, rows}});
+        ex.calls.push_back(strided_copy_call(
+            *cache, DType::F32, count * rows * cols,
+            StridedView{
+                .shape = {count, cols, rows}, .strides = {rows * cols, 1, cols}, .offset = 0},
+            op.arg, scratch_slot(slot)));
+        op.arg = scratch_slot(slot);
+      };
+      if (ta) transpose(a, k, m);
+      if (!tb) transpose(b, k, n);
+      ex.calls.push_back(tc_batch_call(*cache, dt, false, true, a.batched, b.batched, {}, m, n, k,
+                                       mb.count, a.arg, b.arg, output_slot(0)));
+      return ex;
+    }
     // bf16/f16 products whose rows are 16-byte aligned: the tensor cores, one grid z per batch
     // element (each element's bits those of its rank-2 product on the same kernel family).
-    if (tc_batch_fits(dt, ta, tb, m, n, k, dt == DType::F32 && tf32_of(attrs))) {
+    if (tc_batch_fits(dt, ta, tb, m, n, k, tf32)) {
       ex.calls.push_back(tc_batch_call(*cache, dt, ta, tb, a.batched, b.batched, {}, m, n, k,
                                        mb.count, a.arg, b.arg, output_slot(0)));
       return ex;
@@ -505,8 +528,9 @@ std::vector<OpTestCase> matmul_kernel_cases() {
       {{{2, 7, 16}, {2, 136, 16}}, {{"transpose_b", true}}},
       {{{2, 40, 72}, {2, 136, 40}}, {{"transpose_a", true}, {"transpose_b", true}}},
       // precision tf32: the TMA loop (an addend in its epilogue; copies first for the other
-      // forms), the register-staged kernels (K ragged), split K, a batch folded into a's rows, a
-      // batch with b transposed (grid z) and one that stays strict (b not transposed).
+      // forms), the register-staged kernels (K ragged), split K, a batch folded into a's rows,
+      // batches on grid z (b transposed; the others copied first, a shared a broadcast) and
+      // one that stays strict (K ragged).
       {{{130, 72}, {136, 72}}, {{"transpose_b", true}, {"precision", std::string("tf32")}}},
       {{{130, 72}, {136, 72}, {130, 136}},
        {{"transpose_b", true}, {"precision", std::string("tf32")}}},
@@ -519,6 +543,10 @@ std::vector<OpTestCase> matmul_kernel_cases() {
       {{{2, 7, 40}, {40, 24}}, {{"precision", std::string("tf32")}}},
       {{{2, 7, 16}, {2, 136, 16}}, {{"transpose_b", true}, {"precision", std::string("tf32")}}},
       {{{2, 7, 16}, {2, 16, 24}}, {{"precision", std::string("tf32")}}},
+      {{{2, 16, 7}, {2, 24, 16}},
+       {{"transpose_a", true}, {"transpose_b", true}, {"precision", std::string("tf32")}}},
+      {{{16, 7}, {3, 16, 24}}, {{"transpose_a", true}, {"precision", std::string("tf32")}}},
+      {{{2, 7, 13}, {2, 13, 24}}, {{"precision", std::string("tf32")}}},
   };
 }
 
@@ -568,9 +596,9 @@ void register_matmul(OpRegistry& registry) {
                   .kind = AttrKind::String,
                   .default_value = AttrValue{std::string("strict")},
                   .doc = "f32 products: strict (fma chains on the CUDA cores, bit-identical CPU vs "
-                         "GPU) or tf32 (the tensor cores, inputs read as tf32: one product or a "
-                         "batch with b transposed; other batched forms stay strict); bf16/f16 "
-                         "always use the tensor cores"}},
+                         "GPU) or tf32 (the tensor cores, inputs read as tf32; a batched product "
+                         "whose K is not a multiple of 8 stays strict unless b is transposed and "
+                         "a is not); bf16/f16 always use the tensor cores"}},
        .infer = infer_matmul,
        .reference = ref_matmul,
        .gradient = grad_matmul,
