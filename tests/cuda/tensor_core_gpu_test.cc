@@ -312,6 +312,26 @@ TEST_F(TensorCoreGpu, MatmulRowsDoNotDependOnMAndMatchTheCpu) {
   }
 }
 
+// The ten candidate models that came closest on a sample, best first (ties in the order they were
+// listed), every field of each: what to change where the shipped model misses.
+void print_best_candidates(const char* label, const std::vector<MmaModel>& candidates,
+                           const std::vector<int64_t>& misses, int64_t sampled) {
+  std::vector<size_t> order(candidates.size());
+  for (size_t q = 0; q < order.size(); ++q) order[q] = q;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return misses[x] < misses[y]; });
+  for (size_t r = 0; r < std::min<size_t>(10, order.size()); ++r) {
+    const MmaModel& mm = candidates[order[r]];
+    std::printf(
+        "[ %s candidate ] group %d frac_bits %d floor_terms %d nearest_final %d "
+        "lead_from_exponents %d flush_subnormal_inputs %d sum_bits %d round_tf32_inputs %d: %ld of "
+        "%ld differ\n",
+        label, mm.group, mm.frac_bits, mm.floor_terms, mm.nearest_final, mm.lead_from_exponents,
+        mm.flush_subnormal_inputs, mm.sum_bits, mm.round_tf32_inputs,
+        static_cast<long>(misses[order[r]]), static_cast<long>(sampled));
+  }
+}
+
 // ---- FP8 (wgmma m64nNk32 .e4m3 / .e5m2) ------------------------------------------------------
 
 MmaInput input_of(DType d) { return d == DType::F8E4M3 ? MmaInput::E4M3 : MmaInput::E5M2; }
@@ -434,19 +454,7 @@ TEST_F(TensorCoreGpu, Fp8ModelMatchesTheGpu) {
     }
   }
   if (dump) std::fclose(dump);
-  // The candidates that come closest, best first (ties in the order they were listed).
-  std::vector<size_t> order(candidates.size());
-  for (size_t q = 0; q < order.size(); ++q) order[q] = q;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t x, size_t y) { return misses[x] < misses[y]; });
-  for (size_t r = 0; r < std::min<size_t>(8, order.size()); ++r) {
-    const MmaModel& mm = candidates[order[r]];
-    std::printf(
-        "[ mma8 candidate ] group %d frac_bits %d floor_terms %d nearest_final %d "
-        "lead_from_exponents %d sum_bits %d: %ld of %ld differ\n",
-        mm.group, mm.frac_bits, mm.floor_terms, mm.nearest_final, mm.lead_from_exponents,
-        mm.sum_bits, static_cast<long>(misses[order[r]]), static_cast<long>(sampled));
-  }
+  print_best_candidates("mma8", candidates, misses, sampled);
   EXPECT_EQ(cpu_differ, 0) << "launches where the CPU backend's bits differ from the GPU's";
   EXPECT_EQ(mismatched, 0) << "the FP8 model differs from the GPU on " << mismatched << " of "
                            << total << " outputs";
@@ -576,20 +584,7 @@ TEST_F(TensorCoreGpu, Tf32ModelMatchesTheGpu) {
                 static_cast<long>(M * N * launches));
   }
   if (dump) std::fclose(dump);
-  std::vector<size_t> order(candidates.size());
-  for (size_t q = 0; q < order.size(); ++q) order[q] = q;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t x, size_t y) { return misses[x] < misses[y]; });
-  for (size_t r = 0; r < std::min<size_t>(10, order.size()); ++r) {
-    const MmaModel& mm = candidates[order[r]];
-    std::printf(
-        "[ mma tf32 candidate ] group %d frac_bits %d floor_terms %d nearest_final %d "
-        "lead_from_exponents %d flush_subnormal_inputs %d round_tf32_inputs %d: %ld of %ld "
-        "differ\n",
-        mm.group, mm.frac_bits, mm.floor_terms, mm.nearest_final, mm.lead_from_exponents,
-        mm.flush_subnormal_inputs, mm.round_tf32_inputs, static_cast<long>(misses[order[r]]),
-        static_cast<long>(sampled));
-  }
+  print_best_candidates("mma tf32", candidates, misses, sampled);
   EXPECT_GE(total, 100000);
   EXPECT_EQ(cpu_differ, 0) << "launches where the CPU backend's bits differ from the GPU's";
   EXPECT_EQ(mismatched, 0) << "the tf32 model differs from the GPU on " << mismatched << " of "
