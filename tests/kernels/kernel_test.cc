@@ -399,7 +399,10 @@ TEST(MatmulTensorCore, TransposedAAsyncCopyGivesTheModelsDotProducts) {
 // or where the row sits in it. Rows of an M = 4096 product against the
 // same rows computed in products of M = 1, 7, 128 and 1000 rows (placed off the 128-row tiles).
 TEST(MatmulTensorCore, RowsDoNotDependOnM) {
-  for (DType dt : {DType::BF16, DType::F16}) {
+  // f32 with precision tf32 too (k = 40: b copied transposed, then the TMA kernel).
+  const Attrs tf32 = {{"precision", std::string("tf32")}};
+  for (DType dt : {DType::BF16, DType::F16, DType::F32}) {
+    const Attrs attrs = dt == DType::F32 ? tf32 : Attrs{};
     // k = 40: the asynchronous-copy kernel (rows 16-byte aligned), k = 44 the register one.
     // n = 296 at M = 4096 runs 128-row tiles, and 64-row ones at M <= 1000 (tc_tile_rows).
     for (const auto& [k, n] :
@@ -408,16 +411,16 @@ TEST(MatmulTensorCore, RowsDoNotDependOnM) {
       std::mt19937_64 rng(testing::test_seed());
       RefTensor a = testing::rounded(dt, testing::random_tensor(rng, {big, k}));
       RefTensor b = testing::rounded(dt, testing::random_tensor(rng, {k, n}));
-      std::vector<Bytes> all = runner().run("matmul", {a, b}, {}, dt, kNaN);
+      std::vector<Bytes> all = runner().run("matmul", {a, b}, attrs, dt, kNaN);
       ASSERT_EQ(all.size(), 1u);
       for (int64_t m : {1, 7, 128, 1000}) {
         const int64_t first = big - m - 3;  // rows [first, first + m) of the big product
         RefTensor part{
             {m, k},
             std::vector<double>(a.data.begin() + first * k, a.data.begin() + (first + m) * k)};
-        std::vector<Bytes> got = runner().run("matmul", {part, b}, {}, dt, kNaN);
+        std::vector<Bytes> got = runner().run("matmul", {part, b}, attrs, dt, kNaN);
         ASSERT_EQ(got.size(), 1u);
-        const size_t row_bytes = static_cast<size_t>(2 * n);
+        const size_t row_bytes = static_cast<size_t>(dtype_bytes(dt, n));
         EXPECT_EQ(0, std::memcmp(got[0].data.data(), all[0].data.data() + first * row_bytes,
                                  m * row_bytes))
             << dtype_name(dt) << " M=" << m << " K=" << k

@@ -98,33 +98,7 @@ TEST(MatmulTf32, FormsRunOnTheKMajorKernels) {
             (Names{"matmul_tc_nt_128x128x64_tma5_bf16"}));
 }
 
-// Batch invariance: rows of an M = 4096 product equal the same rows computed at M = 1, 7, 128,
-// 1000 (the tile's rows follow M; the chain over K does not): b copied transposed and the TMA
-// kernel (K = 40), the register-staged kernel (K = 44).
-TEST(MatmulTf32, RowsDoNotDependOnM) {
-  for (const int64_t k : {40, 44}) {
-    const int64_t big = 4096, n = 296;
-    std::mt19937_64 rng(testing::test_seed() + static_cast<uint64_t>(k));
-    RefTensor a = testing::rounded(DType::F32, testing::random_tensor(rng, {big, k}));
-    RefTensor b = testing::rounded(DType::F32, testing::random_tensor(rng, {k, n}));
-    std::vector<Bytes> all =
-        runner().run("matmul", {a, b}, tf32_attrs(false, false), DType::F32, kNaN);
-    ASSERT_EQ(all.size(), 1u);
-    for (int64_t m : {1, 7, 128, 1000}) {
-      const int64_t first = big - m - 3;
-      RefTensor part{
-          {m, k},
-          std::vector<double>(a.data.begin() + first * k, a.data.begin() + (first + m) * k)};
-      std::vector<Bytes> got =
-          runner().run("matmul", {part, b}, tf32_attrs(false, false), DType::F32, kNaN);
-      ASSERT_EQ(got.size(), 1u);
-      const size_t row_bytes = static_cast<size_t>(4 * n);
-      EXPECT_EQ(
-          0, std::memcmp(got[0].data.data(), all[0].data.data() + first * row_bytes, m * row_bytes))
-          << "M=" << m << " K=" << k << ": rows differ from the M=4096 product's";
-    }
-  }
-}
+// Batch invariance: kernel_test.cc's MatmulTensorCore.RowsDoNotDependOnM runs tf32 too.
 
 TEST(MatmulTf32, AnUnknownPrecisionIsAnError) {
   const OpSchema& schema = *op_registry().find("matmul");
