@@ -22,8 +22,8 @@ namespace {
 
 using kernels::TensorType;
 
-const std::vector<std::string> kModelKeys = {"model",  "dtype",   "dims", "inputs",
-                                             "layers", "outputs", "loss", "optimizer"};
+const std::vector<std::string> kModelKeys = {"model",  "dtype",   "precision", "dims",     "inputs",
+                                             "layers", "outputs", "loss",      "optimizer"};
 const std::vector<std::string> kTensorKeys = {"shape", "dtype", "init"};
 const std::vector<std::string> kLayerKeys = {"name", "repeat", "carry", "weights", "ops", "loss"};
 
@@ -95,6 +95,9 @@ class ModelParser {
   std::map<std::string, DoneLayer> done_;
   std::vector<LossTerm> layer_terms_;  // every repetition's own loss terms, in layer order
   size_t op_count_ = 0;
+  // The model's `precision`: the value of every op's `precision` attribute (matmul's) that the op
+  // does not set itself; empty: the attribute's own default.
+  std::string precision_;
   int64_t param_numel_ = 0;
   int64_t param_bytes_ = 0;
 };
@@ -127,6 +130,12 @@ Model ModelParser::parse(const YamlNode& root) {
   MapReader top(root, "the model", kModelKeys);
   m_.name = read_identifier(top.required("model"), "'model'");
   if (const YamlNode* n = top.find("dtype")) m_.dtype = read_dtype(*n, "'dtype'");
+  if (const YamlNode* n = top.find("precision")) {
+    precision_ = read_string(*n, "'precision'");
+    if (precision_ != "strict" && precision_ != "tf32")
+      throw Error(n->loc, "'precision' is '" + precision_ +
+                              "', expected strict or tf32 (the f32 matmuls' default)");
+  }
   if (const YamlNode* n = top.find("dims")) {
     m_.dims = read_dims(*n);
   }
@@ -254,6 +263,11 @@ LayerSpec ModelParser::read_layer(const YamlNode& node, size_t index) {
   if (ops.items.empty()) throw Error(ops.loc, what + " has no ops; expected at least one");
   for (size_t k = 0; k < ops.items.size(); ++k) {
     OpSpec op = parse_op_spec(ops.items[k], k, spec.name, registry_, dims_);
+    if (!precision_.empty() && op.attrs.count("precision")) {
+      bool given = false;
+      for (const YamlEntry& e : ops.items[k].entries) given = given || e.key == "precision";
+      if (!given) op.attrs["precision"] = precision_;
+    }
     for (const YamlNode* out : op.outputs) {
       add_local(spec, out->text, out->loc,
                 "the output of op " + std::to_string(k) + " (" + op.schema->name + ")");

@@ -58,6 +58,11 @@ void expect_error(const std::string& text, const std::string& prefix, const std:
 
 TEST(ModelErrorsTest, BaseModelIsValid) { EXPECT_NO_THROW(parse_model(base(), "m.yaml")); }
 
+TEST(ModelErrorsTest, UnknownPrecision) {
+  expect_error(with_line(2, "precision: fp16\ndims: {T: 4, D: 8}"),
+               "m.yaml:2:12: error:", "'precision' is 'fp16', expected strict or tf32");
+}
+
 TEST(ModelErrorsTest, MalformedYaml) {
   expect_error(with_line(2, "dims: T: 4"), "m.yaml:2:8: error:", "malformed YAML");
   expect_error(with_line(4, "  x: {shape: [T, D]"), "m.yaml:", "malformed YAML");
@@ -86,7 +91,7 @@ TEST(ModelErrorsTest, WrongNodeType) {
 TEST(ModelErrorsTest, UnknownKey) {
   expect_error(with_line(2, "dim: {T: 4, D: 8}"), "m.yaml:2:1: error:",
                "unknown key 'dim' in the model; did you mean 'dims'? (allowed keys: model, dtype, "
-               "dims, inputs, layers, outputs, loss, optimizer)");
+               "precision, dims, inputs, layers, outputs, loss, optimizer)");
   expect_error(with_line(4, "  x: {shape: [T, D], dtyp: f32}"),
                "m.yaml:4:22: error:", "unknown key 'dtyp' in input 'x'; did you mean 'dtype'?");
   expect_error(with_line(7, "    weight:"),

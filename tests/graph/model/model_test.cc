@@ -95,6 +95,32 @@ TEST(ModelTest, TinyConfig) {
   EXPECT_EQ(m.parameter_bytes(), 4 * 2 * params_per_layer);
 }
 
+// The model's `precision` is the default of every matmul's own: configs/tf32.yaml sets it once;
+// an op that says `precision: strict` keeps it; ops without the attribute are untouched.
+TEST(ModelTest, ModelPrecisionIsTheMatmulsDefault) {
+  Model m = load_model(TILERUN_SOURCE_DIR "/configs/tf32.yaml");
+  int matmuls = 0;
+  for (const LayerDecl& l : m.layers)
+    for (const OpDecl& op : l.ops) {
+      if (op.type != "matmul") {
+        EXPECT_EQ(op.attrs.count("precision"), 0u) << op.type;
+        continue;
+      }
+      ++matmuls;
+      EXPECT_EQ(std::get<std::string>(op.attrs.at("precision")), "tf32");
+    }
+  EXPECT_EQ(matmuls, 4);
+  const std::string text =
+      "model: m\nprecision: tf32\ninputs:\n  x: {shape: [4, 4]}\nlayers:\n  - name: b\n"
+      "    ops:\n      - {op: matmul, in: [x, x], out: y, precision: strict}\n"
+      "      - {op: matmul, in: [y, x], out: z}\noutputs: [b.z]\n";
+  Model p = parse_model(text, "m.yaml");
+  EXPECT_EQ(std::get<std::string>(p.layers[0].ops[0].attrs.at("precision")), "strict");
+  EXPECT_EQ(std::get<std::string>(p.layers[0].ops[1].attrs.at("precision")), "tf32");
+  Model none = load_model(TILERUN_SOURCE_DIR "/configs/tiny.yaml");
+  EXPECT_EQ(std::get<std::string>(none.layers[0].ops[1].attrs.at("precision")), "strict");
+}
+
 TEST(ModelTest, TinySummary) {
   std::string s = model_summary(load_model(TILERUN_SOURCE_DIR "/configs/tiny.yaml"));
   for (const char* line : {"model: tiny", "dims: T=128 D=256 F=1024", "layers: 2",
