@@ -144,6 +144,15 @@ void register_linear_fp8(OpRegistry& registry) {
                     .default_value = AttrValue{std::string(value)},
                     .doc = doc};
   };
+  // x [128, 128]: row 0 = [1, 2, 0, ..], the others [1, 0, ..]; w [128, 128]: rows [3, 1, 0, ..]
+  // and [-1, 0.5, 0, ..], the rest 0. With power-of-two scales every code and product is exact
+  // (x's rows scale by 2^-7 and 2^-8, w by 2^-7): y's row 0 = [5, 0, ..], the others [3, -1, 0,
+  // ..].
+  const int64_t e = 128;
+  std::vector<double> xv(e * e, 0.0), wv(e * e, 0.0), yv(e * e, 0.0);
+  for (int64_t i = 0; i < e; ++i) xv[i * e] = 1, yv[i * e] = 3, yv[i * e + 1] = -1;
+  xv[1] = 2, yv[0] = 5, yv[1] = 0;
+  wv[0] = 3, wv[1] = 1, wv[e] = -1, wv[e + 1] = 0.5;
   registry.add(
       {.name = "linear_fp8",
        .doc = "y = x · w^T in FP8 (x per 1×128 of its rows, w [N, K] per 128×128, quantized in "
@@ -163,6 +172,9 @@ void register_linear_fp8(OpRegistry& registry) {
                             {.shapes = {{256, 128}, {128, 128}},
                              .attrs = {{"format", std::string("f8e5m2")},
                                        {"scale", std::string("e8m0")}}}},
+                 .examples = {{.inputs = {{{e, e}, xv}, {{e, e}, wv}},
+                               .attrs = {{"scale", std::string("e8m0")}},
+                               .outputs = {{{e, e}, yv}}}},
                  .fp8_gradient = true}});
 }
 
