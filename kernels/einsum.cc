@@ -18,6 +18,7 @@
 #include "kernels/schema_util.h"
 #include "kernels/shape_attrs.h"
 #include "kernels/strided.h"
+#include "kernels/sub_expansion.h"
 
 namespace tilerun::kernels {
 
@@ -236,16 +237,8 @@ ExpandFn expand_einsum(std::shared_ptr<KernelCache> cache) {
     std::vector<TensorType> mm_in = {{dt, ta ? Ints{nb, k, m} : Ints{nb, m, k}},
                                      {dt, tb ? Ints{nb, n, k} : Ints{nb, k, n}}};
     const Attrs mm_attrs = {{"transpose_a", ta}, {"transpose_b", tb}};
-    OpExpansion mm = matmul->expand(mm_in, matmul->infer(mm_in, mm_attrs), mm_attrs);
-    const int base = static_cast<int>(ex.scratch.size());
-    ex.scratch.insert(ex.scratch.end(), mm.scratch.begin(), mm.scratch.end());
-    for (KernelCall call : mm.calls) {
-      for (KernelArg& arg : call.buffers)
-        arg = arg.kind == KernelArg::Kind::Scratch  ? scratch_slot(base + arg.index)
-              : arg.kind == KernelArg::Kind::Output ? c
-                                                    : (arg.index == 0 ? a : b);
-      ex.calls.push_back(call);
-    }
+    append_expansion(ex, matmul->expand(mm_in, matmul->infer(mm_in, mm_attrs), mm_attrs), {a, b},
+                     {c});
     if (!c_in_place)
       ex.calls.push_back(strided_copy_call(
           *cache, dt, numel(out[0]), reorder(e.batch + e.m + e.n, e.c, e), c, output_slot(0)));

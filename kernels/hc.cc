@@ -33,6 +33,7 @@
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
 #include "kernels/sinkhorn_kernel.h"
+#include "kernels/sub_expansion.h"
 
 namespace tilerun::kernels {
 
@@ -818,17 +819,8 @@ void append_matmul(OpExpansion& ex, const TensorType& a, const TensorType& b, bo
   const OpSchema* matmul = op_registry().find("matmul");
   const std::vector<TensorType> mm_in = {a, b};
   const Attrs mm_attrs = {{"transpose_a", false}, {"transpose_b", tb}};
-  OpExpansion mm = matmul->expand(mm_in, matmul->infer(mm_in, mm_attrs), mm_attrs);
-  const int base = static_cast<int>(ex.scratch.size());
-  ex.scratch.insert(ex.scratch.end(), mm.scratch.begin(), mm.scratch.end());
-  for (KernelCall call : mm.calls) {
-    for (KernelArg& arg : call.buffers)
-      arg = arg.kind == KernelArg::Kind::Scratch  ? scratch_slot(base + arg.index)
-            : arg.kind == KernelArg::Kind::Output ? c_arg
-            : arg.index == 0                      ? a_arg
-                                                  : input_slot(b_slot);
-    ex.calls.push_back(call);
-  }
+  append_expansion(ex, matmul->expand(mm_in, matmul->infer(mm_in, mm_attrs), mm_attrs),
+                   {a_arg, input_slot(b_slot)}, {c_arg});
 }
 
 ExpandFn expand_hc_pre(std::shared_ptr<KernelCache> cache) {

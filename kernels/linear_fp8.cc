@@ -21,6 +21,7 @@
 #include "kernels/op_registry.h"
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
+#include "kernels/sub_expansion.h"
 
 namespace tilerun::kernels {
 namespace {
@@ -96,21 +97,6 @@ std::vector<GradOp> grad_linear_fp8(const std::vector<TensorType>&, const Attrs&
   return ops;
 }
 
-// Appends `sub` (an op's expansion) to `ex`: its scratch after ex's, its inputs and outputs bound
-// to the given arguments.
-void append(OpExpansion& ex, const OpExpansion& sub, const std::vector<KernelArg>& inputs,
-            const std::vector<KernelArg>& outputs) {
-  const int base = static_cast<int>(ex.scratch.size());
-  ex.scratch.insert(ex.scratch.end(), sub.scratch.begin(), sub.scratch.end());
-  for (KernelCall call : sub.calls) {
-    for (KernelArg& arg : call.buffers)
-      arg = arg.kind == KernelArg::Kind::Scratch  ? scratch_slot(base + arg.index)
-            : arg.kind == KernelArg::Kind::Output ? outputs.at(arg.index)
-                                                  : inputs.at(arg.index);
-    ex.calls.push_back(call);
-  }
-}
-
 OpExpansion expand_linear_fp8(const std::vector<TensorType>& in, const std::vector<TensorType>& out,
                               const Attrs& attrs) {
   const OpSchema& quantize = *op_registry().find("quantize");
@@ -125,13 +111,14 @@ OpExpansion expand_linear_fp8(const std::vector<TensorType>& in, const std::vect
     const std::vector<TensorType> qt = quantize.infer({in[i]}, qa);
     const int codes = static_cast<int>(ex.scratch.size());
     ex.scratch.insert(ex.scratch.end(), qt.begin(), qt.end());
-    append(ex, quantize.expand({in[i]}, qt, qa), {input_slot(i)},
-           {scratch_slot(codes), scratch_slot(codes + 1)});
+    append_expansion(ex, quantize.expand({in[i]}, qt, qa), {input_slot(i)},
+                     {scratch_slot(codes), scratch_slot(codes + 1)});
     q_types.insert(q_types.end(), qt.begin(), qt.end());
     q_args.insert(q_args.end(), {scratch_slot(codes), scratch_slot(codes + 1)});
   }
   const Attrs ma = matmul_attrs(out[0].dtype);
-  append(ex, matmul.expand(q_types, matmul.infer(q_types, ma), ma), q_args, {output_slot(0)});
+  append_expansion(ex, matmul.expand(q_types, matmul.infer(q_types, ma), ma), q_args,
+                   {output_slot(0)});
   return ex;
 }
 

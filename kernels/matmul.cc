@@ -23,6 +23,7 @@
 #include "kernels/ref_util.h"
 #include "kernels/schema_util.h"
 #include "kernels/strided.h"
+#include "kernels/sub_expansion.h"
 
 namespace tilerun::kernels {
 
@@ -274,17 +275,8 @@ OpExpansion tf32_k_major_expansion(KernelCache& cache, const std::vector<TensorT
   Attrs nt = attrs;
   nt["transpose_a"] = false;
   nt["transpose_b"] = true;
-  OpExpansion mm = matmul_expansion(cache, nt_in, out, nt, addend, fused);
-  const int base = static_cast<int>(ex.scratch.size());
-  ex.scratch.insert(ex.scratch.end(), mm.scratch.begin(), mm.scratch.end());
-  for (KernelCall call : mm.calls) {
-    for (KernelArg& arg : call.buffers)
-      if (arg.kind == KernelArg::Kind::Scratch)
-        arg = scratch_slot(base + arg.index);
-      else if (arg.kind == KernelArg::Kind::Input && arg.index < 2)
-        arg = operand[arg.index];
-    ex.calls.push_back(call);
-  }
+  append_expansion(ex, matmul_expansion(cache, nt_in, out, nt, addend, fused),
+                   {operand[0], operand[1], input_slot(2)}, {output_slot(0)});
   return ex;
 }
 
