@@ -1,5 +1,6 @@
 // Expansion: matmuls' single-use adds folded into them (fold_adds.h) and single-use fake_quants
-// into the row kernels before them (fold_quant.h), then every op of the
+// into the row kernels before them (fold_quant.h), on request FP4 weights of grouped GEMMs kept
+// as codes (fold_fp4_weights.h), then every op of the
 // OpGraph into kernel instances (its family's expand), kernels
 // deduplicated, limits checked at the op's position; then the dead kernels dropped (prune.h),
 // the memory plan (reuse.h) and the hazard edges (dependencies.h). An op whose outputs are views
@@ -15,6 +16,7 @@
 #include "compiler/ir/kernel.h"
 #include "graph/dependencies.h"
 #include "graph/fold_adds.h"
+#include "graph/fold_fp4_weights.h"
 #include "graph/fold_quant.h"
 #include "graph/kernel_graph.h"
 #include "graph/prune.h"
@@ -172,13 +174,14 @@ class Expander {
 
 }  // namespace
 
-KernelGraph expand(OpGraph ops, bool fold) {
+KernelGraph expand(OpGraph ops, bool fold, bool fp4_weights) {
   KernelGraph kg;
   kg.ops = std::move(ops);
   if (fold) {
     fold_matmul_adds(kg.ops);
     fold_quant_epilogues(kg.ops);
   }
+  if (fp4_weights) fold_fp4_weights(kg.ops);
   Expander(kg).run();
   return kg;
 }

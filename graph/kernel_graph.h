@@ -44,6 +44,7 @@ struct KernelGraph {
 // plans memory and computes dependency edges. Throws tilerun::Error naming the op and its YAML
 // location when an op has no kernels. `fold`: matmuls' single-use adds and the row kernels'
 // single-use fake_quants folded in first (fold_adds.h, fold_quant.h; the same bits either way).
-KernelGraph expand(OpGraph ops, bool fold = true);
+// `fp4_weights`: also keep MXFP4-trained grouped-GEMM weights as FP4 codes (fold_fp4_weights.h).
+KernelGraph expand(OpGraph ops, bool fold = true, bool fp4_weights = false);
 
 }  // namespace tilerun::graph

@@ -4,8 +4,8 @@
 // low-precision tensors stored as their codes, the V4/DeepSeek recipe's storage (FP8 activations
 // per 1×128 and weights per 128×128 with f32 or power-of-two scales, MXFP4 per 1×32 with E8M0
 // scales, NVFP4 per 1×16 with E4M3 scales). fake_quant (kernels/quantize.cc) is the same rounding
-// kept in x's dtype; dequantize(quantize(x)) gives fake_quant's bits wherever the scale can be
-// stored exactly (always for f32 scales; for e8m0 while amax / max_finite lies in [2^-127, 2^127]).
+// kept in x's dtype; dequantize(quantize(x)) gives fake_quant's bits with f32 scales and with e8m0
+// ones (fake_quant's ue8m0: the same powers of two, kept within [2^-127, 2^127]).
 //
 // A block is 1×B along the last axis (block: [B]) or R×B over the last two (block: [R, B]).
 // Per block:
@@ -166,8 +166,7 @@ double stored_scale(double amax, const Format& f, DType sd) {
   if (std::isnan(a)) return a;
   switch (sd) {
     case DType::E8M0:
-      if (a <= 0x1p-127) return 0x1p-127;  // also an a that underflowed to 0
-      return a >= 0x1p127 ? 0x1p127 : quant::ceil_pow2(a);
+      return quant::clamp_pow2(a);
     case DType::F8E4M3:
       return quant::round_format(std::max(a, kMinE4M3), quant::format_named("f8e4m3"));
     default:
@@ -218,13 +217,12 @@ std::vector<RefTensor> ref_dequantize(const std::vector<RefTensor>& in, const At
 
 // The scale of a block whose max |x| is amax, as its storage holds it (see the top).
 cc::Val stored_scale(cc::Scope& s, const cc::Val& amax, const Format& f, DType sd) {
+  // e8m0: fake_quant's power-of-two scale (within e8m0's range), so that dequantize(quantize(x))
+  // is fake_quant(x) bit for bit.
+  if (sd == DType::E8M0) return quant::block_scale(s, amax, f, /*pow2=*/true);
   cc::Val a = s.let(amax / static_cast<float>(f.max), "a");
   cc::Val scale;
-  if (sd == DType::E8M0) {
-    cc::Val p = s.let(quant::ceil_pow2(s, a), "p");  // 0 stays 0; NaN and inf pass through
-    cc::Val lo = cc::select(p < 0x1p-127f, cc::Val(0x1p-127f), p);
-    scale = cc::select(p > 0x1p127f, cc::Val(0x1p127f), lo);
-  } else if (sd == DType::F8E4M3) {
+  if (sd == DType::F8E4M3) {
     cc::Val floor = cc::select(a < static_cast<float>(kMinE4M3), cc::Val(float(kMinE4M3)), a);
     scale = cc::Val(cc::round_to_narrow_float(DType::F8E4M3, floor.expr(), "se"));
   } else {

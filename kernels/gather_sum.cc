@@ -108,7 +108,9 @@ std::vector<RefTensor> ref_gather_sum(const std::vector<RefTensor>& in, const At
       for (int64_t c = 0; c < d; ++c)
         y.data[r * d + c] += id >= 0 && id < v ? table.data[id * d + c] : kNaN();
     }
-  if (in.size() > 3)
+  // The addend is y's shape; an i32 [2] after the inverse is the ids' check status, which a
+  // graph appends (a model's gather_sum without an addend): not an addend.
+  if (in.size() > 3 && in[3].shape == y.shape)
     for (int64_t i = 0; i < y.numel(); ++i) y.data[i] += in[3].data[i];
   return {y};
 }

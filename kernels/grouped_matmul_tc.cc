@@ -16,6 +16,8 @@
 //    tiles.
 #include "kernels/grouped_matmul_tc.h"
 
+#include "compiler/base/check.h"
+#include "compiler/transforms/narrow_float.h"
 #include "kernels/matmul_tc.h"
 
 namespace tilerun::kernels {
@@ -155,14 +157,98 @@ std::string grouped_tc_aligned_name(bool tb) {
   return std::string("grouped_matmul_tc_") + (tb ? "nt" : "nn") + "_128x128x64_tma_aligned";
 }
 
+std::string grouped_fp4_aligned_name(bool tb, int64_t block) {
+  return std::string("grouped_matmul_fp4_tc_") + (tb ? "nt" : "nn") + "_128x128x64_tma_aligned_b" +
+         std::to_string(block);
+}
+
+namespace {
+
+// FP4 weights: w's codes as bytes (two a byte, the even element in the low nibble) [E, N, K/2]
+// transposed or [E, K, N/2], and their e8m0 scales, one per `block` along w's last axis. Each
+// step's box of bytes lands in a stage of its own, [128 (n), 32] or [64 (k), 64]; unpack_b
+// decodes it into the 16-bit tile the gemm reads: code times scale, exact in bf16 (two
+// significant bits, a power of two within e8m0's range: bf16 has f32's exponents).
+struct Fp4Weights {
+  int64_t block = 0;  // 0: w is 16-bit, no decoding
+  cc::Buf scale;
+};
+
+// The boxes' stage of bytes and the step's decoding into st.bs (matmul_tc.h TcAsyncStaging's
+// b_landing and unpack_b). The scales' row and block indices are clamped: past N (rows of the
+// tile not stored) any scale will do; K is a multiple of the step, so every k is inside.
+void unpack_fp4(cc::Scope& s, TcAsyncStaging& st, const Fp4Weights& fp4, bool tb, const cc::Val& e,
+                const cc::Val& n0, const cc::Dim& n) {
+  st.b_landing_tile =
+      tb ? std::vector<int64_t>{kTcN, kTcK / 2} : std::vector<int64_t>{kTcK, kTcN / 2};
+  std::vector<int64_t> stack{st.stages};
+  stack.insert(stack.end(), st.b_landing_tile.begin(), st.b_landing_tile.end());
+  // Swizzled as TMA writes a box of 32-byte (tb) or 64-byte rows.
+  st.b_landing = s.alloc_shared("Bp", DType::U8, stack,
+                                cc::tensor_core_swizzle(static_cast<int>(st.b_landing_tile[1]), 1));
+  const cc::Buf packed = st.b_landing, bs = st.bs, scale = fp4.scale;
+  const int64_t block = fp4.block;
+  st.unpack_b = [&s, packed, bs, scale, block, tb, e, n0, n](const cc::Val& stage,
+                                                             const cc::Val& j) {
+    const cc::Val k0 = j * kTcK;
+    // An element's code: its byte's low nibble for an even column, the high one for an odd.
+    auto code = [&](const cc::Val& byte_index, const cc::Val& column) {
+      cc::Val byte = cc::to_i32(byte_index);
+      cc::Val shift = cc::to_i32(column % 2) * cc::literal(cc::Type::I32, 4);
+      cc::Val c = cc::shr_logical(byte, shift) & cc::literal(cc::Type::I32, 0xf);
+      return cc::Val(cc::narrow_float_to_f32(DType::FP4E2M1, c.expr(), "w"));
+    };
+    // Eight consecutive elements of a row a thread (one block of scales): the tile's stores go
+    // as 16-byte vectors (a whole chunk of the swizzle), the bytes and the scale it reads are
+    // the same few for the eight.
+    s.annotate_layout(8);
+    if (tb) {
+      // Row i of the tile is w[e]'s row n0 + i, its column c the code k0 + c.
+      s.parallel(kTcN, kTcK, [&](cc::Idx i, cc::Idx c) {
+        cc::Val sc = scale(e, cc::min(n0 + i, n - 1), (k0 + c) / block);
+        bs(stage, i, c) = code(packed(stage, i, c / 2), c) * sc;
+      });
+      return;
+    }
+    // Row kk of the tile is w[e]'s row k0 + kk, its column c the code n0 + c, in panel c / 64 of
+    // the N-major tile.
+    const cc::Val last_block = n / block - 1;
+    s.parallel(kTcK, kTcN, [&](cc::Idx kk, cc::Idx c) {
+      cc::Val sc = scale(e, k0 + kk, cc::min((n0 + c) / block, last_block));
+      bs(stage, c / 64, kk, c % 64) = code(packed(stage, kk, c / 2), c) * sc;
+    });
+  };
+}
+
 // Proved race-free by the analysis from the sorted contract alone: two blocks of one segment
 // write rows 128 apart by their slots, and segments e < e' end no later than the other starts
 // (offsets[e + 1] <= offsets[e']), whatever the search found.
-cc::Kernel build_grouped_tc_aligned(DType dtype, bool tb) {
-  cc::KernelBuilder kb(grouped_tc_aligned_name(tb) + "_" + std::string(dtype_name(dtype)));
-  const TmaOperands op = declare_tma_operands(kb, dtype, tb);
-  const cc::Dim r = op.r, n = op.n, k = op.k, experts = op.experts;  // (lambdas capture these)
-  const cc::Buf x = op.x, w = op.w;
+cc::Kernel build_aligned(DType dtype, bool tb, const Fp4Weights& fp4_spec) {
+  const bool fp4 = fp4_spec.block > 0;
+  cc::KernelBuilder kb(
+      (fp4 ? grouped_fp4_aligned_name(tb, fp4_spec.block) : grouped_tc_aligned_name(tb)) + "_" +
+      std::string(dtype_name(dtype)));
+  cc::Dim r, n, k, experts;
+  cc::Buf x, w;
+  Fp4Weights fp4w = fp4_spec;
+  if (!fp4) {
+    const TmaOperands op = declare_tma_operands(kb, dtype, tb);
+    r = op.r, n = op.n, k = op.k, experts = op.experts, x = op.x, w = op.w;
+  } else {
+    // K a multiple of the step (no step reads codes past K: a zero code times a scale past the
+    // end could be a NaN); w's rows of bytes 16-byte aligned for the boxes.
+    r = kb.dim("R");
+    n = kb.dim("N", {.min = 1, .divisible_by = tb ? 8 : 32});
+    k = kb.dim("K", {.min = kTcK, .divisible_by = kTcK});
+    experts = kb.dim("E");
+    x = kb.input("x", dtype, {r, k});
+    w = kb.input(
+        "w", DType::U8,
+        tb ? std::vector<cc::Val>{experts, n, k / 2} : std::vector<cc::Val>{experts, k, n / 2});
+    fp4w.scale = kb.input("scale", DType::E8M0,
+                          tb ? std::vector<cc::Val>{experts, n, k / fp4_spec.block}
+                             : std::vector<cc::Val>{experts, k, n / fp4_spec.block});
+  }
   cc::Buf offsets = kb.sorted_input("offsets", experts, r + 1);
   cc::Buf status = kb.input("status", DType::I32, {2});
   cc::Buf y = kb.output("y", dtype, {r, n});
@@ -200,19 +286,35 @@ cc::Kernel build_grouped_tc_aligned(DType dtype, bool tb) {
     cc::Val r0 = s.let(lo + (slot - first_slot) * kTcM, "r0");
     cc::Val present = s.let(status(0) < 0 && slot >= first_slot && r0 < hi, "present");
     TcAsyncStaging st = tc_async_staging(s, dtype, /*ta=*/false, tb, kTcM, kTcAsyncStages);
+    const cc::Val we = cc::max(e, zero);
+    if (fp4) unpack_fp4(s, st, fp4w, tb, we, n0, n);
     // A 0-or-1-trip loop, not an if: the pass holds barriers and gemms.
     s.serial(cc::select(present, cc::Val(int64_t{1}), zero), [&](cc::Idx) {
       s.parallel(kTcM, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
-      const cc::Val we = cc::max(e, zero);
+      TcAsyncBoxes boxes = expert_boxes(x, w, tb, r0, n0, we);
+      if (fp4)
+        boxes.b = [=](const cc::Val& j, int) {
+          return tb ? w.region({we, n0, j * (kTcK / 2)}, {1, kTcN, kTcK / 2})
+                    : w.region({we, j * kTcK, n0 / 2}, {1, kTcK, kTcN / 2});
+        };
       // The rows before the first segment stay zeros: no K loop.
       s.serial(cc::select(e >= 0, cc::Val(int64_t{1}), zero),
-               [&](cc::Idx) { tc_async_steps(s, st, expert_boxes(x, w, tb, r0, n0, we), k); });
+               [&](cc::Idx) { tc_async_steps(s, st, boxes, k); });
       // Rows past the segment's end (the next expert's, computed and dropped) are not stored.
       tc_store_through_shared(s, dtype, {st.acc}, kTcM, r0, n0, hi, n,
                               [&](const cc::Val& row, const cc::Val& col) { return y(row, col); });
     });
   });
   return kb.build();
+}
+
+}  // namespace
+
+cc::Kernel build_grouped_tc_aligned(DType dtype, bool tb) { return build_aligned(dtype, tb, {}); }
+
+cc::Kernel build_grouped_fp4_aligned(DType dtype, bool tb, int64_t block) {
+  TR_CHECK(block >= 2 && block % 2 == 0, "an fp4 scale block of an even width");
+  return build_aligned(dtype, tb, {.block = block});
 }
 
 std::string grouped_wgrad_tc_name(bool tb) {

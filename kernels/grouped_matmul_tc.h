@@ -38,6 +38,20 @@ compiler::Kernel build_grouped_tc_async(DType dtype, bool tb);
 std::string grouped_tc_aligned_name(bool tb);
 compiler::Kernel build_grouped_tc_aligned(DType dtype, bool tb);
 
+// The aligned kernel with FP4 weights (grouped_matmul_fp4): parameters x [R, K], w's codes as
+// bytes [E, N, K/2] (tb) or [E, K, N/2], their e8m0 scales [E, N, K/block] or [E, K, N/block]
+// (one per `block` along w's last axis, even), offsets, status, y; K a multiple of 64, N of 8
+// (32 when w is not transposed: its rows of bytes 16-byte aligned). Each step's codes land by TMA
+// in a stage of their own and are decoded into the 16-bit tile before its gemm (exact: a code
+// times a power of two), so the bits are build_grouped_tc_aligned's on the dequantized weights.
+std::string grouped_fp4_aligned_name(bool tb, int64_t block);
+// Whether grouped_matmul_fp4 runs it for y's dtype, y [R, n] = x [R, k] @ .. and the offsets'
+// sorted contract (else it dequantizes into scratch first).
+inline bool grouped_fp4_decodes(DType dtype, bool tb, int64_t k, int64_t n, bool sorted) {
+  return dtype == DType::BF16 && sorted && k > 0 && k % 64 == 0 && n % (tb ? 8 : 32) == 0;
+}
+compiler::Kernel build_grouped_fp4_aligned(DType dtype, bool tb, int64_t block);
+
 // dw[e] = x[seg e]^T dy[seg e] (parameters x, dy, offsets, dw; R, K, N, E), as the SIMT wgrad.
 std::string grouped_wgrad_tc_name(bool tb);
 compiler::Kernel build_grouped_wgrad_tc(DType dtype, bool tb);

@@ -349,6 +349,7 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
   auto parity = [&](const cc::Val& j) {
     return cc::to_i64(cc::to_i32(j) / stages32 % cc::literal(cc::Type::I32, 2));
   };
+  const bool landing = !st.b_landing.name().empty();
   // Step j's boxes into its stage, from thread 0, completing on the stage's mbarrier.
   auto issue = [&](const cc::Val& j) {
     cc::Val sl = s.let(slot(j), "slot");
@@ -357,19 +358,30 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
         s.copy_tma(st.ta ? st.as.region({sl, h, 0, 0}, {1, 1, ks, 64})
                          : st.as.region({sl, 0, 0}, {1, st.rows, ks}),
                    boxes.a(j, h), st.full, sl);
+      if (landing) {
+        std::vector<cc::Val> origin{sl};
+        std::vector<int64_t> extent{1};
+        for (int64_t e : st.b_landing_tile) {
+          origin.push_back(cc::Val(int64_t{0}));
+          extent.push_back(e);
+        }
+        s.copy_tma(st.b_landing.region(origin, extent), boxes.b(j, 0), st.full, sl);
+        return;
+      }
       for (int h = 0; h < (st.tb ? 1 : kTcN / 64); ++h)
         s.copy_tma(st.tb ? st.bs.region({sl, 0, 0}, {1, kTcN, ks})
                          : st.bs.region({sl, h, 0, 0}, {1, 1, ks, 64}),
                    boxes.b(j, h), st.full, sl);
     });
   };
+  const int b_boxes = landing || st.tb ? 1 : 2;
   // Left running: the gemm runs on into the next step (every gemm of the step before has
   // finished when the thread leaves a step, which the buffer rotation needs).
   auto gemm = [&](const cc::Val& stage, bool left_running) {
     s.gemm_at(stage, st.acc, st.as, st.bs, /*trans_a=*/st.ta, /*trans_b=*/st.tb,
               left_running ? 1 : 0);
   };
-  s.mbarrier_init(st.full, (st.ta ? static_cast<int>(st.rows / 64) : 1) + (st.tb ? 1 : 2));
+  s.mbarrier_init(st.full, (st.ta ? static_cast<int>(st.rows / 64) : 1) + b_boxes);
   s.barrier();
   // With `short_k`, the prologue fills one stage more than the loop keeps ahead (no gemm runs
   // yet): a K of ~2 steps (a grouped wgrad's segment) has its second step in flight with its
@@ -380,6 +392,7 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
   for (int d = 0; d < fill; ++d) issue(cc::Val(int64_t{d}));
   s.serial(steps - 1, [&](cc::Idx ko) {
     s.mbarrier_wait(st.full, slot(ko), parity(ko));
+    if (st.unpack_b) st.unpack_b(s.let(slot(ko), "unpack"), ko);
     s.barrier();
     if (st.short_k)
       s.if_then(ko > 0, [&] { issue(ko + ahead); });
@@ -388,6 +401,7 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
     gemm(s.let(slot(ko), "cur"), true);
   });
   s.mbarrier_wait(st.full, zero, parity(steps - 1));
+  if (st.unpack_b) st.unpack_b(zero, steps - 1);
   s.barrier();
   if (st.again) s.mbarrier_inval(st.full);  // every copy landed, every thread past its waits
   if (mask_last) {

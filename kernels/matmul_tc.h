@@ -132,6 +132,13 @@ struct TcAsyncStaging {
   // A K of a few steps: the prologue puts one step more in flight (tc_async_steps).
   bool short_k = false;
   int64_t k_step = kTcK;  // tc_k_step of the operands' dtype
+  // b's boxes land here instead (one box a stage, the whole of stage j's slice), and `unpack_b`
+  // (stage, step) then writes that step's tile of bs from it, after the step's copies landed and
+  // before the barrier ahead of its gemm, while the previous step's gemm still runs: FP4 weights
+  // decoded into the 16-bit tile the tensor core reads (grouped_matmul_fp4).
+  compiler::Buf b_landing;
+  std::vector<int64_t> b_landing_tile;  // a stage's extents (b_landing is [stages, ..these])
+  std::function<void(const compiler::Val&, const compiler::Val&)> unpack_b;
 };
 TcAsyncStaging tc_async_staging(compiler::Scope& s, DType dtype, bool ta, bool tb,
                                 int64_t rows = kTcM, int stages = kTcAsyncStages,

@@ -35,6 +35,11 @@ double ceil_pow2(double s) {
   return m == 0.5 ? s : std::ldexp(1.0, e);
 }
 
+double clamp_pow2(double s) {
+  if (s <= 0x1p-127) return 0x1p-127;  // also a quotient that underflowed to 0
+  return s >= 0x1p127 ? 0x1p127 : ceil_pow2(s);
+}
+
 double amax(const double* x, int64_t count, int64_t stride) {
   double m = 0;
   for (int64_t j = 0; j < count; ++j) {
@@ -71,7 +76,13 @@ void fold_spans(cc::Scope& s, const cc::Buf& mag, const cc::Buf& span_max, int64
 cc::Val block_scale(cc::Scope& s, const cc::Val& amax, const Format& f, bool pow2) {
   cc::Val q = s.let(amax / static_cast<float>(f.max), "q");
   cc::Val scale = s.let(cc::select(amax == 0.0f, cc::Val(1.0f), q), "scale");
-  return pow2 ? s.let(ceil_pow2(s, scale), "scale2") : scale;
+  if (!pow2) return scale;
+  // Within UE8M0's [2^-127, 2^127] (a quotient that underflowed to 0 too), so that the scale is
+  // one a stored e8m0 holds: quantize's e8m0 scales are these, and its codes times them are
+  // this rounding's values (graph/fold_fp4_weights.h). NaN passes through.
+  cc::Val p = s.let(ceil_pow2(s, scale), "scale2");
+  cc::Val lo = cc::select(p < 0x1p-127f, cc::Val(0x1p-127f), p);
+  return s.let(cc::select(p > 0x1p127f, cc::Val(0x1p127f), lo), "scale3");
 }
 
 Divisor divisor(cc::Scope& s, const cc::Val& scale, bool pow2) {
@@ -159,7 +170,7 @@ void ref_quantize_rows(RefTensor& y, const RowQuant& q) {
     if ((b0 / q.block) % q.per_row >= q.rounded) continue;  // past extent: kept
     const double a = amax(&y.data[b0], q.block);
     double s = a == 0 ? 1.0 : f32(a / q.f.max);
-    if (q.pow2 && std::isfinite(s) && s > 0) s = ceil_pow2(s);
+    if (q.pow2 && !std::isnan(s)) s = clamp_pow2(s);
     for (int64_t j = b0; j < b0 + q.block; ++j)
       y.data[j] = f32(round_format(f32(y.data[j] / s), q.f) * s);
   }

@@ -36,6 +36,8 @@ inline double f32(double v) { return static_cast<double>(static_cast<float>(v));
 double round_format(double v, const Format& f);
 // The smallest power of two >= s (s finite and > 0).
 double ceil_pow2(double s);
+// UE8M0's scale for a quotient s >= 0 (not NaN): ceil_pow2(s) within [2^-127, 2^127].
+double clamp_pow2(double s);
 // max |x| over x[begin, end) with a stride: NaN if any element is NaN.
 double amax(const double* x, int64_t count, int64_t stride = 1);
 
@@ -55,7 +57,8 @@ inline cc::Val magnitude(const cc::Val& x) { return bits(x) & i32(0x7fffffff); }
 // first step of the tiled kernels' block amax (`fragment` names the thread's running max).
 void fold_spans(cc::Scope& s, const cc::Buf& mag, const cc::Buf& span_max, int64_t rows,
                 int64_t spans, int64_t span, const std::string& fragment);
-// amax / max_finite(format) in f32 (1 when amax = 0); pow2: the next power of two up.
+// amax / max_finite(format) in f32 (1 when amax = 0); pow2: the next power of two up, within
+// UE8M0's [2^-127, 2^127].
 cc::Val block_scale(cc::Scope& s, const cc::Val& amax, const Format& f, bool pow2);
 
 // A row's x / scale. With a power-of-two scale it is (x * pre) * post, one rounding, the same

@@ -4,7 +4,8 @@
 // x's dtype. Per block:
 //   amax = max |x| (NaN if any element is NaN)
 //   s    = amax / max_finite(format) in f32 (1 when amax = 0); with scale: ue8m0 the smallest
-//          power of two >= that quotient, so no element can overflow the format
+//          power of two >= that quotient, so no element can overflow the format, kept within
+//          UE8M0's [2^-127, 2^127] (quantize's e8m0 scales: its codes give these values)
 //   y    = decode(encode(x / s)) · s, encode rounding to nearest even (compiler/transforms/
 //          narrow_float.h: e4m3 and e2m1 saturate, e5m2 overflows to inf; e2m1 has no NaN, so a
 //          NaN quotient gives +6)
@@ -279,7 +280,8 @@ void register_quantize(OpRegistry& registry) {
   registry.add(
       {.name = "fake_quant",
        .doc = "y = x rounded through format with one scale per block of the last axis: s = "
-              "amax/max_finite (ue8m0: the next power of two), y = decode(encode(x/s))·s in f32; "
+              "amax/max_finite (ue8m0: the next power of two, within e8m0's [2^-127, 2^127]), y = "
+              "decode(encode(x/s))·s in f32; "
               "gradient straight-through (dx = dy)",
        .inputs = {"x"},
        .outputs = {"y"},

@@ -125,6 +125,11 @@ constexpr std::array kOptions = {
                "output, and a fake_quant of an rmsnorm's, rmsnorm_rope's or swiglu's, into\n"
                "that op's kernel (default on; results are bit-identical either way)",
                [](Options& o, std::string_view, const std::string& v) { o.fold = v == "on"; }},
+    OptionSpec{
+        "--fp4-weights", "", "on|off", Value::Choice,
+        "keep MXFP4-trained expert weights as FP4 codes that the grouped GEMMs decode\n"
+        "in shared memory (default off: slower today; bit-identical either way)",
+        [](Options& o, std::string_view, const std::string& v) { o.fp4_weights = v == "on"; }},
     OptionSpec{"--profile", "", "on|off", Value::Choice,
                "time the profiling pass's kernels with CUPTI (on, default) or events (off)",
                [](Options& o, std::string_view, const std::string& v) { o.profile = v == "on"; }},

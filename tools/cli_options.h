@@ -17,8 +17,9 @@ struct Options {
   std::string model_path, device = "auto", mode = "graph";
   std::string weights, save, report, dump_dir, trace;  // paths; empty = not given
   bool pdl = true;
-  bool fold = true;     // --fold off: no add folded into the op before it (graph/fold_adds.h)
-  bool profile = true;  // --profile off: the profiling pass times kernels with events only
+  bool fold = true;          // --fold off: no add folded into the op before it (graph/fold_adds.h)
+  bool fp4_weights = false;  // --fp4-weights on: graph/fold_fp4_weights.h
+  bool profile = true;       // --profile off: the profiling pass times kernels with events only
   int steps = 1;
   uint64_t seed = 0;
   // --dim NAME=N, in the order given: each replaces the value of a dim the model declares.

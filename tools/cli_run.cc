@@ -44,6 +44,7 @@ SessionOptions session_options(const Options& o, Device device, LaunchMode mode)
   so.mode = mode;
   so.pdl = o.pdl;
   so.fold = o.fold;
+  so.fp4_weights = o.fp4_weights;
   so.profile = o.profile;
   so.seed = o.seed;
   so.dump_dir = o.dump_dir;

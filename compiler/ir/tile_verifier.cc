@@ -225,6 +225,9 @@ class TileVerifier : public IRVisitor {
     }
     if (const Binary* b = e.as<Binary>()) {
       if (b->op == BinaryOp::Mul) return multiple_of(b->a, n) || multiple_of(b->b, n);
+      // a / c of a multiple of n·c is exact and a multiple of n (FP4 codes: bytes = K / 2).
+      int64_t c;
+      if (b->op == BinaryOp::Div && const_int(b->b, &c) && c > 0) return multiple_of(b->a, n * c);
       if (b->op == BinaryOp::Add || b->op == BinaryOp::Sub || b->op == BinaryOp::Min ||
           b->op == BinaryOp::Max)
         return multiple_of(b->a, n) && multiple_of(b->b, n);

@@ -160,7 +160,7 @@ Session::Session(const Model& model, SessionOptions options) : impl_(std::make_u
     graph::append_backward(s.model, ops);
     graph::append_update(s.model, ops);
   }
-  s.graph = graph::expand(std::move(ops), options.fold);
+  s.graph = graph::expand(std::move(ops), options.fold, options.fp4_weights);
   check_memory(s.model, s.graph, device);
   if (!options.dump_dir.empty()) dump_kernels(s.graph, options.dump_dir);
   s.executor = device == Device::Cuda

@@ -29,6 +29,11 @@ struct SessionOptions {
   // the tensor cores), and such a fake_quant of an rmsnorm's, rmsnorm_rope's or swiglu's output
   // into their kernel: one kernel fewer each, the same bits either way.
   bool fold = true;
+  // Keep a weight's MXFP4 fake_quant that only grouped GEMMs read as FP4 codes and e8m0 scales,
+  // which the GEMMs decode in shared memory (graph/fold_fp4_weights.h): a quarter of the weight
+  // bytes, the same bits. Off by default: the decoding GEMMs measured slower than the bf16 ones
+  // they replace (bench/RESULTS.md, fortieth session).
+  bool fp4_weights = false;
   // Called with one line of compile progress at a time (e.g. "compiling 12/31 kernels").
   void (*progress)(const char* line) = nullptr;
 };

@@ -56,12 +56,18 @@ class GpuSession : public ::testing::Test {
 
 // One step of `m` (forward and backward, a random seed) on the GPU in launch and in graph mode
 // gives the CPU's bits, and the graph step passes its check against the double reference.
-void expect_step_bit_identical_to_the_cpu(const Model& m) {
+void expect_step_bit_identical_to_the_cpu(const Model& m, bool fp4_weights = false) {
   uint64_t seed = std::random_device{}();
   std::printf("%s: seed %llu\n", m.name.c_str(), static_cast<unsigned long long>(seed));
-  Session cpu(m, {.device = Device::Cpu, .seed = seed});
-  Session launch(m, {.device = Device::Cuda, .mode = LaunchMode::Launch, .seed = seed});
-  Session graph(m, {.device = Device::Cuda, .mode = LaunchMode::Graph, .seed = seed});
+  Session cpu(m, {.device = Device::Cpu, .seed = seed, .fp4_weights = fp4_weights});
+  Session launch(m, {.device = Device::Cuda,
+                     .mode = LaunchMode::Launch,
+                     .seed = seed,
+                     .fp4_weights = fp4_weights});
+  Session graph(m, {.device = Device::Cuda,
+                    .mode = LaunchMode::Graph,
+                    .seed = seed,
+                    .fp4_weights = fp4_weights});
   EXPECT_EQ(launch.device_name(), "cuda");
   TensorMap want = step(cpu);
   expect_bit_identical(want, step(launch), "launch vs cpu");
@@ -84,6 +90,13 @@ TEST_F(GpuSession, Tf32StepBitIdenticalToTheCpuInBothModes) {
 // on the FP8 tensor-core path, the CPU running its model), within the FP8 tolerance.
 TEST_F(GpuSession, Fp8TrainStepBitIdenticalToTheCpuInBothModes) {
   expect_step_bit_identical_to_the_cpu(load_model(source_dir() + "/configs/fp8_train.yaml"));
+}
+
+// MoE experts trained through MXFP4 (configs/fp4_experts.yaml): the weights kept as FP4 codes
+// and decoded in shared memory by the grouped GEMMs' TMA kernels (forward and dx), as the CPU's.
+TEST_F(GpuSession, Fp4ExpertsStepBitIdenticalToTheCpuInBothModes) {
+  expect_step_bit_identical_to_the_cpu(load_model(source_dir() + "/configs/fp4_experts.yaml"),
+                                       /*fp4_weights=*/true);
 }
 
 // Training loops (configs/classifier.yaml: cross-entropy on integer labels, AdamW updates in

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "compiler/codegen/mma_model.h"
+#include "kernels/grouped_matmul_tc.h"
 #include "tests/kernels/kernel_runner.h"
 #include "tilerun/tilerun.h"
 
@@ -337,6 +338,61 @@ OpExpansion expand_grouped(DType dtype, bool tb, int64_t rows, int64_t k, int64_
       {DType::I32, {experts}}};
   if (sorted) in.push_back({DType::I32, {2}});
   return schema.expand(in, schema.infer(in, attrs), attrs);
+}
+
+// grouped_matmul_fp4: FP4 codes over all of e2m1 and e8m0 scales over 40 binades (a weight times
+// its scale is exact in bf16), segments of 0 to several tiles. With the sorted contract (bf16, K a
+// multiple of 64) the kernel that decodes each step's codes in shared memory runs; it, and the
+// dequantize-then-grouped_matmul expansion without the contract, give grouped_matmul's bits on
+// the dequantized weights, for both transposes and scale blocks of 16 and 32.
+TEST(GroupedMatmulFp4, DecodedWeightsGiveGroupedMatmulsBits) {
+  std::mt19937_64 rng(testing::test_seed() + 11);
+  const struct {
+    bool tb;
+    int64_t rows, k, n, experts, block;
+  } cases[] = {{true, 300, 128, 72, 5, 32},
+               {false, 300, 64, 96, 5, 32},
+               {true, 90, 192, 16, 40, 16},
+               {false, 260, 128, 160, 3, 32}};
+  const std::map<int, DType> fp4 = {
+      {1, DType::FP4E2M1}, {2, DType::E8M0}, {3, DType::I32}, {4, DType::I32}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(::testing::Message() << (c.tb ? "transpose_b " : "") << c.rows << "x" << c.k << "x"
+                                      << c.n << " E " << c.experts << " B " << c.block);
+    const std::vector<int64_t> ws =
+        c.tb ? std::vector{c.experts, c.n, c.k} : std::vector{c.experts, c.k, c.n};
+    RefTensor x = testing::rounded(DType::BF16, testing::random_tensor(rng, {c.rows, c.k}));
+    RefTensor w = testing::random_tensor(rng, ws);
+    for (double& v : w.data) v *= 3.5;
+    w = testing::rounded(DType::FP4E2M1, w);
+    RefTensor scale{.shape = {ws[0], ws[1], ws[2] / c.block}, .data = {}};
+    std::uniform_int_distribution<int> binade(-20, 20);
+    for (int64_t i = 0; i < scale.shape[0] * scale.shape[1] * scale.shape[2]; ++i)
+      scale.data.push_back(std::ldexp(1.0, binade(rng)));
+    RefTensor wd = w;  // the dequantized weights, exact
+    for (int64_t i = 0; i < wd.numel(); ++i) wd.data[i] *= scale.data[i / c.block];
+    RefTensor off = random_offsets(rng, c.experts, 0, c.rows);
+    const Bytes want = run_grouped(DType::BF16, c.tb, x, wd, off, true);
+    const Attrs attrs{{"transpose_b", c.tb}};
+    const Bytes decoded = runner().run("grouped_matmul_fp4", {x, w, scale, off, good_status()},
+                                       attrs, DType::BF16, 7.0, fp4)[0];
+    const Bytes dequantized =
+        runner().run("grouped_matmul_fp4", {x, w, scale, off}, attrs, DType::BF16, 7.0, fp4)[0];
+    EXPECT_EQ(decoded.data, want.data);
+    EXPECT_EQ(dequantized.data, want.data);
+    // The sorted case ran the decoding kernel, the other dequantize's and grouped_matmul's.
+    const OpSchema& schema = testing::schema_of("grouped_matmul_fp4");
+    std::vector<TensorType> in = {{DType::BF16, x.shape},
+                                  {DType::FP4E2M1, ws},
+                                  {DType::E8M0, scale.shape},
+                                  {DType::I32, {c.experts}},
+                                  {DType::I32, {2}}};
+    OpExpansion ex = schema.expand(in, schema.infer(in, attrs), attrs);
+    ASSERT_EQ(ex.calls.size(), 1u);
+    EXPECT_EQ(ex.calls[0].kernel->sig.name, grouped_fp4_aligned_name(c.tb, c.block) + "_bf16");
+    in.pop_back();
+    EXPECT_EQ(schema.expand(in, schema.infer(in, attrs), attrs).calls.size(), 2u);
+  }
 }
 
 // copy_async where x's and w's rows are 16-byte aligned (K, and N unless transposed, multiples

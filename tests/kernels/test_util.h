@@ -144,6 +144,14 @@ inline bool integer_input(const OpSchema& schema, size_t i,
   return !dtype_is_float(input_dtype(schema, i, DType::F32, per_case));
 }
 
+// Whether input i is never differentiated: an integer, or stored low-precision codes or scales
+// (FP8, FP4, E8M0 in a fixed slot: grouped_matmul_fp4's weights are frozen storage).
+inline bool frozen_input(const OpSchema& schema, size_t i) {
+  const DType d = input_dtype(schema, i, DType::F32, {});
+  return integer_input(schema, i) || d == DType::F8E4M3 || d == DType::F8E5M2 ||
+         d == DType::FP4E2M1 || d == DType::E8M0;
+}
+
 // Whether an op run on this case takes its dtype from its dtype attribute: it has one and none
 // of its inputs carries the op's dtype (fill has none; dequantize's codes and scales have the
 // case's dtypes); the suites then set the attribute to the dtype they run.

@@ -12,6 +12,7 @@
 
 #include "compiler/ir/kernel.h"
 #include "graph/autodiff.h"
+#include "graph/fold_fp4_weights.h"
 #include "graph/kernel_graph.h"
 #include "tests/graph/runtime/bf16_round_case.h"
 #include "tilerun/tilerun.h"
@@ -121,8 +122,9 @@ TEST(Session, RepeatsBitForBitAndDependsOnTheSeed) {
 }
 
 // One step's outputs and gradients, and the session's kernel count, with or without folding.
-std::pair<TensorMap, int> step_folded(const Model& model, uint64_t seed, bool fold) {
-  Session s(model, {.device = Device::Cpu, .seed = seed, .fold = fold});
+std::pair<TensorMap, int> step_folded(const Model& model, uint64_t seed, bool fold,
+                                      bool fp4_weights = false) {
+  Session s(model, {.device = Device::Cpu, .seed = seed, .fold = fold, .fp4_weights = fp4_weights});
   s.forward();
   s.backward();
   TensorMap all = s.outputs();
@@ -336,6 +338,53 @@ TEST(Session, FoldedQuantEpiloguesGiveTheSameBits) {
     const auto [folded, plain] = expect_folding_keeps_the_bits(parse_model(yaml, "s.yaml"), dtype);
     EXPECT_EQ(folded + 5, plain) << dtype;
   }
+}
+
+// MoE experts' weights trained through an MXFP4 fake_quant (V4's): each fake_quant whose only
+// readers are grouped_matmuls becomes a quantize to codes and e8m0 scales, and the forward's and
+// the backward's dx products grouped_matmul_fp4s of the codes (graph/fold_fp4_weights.h), both
+// transposes; every output and gradient bit for bit as unfolded, no kernel more. A fake_quant
+// that something else reads too stays.
+TEST(Session, FoldedFp4WeightsGiveTheSameBits) {
+  const std::string yaml =
+      "model: s\ndtype: bf16\ndims: {T: 150, D: 128, F: 64, E: 5}\ninputs:\n"
+      "  x: {shape: [T, D]}\nlayers:\n  - name: l\n    weights:\n"
+      "      wg: {shape: [D, E]}\n      w1: {shape: [E, F, D], init: {normal: {std: 0.1}}}\n"
+      "      w2: {shape: [E, F, D], init: {normal: {std: 0.1}}}\n"
+      "      w3: {shape: [E, F, D], init: {normal: {std: 0.1}}}\n    ops:\n"
+      "      - {op: matmul, in: [x, wg], out: logits}\n"
+      "      - {op: argmax, in: logits, out: ids, keepdims: true}\n"
+      "      - {op: counting_sort, in: ids, out: [position, order, row, offsets], bins: E}\n"
+      "      - {op: gather_rows, in: [x, row, position], out: xs}\n"
+      "      - {op: fake_quant, in: w1, out: w1q, format: fp4e2m1, block: 32, scale: ue8m0}\n"
+      "      - {op: grouped_matmul, in: [xs, w1q, offsets], out: h, transpose_b: true}\n"
+      "      - {op: silu, in: h, out: a}\n"
+      "      - {op: fake_quant, in: w2, out: w2q, format: fp4e2m1, block: 32, scale: ue8m0}\n"
+      "      - {op: grouped_matmul, in: [a, w2q, offsets], out: y}\n"
+      // read by a grouped_matmul and by a mul: stays
+      "      - {op: fake_quant, in: w3, out: w3q, format: fp4e2m1, block: 32, scale: ue8m0}\n"
+      "      - {op: grouped_matmul, in: [xs, w3q, offsets], out: z, transpose_b: true}\n"
+      "      - {op: mul, in: [w3q, w3], out: v}\n"
+      "outputs: [l.y, l.z, l.v]\n";
+  const Model model = parse_model(yaml, "s.yaml");
+  const uint64_t seed = fresh_seed();
+  const auto [folded, folded_kernels] = step_folded(model, seed, true, /*fp4_weights=*/true);
+  const auto [plain, plain_kernels] = step_folded(model, seed, true);
+  EXPECT_EQ(folded.size(), plain.size());
+  for (const auto& [name, t] : folded) EXPECT_EQ(t.data, plain.at(name).data) << name;
+  EXPECT_EQ(folded_kernels, plain_kernels);
+  graph::OpGraph g = graph::build_forward(model);
+  graph::append_backward(model, g);
+  EXPECT_EQ(graph::fold_fp4_weights(g), 2);
+  int fp4 = 0, quantize = 0, fake_quant = 0;
+  for (const graph::GraphOp& op : g.ops) {
+    fp4 += op.type == "grouped_matmul_fp4";
+    quantize += op.type == "quantize";
+    fake_quant += op.type == "fake_quant";
+  }
+  EXPECT_EQ(fp4, 4);  // two forward products, their two dx
+  EXPECT_EQ(quantize, 2);
+  EXPECT_EQ(fake_quant, 1);
 }
 
 // weighted_relu_sum then an add of a mask (the indexer's score as a user may write it): folded
