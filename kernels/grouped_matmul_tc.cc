@@ -198,9 +198,10 @@ void unpack_fp4(cc::Scope& s, TcAsyncStaging& st, const Fp4Weights& fp4, bool tb
       cc::Val c = cc::shr_logical(byte, shift) & cc::literal(cc::Type::I32, 0xf);
       return cc::Val(cc::narrow_float_to_f32(DType::FP4E2M1, c.expr(), "w"));
     };
-    // Eight consecutive elements of a row a thread (one block of scales): the tile's stores go
-    // as 16-byte vectors (a whole chunk of the swizzle), the bytes and the scale it reads are
-    // the same few for the eight.
+    // Eight consecutive elements of a row a thread (a 16-byte chunk of the swizzle, one block of
+    // scales). The stores still go one element at a time: vectorize_accesses moves global
+    // accesses and shared loads as vectors, not shared stores (why this decode is slow today,
+    // bench/RESULTS.md, fortieth session).
     s.annotate_layout(8);
     if (tb) {
       // Row i of the tile is w[e]'s row n0 + i, its column c the code k0 + c.
