@@ -202,12 +202,25 @@ TcSplit plan_tc_split_rows(int64_t n, int64_t k) {
 }
 
 // The async kernel's tile rows: 64 (one warpgroup) when 128-row tiles would leave half of the 132
-// SMs idle, else 128; they set no output's chain, so may follow M (RowsDoNotDependOnM). For a
-// transposed a as for a plain one: the backward's weight gradients (x^T dy over 1024 tokens,
-// 64 tiles of 128 x 128) took 10.4 us each on 64 SMs.
-int64_t tc_tile_rows(int64_t m, int64_t n) {
-  const int64_t tiles = ((m + kTcM - 1) / kTcM) * ((n + kTcN - 1) / kTcN);
-  return 2 * tiles <= kSms ? 64 : kTcM;
+// SMs idle; for 16-bit operands 256 where the fewer, larger tiles finish first by a cost model
+// measured on the H100 (bench/RESULTS.md, forty-first session: a 128-row tile's 64-wide K step
+// 0.40 us and its prologue and epilogue 5.7 us, a 256-row tile's 0.65 and 17; the grid's waves
+// one after another), which takes the large tile for a long K (from ~40 steps at equal waves);
+// else 128. They set no output's chain, so may follow M and K (RowsDoNotDependOnM). For a
+// transposed a as for a plain one: the backward's weight gradients (x^T dy over 1024 tokens, 64
+// tiles of 128 x 128) took 10.4 us each on 64 SMs.
+int64_t tc_tile_rows(int64_t m, int64_t n, int64_t k, DType dt) {
+  const int64_t col_tiles = (n + kTcN - 1) / kTcN;
+  const int64_t tiles = ((m + kTcM - 1) / kTcM) * col_tiles;
+  if (2 * tiles <= kSms) return 64;
+  if (dtype_bytes(dt, 1) != 2) return kTcM;
+  const int64_t big_tiles = ((m + kTcBigRows - 1) / kTcBigRows) * col_tiles;
+  const int64_t steps = std::max<int64_t>((k + kTcK - 1) / kTcK, 1);
+  auto waves = [](int64_t t) { return (t + kSms - 1) / kSms; };
+  // Hundredths of a microsecond.
+  const int64_t small = waves(tiles) * (40 * steps + 570);
+  const int64_t big = waves(big_tiles) * (65 * steps + 1700);
+  return big < small ? kTcBigRows : kTcM;
 }
 
 // Split K's two kernels: the slices' partials into f32 scratch, then their sum in split order.
@@ -335,7 +348,7 @@ OpExpansion matmul_expansion(KernelCache& cache_ref, const std::vector<TensorTyp
       if (!ta && aligned) {
         if (const TcSplit split = plan_tc_split_rows(n, k); split.splits > 1)
           return tc_split_expansion(*cache, dt, false, tb, true, m * mb.count, n, k, split);
-        const int64_t rows = tc_tile_rows(m * mb.count, n);
+        const int64_t rows = tc_tile_rows(m * mb.count, n, k, dt);
         return tc_async_expansion(*cache, dt, false, tb, rows, n % 8 == 0, addend, fused,
                                   {m * mb.count, n, k});
       }
@@ -345,7 +358,7 @@ OpExpansion matmul_expansion(KernelCache& cache_ref, const std::vector<TensorTyp
           return tc_split_expansion(*cache, dt, ta, tb, ta_async, m, n, k, split);
       if (ta_async) {
         // Tile rows by M too (a transposed a's K runs over the tokens: no row is a token's).
-        const int64_t rows = tc_tile_rows(m, n);
+        const int64_t rows = tc_tile_rows(m, n, k, dt);
         return tc_async_expansion(*cache, dt, ta, tb, rows, n % 8 == 0, addend, fused, {m, n, k});
       }
       KernelCall tc{.kernel = cache->get(kernel_key(tc_matmul_name(ta, tb), dt),
@@ -552,8 +565,9 @@ bool tc_batch_fits(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
 KernelCall tc_batch_call(KernelCache& cache, DType dt, bool ta, bool tb, bool a_batched,
                          bool b_batched, TcBatchMid mid, int64_t m, int64_t n, int64_t k,
                          int64_t count, KernelArg a, KernelArg b, KernelArg c) {
-  // The tile's rows by the blocks of all the batch's products together (bits unchanged).
-  const int64_t rows = tc_tile_rows(m * count, n);
+  // The tile's rows by the blocks of all the batch's products together (bits unchanged); the
+  // batched kernel has no 256-row tile.
+  const int64_t rows = std::min(tc_tile_rows(m * count, n, k, dt), kTcM);
   const bool n8 = n % 8 == 0;
   return {.kernel = cache.get(
               kernel_key(tc_async_batch_name(ta, tb, a_batched, b_batched, rows, n8, mid), dt),

@@ -307,13 +307,16 @@ cc::Kernel build_tc_splitk_sum(DType dtype, bool flat) {
 
 std::string tc_async_name(bool ta, bool tb, int64_t rows, bool n8, bool addend) {
   return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_" +
-         std::to_string(rows) + "x128x64_tma" + std::to_string(kAsyncStages) +
+         std::to_string(rows) + "x128x64_tma" +
+         std::to_string(rows == kTcBigRows ? kBigTileStages : kAsyncStages) +
          (tb && !n8 ? "_n1" : "") + (addend ? "_add" : "");
 }
 
 TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb, int64_t rows,
                                 int stages, bool again) {
-  TR_CHECK(rows == 64 || rows == 128, "a tensor-core tile of 64 or 128 rows");
+  TR_CHECK(rows == 64 || rows == kTcM || rows == kTcBigRows,
+           "a tensor-core tile of 64, 128 or 256 rows");
+  TR_CHECK(rows != kTcBigRows || dtype_bytes(dtype, 1) == 2, "a 256-row tile of 16-bit elements");
   TR_CHECK(stages >= 3, "at least three stages (the copies run stages - 2 steps ahead)");
   // f32 (tf32) operands only K-major: the wgmma reads no MN-major tf32 tile.
   TR_CHECK(dtype != DType::F32 || (!ta && tb), "a tf32 tile is K-major (a [m, k], b [n, k])");
@@ -511,20 +514,32 @@ cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bo
   cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
   cc::Buf add = addend ? kb.input("addend", dtype, {m, n}) : cc::Buf{};
   cc::Buf c = kb.output("c", dtype, {m, n});
-  // Two threads a row: a warpgroup per 64 rows.
+  // Two threads a row: a warpgroup per 64 rows; a 256-row tile's two warpgroups 128 rows each.
+  const bool big = rows == kTcBigRows;
   kb.body(
-      {cc::ceildiv(n, kTcN), cc::ceildiv(m, rows)}, static_cast<int>(2 * rows), [&](cc::Scope& s) {
+      {cc::ceildiv(n, kTcN), cc::ceildiv(m, rows)}, big ? kTcThreads : static_cast<int>(2 * rows),
+      [&](cc::Scope& s) {
         cc::Idx m0 = s.block_idx(1) * rows, n0 = s.block_idx(0) * kTcN;
-        TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows, tc_async_stages(dtype));
+        TcAsyncStaging st =
+            tc_async_staging(s, dtype, ta, tb, rows, big ? kBigTileStages : tc_async_stages(dtype));
         s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
         tc_async_steps(
             s, st, tc_async_boxes(a, b, ta, tb, m0, n0, cc::Val(int64_t{0}), st.k_step, rows), k);
         TcValueAt plus;
         if (addend)
           plus = [&](const cc::Val& r, const cc::Val& col) { return cc::Val(add(r, col)); };
+        // A 256-row tile's epilogue in a's first two stages (free once every gemm is done), its
+        // column c in stage c / 64: [256, 64] per stage, or m's four [64 (k), 64 (m)] panels
+        // when a is transposed (the same 128-byte swizzled rows; a warp's fragment stores, 8
+        // rows of one 16-byte chunk, land on 8 chunks of distinct banks).
+        TcTileAt tile;
+        if (big)
+          tile = [&](const cc::Val& r, const cc::Val& col) {
+            return ta ? st.as(col / 64, r / 64, r % 64, col % 64) : st.as(col / 64, r, col % 64);
+          };
         tc_store_through_shared(
             s, dtype, {st.acc}, st.rows, m0, n0, m, n,
-            [&](const cc::Val& r, const cc::Val& col) { return c(r, col); }, false, {}, plus);
+            [&](const cc::Val& r, const cc::Val& col) { return c(r, col); }, false, tile, plus);
       });
   return kb.build();
 }

@@ -19,6 +19,13 @@ namespace tilerun::kernels {
 // operands; f32 ones, read as tf32, in steps of 32: tc_k_step).
 constexpr int64_t kTcM = 128, kTcN = 128, kTcK = 64;
 constexpr int kTcThreads = 256;
+// The TMA matmul's large tile: 256 rows on the same two warpgroups, each two 64-row blocks of
+// wgmma (128 accumulator registers a thread). A step then reads a's 256 rows and b's 128 columns
+// (48 KB) for twice a 128-row tile's products: a quarter fewer bytes from L2 a product, and
+// twice the tensor-core time a step to hide each step's wait and barrier behind. Four stages
+// (192 KB); the epilogue's tile lives in the stages. 16-bit elements only.
+constexpr int64_t kTcBigRows = 256;
+constexpr int kBigTileStages = 4;
 
 // The K step of a K-major tile: one 128-byte row of the 128B swizzle, 64 elements of 16 bits or
 // 32 of f32 (a tf32 gemm's, wgmma k8 four times a step).
@@ -44,8 +51,9 @@ compiler::Kernel build_tc_splitk_sum(DType dtype, bool flat);
 // when b is not, multiples of 8 (16-byte rows); a transposed a lands as m's MN-major panels.
 // The same bits as build_tc_matmul; the split-K variant those of build_tc_matmul_splitk.
 // `rows` = 64: a 64 x 128 tile for one warpgroup (128 threads), twice the blocks of a product
-// with few 128-row tiles; the tile's rows set no output's chain (each output's K loop is the
-// same), so the bits are the same whichever tile runs.
+// with few 128-row tiles; `rows` = kTcBigRows (16-bit only) a 256 x 128 tile on two warpgroups,
+// half the blocks of a product with many. The tile's rows set no output's chain (each output's
+// K loop is the same), so the bits are the same whichever tile runs.
 // `n8`: N is a multiple of 8 (always so when b is not transposed), so c's rows are 16-byte
 // aligned and the epilogue writes them as vectors; a transposed b with N not a multiple of 8
 // runs the "_n1" kernels. The bits are the same either way.

@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 
 def tilerun_step_us(binary, config, dtype, t, d, f, steps):
@@ -33,7 +34,7 @@ def tilerun_step_us(binary, config, dtype, t, d, f, steps):
     return sum(l["device_us"] for l in report["layers"])
 
 
-def torch_step_us(dtype, t, d, f, blocks, steps):
+def torch_step_us(dtype, t, d, f, blocks, steps, compile_modes):
     import torch
     dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
           "tf32": torch.float32}[dtype]
@@ -46,11 +47,15 @@ def torch_step_us(dtype, t, d, f, blocks, steps):
                    (0.02 * torch.randn(d, f, device="cuda", generator=g)).to(dt).requires_grad_(),
                    (0.02 * torch.randn(f, d, device="cuda", generator=g)).to(dt).requires_grad_()))
 
-    def step():
+    def forward(x):
         y = x
         for gw, w1, w2 in ws:
             h = torch.nn.functional.rms_norm(y, (d,), gw, 1e-6)
             y = y + torch.nn.functional.silu(h @ w1) @ w2
+        return y
+
+    def step(fwd=forward):
+        y = fwd(x)
         y.backward(y.detach())  # d(0.5*sum(y^2))/dy = y, as tilerun seeds it
 
     def timed(fn):
@@ -74,7 +79,18 @@ def torch_step_us(dtype, t, d, f, blocks, steps):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    return eager, timed(graph.replay)
+    results = {"eager": eager, "graph": timed(graph.replay)}
+    # torch.compile of the forward (its backward compiled by AOTAutograd); reduce-overhead replays
+    # both as CUDA graphs. Compile time: the warm-up steps that compile, wall clock.
+    for mode in compile_modes:
+        compiled = torch.compile(forward, mode=mode)
+        t0 = time.perf_counter()
+        for _ in range(3):
+            step(compiled)
+        torch.cuda.synchronize()
+        results[f"compile {mode}"] = timed(lambda: step(compiled))
+        results[f"compile {mode} s"] = time.perf_counter() - t0
+    return results
 
 
 def main():
@@ -85,15 +101,25 @@ def main():
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--shapes", default="1024x1024x4096,4096x2048x8192", help="TxDxF,...")
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--baseline", default="",
+                   help="a second tilerun binary timed on the same shapes (its own column)")
+    p.add_argument("--compile-modes", default="",
+                   help="torch.compile modes to time too, comma separated (default, reduce-overhead, ...)")
     args = p.parse_args()
+    modes = [m for m in args.compile_modes.split(",") if m]
     print(f"{'T x D x F':>18} {'dtype':>5} {'tilerun graph':>14} {'torch eager':>12} "
-          f"{'torch graph':>12} {'ratio':>6}")
+          f"{'torch graph':>12} {'ratio':>6}" + "".join(f" {m:>22}" for m in modes) +
+          (f" {'baseline':>12}" if args.baseline else ""))
     for shape in args.shapes.split(","):
         t, d, f = (int(v) for v in shape.split("x"))
         ours = tilerun_step_us(args.tilerun, args.config, args.dtype, t, d, f, args.steps)
-        eager, graph = torch_step_us(args.dtype, t, d, f, 2, args.steps)
-        print(f"{shape:>18} {args.dtype:>5} {ours:>11.1f} us {eager:>9.1f} us {graph:>9.1f} us "
-              f"{ours / graph:>5.2f}x")
+        r = torch_step_us(args.dtype, t, d, f, 2, args.steps, modes)
+        print(f"{shape:>18} {args.dtype:>5} {ours:>11.1f} us {r['eager']:>9.1f} us "
+              f"{r['graph']:>9.1f} us {ours / r['graph']:>5.2f}x" +
+              "".join(f" {r['compile ' + m]:>9.1f} us ({r['compile ' + m + ' s']:.0f} s)"
+                      for m in modes) +
+              (f" {tilerun_step_us(args.baseline, args.config, args.dtype, t, d, f, args.steps):>9.1f} us"
+               if args.baseline else ""))
     return 0
 
 

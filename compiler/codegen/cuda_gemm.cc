@@ -146,9 +146,11 @@ std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const s
                   ", tr_b0 = " + at_stage(b, g.b, g.b_staged()) + ";");
   }
   out.push_back("  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");");
-  // Row block r of this warpgroup is rows [64 (wg·blocks + r), +64) of a: 64 rows of 128
-  // bytes. Step s of k starts 32 bytes (16 elements) further along the rows; the hardware
-  // applies the swizzle to the address, so the atoms must be 1024-byte aligned.
+  // Row block r of this warpgroup is rows [64 (r·W + wg), +64) of a (W warpgroups), as
+  // wgmma_accumulator_layout deals them (its row blocks outside its warpgroups: register block r
+  // of warpgroup wg holds those rows): 64 rows of 128 bytes. Step s of k starts 32 bytes (16
+  // elements) further along the rows; the hardware applies the swizzle to the address, so the atoms
+  // must be 1024-byte aligned.
   for (int64_t r = 0; r < blocks; ++r) {
     for (int64_t s = 0; s < g.k / step_k; ++s) {
       std::string ops;
@@ -170,9 +172,9 @@ std::vector<std::string> wgmma_lines(const SimtKernel& k, const Gemm& g, const s
       // The row block's bytes: K-major, 64 rows of 128 bytes (k step s 32 bytes along them);
       // panels, one [k, 64 (m)] panel of k rows of 128 bytes (k step s 16 rows on, the
       // MN-major descriptor of an N-major b).
-      const std::string block = "tr_a0 + (tr_wg * " + std::to_string(blocks) + "u + " +
-                                std::to_string(r) + "u) * " +
-                                std::to_string(g.trans_a ? g.k * 128 : 8192) + "u + ";
+      const std::string block = "tr_a0 + (" + std::to_string(r) + "u * " + std::to_string(groups) +
+                                "u + tr_wg) * " + std::to_string(g.trans_a ? g.k * 128 : 8192) +
+                                "u + ";
       const std::string da = g.trans_a
                                  ? "tr_wgmma_desc_mn(" + block + std::to_string(s * 2048) + "u)"
                                  : "tr_wgmma_desc(" + block + std::to_string(s * 32) + "u)";

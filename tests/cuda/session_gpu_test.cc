@@ -314,6 +314,43 @@ INSTANTIATE_TEST_SUITE_P(Ops, GpuOpIdentity, ::testing::ValuesIn(op_params()),
                                   std::string(dtype_name(info.param.dtype));
                          });
 
+// The matmul's 256-row tile (kernels/matmul.cc picks it where such tiles fill the SMs: M = 4096,
+// N = 1024 here; its CPU bits equal the 128-row kernel's, kernels_kernel_test BigTile*): on the
+// GPU, rows of the M = 4096 products (a [K, N] and a transposed [N, K] b; nine K steps) equal
+// the same rows of an M = 1000 product (64-row tiles, whose GPU bits the op cases check against
+// the CPU).
+TEST_F(GpuSession, BigTileMatmulRowsEqualTheSmallTilesRows) {
+  auto model = [](int64_t m) {
+    return parse_model("model: bigtile\ndtype: bf16\ndims: {M: " + std::to_string(m) +
+                           ", N: 1024, K: 520}\ninputs:\n  x: {shape: [M, K]}\nlayers:\n"
+                           "  - name: mm\n    weights:\n"
+                           "      w: {shape: [K, N], init: {normal: {mean: 0, std: 0.5}}}\n"
+                           "      v: {shape: [N, K], init: {normal: {mean: 0, std: 0.5}}}\n"
+                           "    ops:\n      - {op: matmul, in: [x, w], out: y}\n"
+                           "      - {op: matmul, in: [x, v], out: z, transpose_b: true}\n"
+                           "outputs: [mm.y, mm.z]\n",
+                       "bigtile.yaml");
+  };
+  const uint64_t seed = std::random_device{}();
+  Session big(model(4096), {.device = Device::Cuda, .seed = seed, .forward_only = true});
+  big.forward();
+  const HostTensor x = big.tensor("x");
+  const int64_t m = 1000, first = 4096 - m - 3, k = 520, n = 1024;
+  Session small(model(m), {.device = Device::Cuda, .seed = seed, .forward_only = true});
+  HostTensor part{.dtype = x.dtype, .shape = {m, k}, .data = {}};
+  part.data.assign(x.data.begin() + first * k * 2, x.data.begin() + (first + m) * k * 2);
+  small.set_tensor("x", part);
+  small.set_tensor("mm.w", big.tensor("mm.w"));
+  small.set_tensor("mm.v", big.tensor("mm.v"));
+  small.forward();
+  for (const char* out : {"mm.y", "mm.z"}) {
+    const HostTensor all = big.tensor(out), rows = small.tensor(out);
+    ASSERT_EQ(rows.data.size(), static_cast<size_t>(m * n * 2)) << out;
+    EXPECT_EQ(0, std::memcmp(rows.data.data(), all.data.data() + first * n * 2, rows.data.size()))
+        << out << ": rows of the 256-row tiles differ from the small product's";
+  }
+}
+
 TEST_F(GpuSession, PdlOnAndOffBitIdentical) {
   uint64_t seed = std::random_device{}();
   for (LaunchMode mode : {LaunchMode::Graph, LaunchMode::Launch}) {

@@ -11,6 +11,9 @@
 #include "compiler/codegen/cuda_codegen.h"
 #include "compiler/codegen/mma_model.h"
 #include "compiler/ir/builder.h"
+#include "compiler/ir/layout.h"
+#include "compiler/lower.h"
+#include "kernels/matmul_tc.h"
 #include "tests/kernels/kernel_runner.h"
 
 namespace tilerun::kernels {
@@ -392,6 +395,63 @@ TEST(MatmulTensorCore, TransposedAAsyncCopyGivesTheModelsDotProducts) {
     for (bool tb : {false, true}) expect_models_dot_products(DType::BF16, true, tb, 136, 40, k);
   expect_models_dot_products(DType::F16, true, false, 24, 136, 200);
   expect_models_dot_products(DType::F16, true, true, 8, 24, 64);
+}
+
+// The 256-row tile (two 64-row wgmma blocks a warpgroup, four stages, the epilogue's tile in the
+// stages; kernels/matmul.cc runs it where such tiles still fill the SMs, a product too large to
+// run here) against the 128-row kernel on the same operands: both transposes of a and b, the
+// addend epilogue (bf16; f16 plain), ragged M, N and K (nine steps: every stage reused twice; a
+// second row tile and a second column tile, both partial), every output bit for bit; and it
+// compiles to a cubin.
+TEST(MatmulTensorCore, BigTileGivesTheSmallTilesBits) {
+  for (DType dt : {DType::BF16, DType::F16})
+    for (int flags = 0; flags < 8; ++flags) {
+      const bool ta = flags & 1, tb = flags & 2, addend = flags & 4;
+      if (addend && flags != 4) continue;            // the addend with plain operands only
+      if (dt == DType::F16 && flags != 0) continue;  // f16: the plain form
+      const int64_t m = ta ? 304 : 300, n = 136, k = 520;
+      SCOPED_TRACE(::testing::Message()
+                   << dtype_name(dt) << " ta=" << ta << " tb=" << tb << " addend=" << addend);
+      std::mt19937_64 rng(testing::test_seed() + flags);
+      auto operand = [&](std::vector<int64_t> shape) {
+        return testing::encode(dt, testing::rounded(dt, testing::random_tensor(rng, shape)).data);
+      };
+      Bytes a = operand(ta ? std::vector{k, m} : std::vector{m, k});
+      Bytes b = operand(tb ? std::vector{n, k} : std::vector{k, n});
+      Bytes add = operand({m, n});
+      std::vector<Bytes> c;
+      for (int64_t rows : {kTcM, kTcBigRows}) {
+        auto kernel = std::make_shared<const compiler::Kernel>(
+            build_tc_matmul_async(dt, ta, tb, rows, true, addend));
+        c.push_back(testing::encode(dt, std::vector<double>(m * n, kNaN)));
+        std::vector<void*> buffers = {a.data.data(), b.data.data()};
+        if (addend) buffers.push_back(add.data.data());
+        buffers.push_back(c.back().data.data());
+        runner().compiled(kernel).launch({.buffers = buffers, .dims = {m, n, k}});
+        if (rows == kTcBigRows && dt == DType::BF16)
+          EXPECT_FALSE(compiler::compile_cuda(*kernel, "").cubin.empty()) << kernel->sig.name;
+      }
+      EXPECT_EQ(c[0].data, c[1].data);
+      // Every output written (the NaN poison gone).
+      const std::vector<double> got = testing::decode(c[1]);
+      EXPECT_TRUE(std::none_of(got.begin(), got.end(), [](double v) { return std::isnan(v); }));
+    }
+}
+
+// Two row blocks a warpgroup: the wgmma lowering must give register block r of warpgroup wg the
+// rows wgmma_accumulator_layout deals it, 64 (r·W + wg), or rows land in other rows' registers
+// (the CPU runs the gemm by its meaning and cannot see it; the H100 did: the first 256-row tile
+// swapped rows 64-127 with 128-191). The layout's rows, then the lowering's a descriptors.
+TEST(MatmulTensorCore, BigTilesRowBlocksFollowTheAccumulatorLayout) {
+  const compiler::Layout acc = compiler::wgmma_accumulator_layout(256, 128, 256);
+  // Thread t's value v is element acc(t + 256 v) (thread modes first): rows of value 0 of
+  // warpgroup 1's first thread, and of value 64 (row block 1) of thread 0.
+  EXPECT_EQ(acc(128) / 128, 64);
+  EXPECT_EQ(acc(256 * 64) / 128, 128);
+  const std::string src =
+      compiler::emit_cuda(compiler::lower(build_tc_matmul_async(DType::BF16, false, true, 256)));
+  EXPECT_NE(src.find("tr_a0 + (0u * 2u + tr_wg) * 8192u"), std::string::npos);
+  EXPECT_NE(src.find("tr_a0 + (1u * 2u + tr_wg) * 8192u"), std::string::npos);
 }
 
 // Batch invariance: the tensor-core K chain is a constant (the tile's rows may follow M, but
