@@ -202,7 +202,8 @@ TcSplit plan_tc_split_rows(int64_t n, int64_t k) {
 }
 
 // The async kernel's tile rows: 64 (one warpgroup) when 128-row tiles would leave half of the 132
-// SMs idle; for 16-bit operands 256 where the fewer, larger tiles finish first by a cost model
+// SMs idle; for 16-bit operands (once kTcBigTilesOn) 256 where the fewer, larger tiles finish
+// first by a cost model
 // measured on the H100 (bench/RESULTS.md, forty-first session: a 128-row tile's 64-wide K step
 // 0.40 us and its prologue and epilogue 5.7 us, a 256-row tile's 0.65 and 17; the grid's waves
 // one after another), which takes the large tile for a long K (from ~40 steps at equal waves);
@@ -213,7 +214,7 @@ int64_t tc_tile_rows(int64_t m, int64_t n, int64_t k, DType dt) {
   const int64_t col_tiles = (n + kTcN - 1) / kTcN;
   const int64_t tiles = ((m + kTcM - 1) / kTcM) * col_tiles;
   if (2 * tiles <= kSms) return 64;
-  if (dtype_bytes(dt, 1) != 2) return kTcM;
+  if (!kTcBigTilesOn || dtype_bytes(dt, 1) != 2) return kTcM;
   const int64_t big_tiles = ((m + kTcBigRows - 1) / kTcBigRows) * col_tiles;
   const int64_t steps = std::max<int64_t>((k + kTcK - 1) / kTcK, 1);
   auto waves = [](int64_t t) { return (t + kSms - 1) / kSms; };

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "graph/runtime/cuda_driver.h"
+#include "kernels/matmul_tc.h"
 #include "kernels/op_catalog.h"
 #include "tests/graph/runtime/bf16_round_case.h"
 #include "tests/kernels/test_util.h"
@@ -314,15 +315,17 @@ INSTANTIATE_TEST_SUITE_P(Ops, GpuOpIdentity, ::testing::ValuesIn(op_params()),
                                   std::string(dtype_name(info.param.dtype));
                          });
 
-// The matmul's 256-row tile (kernels/matmul.cc picks it where such tiles fill the SMs: M = 4096,
-// N = 1024 here; its CPU bits equal the 128-row kernel's, kernels_kernel_test BigTile*): on the
-// GPU, rows of the M = 4096 products (a [K, N] and a transposed [N, K] b; nine K steps) equal
-// the same rows of an M = 1000 product (64-row tiles, whose GPU bits the op cases check against
-// the CPU).
+// The matmul's 256-row tile (kernels/matmul.cc tc_tile_rows picks it at M = 4096, N = 1024,
+// K = 4096 once kernels::kTcBigTilesOn; its CPU bits equal the 128-row kernel's,
+// kernels_kernel_test BigTile*): on the GPU, rows of the M = 4096 products (a [K, N] and a
+// transposed [N, K] b) equal the same rows of an M = 1000 product (64-row tiles, whose GPU bits
+// the op cases check against the CPU). (Its first version had K = 520, where the cost model
+// keeps 128-row tiles: it passed without running the large tile.)
 TEST_F(GpuSession, BigTileMatmulRowsEqualTheSmallTilesRows) {
+  if (!kernels::kTcBigTilesOn) GTEST_SKIP() << "the 256-row tile is off (kernels/matmul_tc.h)";
   auto model = [](int64_t m) {
     return parse_model("model: bigtile\ndtype: bf16\ndims: {M: " + std::to_string(m) +
-                           ", N: 1024, K: 520}\ninputs:\n  x: {shape: [M, K]}\nlayers:\n"
+                           ", N: 1024, K: 4096}\ninputs:\n  x: {shape: [M, K]}\nlayers:\n"
                            "  - name: mm\n    weights:\n"
                            "      w: {shape: [K, N], init: {normal: {mean: 0, std: 0.5}}}\n"
                            "      v: {shape: [N, K], init: {normal: {mean: 0, std: 0.5}}}\n"
@@ -335,7 +338,7 @@ TEST_F(GpuSession, BigTileMatmulRowsEqualTheSmallTilesRows) {
   Session big(model(4096), {.device = Device::Cuda, .seed = seed, .forward_only = true});
   big.forward();
   const HostTensor x = big.tensor("x");
-  const int64_t m = 1000, first = 4096 - m - 3, k = 520, n = 1024;
+  const int64_t m = 1000, first = 4096 - m - 3, k = 4096, n = 1024;
   Session small(model(m), {.device = Device::Cuda, .seed = seed, .forward_only = true});
   HostTensor part{.dtype = x.dtype, .shape = {m, k}, .data = {}};
   part.data.assign(x.data.begin() + first * k * 2, x.data.begin() + (first + m) * k * 2);

@@ -398,9 +398,9 @@ TEST(MatmulTensorCore, TransposedAAsyncCopyGivesTheModelsDotProducts) {
 }
 
 // The 256-row tile (two 64-row wgmma blocks a warpgroup, four stages, the epilogue's tile in the
-// stages; kernels/matmul.cc runs it where such tiles still fill the SMs, a product too large to
-// run here) against the 128-row kernel on the same operands: both transposes of a and b, the
-// addend epilogue (bf16; f16 plain), ragged M, N and K (nine steps: every stage reused twice; a
+// stages; kernels/matmul.cc's cost model picks it for long K over several waves, products too
+// large to run here) against the 128-row kernel on the same operands: both transposes of a and b,
+// the addend epilogue (bf16; f16 plain), ragged M, N and K (nine steps: every stage reused twice; a
 // second row tile and a second column tile, both partial), every output bit for bit; and it
 // compiles to a cubin.
 TEST(MatmulTensorCore, BigTileGivesTheSmallTilesBits) {

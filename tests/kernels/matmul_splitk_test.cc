@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "compiler/codegen/mma_model.h"
+#include "kernels/matmul_tc.h"
 #include "tests/kernels/kernel_runner.h"
 #include "tilerun/tilerun.h"
 
@@ -139,16 +140,19 @@ TEST(MatmulSplitK, TransposedASplitsWithFewTilesAndLongK) {
 
 // A transposed a on copy_async where M, K and (b not transposed) N are multiples of 8, else the
 // register-staged kernel: a weight gradient dW = x^T dy (M = 1024, N = 8192, K = 4096: 512
-// tiles, no split; 256-row ones, kernels/matmul.cc tc_tile_rows) and its unaligned neighbours.
+// tiles, no split; 256-row ones once kTcBigTilesOn) and its unaligned neighbours.
 TEST(MatmulSplitK, TransposedAOnCopyAsyncWhereRowsAreAligned) {
   const struct {
     bool tb;
     int64_t m, n, k;
     std::string kernel;
   } cases[] = {
-      {false, 1024, 8192, 4096, "matmul_tc_tn_256x128x64_tma4_bf16"},
+      {false, 1024, 8192, 4096,
+       kTcBigTilesOn ? "matmul_tc_tn_256x128x64_tma4_bf16" : "matmul_tc_tn_128x128x64_tma5_bf16"},
       // N not a multiple of 8 with b transposed: the "_n1" kernel (c's rows not 16-byte aligned).
-      {true, 1024, 8190, 4096, "matmul_tc_tt_256x128x64_tma4_n1_bf16"},
+      {true, 1024, 8190, 4096,
+       kTcBigTilesOn ? "matmul_tc_tt_256x128x64_tma4_n1_bf16"
+                     : "matmul_tc_tt_128x128x64_tma5_n1_bf16"},
       {false, 1020, 8192, 4096, "matmul_tc_tn_128x128x64_s3_bf16"},
       {false, 1024, 8190, 4096, "matmul_tc_tn_128x128x64_s3_bf16"},
       {false, 1024, 8192, 4092, "matmul_tc_tn_128x128x64_s3_bf16"},

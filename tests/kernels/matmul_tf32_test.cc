@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "compiler/codegen/mma_model.h"
+#include "kernels/matmul_tc.h"
 #include "tests/kernels/kernel_runner.h"
 #include "tilerun/tilerun.h"
 
@@ -95,7 +96,8 @@ TEST(MatmulTf32, FormsRunOnTheKMajorKernels) {
   for (const std::string& name : kernel_names(expand(DType::F32, strict, 4096, 4096, 4096)))
     EXPECT_EQ(name.find("_tc_"), std::string::npos) << name;
   EXPECT_EQ(kernel_names(expand(DType::BF16, tf32_attrs(false, true), 4096, 4096, 4096)),
-            (Names{"matmul_tc_nt_256x128x64_tma4_bf16"}));
+            (Names{kTcBigTilesOn ? "matmul_tc_nt_256x128x64_tma4_bf16"
+                                 : "matmul_tc_nt_128x128x64_tma5_bf16"}));
 }
 
 // Batch invariance: kernel_test.cc's MatmulTensorCore.RowsDoNotDependOnM runs tf32 too.
