@@ -386,7 +386,6 @@ cc::Kernel build_grouped_wgrad_tc_async(DType dtype, bool tb) {
             const cc::Val lo = lo_v, hi = hi_v;  // plain names, captured by the lambdas
             TcAsyncStaging st =
                 tc_async_staging(s, dtype, /*ta=*/true, /*tb=*/false, kWgradRows, kWgradStages);
-            st.short_k = true;
             s.parallel(kWgradRows, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
             cc::Val steps =
                 s.let(cc::max(cc::ceildiv(hi - lo, cc::Val(kTcK)), cc::Val(int64_t{1})), "wsteps");

@@ -189,12 +189,19 @@ TcSplit plan_tc_split(int64_t m, int64_t n, int64_t k) {
 // row's bits never depend on the batch): the grid is planned for 8 row tiles (M = 1024), so a
 // product with few column tiles and K from 4096 on (the backward's dx = dy w^T through a wide
 // layer: N = 256, K = 8192 left 16 blocks walking 128 steps each) splits into slices of at least
-// 2048, as many as would bring such an M to two blocks per SM. A larger M gets more blocks and
-// more f32 partials (splits · M · N · 4 bytes, small against a's M · K · 2).
+// 2048, as many as would bring such an M to two blocks per SM.
+//
+// Only for N up to 256 (two column tiles), where even M = 4096 leaves 64-row tiles one wave at
+// most. From three column tiles on the split cost more than it gave (H100, forty-second session,
+// gemm.py split against not): N = 512 and 1024 at M = 4096 took 53.5 and 95.1 us split, 35.9 and
+// 65.4 not; N = 2048 at M = 1024 and K = 4096 47.7 against 31.7. Its f32 partials (splits · M · N
+// · 4 bytes written, read back and summed) grow with M while the idle SMs it fills do not; only
+// 1024 x 512 x 4096 gained from it (21.9 us against 26.7).
+constexpr int64_t kMaxSplitColTiles = 2;
 TcSplit plan_tc_split_rows(int64_t n, int64_t k) {
   constexpr int64_t kMinSlice = 2048, kPlannedRowTiles = 8;
   const int64_t col_tiles = (n + kTcN - 1) / kTcN;
-  if (k < 2 * kMinSlice) return {};
+  if (k < 2 * kMinSlice || col_tiles > kMaxSplitColTiles) return {};
   const int64_t splits = std::min(2 * kSms / (col_tiles * kPlannedRowTiles), k / kMinSlice);
   if (splits < 2) return {};
   const int64_t steps = (k + kTcK - 1) / kTcK, per = (steps + splits - 1) / splits;

@@ -28,7 +28,7 @@ namespace {
 // edges read zeros.
 // (kTcM, kTcN, kTcK and kTcThreads: matmul_tc.h.)
 constexpr int kTcStages = 3, kGemmsInFlight = 0;
-// The asynchronous kernel's buffers, and how many steps its copies run ahead of the gemms.
+// The asynchronous kernel's buffers (its copies run kAsyncStages - 1 steps ahead of the gemms).
 constexpr int kAsyncStages = kTcAsyncStages;
 
 }  // namespace
@@ -295,11 +295,11 @@ cc::Kernel build_tc_splitk_sum(DType dtype, bool flat) {
 // dims' divisibility.
 //
 // Step ko reads stage slot(ko) = (steps - 1 - ko) % S of the stacks (counted from the end, so
-// the last step, peeled off with pending 0, is stage 0). The copies run A = S - 2 steps ahead
+// the last step, peeled off with pending 0, is stage 0). The copies run A = S - 1 steps ahead
 // of the gemms: at step ko the block waits until step ko's tiles landed (the (ko / S)-th phase
-// of the stage's mbarrier ended), a barrier proves every warpgroup past the wait of gemm ko - 2,
-// then the copies of step ko + A go out into the stage of step ko - 2, and gemm ko runs on
-// while the next step waits. (Tried and not kept: no barrier a step, each thread releasing its
+// of the stage's mbarrier ended), issues gemm ko and waits for gemm ko - 1, a barrier proves
+// every warpgroup past that wait, then the copies of step ko + A go out into the stage of step
+// ko - 1 while gemm ko runs on. (Tried and not kept: no barrier a step, each thread releasing its
 // stage on a second mbarrier that thread 0 waits for before refilling it, S steps ahead: 369 us
 // for 4096^3 against 308.) The copies and the gemms name their stage at run time (ir.h
 // Gemm::stage), so the loop is written once. Zero-filled edges; at least one step, so K = 0 adds
@@ -317,7 +317,7 @@ TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb, int
   TR_CHECK(rows == 64 || rows == kTcM || rows == kTcBigRows,
            "a tensor-core tile of 64, 128 or 256 rows");
   TR_CHECK(rows != kTcBigRows || dtype_bytes(dtype, 1) == 2, "a 256-row tile of 16-bit elements");
-  TR_CHECK(stages >= 3, "at least three stages (the copies run stages - 2 steps ahead)");
+  TR_CHECK(stages >= 2, "at least two stages (the copies run stages - 1 steps ahead)");
   // f32 (tf32) operands only K-major: the wgmma reads no MN-major tf32 tile.
   TR_CHECK(dtype != DType::F32 || (!ta && tb), "a tf32 tile is K-major (a [m, k], b [n, k])");
   const int64_t ks = tc_k_step(dtype);
@@ -343,9 +343,13 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
   const int64_t ks = st.k_step;
   cc::Val steps = s.let(cc::max(cc::ceildiv(k, cc::Val(ks)), cc::Val(int64_t{1})), "steps");
   const cc::Val zero(int64_t{0});
+  // Steps the copies run ahead of the gemms: every stage but the one whose gemm runs. A step's
+  // copies go out once the gemm of the step before it is done (its stage is the one they fill),
+  // which is after this step's gemm was issued: the tensor cores stay busy while the block waits
+  // and the copies are issued. (Issued before the step's gemm, they ran one stage less ahead.)
+  const int ahead = st.stages - 1;
   // In 32 bits (steps - 1 - j < 2^31: K is at most 2^31 - 1): a 64-bit modulo by a constant
   // is some twenty instructions on the step's critical path, a 32-bit one four.
-  const int ahead = st.stages - 2;  // steps the copies run ahead of the gemms
   const cc::Val stages32 = cc::literal(cc::Type::I32, st.stages);
   auto slot = [&](const cc::Val& j) { return cc::to_i64(cc::to_i32(steps - 1 - j) % stages32); };
   // The parity of the phase of its stage's mbarrier that step j's tiles end: its (j / S)-th.
@@ -386,22 +390,16 @@ void tc_async_steps(cc::Scope& s, const TcAsyncStaging& st, const TcAsyncBoxes& 
   };
   s.mbarrier_init(st.full, (st.ta ? static_cast<int>(st.rows / 64) : 1) + b_boxes);
   s.barrier();
-  // With `short_k`, the prologue fills one stage more than the loop keeps ahead (no gemm runs
-  // yet): a K of ~2 steps (a grouped wgrad's segment) has its second step in flight with its
-  // first instead of after it landed; step `ahead` is then issued here, not by the loop's first
-  // turn. (Measured on the H200: the grouped wgrad 293 -> 272 us a layer at T = 1024, the dense
-  // matmuls ~2% slower, so only where K is short.)
-  const int fill = st.short_k ? ahead + 1 : ahead;
-  for (int d = 0; d < fill; ++d) issue(cc::Val(int64_t{d}));
+  for (int d = 0; d < ahead; ++d) issue(cc::Val(int64_t{d}));
   s.serial(steps - 1, [&](cc::Idx ko) {
     s.mbarrier_wait(st.full, slot(ko), parity(ko));
-    if (st.unpack_b) st.unpack_b(s.let(slot(ko), "unpack"), ko);
-    s.barrier();
-    if (st.short_k)
-      s.if_then(ko > 0, [&] { issue(ko + ahead); });
-    else
-      issue(ko + ahead);
-    gemm(s.let(slot(ko), "cur"), true);
+    if (st.unpack_b) {
+      st.unpack_b(s.let(slot(ko), "unpack"), ko);
+      s.barrier();  // every thread's share of the tile written before the gemm reads it
+    }
+    gemm(s.let(slot(ko), "cur"), true);  // returns once the gemm of step ko - 1 is done
+    s.barrier();                         // in every warpgroup: step ko - 1's stage is free
+    issue(ko + ahead);
   });
   s.mbarrier_wait(st.full, zero, parity(steps - 1));
   if (st.unpack_b) st.unpack_b(zero, steps - 1);

@@ -27,11 +27,10 @@ constexpr int kTcThreads = 256;
 constexpr int64_t kTcBigRows = 256;
 constexpr int kBigTileStages = 4;
 // Whether the matmul expansion runs the 256-row tile where its cost model says so (matmul.cc
-// tc_tile_rows). Off until a GPU run confirms its bits: the one GPU identity run of it came before
-// the lowering fix of its row blocks and failed, and the runs after the fix happened to pick
-// 128-row tiles only (bench/RESULTS.md, forty-first session). Turn it on once
-// GpuSession.BigTileMatmulRowsEqualTheSmallTilesRows passes.
-constexpr bool kTcBigTilesOn = false;
+// tc_tile_rows). On since GpuSession.BigTileMatmulRowsEqualTheSmallTilesRows passed on an H100
+// (bench/RESULTS.md, forty-second session); the forty-first session's first GPU run of the tile,
+// before the lowering fix of its row blocks, had failed it.
+constexpr bool kTcBigTilesOn = true;
 
 // The K step of a K-major tile: one 128-byte row of the 128B swizzle, 64 elements of 16 bits or
 // 32 of f32 (a tf32 gemm's, wgmma k8 four times a step).
@@ -128,7 +127,7 @@ struct TcAsyncBoxes {
 // m's [64 (k), 64 (m)] panels, an N-major b's as n's two [64 (k), 64 (n)] panels), and the
 // accumulator (f32 [rows, 128], zeroed by the caller).
 // `rows`: the tile's rows of a (128, or 64 for one warpgroup); `stages`: the buffers (at least
-// 3; the copies run stages - 2 steps ahead of the gemms).
+// 2; the copies run stages - 1 steps ahead of the gemms).
 constexpr int kTcAsyncStages = 5;
 // The stages of the matmul kernels' TMA loop for `dtype`: f32 (tf32) tiles are twice the bytes of
 // 16-bit ones a K step's row, so four stages (128 KB), which leave room for the epilogue's tile.
@@ -143,8 +142,6 @@ struct TcAsyncStaging {
   // A kernel that runs the K loop more than once: the mbarriers are invalidated once the last
   // tiles landed, so that the next run's init counts their phases afresh.
   bool again = false;
-  // A K of a few steps: the prologue puts one step more in flight (tc_async_steps).
-  bool short_k = false;
   int64_t k_step = kTcK;  // tc_k_step of the operands' dtype
   // b's boxes land here instead (one box a stage, the whole of stage j's slice), and `unpack_b`
   // (stage, step) then writes that step's tile of bs from it, after the step's copies landed and

@@ -476,8 +476,8 @@ bool use_tensor_cores(DType dt, const SparseAttentionShape& sh) {
 // box at a multiple of 8, zeros around the W slots; slots before the row or past it arrive as
 // the box's zero fill, so the band's edges cost nothing. q's and dy's [16 (head), 64 (column)]
 // boxes are the other operands: four gemms of k = 16 a step into one [64 keys, 256 columns]
-// accumulator, the pipeline of matmul_tc.cc's (copies kBandStages - 2 steps ahead, the step's gemms
-// left running). Every sum in token order, then head order: fixed by the shape.
+// accumulator, the copies kBandStages - 2 steps ahead, issued before the step's gemms, which are
+// left running. Every sum in token order, then head order: fixed by the shape.
 constexpr int kBandStages = 8;
 constexpr int64_t kBandCols = 256;                    // columns a block: one wgmma of n = 256
 constexpr int64_t kBandPanels = kBandCols / kTcCols;  // q's and dy's 64-column boxes a step

@@ -111,9 +111,14 @@ TEST(MatmulSplitK, NotTransposedASplitDoesNotDependOnM) {
     EXPECT_EQ(ex.calls[0].kernel->sig.name, "matmul_tc_nt_128x128x64_tma5_splitk_bf16");
     EXPECT_EQ(ex.calls[0].dims, (std::vector<int64_t>{m, 256, 8192, 2048, 4})) << m;
   }
-  // A short K or a wide N: one kernel.
+  // A short K or N past two column tiles (N = 384, 512, 1024, 4096): one kernel, at every M.
   EXPECT_EQ(expand(DType::BF16, false, true, 1024, 256, 4095).calls.size(), 1u);
-  EXPECT_EQ(expand(DType::BF16, false, false, 1024, 4096, 8192).calls.size(), 1u);
+  for (int64_t m : {8, 1024, 4096})
+    for (int64_t n : {384, 512, 1024, 4096}) {
+      OpExpansion one = expand(DType::BF16, false, false, m, n, 8192);
+      ASSERT_EQ(one.calls.size(), 1u) << m << "x" << n;
+      EXPECT_EQ(one.calls[0].kernel->sig.name.find("splitk"), std::string::npos) << m << "x" << n;
+    }
 }
 
 // The attention backward's p^T dO (M = 1280, N = 512, K = 16384: 40 tiles) splits 6 ways
