@@ -193,10 +193,10 @@ TcSplit plan_tc_split(int64_t m, int64_t n, int64_t k) {
 //
 // Only for N up to 256 (two column tiles), where even M = 4096 leaves 64-row tiles one wave at
 // most. From three column tiles on the split cost more than it gave (H100, forty-second session,
-// gemm.py split against not): N = 512 and 1024 at M = 4096 took 53.5 and 95.1 us split, 35.9 and
-// 65.4 not; N = 2048 at M = 1024 and K = 4096 47.7 against 31.7. Its f32 partials (splits · M · N
-// · 4 bytes written, read back and summed) grow with M while the idle SMs it fills do not; only
-// 1024 x 512 x 4096 gained from it (21.9 us against 26.7).
+// gemm.py split against not, each with its loss kernel): N = 512 and 1024 at M = 4096 took 53.5
+// and 95.1 us split, 35.9 and 65.4 not; N = 2048 at M = 1024 and K = 4096 47.7 against 31.7. Its
+// f32 partials (splits · M · N · 4 bytes written, read back and summed) grow with M while the idle
+// SMs it fills do not; only 1024 x 512 x 4096 gained from it (21.9 us against 26.7).
 constexpr int64_t kMaxSplitColTiles = 2;
 TcSplit plan_tc_split_rows(int64_t n, int64_t k) {
   constexpr int64_t kMinSlice = 2048, kPlannedRowTiles = 8;

@@ -4,8 +4,11 @@
 For each M in --ms and each (N, K) in --nk (default: the V4-Flash projections of
 ../shared/V4_LAYER.md: q_lora 4096->1024, kv 4096->512, expert w13 4096->4096, expert w2
 2048->4096, output 8192->4096), writes a one-op model (x[M, K] @ w[K, N]), runs
-`tilerun MODEL --forward-only --steps S --report R` and reads the layer's kernel time (CUPTI,
-`kernels_us`) and its CUDA-graph device time (`device_us`, median over the steps); then times
+`tilerun MODEL --forward-only --steps S --report R` and reads the matmul op's kernel time (CUPTI:
+the report's kernels of op `matmul`, a split K's partial products and their sum; not the
+model's loss, whose read of the whole output the layer's `kernels_us` counted until the
+forty-second session) and the layer's CUDA-graph device time (`device_us`, loss included,
+median over the steps); then times
 torch.matmul on random bf16 tensors of the same shapes: CUDA events around --reps back-to-back
 products after warm-up, the median of --trials such runs, per product. Prints TFLOP/s (2MNK/t)
 and the ratio tilerun/cuBLAS per shape and the geometric means over M >= 1024 and M = 128;
@@ -58,7 +61,9 @@ def tilerun_time(binary, m, n, k, dtype, steps, workdir, ta=False, tb=False):
     with open(rep) as f:
         report = json.load(f)
     layer = [l for l in report["layers"] if l["direction"] == "forward"][0]
-    return layer["kernels_us"], layer["device_us"]
+    mm_us = sum(kn["us"] for kn in report["kernels"]
+                if kn["direction"] == "forward" and kn["op"] == "matmul")
+    return mm_us, layer["device_us"]
 
 
 def torch_time(torch, m, n, k, reps, trials, ta=False, tb=False, dtype="bf16"):

@@ -3,7 +3,8 @@
 against the same computation written in PyTorch (eager and torch.compile).
 
 Each case is a one-op forward model run through `tilerun MODEL --forward-only --steps S --report R`
-(the layer's kernel time, `kernels_us`, and its CUDA-graph device time, medians over the steps),
+(the op's own kernels' time, without the loss kernels the CLI appends, as selection.py reads it,
+and the layer's CUDA-graph device time, loss included, medians over the steps),
 and the PyTorch version on random tensors of the same shapes (CUDA events around --reps
 back-to-back calls after warm-up, the median of --trials runs, per call):
 
@@ -97,7 +98,9 @@ def tilerun_time(binary, name, device, steps, workdir, dims):
     with open(rep) as fh:
         report = json.load(fh)
     layer = [l for l in report["layers"] if l["direction"] == "forward"][0]
-    return layer["kernels_us"], layer["device_us"]
+    own_us = sum(k["us"] for k in report["kernels"]
+                 if k["direction"] == "forward" and k["op"] != "half_sum_squares")
+    return own_us, layer["device_us"]
 
 
 def torch_calls(torch, t, d, f):
