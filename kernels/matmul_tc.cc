@@ -305,11 +305,11 @@ cc::Kernel build_tc_splitk_sum(DType dtype, bool flat) {
 // Gemm::stage), so the loop is written once. Zero-filled edges; at least one step, so K = 0 adds
 // zeros to +0. The chain of each output is the one of build_tc_matmul: the same bits, whatever M.
 
-std::string tc_async_name(bool ta, bool tb, int64_t rows, bool n8, bool addend) {
+std::string tc_async_name(bool ta, bool tb, int64_t rows, bool n8, bool addend, bool rows_first) {
   return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_" +
          std::to_string(rows) + "x128x64_tma" +
          std::to_string(rows == kTcBigRows ? kBigTileStages : kAsyncStages) +
-         (tb && !n8 ? "_n1" : "") + (addend ? "_add" : "");
+         (tb && !n8 ? "_n1" : "") + (addend ? "_add" : "") + (rows_first ? "_rf" : "");
 }
 
 TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb, int64_t rows,
@@ -504,9 +504,9 @@ void tc_store_through_shared(cc::Scope& s, DType dtype, const std::vector<cc::Bu
   });
 }
 
-cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bool n8,
-                                 bool addend) {
-  cc::KernelBuilder kb(tc_kernel_name(tc_async_name(ta, tb, rows, n8, addend), dtype));
+cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bool n8, bool addend,
+                                 bool rows_first) {
+  cc::KernelBuilder kb(tc_kernel_name(tc_async_name(ta, tb, rows, n8, addend, rows_first), dtype));
   const auto [m, n, k] = async_dims(kb, ta, tb, n8);
   cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
   cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
@@ -514,10 +514,13 @@ cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bo
   cc::Buf c = kb.output("c", dtype, {m, n});
   // Two threads a row: a warpgroup per 64 rows; a 256-row tile's two warpgroups 128 rows each.
   const bool big = rows == kTcBigRows;
+  const cc::Val row_tiles = cc::ceildiv(m, rows), col_tiles = cc::ceildiv(n, kTcN);
   kb.body(
-      {cc::ceildiv(n, kTcN), cc::ceildiv(m, rows)}, big ? kTcThreads : static_cast<int>(2 * rows),
-      [&](cc::Scope& s) {
-        cc::Idx m0 = s.block_idx(1) * rows, n0 = s.block_idx(0) * kTcN;
+      rows_first ? std::vector<cc::Val>{row_tiles, col_tiles}
+                 : std::vector<cc::Val>{col_tiles, row_tiles},
+      big ? kTcThreads : static_cast<int>(2 * rows), [&](cc::Scope& s) {
+        cc::Idx m0 = s.block_idx(rows_first ? 0 : 1) * rows;
+        cc::Idx n0 = s.block_idx(rows_first ? 1 : 0) * kTcN;
         TcAsyncStaging st =
             tc_async_staging(s, dtype, ta, tb, rows, big ? kBigTileStages : tc_async_stages(dtype));
         s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });

@@ -31,6 +31,11 @@ constexpr int kBigTileStages = 4;
 // (bench/RESULTS.md, forty-second session); the forty-first session's first GPU run of the tile,
 // before the lowering fix of its row blocks, had failed it.
 constexpr bool kTcBigTilesOn = true;
+// Whether the matmul expansion runs the row tiles first where N > M (tc_async_name's
+// `rows_first`). Off until a GPU run confirms its bits and its speed: built and checked on the
+// CPU in the forty-second session after the device time ran out (bench/RESULTS.md). Turn it on
+// once GpuOpIdentity's matmul cases 56 and 57 pass and gemm.py shows 4096 x 8192 x 2048 faster.
+constexpr bool kTcRowsFirstOn = false;
 
 // The K step of a K-major tile: one 128-byte row of the 128B swizzle, 64 elements of 16 bits or
 // 32 of f32 (a tf32 gemm's, wgmma k8 four times a step).
@@ -64,10 +69,16 @@ compiler::Kernel build_tc_splitk_sum(DType dtype, bool flat);
 // runs the "_n1" kernels. The bits are the same either way.
 // `addend`: c = the product rounded to c's dtype, plus an input addend [M, N], rounded (an add
 // after the kernel, in its epilogue); parameters a, b, addend, c.
+// `rows_first`: the grid's x axis runs over the row tiles ("_rf"), so that a wave of blocks
+// covers a few column tiles of every row tile and reads a once from memory, where the plain
+// order covers every column tile of a few row tiles and reads all of b each wave (kernels/
+// matmul.cc picks it for N > M, b the larger operand). The blocks' order sets no output's chain:
+// the same bits.
 std::string tc_async_name(bool ta, bool tb, int64_t rows = kTcM, bool n8 = true,
-                          bool addend = false);
+                          bool addend = false, bool rows_first = false);
 compiler::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows = kTcM,
-                                       bool n8 = true, bool addend = false);
+                                       bool n8 = true, bool addend = false,
+                                       bool rows_first = false);
 std::string tc_async_splitk_name(bool ta, bool tb);
 compiler::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb);
 

@@ -438,6 +438,44 @@ TEST(MatmulTensorCore, BigTileGivesTheSmallTilesBits) {
     }
 }
 
+// The row tiles first (the grid's x axis over row tiles, kernels/matmul.cc's choice for N > M):
+// the same chains in another block order, so the plain order's bits. Both transposes, 64-, 128-
+// and 256-row tiles, the addend epilogue; M, N and K ragged (three row and three column tiles of
+// 64 rows, the last of each partial); every output written.
+TEST(MatmulTensorCore, RowsFirstGivesThePlainOrdersBits) {
+  struct Case {
+    bool ta, tb, addend;
+    int64_t rows;
+  };
+  for (const Case& cs : {Case{false, false, false, 64}, Case{true, true, false, 128},
+                         Case{false, true, true, 128}, Case{true, false, false, 256}}) {
+    const int64_t m = cs.ta ? 136 : 130, n = 264, k = 200;
+    SCOPED_TRACE(::testing::Message() << "ta=" << cs.ta << " tb=" << cs.tb
+                                      << " addend=" << cs.addend << " rows=" << cs.rows);
+    std::mt19937_64 rng(testing::test_seed() + static_cast<uint64_t>(cs.rows));
+    auto operand = [&](std::vector<int64_t> shape) {
+      return testing::encode(
+          DType::BF16, testing::rounded(DType::BF16, testing::random_tensor(rng, shape)).data);
+    };
+    Bytes a = operand(cs.ta ? std::vector{k, m} : std::vector{m, k});
+    Bytes b = operand(cs.tb ? std::vector{n, k} : std::vector{k, n});
+    Bytes add = operand({m, n});
+    std::vector<Bytes> c;
+    for (bool rows_first : {false, true}) {
+      auto kernel = std::make_shared<const compiler::Kernel>(
+          build_tc_matmul_async(DType::BF16, cs.ta, cs.tb, cs.rows, true, cs.addend, rows_first));
+      c.push_back(testing::encode(DType::BF16, std::vector<double>(m * n, kNaN)));
+      std::vector<void*> buffers = {a.data.data(), b.data.data()};
+      if (cs.addend) buffers.push_back(add.data.data());
+      buffers.push_back(c.back().data.data());
+      runner().compiled(kernel).launch({.buffers = buffers, .dims = {m, n, k}});
+    }
+    EXPECT_EQ(c[0].data, c[1].data);
+    const std::vector<double> got = testing::decode(c[1]);
+    EXPECT_TRUE(std::none_of(got.begin(), got.end(), [](double v) { return std::isnan(v); }));
+  }
+}
+
 // Two row blocks a warpgroup: the wgmma lowering must give register block r of warpgroup wg the
 // rows wgmma_accumulator_layout deals it, 64 (r·W + wg), or rows land in other rows' registers
 // (the CPU runs the gemm by its meaning and cannot see it; the H100 did: the first 256-row tile

@@ -152,12 +152,19 @@ TEST(MatmulSplitK, TransposedAOnCopyAsyncWhereRowsAreAligned) {
     int64_t m, n, k;
     std::string kernel;
   } cases[] = {
+      // N > M: the row tiles first ("_rf") once kTcRowsFirstOn.
       {false, 1024, 8192, 4096,
-       kTcBigTilesOn ? "matmul_tc_tn_256x128x64_tma4_bf16" : "matmul_tc_tn_128x128x64_tma5_bf16"},
+       std::string(kTcBigTilesOn ? "matmul_tc_tn_256x128x64_tma4"
+                                 : "matmul_tc_tn_128x128x64_tma5") +
+           (kTcRowsFirstOn ? "_rf" : "") + "_bf16"},
       // N not a multiple of 8 with b transposed: the "_n1" kernel (c's rows not 16-byte aligned).
       {true, 1024, 8190, 4096,
-       kTcBigTilesOn ? "matmul_tc_tt_256x128x64_tma4_n1_bf16"
-                     : "matmul_tc_tt_128x128x64_tma5_n1_bf16"},
+       std::string(kTcBigTilesOn ? "matmul_tc_tt_256x128x64_tma4_n1"
+                                 : "matmul_tc_tt_128x128x64_tma5_n1") +
+           (kTcRowsFirstOn ? "_rf" : "") + "_bf16"},
+      // N <= M: the column tiles first.
+      {false, 8192, 1024, 4096,
+       kTcBigTilesOn ? "matmul_tc_tn_256x128x64_tma4_bf16" : "matmul_tc_tn_128x128x64_tma5_bf16"},
       {false, 1020, 8192, 4096, "matmul_tc_tn_128x128x64_s3_bf16"},
       {false, 1024, 8190, 4096, "matmul_tc_tn_128x128x64_s3_bf16"},
       {false, 1024, 8192, 4092, "matmul_tc_tn_128x128x64_s3_bf16"},
