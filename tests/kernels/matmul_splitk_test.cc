@@ -121,6 +121,23 @@ TEST(MatmulSplitK, NotTransposedASplitDoesNotDependOnM) {
     }
 }
 
+// GpuSession.BigTileMatmulRowsEqualTheSmallTilesRows (tests/cuda/session_gpu_test.cc) rests on
+// its M = 4096, N = 1024, K = 4096 products (b both ways) running the 256-row tile: no split, no
+// other tile (its forty-first session version kept 128-row tiles; in the forty-second session's
+// first run the split still took N = 1024), and on its M = 1000 products running another tile.
+TEST(MatmulSplitK, TheBigTileGpuTestsProductsRunTheBigTile) {
+  for (bool tb : {false, true}) {
+    const OpExpansion big = expand(DType::BF16, false, tb, 4096, 1024, 4096);
+    ASSERT_EQ(big.calls.size(), 1u) << "tb=" << tb;
+    EXPECT_EQ(big.calls[0].kernel->sig.name,
+              std::string("matmul_tc_n") + (tb ? "t" : "n") +
+                  (kTcBigTilesOn ? "_256x128x64_tma4_bf16" : "_128x128x64_tma5_bf16"));
+    const OpExpansion small = expand(DType::BF16, false, tb, 1000, 1024, 4096);
+    ASSERT_EQ(small.calls.size(), 1u) << "tb=" << tb;
+    EXPECT_EQ(small.calls[0].kernel->sig.name.find("_256x"), std::string::npos);
+  }
+}
+
 // The attention backward's p^T dO (M = 1280, N = 512, K = 16384: 40 tiles) splits 6 ways
 // (40 * 6 <= 2 * 132 blocks) of 43 steps, the sum kernel after; a short K or a grid that
 // already fills the GPU keep the one-kernel product.
