@@ -72,8 +72,8 @@ compiler::Kernel build_tc_splitk_sum(DType dtype, bool flat);
 // `rows_first`: the grid's x axis runs over the row tiles ("_rf"), so that a wave of blocks
 // covers a few column tiles of every row tile and reads a once from memory, where the plain
 // order covers every column tile of a few row tiles and reads all of b each wave (kernels/
-// matmul.cc picks it for N > M, b the larger operand). The blocks' order sets no output's chain:
-// the same bits.
+// matmul.cc picks it for N > M, b the larger operand, once kTcRowsFirstOn). The blocks' order sets
+// no output's chain: the same bits.
 std::string tc_async_name(bool ta, bool tb, int64_t rows = kTcM, bool n8 = true,
                           bool addend = false, bool rows_first = false);
 compiler::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows = kTcM,

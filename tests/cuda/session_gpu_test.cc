@@ -10,7 +10,6 @@
 #include <sstream>
 
 #include "graph/runtime/cuda_driver.h"
-#include "kernels/matmul_tc.h"
 #include "kernels/op_catalog.h"
 #include "tests/graph/runtime/bf16_round_case.h"
 #include "tests/kernels/test_util.h"
@@ -316,13 +315,12 @@ INSTANTIATE_TEST_SUITE_P(Ops, GpuOpIdentity, ::testing::ValuesIn(op_params()),
                          });
 
 // The matmul's 256-row tile (kernels/matmul.cc tc_tile_rows picks it at M = 4096, N = 1024,
-// K = 4096 once kernels::kTcBigTilesOn; its CPU bits equal the 128-row kernel's,
-// kernels_kernel_test BigTile*): on the GPU, rows of the M = 4096 products (a [K, N] and a
-// transposed [N, K] b) equal the same rows of an M = 1000 product (64-row tiles, whose GPU bits
-// the op cases check against the CPU). (Its first version had K = 520, where the cost model
-// keeps 128-row tiles: it passed without running the large tile.)
+// K = 4096, as MatmulSplitK.TheBigTileGpuTestsProductsRunTheBigTile checks on the CPU; its CPU
+// bits equal the 128-row kernel's, kernels_kernel_test BigTile*): on the GPU, rows of the M = 4096
+// products (a [K, N] and a transposed [N, K] b) equal the same rows of an M = 1000 product (64-row
+// tiles, whose GPU bits the op cases check against the CPU). (Its first version had K = 520, where
+// the cost model keeps 128-row tiles: it passed without running the large tile.)
 TEST_F(GpuSession, BigTileMatmulRowsEqualTheSmallTilesRows) {
-  if (!kernels::kTcBigTilesOn) GTEST_SKIP() << "the 256-row tile is off (kernels/matmul_tc.h)";
   auto model = [](int64_t m) {
     return parse_model("model: bigtile\ndtype: bf16\ndims: {M: " + std::to_string(m) +
                            ", N: 1024, K: 4096}\ninputs:\n  x: {shape: [M, K]}\nlayers:\n"
