@@ -254,7 +254,8 @@ OpExpansion tc_split_expansion(KernelCache& cache, DType dt, bool ta, bool tb, b
 // tiles first: a wave then reads a few of b's column panels and all of a, not all of b. Why
 // (H100, forty-second session; the cause inferred, not profiled): 4096 x 8192 x 2048 took
 // 288.9 us against 122.6 for 4096 x 4096 x 2048, half the work; its plain order's waves each
-// read all of the 32 MB b, which with a's 16 MB fills the 50 MB L2.
+// read all of the 32 MB b, which with a's 16 MB fills the 50 MB L2. Rows first, it took 239.3
+// against 285.4 us in the plain order (H100, forty-third session).
 OpExpansion tc_async_expansion(KernelCache& cache, DType dt, bool ta, bool tb, int64_t rows,
                                bool n8, bool addend, bool* fused, std::vector<int64_t> dims) {
   *fused = addend;
@@ -568,8 +569,8 @@ std::vector<OpTestCase> matmul_kernel_cases() {
        {{"transpose_a", true}, {"transpose_b", true}, {"precision", std::string("tf32")}}},
       {{{16, 7}, {3, 16, 24}}, {{"transpose_a", true}, {"precision", std::string("tf32")}}},
       {{{2, 7, 13}, {2, 13, 24}}, {{"precision", std::string("tf32")}}},
-      // bf16/f16 on the TMA loop with N > M (three column tiles): the row tiles first once
-      // kTcRowsFirstOn.
+      // bf16/f16 on the TMA loop with N > M (three column tiles): the row tiles first
+      // (kTcRowsFirstOn).
       {{{24, 72}, {72, 264}}},
       {{{40, 72}, {264, 72}}, {{"transpose_b", true}}},
   };
