@@ -367,11 +367,10 @@ void add_index_checks(OpGraph& g, GraphOp& op) {
   op.inputs.insert(op.inputs.end(), statuses.begin(), statuses.end());
 }
 
-// An op that writes indices chooses them from its float inputs' values: OpGraph::selection_inputs.
+// An op that chooses (chooses_from_inputs) does so from its float inputs' values:
+// OpGraph::selection_inputs. Its outputs must be in the graph.
 void note_selection_inputs(OpGraph& g, const GraphOp& op) {
-  const kernels::OpSchema* schema = kernels::op_registry().find(op.type);
-  TR_CHECK(schema != nullptr, "checked model uses unknown op " + op.type);
-  if (schema->index_outputs.empty()) return;
+  if (!chooses_from_inputs(g, op)) return;
   for (int in : op.inputs)
     if (dtype_is_float(g.tensors[in].type.dtype) &&
         std::find(g.selection_inputs.begin(), g.selection_inputs.end(), in) ==
@@ -402,7 +401,6 @@ OpGraph build_forward(const Model& model) {
         op.inputs.push_back(id);
       }
       add_index_checks(g, op);
-      note_selection_inputs(g, op);
       int op_id = static_cast<int>(g.ops.size());
       for (const std::string& out : d.outputs) {
         auto decl_it = decls.find(out);
@@ -413,6 +411,7 @@ OpGraph build_forward(const Model& model) {
                                            .kind = TensorKind::Activation,
                                            .producer = op_id}));
       }
+      note_selection_inputs(g, op);
       g.ops.push_back(std::move(op));
     }
   }

@@ -33,4 +33,18 @@ std::string OpGraph::unique_name(std::string base) const {
   return base;
 }
 
+bool chooses_from_inputs(const OpGraph& g, const GraphOp& op) {
+  const kernels::OpSchema* schema = kernels::op_registry().find(op.type);
+  TR_CHECK(schema != nullptr, "graph uses unknown op " + op.type);
+  bool integers = !op.outputs.empty();
+  for (int out : op.outputs) {
+    const DType t = g.tensors[out].type.dtype;
+    integers = integers && (t == DType::I32 || t == DType::I64);
+  }
+  if (schema->index_outputs.empty() && !integers) return false;
+  for (int in : op.inputs)
+    if (dtype_is_float(g.tensors[in].type.dtype)) return true;
+  return false;
+}
+
 }  // namespace tilerun::graph

@@ -72,9 +72,11 @@ struct OpGraph {
   std::vector<int> outputs;         // the model's outputs
   std::vector<GraphLossTerm> loss;  // computed by the last forward ops, in the model's order
   std::vector<GraphIndexCheck> index_checks;  // forward, before the ops they guard
-  // The float inputs of ops that write indices (topk's: a router's logits), in op order. A NaN
-  // there changes only which indices are chosen, so no output need show it: they are kept to
-  // the end of the step (persistent) for the caller to look at.
+  // The float inputs of ops that choose (chooses_from_inputs: topk's, argmax's: a router's
+  // logits), in op order. A NaN there changes only which indices are chosen, so no output need
+  // show it; and the double reference, choosing from its own values, may break a near tie the
+  // other way (Session::check gives those ops the run's values). They are kept to the end of the
+  // step (persistent) for the caller to look at.
   std::vector<int> selection_inputs;
   std::map<int, int> grad;  // tensor id -> the id of its gradient (inputs and weights after
                             // autodiff; intermediates too while it runs)
@@ -87,5 +89,10 @@ struct OpGraph {
  private:
   std::map<std::string, int, std::less<>> index_;  // name -> id, kept by add_tensor
 };
+
+// Whether `op` chooses from its float inputs' values: it writes indices (OpSchema::index_outputs:
+// topk, counting_sort, moe_route) or only integer outputs (argmax, argmin), from at least one
+// float input. A near tie in those values may fall either way between two computations of them.
+bool chooses_from_inputs(const OpGraph& g, const GraphOp& op);
 
 }  // namespace tilerun::graph

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -398,6 +400,45 @@ TEST(Session, FoldedScoreMaskGivesTheSameBits) {
       "outputs: [l.y]\n";
   const auto [folded, plain] = expect_folding_keeps_the_bits(parse_model(yaml, "s.yaml"), "score");
   EXPECT_LT(folded, plain);
+}
+
+// A routing argmax whose two logits tie in f32 (1 and 1 + 2^-30 rounded) but not in double: the
+// run sends the token to expert 0 (ties to the lowest index), a reference choosing from its own
+// logits to expert 1, and the check would measure another row of the table (100 against 0), not
+// the run's error. check() gives the choosing ops the run's values, so it passes, and the
+// reference still makes the choice itself: a table read through any other row would fail it.
+TEST(Session, CheckChoosesFromTheRunsValues) {
+  const std::string yaml =
+      "model: near_tie\ndtype: f32\ndims: {T: 1, D: 2, E: 2, V: 2}\n"
+      "inputs:\n  x: {shape: [T, D]}\n"
+      "layers:\n  - name: route\n    weights:\n"
+      "      w: {shape: [D, E]}\n      table: {shape: [E, V]}\n"
+      "    ops:\n"
+      "      - {op: matmul, in: [x, w], out: logits}\n"
+      "      - {op: argmax, in: logits, out: expert, axis: -1}\n"
+      "      - {op: embedding, in: [table, expert], out: y}\n"
+      "outputs: [route.y]\n";
+  auto f32 = [](std::vector<int64_t> shape, std::vector<float> v) {
+    HostTensor t{.dtype = DType::F32, .shape = std::move(shape), .data = {}};
+    t.data.resize(v.size() * 4);
+    std::memcpy(t.data.data(), v.data(), t.data.size());
+    return t;
+  };
+  Session s(parse_model(yaml, "near_tie.yaml"), {.device = Device::Cpu});
+  s.set_tensor("x", f32({1, 2}, {1.0f, std::ldexp(1.0f, -30)}));
+  s.set_tensor("route.w", f32({2, 2}, {1.0f, 1.0f, 0.0f, 1.0f}));
+  s.set_tensor("route.table", f32({2, 2}, {0.0f, 0.0f, 100.0f, 100.0f}));
+  s.forward();
+  // The premise: the run's logits tie, and the token took row 0.
+  const HostTensor logits = s.selection_inputs().at("route.logits");
+  EXPECT_EQ(std::memcmp(logits.data.data(), logits.data.data() + 4, 4), 0);
+  const HostTensor y = s.tensor("route.y");
+  float y0 = -1;
+  std::memcpy(&y0, y.data.data(), 4);
+  EXPECT_EQ(y0, 0.0f);
+  const CheckResult c = s.check();
+  EXPECT_TRUE(c.ok) << c.worst_tensor << " " << c.worst_error;
+  EXPECT_EQ(c.worst_error, 0.0);
 }
 
 TEST(Session, ReplaysTheSameStep) {
