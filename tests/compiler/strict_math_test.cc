@@ -176,6 +176,12 @@ TEST(StrictMath, SigmoidWithinTwoUlp) {
   Elementwise f("sigmoid", [](Val x, Val) { return sigmoid(x); });
   std::vector<float> x = samples(-87.0f, 100.0f, kSamples);
   EXPECT_LE(max_ulp("sigmoid", x, f(x), [](double v) { return 1.0 / (1.0 + std::exp(-v)); }), 2.0);
+  // Subnormal results (x below about -87.3): the quotient's correction step works in the
+  // subnormal range too.
+  std::vector<float> sub = samples(-104.0f, -87.0f, kSamples / 16);
+  EXPECT_LE(
+      max_ulp("sigmoid(sub)", sub, f(sub), [](double v) { return 1.0 / (1.0 + std::exp(-v)); }),
+      2.0);
   std::vector<float> y = f({0.0f, -0.0f, kInf, -kInf, kNaN, 200.0f, -200.0f});
   EXPECT_EQ(y[0], 0.5f);
   EXPECT_EQ(y[1], 0.5f);
