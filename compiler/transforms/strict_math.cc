@@ -102,10 +102,6 @@ Val compensated_div(const Val& num_hi, const std::optional<Val>& num_lo, const V
   });
 }
 
-}  // namespace
-
-namespace {
-
 // e^x before the NaN rule (a NaN x gives some NaN, not the canonical one). `nonpositive`: the
 // caller knows x <= 0 or NaN (sigmoid's e^-|x|), so the clamp at 89 is left out: on the GPU the
 // clamp and the NaN select are four of an element's ~50 instructions in silu.
