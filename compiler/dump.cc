@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 
+#include "compiler/analysis/index_width.h"
 #include "compiler/base/atomic_file.h"
 #include "compiler/base/check.h"
 #include "compiler/codegen/cpu_backend.h"
@@ -72,10 +73,18 @@ double extent_at(const Expr& e, const std::map<std::string, int64_t>& values) {
 
 // Which index width the kernel's buffers need at its dims (the caller's concrete values where it
 // pinned them, else each dim's upper bound): whether every buffer has fewer than 2^31 elements,
-// so that 32-bit offsets would address it. A report: the generated code keeps 64-bit index math
-// either way (explicit 32-bit math measured slower on the H200, NVRTC narrowing the arithmetic it
-// can bound itself: bench/RESULTS.md, twenty-fourth session).
-std::string index_width_text(const Kernel& k, const std::map<std::string, int64_t>& concrete) {
+// so that 32-bit offsets would address it; then which width the generated CUDA computes its
+// index values in (index_width.h: 32 bits where every i64 value is proved to fit, with the first
+// value that may not otherwise). The CPU code's index math is 64-bit either way.
+std::string index_math_text(const SimtKernel& simt) {
+  const IndexWidth w = index_width(simt);
+  return w.fits_32 ? "index math: 32-bit on the GPU (every i64 value proved within [-2^31, 2^31) "
+                     "at the dims' bounds), 64-bit on the CPU\n"
+                   : "index math: 64-bit (" + w.reason + ")\n";
+}
+
+std::string index_width_text(const Kernel& k, const SimtKernel& simt,
+                             const std::map<std::string, int64_t>& concrete) {
   std::map<std::string, int64_t> values;
   bool pinned = true;
   for (const DimParam& d : k.sig.dims) {
@@ -97,8 +106,7 @@ std::string index_width_text(const Kernel& k, const std::map<std::string, int64_
          (fits ? "every buffer below 2^31 elements, 32-bit offsets would do"
                : "64-bit offsets needed") +
          " (largest '" + widest + "', " + count + " elements at " +
-         (pinned ? "the model's dims" : "the dims' upper bounds") +
-         "); the code's index math is 64-bit\n";
+         (pinned ? "the model's dims" : "the dims' upper bounds") + ")\n" + index_math_text(simt);
 }
 }  // namespace
 
@@ -124,7 +132,7 @@ void dump_kernel(const Kernel& kernel, const std::string& dir, const LowerOption
     layouts += "  shared " + a.name + ": element " + to_string(compact_row_major(shape)) + "\n";
   }
   write_file(base / (name + ".proofs.txt"),
-             report.text() + index_width_text(kernel, options.analysis.concrete) + layouts);
+             report.text() + index_width_text(kernel, simt, options.analysis.concrete) + layouts);
   write_file(base / (name + ".tile.txt"), print(kernel));
   write_file(base / (name + ".simt.txt"), print(simt));
   write_file(base / (name + ".passes.txt"), pipeline_text(name, options, trace));

@@ -12,6 +12,7 @@
 #include "compiler/transforms/lower_parallel.h"
 #include "compiler/transforms/lower_reductions.h"
 #include "compiler/transforms/lower_storage_types.h"
+#include "compiler/transforms/pin_index_width.h"
 #include "compiler/transforms/vectorize_accesses.h"
 #include "compiler/transforms/vectorize_shared_loads.h"
 #include "tilerun/error.h"
@@ -35,6 +36,9 @@ AnyKernel run_infer_layouts(const AnyKernel& k, const LowerOptions& o) {
   Kernel tile = infer_layouts(std::get<Kernel>(k));
   if (o.layouts) *o.layouts = describe_layouts(tile);
   return tile;
+}
+AnyKernel run_pin_index_width(const AnyKernel& k, const LowerOptions& o) {
+  return pin_index_width(std::get<SimtKernel>(k), o.analysis.concrete);
 }
 AnyKernel run_lower_parallel(const AnyKernel& k, const LowerOptions&) {
   return lower_parallel(std::get<Kernel>(k));
@@ -91,9 +95,15 @@ std::vector<PassInfo> make_pipeline() {
        "loops) and on the final flat indices, so what it hoists is what the backends compute",
        simt_pass<hoist_copy_invariants>},
       {"expand_strict_math", kStorageTyped, kComplete,
-       "last: lower_storage_types itself emits strict_math routines, and nothing after this point "
-       "may introduce exp/log/min/max that a backend would have to implement its own way",
+       "after the rewrites: lower_storage_types itself emits strict_math routines, and nothing "
+       "after "
+       "this point may introduce exp/log/min/max that a backend would have to implement its own "
+       "way",
        simt_pass<expand_strict_math>},
+      {"pin_index_width", kComplete, kComplete,
+       "after everything that adds index arithmetic: pins the dims to the launch shape where "
+       "that alone lets every i64 value fit 32 bits (the CUDA backend's int index math)",
+       run_pin_index_width},
   };
 }
 

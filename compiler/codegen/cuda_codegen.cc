@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "compiler/analysis/index_width.h"
 #include "compiler/analysis/launch_geometry.h"
 #include "compiler/base/check.h"
 #include "compiler/base/sha256.h"
@@ -74,7 +75,7 @@ class TouchesArray : public IRVisitor {
 
 class CudaEmitter {
  public:
-  explicit CudaEmitter(const SimtKernel& k) : k_(k) {
+  explicit CudaEmitter(const SimtKernel& k) : k_(k), index32_(index_width(k).fits_32) {
     GemmAccumulators g;
     g.visit(k.body);
     accumulators_ = g.names;
@@ -162,11 +163,22 @@ class CudaEmitter {
     if (!params.empty()) out_ << "\n";
 
     indent_ = 1;
-    line("const long long " + tid + " = (long long)threadIdx.x;");
+    const std::string index_type = value_type(Type::I64);
+    line("const " + index_type + " " + tid + " = (" + index_type + ")threadIdx.x;");
     bind(kThreadIdx, tid);
     for (size_t i = 0; i < bids.size(); ++i) {
-      line("const long long " + bids[i] + " = (long long)blockIdx." + "xyz"[i] + ";");
+      line("const " + index_type + " " + bids[i] + " = (" + index_type + ")blockIdx." + "xyz"[i] +
+           ";");
       bind(kBlockIdx[i], bids[i]);
+    }
+    // 32-bit index math (index_width.h): the dims (within their bounds, which the launch
+    // checks) as ints.
+    if (index32_) {
+      for (const DimParam& d : sig.dims) {
+        const std::string c = fresh(d.name + "_i32");
+        line("const int " + c + " = (int)" + lookup(d.name) + ";");
+        bind(d.name, c);
+      }
     }
     // Up to 48 KiB as static arrays; above, one dynamic window the launch sizes
     // (cuda_dynamic_shared_bytes) with each array at its offset in it.
@@ -197,8 +209,8 @@ class CudaEmitter {
     for (const SimtLocal& l : k_.locals) {
       std::string c = fresh(l.name);
       bind(l.name, c);
-      line(std::string(c_type(l.type)) + " " + c + " = " +
-           (l.type == Type::F32 ? float_literal(0.0f) : int_literal(l.type, 0)) + ";");
+      line(std::string(value_type(l.type)) + " " + c + " = " +
+           (l.type == Type::F32 ? float_literal(0.0f) : literal(l.type, 0)) + ";");
     }
     // Programmatic dependent launch: first let the next grid launch, then wait until the grids
     // this one depends on have finished and their writes are visible, before the first read of
@@ -304,7 +316,7 @@ class CudaEmitter {
   std::string expr(const Expr& e) {
     switch (e->kind) {
       case ExprKind::IntImm:
-        return int_literal(e.type(), e.as<IntImm>()->value);
+        return literal(e.type(), e.as<IntImm>()->value);
       case ExprKind::FloatImm:
         return float_literal(e.as<FloatImm>()->value);
       case ExprKind::Var:
@@ -347,7 +359,7 @@ class CudaEmitter {
         const Let* op = e.as<Let>();
         std::string v = expr(op->value);
         std::string c = fresh(op->name);
-        line("const " + std::string(c_type(op->value.type())) + " " + c + " = " + v + ";");
+        line("const " + std::string(value_type(op->value.type())) + " " + c + " = " + v + ";");
         bind(op->name, c);
         std::string body = expr(op->body);
         unbind();
@@ -448,6 +460,20 @@ class CudaEmitter {
           TR_CHECK(false, std::string("bool ") + binary_op_name(op->op) + " in CUDA codegen");
       }
     }
+    // Proved to stay within 32 bits (index32_): plain signed operators, which the compiler may
+    // take as never overflowing (and so fold into 64-bit address arithmetic).
+    if (index32_ && t == Type::I64) {
+      switch (op->op) {
+        case BinaryOp::Add:
+          return infix("+");
+        case BinaryOp::Sub:
+          return infix("-");
+        case BinaryOp::Mul:
+          return infix("*");
+        default:
+          break;
+      }
+    }
     switch (op->op) {
       case BinaryOp::Add:
         return call("tr_add");
@@ -489,7 +515,7 @@ class CudaEmitter {
     }
     // An arm's lets read memory: evaluate only the chosen arm, as the ternary would.
     std::string r = fresh("sel");
-    line(std::string(c_type(op->type)) + " " + r + ";");
+    line(std::string(value_type(op->type)) + " " + r + ";");
     line("if (" + c + ") {");
     ++indent_;
     std::string t = expr(op->true_value);
@@ -510,7 +536,7 @@ class CudaEmitter {
     if (from == to) return v;
     if (to == Type::F32) {
       if (from == Type::Bool) return "(" + v + " ? 1.0f : 0.0f)";
-      if (from == Type::I64) return "__ll2float_rn(" + v + ")";
+      if (from == Type::I64 && !index32_) return "__ll2float_rn(" + v + ")";
       return "__int2float_rn((int)" + v + ")";  // i8/i16 widen exactly first
     }
     if (from == Type::F32) {
@@ -529,7 +555,7 @@ class CudaEmitter {
       TR_CHECK(false, "cast from f32 to bool");
     }
     // Between ints (and from bool): sign-extend, truncate, or zero-extend a bool.
-    return "((" + std::string(c_type(to)) + ")" + v + ")";
+    return "((" + std::string(value_type(to)) + ")" + v + ")";
   }
 
   // ---- Statements.
@@ -543,7 +569,7 @@ class CudaEmitter {
         const LetStmt* op = s.as<LetStmt>();
         std::string v = expr(op->value);
         std::string c = fresh(op->name);
-        line("const " + std::string(c_type(op->value.type())) + " " + c + " = " + v + ";");
+        line("const " + std::string(value_type(op->value.type())) + " " + c + " = " + v + ";");
         bind(op->name, c);
         stmt(op->body);
         unbind();
@@ -560,7 +586,7 @@ class CudaEmitter {
         // Bounds are evaluated once; one that reads memory the body may write is pinned first.
         if (contains_load(op->min) || contains_load(op->extent)) {
           std::string e = fresh(op->var + "_end");
-          line("const long long " + e + " = " + end + ";");
+          line("const " + std::string(value_type(Type::I64)) + " " + e + " = " + end + ";");
           end = e;
         }
         // A lane loop: unrolled, so the lanes' local arrays live in registers; likewise, in a
@@ -572,7 +598,8 @@ class CudaEmitter {
             trips <= 256)
           touches.visit(op->body);
         if (op->vectorized || touches.found) line("#pragma unroll");
-        line("for (long long " + v + " = " + mn + "; " + v + " < " + end + "; ++" + v + ") {");
+        line("for (" + std::string(value_type(Type::I64)) + " " + v + " = " + mn + "; " + v +
+             " < " + end + "; ++" + v + ") {");
         bind(op->var, v);
         ++indent_;
         if (op->vectorized) ++lane_loops_;
@@ -726,7 +753,7 @@ class CudaEmitter {
         const int64_t bytes = dtype_bytes(src->dtype, 1);
         TR_CHECK(bytes * op->lanes == 16, "async copy of other than 16 bytes");
         line("{");
-        line("  const long long tr_n = " + expr(op->valid) + ";");
+        line("  const " + std::string(value_type(Type::I64)) + " tr_n = " + expr(op->valid) + ";");
         // The index, not the pointer, selected: a select of two integers, where a select of two
         // addresses became a branch around the address arithmetic.
         line("  const void* tr_src = (const void*)&" + buffer(op->src) + "[tr_n > 0 ? " +
@@ -828,7 +855,15 @@ class CudaEmitter {
     line("}");
   }
 
+  // The C type of a value of IR type `t`: i64 values are ints in a kernel whose index math is
+  // proved to fit 32 bits (buffers, local and shared arrays keep their storage types).
+  const char* value_type(Type t) const { return index32_ && t == Type::I64 ? "int" : c_type(t); }
+  std::string literal(Type t, int64_t v) const {
+    return int_literal(index32_ && t == Type::I64 ? Type::I32 : t, v);
+  }
+
   const SimtKernel& k_;
+  const bool index32_;                  // every i64 value fits 32 bits (index_width.h)
   std::vector<TensorMapParam> maps_;    // the kernel's tensor maps, in parameter order
   std::vector<std::string> map_names_;  // their C names
   std::ostringstream out_;

@@ -82,11 +82,11 @@ TEST(IrText, TraceListsEveryPassInPipelineOrder) {
   lower(testing::softmax_kernel(), {.trace = &trace});
   std::vector<std::string> names;
   for (const auto& [pass, text] : trace) names.push_back(pass);
-  EXPECT_EQ(names,
-            (std::vector<std::string>{
-                "input", "lower_copies", "lower_reductions", "analyze_accesses", "infer_layouts",
-                "lower_parallel", "flatten_buffers", "lower_storage_types", "vectorize_accesses",
-                "vectorize_shared_loads", "hoist_copy_invariants", "expand_strict_math"}));
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "input", "lower_copies", "lower_reductions", "analyze_accesses",
+                       "infer_layouts", "lower_parallel", "flatten_buffers", "lower_storage_types",
+                       "vectorize_accesses", "vectorize_shared_loads", "hoist_copy_invariants",
+                       "expand_strict_math", "pin_index_width"}));
 }
 
 std::string read(const std::filesystem::path& p) {
@@ -111,19 +111,32 @@ TEST(IrText, DumpWritesTheThreeLevels) {
 
 // proofs.txt says which index width the kernel's buffers need: at the model's dims when the
 // caller pins them (a [M, K] a of 50000 x 50000 is 2.5e9 elements: 64-bit; 1000 x 1000 fits 32
-// bits), else at the dims' upper bounds (2^31 - 1 rows of K columns: 64-bit).
+// bits), else at the dims' upper bounds (2^31 - 1 rows of K columns: 64-bit); and which width
+// the CUDA code computes its index values in (pin_index_width: 32 bits at the small shape).
 TEST(IrText, ProofsReportTheIndexWidthTheBuffersNeed) {
   auto dir = std::filesystem::path(::testing::TempDir()) / "tilerun_index_width_test";
-  auto width_line = [&](const std::map<std::string, int64_t>& dims) {
+  auto line_of = [&](const std::map<std::string, int64_t>& dims, const std::string& head) {
     std::filesystem::remove_all(dir);
     LowerOptions options;
     options.analysis.concrete = dims;
     dump_kernel(testing::matmul_kernel(), dir.string(), options);
     std::string text = read(dir / "matmul.proofs.txt");
-    size_t at = text.find("index width: ");
+    size_t at = text.find(head);
     EXPECT_NE(at, std::string::npos) << text;
     return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
   };
+  auto width_line = [&](const std::map<std::string, int64_t>& dims) {
+    return line_of(dims, "index width: ");
+  };
+  auto math_line = [&](const std::map<std::string, int64_t>& dims) {
+    return line_of(dims, "index math: ");
+  };
+  EXPECT_EQ(math_line({{"M", 1000}, {"N", 64}, {"K", 1000}}),
+            "index math: 32-bit on the GPU (every i64 value proved within [-2^31, 2^31) at the "
+            "dims' bounds), 64-bit on the CPU");
+  EXPECT_EQ(math_line({{"M", 50000}, {"N", 64}, {"K", 50000}}).rfind("index math: 64-bit ('", 0),
+            0u);
+  EXPECT_EQ(math_line({}).rfind("index math: 64-bit (", 0), 0u);
   std::string small = width_line({{"M", 1000}, {"N", 64}, {"K", 1000}});
   EXPECT_NE(small.find("32-bit offsets would do"), std::string::npos) << small;
   EXPECT_NE(small.find("the model's dims"), std::string::npos) << small;

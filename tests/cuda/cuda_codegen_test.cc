@@ -12,6 +12,7 @@
 #include <random>
 #include <regex>
 
+#include "compiler/analysis/index_width.h"
 #include "compiler/analysis/launch_geometry.h"
 #include "compiler/codegen/cpu_backend.h"
 #include "compiler/ir/builder.h"
@@ -128,6 +129,43 @@ TEST(CudaCodegen, IntegerAndConversionSemanticsUseTheHelpers) {
   // Pure arithmetic lets are hoisted: sigmoid's NaN select stays a branch-free ternary.
   std::string ew = emit_cuda(lower(ragged_elementwise_kernel()));
   EXPECT_EQ(ew.find("float sel;"), std::string::npos) << ew;
+}
+
+// Index math in 32 bits where every i64 value is proved to fit (analysis/index_width.h): the
+// kernel lowered for one launch shape gets its dims pinned (pin_index_width) and computes its
+// thread, block, loop and offset values as ints with plain operators; lowered for any shape, it
+// keeps 64-bit helpers. Both compile.
+TEST(CudaCodegen, IndexMathIs32BitWhereProved) {
+  for (const Named& n : kKernels) {
+    SCOPED_TRACE(n.name);
+    const Kernel k = n.make();
+    LowerOptions options;
+    for (const DimParam& d : k.sig.dims) options.analysis.concrete[d.name] = d.bounds.min + 7;
+    const SimtKernel generic = lower(k), pinned = lower(k, options);
+    const std::string wide = emit_cuda(generic), narrow = emit_cuda(pinned);
+    EXPECT_NE(wide.find("const long long thread_idx = (long long)threadIdx.x;"), std::string::npos);
+    EXPECT_EQ(wide.find("const int thread_idx"), std::string::npos);
+    const IndexWidth w = index_width(pinned);
+    if (n.name == std::string("bit_ops") || n.name == std::string("sin_cos")) {
+      // i64 data (bit_ops loads and converts i64 values; sin/cos reduce their argument in
+      // 64-bit integers): 64-bit at any shape, and the reason says which value.
+      EXPECT_FALSE(w.fits_32);
+      EXPECT_NE(w.reason.find("may reach"), std::string::npos) << w.reason;
+      EXPECT_NE(narrow.find("long long thread_idx"), std::string::npos);
+      continue;
+    }
+    EXPECT_TRUE(w.fits_32) << w.reason;
+    EXPECT_NE(narrow.find("const int thread_idx = (int)threadIdx.x;"), std::string::npos) << narrow;
+    EXPECT_EQ(narrow.find("long long thread_idx"), std::string::npos);
+    for (const DimParam& d : pinned.sig.dims)
+      EXPECT_NE(narrow.find("const int " + d.name + "_i32 = (int)" + d.name + ";"),
+                std::string::npos)
+          << narrow;
+    EXPECT_EQ(narrow.find("tr_add(thread_idx"), std::string::npos);
+    const std::string body = narrow.substr(narrow.find("extern \"C\""));
+    EXPECT_EQ(body.find("LL"), std::string::npos) << body;  // no 64-bit literal
+    EXPECT_GE(compile_cuda(pinned, "").cubin.size(), 4u);
+  }
 }
 
 TEST(CudaCodegen, NvrtcCompilesIdenticalCubins) {
