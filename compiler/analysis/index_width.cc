@@ -96,10 +96,14 @@ class Widths {
     for (const ScalarParam& s : sig.scalars) scope_[s.name] = type_range(s.type);
     scope_[kThreadIdx] = {0, std::max(sig.threads - 1, 0)};
     check_fits(scope_[kThreadIdx], "threadIdx.x");
+    // The grid is the host's 64-bit arithmetic, never the kernel's: only its value bounds the
+    // block index.
+    checking_ = false;
     for (size_t i = 0; i < sig.grid.size() && i < 3; ++i) {
       const Range g = eval(sig.grid[i]);
       scope_[kBlockIdx[i]] = {0, std::max<__int128>(g.hi - 1, 0)};
     }
+    checking_ = true;
     for (const DimParam& d : sig.dims) check_fits(scope_[d.name], "dim " + d.name);
     for (const auto& [name, r] : locals_)
       if (local_type(name) == Type::I64) check_fits(r, "local " + name);
@@ -124,7 +128,7 @@ class Widths {
 
   // The value of an i64 node: it must fit 32 bits (the first that may not is the reason).
   Range checked(const Expr& e, Range r) {
-    if (e.type() == Type::I64 && fits_ && !within(r, type_range(Type::I32))) {
+    if (checking_ && e.type() == Type::I64 && fits_ && !within(r, type_range(Type::I32))) {
       std::string s = to_string(e);
       if (s.size() > 160) s = s.substr(0, 157) + "...";
       fail("'" + s + "' may reach [" + text(r.lo) + ", " + text(r.hi) + "]");
@@ -364,6 +368,7 @@ class Widths {
   std::map<std::string, Range> locals_;    // each local's range so far (all its values)
   std::map<std::string, Range> assigned_;  // this round: the locals' ranges and what they are given
   bool fits_ = true;
+  bool checking_ = true;  // false while bounding the grid (host arithmetic)
   std::string reason_;
 };
 

@@ -174,6 +174,25 @@ TEST(IndexWidth, NamesTheFirstValueThatMayNotFit) {
       << huge.reason;
 }
 
+// The grid is computed on the host: (N + 255) / 256 at N = 2^31 - 1 passes 2^31 there, and the
+// kernel's own offsets (block * 256 + thread) still fit.
+TEST(IndexWidth, TheGridIsTheHostsArithmetic) {
+  const Expr n = Var::make(Type::I64, "D0");
+  const Expr offset = Binary::make(
+      BinaryOp::Add, Binary::make(BinaryOp::Mul, Var::make(Type::I64, kBlockIdx[0]), make_i64(256)),
+      Var::make(Type::I64, kThreadIdx));
+  SimtKernel k = store_kernel(Binary::make(BinaryOp::Lt, offset, n), {{1, INT32_MAX, 1}});
+  k.sig.buffers[0].dtype = DType::Bool;
+  k.sig.threads = 256;
+  k.sig.grid = {
+      Binary::make(BinaryOp::Div, Binary::make(BinaryOp::Add, n, make_i64(255)), make_i64(256))};
+  EXPECT_TRUE(index_width(k).fits_32) << index_width(k).reason;
+  // One more block than the grid can have would pass 2^31 - 1.
+  k.sig.grid = {
+      Binary::make(BinaryOp::Div, Binary::make(BinaryOp::Add, n, make_i64(511)), make_i64(256))};
+  EXPECT_FALSE(index_width(k).fits_32);
+}
+
 // An i64 loaded from memory is any i64; one under an index contract lies below its bound.
 TEST(IndexWidth, LoadedIndicesFitOnlyUnderAContract) {
   SimtKernel k = store_kernel(
