@@ -10,10 +10,12 @@
 namespace tilerun::compiler {
 namespace {
 
-// The buffers a statement stores to and the buffers an expression reads.
+// The buffers a statement stores to and the buffers an expression reads, and how many store
+// statements each buffer has.
 class Accessed : public IRVisitor {
  public:
   std::set<std::string> stored, loaded;
+  std::map<std::string, int> stores;
 
  protected:
   void visit_expr(const Load* op) override {
@@ -22,6 +24,7 @@ class Accessed : public IRVisitor {
   }
   void visit_stmt(const Store* op) override {
     stored.insert(op->buffer);
+    ++stores[op->buffer];
     IRVisitor::visit_stmt(op);
   }
 };
@@ -136,6 +139,8 @@ class LaneLoop : public IRMutator {
     b.visit(loop->body);
     inner_ = bound_names(loop->body);
     stored_ = b.stored;
+    loaded_ = b.loaded;
+    store_counts_ = b.stores;
     LoadedAfterStored reread;
     reread.visit(loop->body);
     reread_ = reread.buffers;
@@ -209,12 +214,16 @@ class LaneLoop : public IRMutator {
   std::string vector_of(const std::string& buffer, const Expr& index, bool store) {
     const BufferParam* b = find_buffer(k_->sig, buffer);
     if (reread_.count(buffer)) return "";
-    // A shared tile only read here (the loop stores nothing to it), in runs of at most 16 bytes.
+    // A shared tile only read here (the loop stores nothing to it), or only written by one store
+    // statement not under a guard (the loop reads nothing of it), in runs of at most 16 bytes.
+    // One store statement: two, at different bases, could overlap (nothing here proves
+    // otherwise), and a later vector store would then overwrite what a later lane stored first.
     int64_t lane0 = -1;
-    const SimtArray* shared =
-        b || store || stored_.count(buffer) || !const_int(loop_->min, &lane0) || lane0 != 0
-            ? nullptr
-            : find_shared(*k_, buffer);
+    const bool shared_ok =
+        !b && const_int(loop_->min, &lane0) && lane0 == 0 &&
+        (store ? !loaded_.count(buffer) && store_counts_[buffer] == 1 && guards_.empty()
+               : !stored_.count(buffer));
+    const SimtArray* shared = shared_ok ? find_shared(*k_, buffer) : nullptr;
     if (!b && (!shared || dtype_bytes(shared->dtype, lanes_) > 16)) return "";
     Expr full = Substitute(shared ? split_lets_ : lets_).mutate(index);
     if (!uses_var(full, loop_->var)) return "";
@@ -305,8 +314,10 @@ class LaneLoop : public IRMutator {
   std::set<std::string> lins_;     // lets whose value reads the lane var itself
   std::set<std::string> aligned_;  // lins of the form e·W + lane
   std::set<std::string> inner_;
-  std::set<std::string> stored_;  // buffers the loop body writes
-  std::set<std::string> reread_;  // buffers it reads after writing (LoadedAfterStored)
+  std::set<std::string> stored_;             // buffers the loop body writes
+  std::set<std::string> loaded_;             // buffers the loop body reads
+  std::map<std::string, int> store_counts_;  // store statements per buffer
+  std::set<std::string> reread_;             // buffers it reads after writing (LoadedAfterStored)
   std::map<std::string, Expr> lets_;
   std::map<std::string, Expr> split_lets_;     // lets_ with the innermost var as lane-0 + lane
   std::map<std::string, std::string> arrays_;  // access key → local array

@@ -15,6 +15,9 @@
 // tile and the pass proves, on the flattened index, that lane l reads element base + l with base a
 // multiple of the lanes and the run at most 16 bytes (through a 128-byte swizzle's XOR: a
 // tensor-core epilogue reading back its tile, 64 scalar shared loads a thread before, 8 after).
+// A shared store is moved the same way (one vector store after the loop) where it is the loop's
+// only store statement to that tile, not under a guard, and the loop reads nothing of the tile:
+// each lane then writes its own element of one run, whatever order the lanes' stores had.
 #pragma once
 
 #include "compiler/ir/kernel.h"
