@@ -7,7 +7,6 @@
 #include "compiler/transforms/expand_strict_math.h"
 #include "compiler/transforms/flatten_buffers.h"
 #include "compiler/transforms/hoist_copy_invariants.h"
-#include "compiler/transforms/hoist_lane_invariants.h"
 #include "compiler/transforms/infer_layouts.h"
 #include "compiler/transforms/lower_copies.h"
 #include "compiler/transforms/lower_parallel.h"
@@ -95,11 +94,6 @@ std::vector<PassInfo> make_pipeline() {
        "after the vectorize passes (it unrolls piece loops, which they would no longer see as "
        "loops) and on the final flat indices, so what it hoists is what the backends compute",
        simt_pass<hoist_copy_invariants>},
-      {"hoist_lane_invariants", kStorageTyped, kStorageTyped,
-       "after the vectorize passes, whose lane loops it reads; a lane-independent shared read "
-       "moves before its lane loop, where the CUDA backend need not write it as a volatile "
-       "ld.shared per lane",
-       simt_pass<hoist_lane_invariants>},
       {"expand_strict_math", kStorageTyped, kComplete,
        "after the rewrites: lower_storage_types itself emits strict_math routines, and nothing "
        "after "

@@ -86,7 +86,7 @@ TEST(IrText, TraceListsEveryPassInPipelineOrder) {
                        "input", "lower_copies", "lower_reductions", "analyze_accesses",
                        "infer_layouts", "lower_parallel", "flatten_buffers", "lower_storage_types",
                        "vectorize_accesses", "vectorize_shared_loads", "hoist_copy_invariants",
-                       "hoist_lane_invariants", "expand_strict_math", "pin_index_width"}));
+                       "expand_strict_math", "pin_index_width"}));
 }
 
 std::string read(const std::filesystem::path& p) {

@@ -27,7 +27,7 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(Pipeline, EachPassReadsTheFormThePreviousOneLeft) {
   const std::vector<PassInfo>& passes = pipeline();
-  ASSERT_EQ(passes.size(), 13u);
+  ASSERT_EQ(passes.size(), 12u);
   EXPECT_EQ(passes.front().input, kTileForm);
   EXPECT_EQ(passes.back().output, simt_form(SimtForm::Complete));
   for (size_t i = 1; i < passes.size(); ++i) {
@@ -62,7 +62,6 @@ TEST(Pipeline, RunPassesRefusesUnknownNamesAndTheWrongLevel) {
       "error: unknown pass 'fold'; the passes are: lower_copies, lower_reductions, "
       "analyze_accesses, infer_layouts, lower_parallel, flatten_buffers, "
       "lower_storage_types, vectorize_accesses, vectorize_shared_loads, hoist_copy_invariants, "
-      "hoist_lane_invariants, "
       "expand_strict_math, pin_index_width");
   EXPECT_EQ(error_of([&] { run_passes(k, {"flatten_buffers"}); }),
             "error: pass flatten_buffers reads simt lowered IR: Tile IR where SIMT IR is expected");
