@@ -462,6 +462,13 @@ class CudaExecutor final : public Executor {
     std::vector<bool> launched(n);
     for (int j = 0; j < n; ++j) launched[j] = !geometry_[grp.begin + j].empty();
     const std::vector<std::vector<int>> deps = graph_edges(graph_, grp, launched);
+    // Weight-only work yields (graph_topology.h): the least priority for it, the greatest for the
+    // rest. A hint to the block scheduler only; the edges alone order the kernels.
+    if (weight_only_.empty()) {
+      weight_only_ = weight_only_nodes(graph_);
+      check(d_->cuCtxGetStreamPriorityRange(&least_priority_, &greatest_priority_),
+            "cuCtxGetStreamPriorityRange", what);
+    }
     std::vector<CUgraphNode> nodes(n, nullptr);
     int last_root = -1;
     for (int j = 0; j < n; ++j) {
@@ -479,6 +486,10 @@ class CudaExecutor final : public Executor {
       p.kernelParams = params_[i].kernel_params();
       check(d_->cuGraphAddKernelNode(&nodes[j], graph, nullptr, 0, &p), "cuGraphAddKernelNode",
             kernel_name(i));
+      CUlaunchAttributeValue priority{};
+      priority.priority = weight_only_[i] ? least_priority_ : greatest_priority_;
+      check(d_->cuGraphKernelNodeSetAttribute(nodes[j], CU_LAUNCH_ATTRIBUTE_PRIORITY, &priority),
+            "cuGraphKernelNodeSetAttribute", kernel_name(i));
       std::vector<CUgraphNode> from;
       std::vector<CUgraphEdgeData> edges;
       // With PDL the edges are programmatic: the dependent may launch once every block of its
@@ -515,8 +526,10 @@ class CudaExecutor final : public Executor {
       check(d_->cuGraphAddDependencies(graph, from.data(), to.data(), edges.data(), from.size()),
             "cuGraphAddDependencies", kernel_name(i));
     }
-    check(d_->cuGraphInstantiateWithFlags(&graphs_.back().second, graph, 0), "cuGraphInstantiate",
-          what);
+    // The nodes' own priorities, not the stream's.
+    check(d_->cuGraphInstantiateWithFlags(&graphs_.back().second, graph,
+                                          CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY),
+          "cuGraphInstantiate", what);
     // Upload now rather than in the first cuGraphLaunch (9-30 µs of host time otherwise, which
     // the first step's timing would carry). Not under an attached tool: with compute-sanitizer
     // 13 on driver 580, the process died with SIGSEGV inside cuGraphUpload of the backward graphs
@@ -549,6 +562,8 @@ class CudaExecutor final : public Executor {
   std::vector<compiler::LaunchGeometry> geometry_;
   std::vector<compiler::CudaParams> params_;
   std::vector<Group> groups_;
+  std::vector<bool> weight_only_;  // per node (graph_topology.h), for the graphs' priorities
+  int least_priority_ = 0, greatest_priority_ = 0;
   std::vector<std::pair<CUevent, CUevent>> events_;
   std::vector<std::pair<CUgraph, CUgraphExec>> graphs_;
 };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "compiler/ir/kernel.h"
+
 namespace tilerun::graph {
 
 std::vector<Group> group_nodes(const KernelGraph& g) {
@@ -35,6 +37,28 @@ std::vector<std::vector<int>> graph_edges(const KernelGraph& g, const Group& grp
     std::sort(out[j].begin(), out[j].end());
   }
   return out;
+}
+
+std::vector<bool> weight_only_nodes(const KernelGraph& g) {
+  std::vector<bool> only(g.nodes.size(), false);
+  std::vector<int> writer(g.ops.tensors.size(), -1);  // the last node that wrote a tensor's bytes
+  auto bytes_of = [&](int t) { return g.views[t].base >= 0 ? g.views[t].base : t; };
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const KernelNode& node = g.nodes[n];
+    const compiler::KernelSignature& sig = g.kernels[node.kernel]->sig;
+    bool reads_weights_only = true;
+    for (size_t b = 0; b < node.buffers.size(); ++b) {
+      if (sig.buffers.at(b).is_output) continue;
+      const int t = bytes_of(node.buffers[b]);
+      const int w = writer[t];
+      const bool weight = g.ops.tensors[t].kind == TensorKind::Weight;
+      if (w >= 0 ? !only[w] : !weight) reads_weights_only = false;
+    }
+    only[n] = reads_weights_only;
+    for (size_t b = 0; b < node.buffers.size(); ++b)
+      if (sig.buffers.at(b).is_output) writer[bytes_of(node.buffers[b])] = static_cast<int>(n);
+  }
+  return only;
 }
 
 }  // namespace tilerun::graph

@@ -26,4 +26,11 @@ std::vector<Group> group_nodes(const KernelGraph& g);
 std::vector<std::vector<int>> graph_edges(const KernelGraph& g, const Group& grp,
                                           const std::vector<bool>& launched);
 
+// Per node: whether it reads only weights, or what weight-only nodes wrote (a node reading
+// nothing, such as a table's iota, counts): work whose inputs no activation reaches, such as an
+// expert weight's fake_quant. It can run any time before its users, so a layer's CUDA graph gives
+// it the least priority and the rest the greatest: the scheduler then fills SMs the critical path
+// leaves idle with it instead of running it first (bench/RESULTS.md, forty-fifth session).
+std::vector<bool> weight_only_nodes(const KernelGraph& g);
+
 }  // namespace tilerun::graph
