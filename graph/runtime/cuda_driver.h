@@ -21,7 +21,8 @@ namespace tilerun::graph {
   X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD) X(cuMemcpyDtoH)             \
   X(cuMemcpyDtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)         \
   X(cuMemsetD8) X(cuMemsetD8Async)                                                        \
-  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuCtxGetStreamPriorityRange) \
+  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)                             \
+  X(cuCtxGetStreamPriorityRange)                                                          \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)               \
   X(cuEventElapsedTime)                                                                   \
   X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphAddKernelNode) X(cuGraphAddMemsetNode)      \

@@ -138,8 +138,14 @@ class CudaExecutor final : public Executor {
       check(d_->cuEventCreate(&events_.back().first, CU_EVENT_DEFAULT), "cuEventCreate", "timing");
       check(d_->cuEventCreate(&events_.back().second, CU_EVENT_DEFAULT), "cuEventCreate", "timing");
     }
-    if (mode_ == LaunchMode::Graph)
+    if (mode_ == LaunchMode::Graph) {
+      // Weight-only work yields (graph_topology.h): the least priority for it, the greatest for
+      // the rest. A hint to the block scheduler only; the edges alone order the kernels.
+      weight_only_ = weight_only_nodes(g);
+      check(d_->cuCtxGetStreamPriorityRange(&least_priority_, &greatest_priority_),
+            "cuCtxGetStreamPriorityRange", "the graphs' priorities");
       for (const Group& grp : groups_) build_graph(grp);
+    }
   }
 
   // A tensor map for a kernel's tma_copy (launch_abi.h TensorMapParam): the tensor row-major at
@@ -462,13 +468,6 @@ class CudaExecutor final : public Executor {
     std::vector<bool> launched(n);
     for (int j = 0; j < n; ++j) launched[j] = !geometry_[grp.begin + j].empty();
     const std::vector<std::vector<int>> deps = graph_edges(graph_, grp, launched);
-    // Weight-only work yields (graph_topology.h): the least priority for it, the greatest for the
-    // rest. A hint to the block scheduler only; the edges alone order the kernels.
-    if (weight_only_.empty()) {
-      weight_only_ = weight_only_nodes(graph_);
-      check(d_->cuCtxGetStreamPriorityRange(&least_priority_, &greatest_priority_),
-            "cuCtxGetStreamPriorityRange", what);
-    }
     std::vector<CUgraphNode> nodes(n, nullptr);
     int last_root = -1;
     for (int j = 0; j < n; ++j) {
