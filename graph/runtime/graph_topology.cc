@@ -1,6 +1,7 @@
 #include "graph/runtime/graph_topology.h"
 
 #include <algorithm>
+#include <set>
 
 #include "compiler/ir/kernel.h"
 
@@ -59,6 +60,53 @@ std::vector<bool> weight_only_nodes(const KernelGraph& g) {
       if (sig.buffers.at(b).is_output) writer[bytes_of(node.buffers[b])] = static_cast<int>(n);
   }
   return only;
+}
+
+std::vector<bool> chain_nodes(const KernelGraph& g) {
+  const std::vector<Group> groups = group_nodes(g);
+  std::vector<int> group_of(g.nodes.size(), 0);
+  for (size_t k = 0; k < groups.size(); ++k)
+    for (int i = groups[k].begin; i < groups[k].end; ++i) group_of[i] = static_cast<int>(k);
+  auto bytes_of = [&](int t) { return g.views[t].base >= 0 ? g.views[t].base : t; };
+  // What the caller reads after the step: outputs, loss values, the inputs' gradients.
+  std::set<int> kept;
+  for (int t : g.ops.outputs) kept.insert(bytes_of(t));
+  for (const GraphLossTerm& l : g.ops.loss) kept.insert(bytes_of(l.value));
+  for (const auto& [t, grad] : g.ops.grad)
+    if (g.ops.tensors[t].kind == TensorKind::Input) kept.insert(bytes_of(grad));
+  std::vector<bool> target(g.nodes.size(), false);
+  std::vector<int> writer(g.ops.tensors.size(), -1);
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const KernelNode& node = g.nodes[n];
+    const compiler::KernelSignature& sig = g.kernels[node.kernel]->sig;
+    for (size_t b = 0; b < node.buffers.size(); ++b) {
+      const int t = bytes_of(node.buffers[b]);
+      if (sig.buffers.at(b).is_output) continue;
+      const int w = writer[t];
+      if (w >= 0 && group_of[w] != group_of[n] && g.nodes[w].direction == node.direction)
+        target[w] = true;
+    }
+    for (size_t b = 0; b < node.buffers.size(); ++b) {
+      if (!sig.buffers.at(b).is_output) continue;
+      const int t = bytes_of(node.buffers[b]);
+      writer[t] = static_cast<int>(n);
+      if (kept.count(t)) target[n] = true;
+    }
+  }
+  // Backwards through each group: a node's users come after it, so its mark is final first.
+  std::vector<bool> chain(g.nodes.size(), false);
+  for (const Group& grp : groups) {
+    bool any = false;
+    for (int i = grp.end - 1; i >= grp.begin; --i) {
+      if (target[i]) chain[i] = true;
+      if (!chain[i]) continue;
+      any = true;
+      for (int d : g.nodes[i].deps)
+        if (d >= grp.begin && d < grp.end) chain[d] = true;
+    }
+    if (!any) std::fill(chain.begin() + grp.begin, chain.begin() + grp.end, true);
+  }
+  return chain;
 }
 
 }  // namespace tilerun::graph

@@ -33,4 +33,11 @@ std::vector<std::vector<int>> graph_edges(const KernelGraph& g, const Group& grp
 // leaves idle with it instead of running it first (bench/RESULTS.md, forty-fifth session).
 std::vector<bool> weight_only_nodes(const KernelGraph& g);
 
+// Per node: whether the next layer waits on it, i.e. it has a path (dependency edges within its
+// layer's graph) to a node that writes what another layer of the same direction reads (the
+// residual stream into the next layer's forward, the input gradient into the previous layer's
+// backward), a model output, a loss value or an input's gradient. The rest (the backward's weight gradients, what
+// only the backward reads) can yield to it. A layer with no such node has every node marked.
+std::vector<bool> chain_nodes(const KernelGraph& g);
+
 }  // namespace tilerun::graph

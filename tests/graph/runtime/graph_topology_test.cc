@@ -1,7 +1,8 @@
-// weight_only_nodes (graph/runtime/graph_topology.h): the nodes a layer's CUDA graph runs at the
-// least priority must be the ones no input reaches. Checked against a dataflow computed here from
-// the op graph alone (which tensor an op produces from which), independently of the node-by-node
-// walk over the kernels' signatures that the function does, on every shipped config.
+// weight_only_nodes and chain_nodes (graph/runtime/graph_topology.h): the nodes a layer's CUDA
+// graph runs at the least priority must be the ones no input reaches. Checked against a dataflow
+// computed here from the op graph alone (which tensor an op produces from which), independently of
+// the node-by-node walk over the kernels' signatures that the function does, on every shipped
+// config.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -114,6 +115,127 @@ TEST(WeightOnlyNodes, TheExpertWeightsFakeQuantsAreWeightOnly) {
   EXPECT_EQ(weight_only_ops, (std::set<std::string>{"fake_quant", "index_established"}));
   for (const char* op : {"rmsnorm", "matmul", "counting_sort", "grouped_matmul", "swiglu", "add"})
     EXPECT_TRUE(other_ops.count(op)) << op;
+}
+
+// chain_nodes on every shipped config, against the op graph: a node that writes a tensor an op
+// of another layer of the same direction reads is marked, the marks are closed under the
+// layer's dependency edges (a marked node's dependencies in its layer are marked), and each
+// marked node is needed: it writes a tensor another layer of its direction reads, a model output,
+// a loss value or an input's gradient, or a marked node of its layer depends on it.
+TEST(ChainNodes, ClosedUnderDependenciesAndEachNeeded) {
+  std::vector<std::filesystem::path> paths;
+  for (const auto& e : std::filesystem::directory_iterator(TILERUN_SOURCE_DIR "/configs"))
+    if (e.path().extension() == ".yaml") paths.push_back(e.path());
+  std::sort(paths.begin(), paths.end());
+  int with_unmarked = 0;
+  for (const std::filesystem::path& p : paths) {
+    SCOPED_TRACE(p.filename().string());
+    const KernelGraph kg = training_graph(load_model(p.string()));
+    const std::vector<bool> chain = chain_nodes(kg);
+    ASSERT_EQ(chain.size(), kg.nodes.size());
+    const std::vector<Group> groups = group_nodes(kg);
+    // Per tensor: whether an op of another layer than its producer's, of the same direction,
+    // reads it.
+    const OpGraph& ops = kg.ops;
+    std::vector<bool> feeds_other(ops.tensors.size(), false);
+    for (const GraphOp& op : ops.ops)
+      for (int t : op.inputs) {
+        const int pr = ops.tensors[t].producer;
+        if (pr >= 0 && ops.ops[pr].layer != op.layer && ops.ops[pr].direction == op.direction)
+          feeds_other[t] = true;
+      }
+    std::set<int> kept(ops.outputs.begin(), ops.outputs.end());
+    for (const GraphLossTerm& l : ops.loss) kept.insert(l.value);
+    for (const auto& [t, grad] : ops.grad)
+      if (ops.tensors[t].kind == TensorKind::Input) kept.insert(grad);
+    for (const Group& grp : groups) {
+      bool any_unmarked = false;
+      for (int i = grp.begin; i < grp.end; ++i) {
+        const KernelNode& node = kg.nodes[i];
+        const compiler::KernelSignature& sig = kg.kernels[node.kernel]->sig;
+        bool writes_carried = false;  // writes an op output another layer reads
+        for (size_t b = 0; b < node.buffers.size(); ++b) {
+          if (!sig.buffers[b].is_output) continue;
+          const int t = node.buffers[b];
+          const int pr = ops.tensors[t].producer;
+          if ((pr == node.op && feeds_other[t]) || kept.count(t)) writes_carried = true;
+        }
+        const std::string what =
+            "node " + std::to_string(i) + " (" + sig.name + ", op " + ops.ops[node.op].type + ")";
+        if (writes_carried) EXPECT_TRUE(chain[i]) << what;
+        if (chain[i])
+          for (int d : node.deps)
+            if (d >= grp.begin) EXPECT_TRUE(chain[d]) << what << " depends on node " << d;
+        any_unmarked = any_unmarked || !chain[i];
+      }
+      // Each marked node is needed: a target, or a marked node of the group depends on it.
+      if (!any_unmarked) continue;
+      ++with_unmarked;
+      std::vector<bool> needed(grp.end - grp.begin, false);
+      for (int i = grp.end - 1; i >= grp.begin; --i) {
+        if (!chain[i]) continue;
+        for (int d : kg.nodes[i].deps)
+          if (d >= grp.begin) needed[d - grp.begin] = true;
+      }
+      for (int i = grp.begin; i < grp.end; ++i) {
+        if (!chain[i] || needed[i - grp.begin]) continue;
+        // Not needed by its group: it must write something that leaves the layer.
+        const KernelNode& node = kg.nodes[i];
+        const compiler::KernelSignature& sig = kg.kernels[node.kernel]->sig;
+        bool leaves = false;
+        for (size_t b = 0; b < node.buffers.size(); ++b)
+          if (sig.buffers[b].is_output) {
+            const int t = node.buffers[b];
+            leaves = leaves || kept.count(t) || feeds_other[t] ||
+                     (kg.views[t].base >= 0 && kept.count(kg.views[t].base));
+          }
+        EXPECT_TRUE(leaves) << "node " << i << " (" << sig.name << ") marked but not needed";
+      }
+    }
+  }
+  EXPECT_GE(with_unmarked, 3);  // the backward's weight gradients in every multi-block model
+}
+
+// The tiny MLP's backward, both blocks: the input gradient's chain (the matmuls' dgrads, rmsnorm's
+// dx, the residual's sum; block.0's ends in the model input x's gradient) is marked, the nodes
+// that write only weight gradients (dw1, dw2, dg) are not.
+TEST(ChainNodes, WeightGradientsOfTheTinyMlpAreOffTheChain) {
+  Model model = load_model(TILERUN_SOURCE_DIR "/configs/tiny.yaml");
+  const KernelGraph kg = training_graph(model);
+  const std::vector<bool> chain = chain_nodes(kg);
+  const OpGraph& ops = kg.ops;
+  std::set<int> weight_grads;
+  for (const auto& [t, gt] : ops.grad)
+    if (ops.tensors[t].kind == TensorKind::Weight) weight_grads.insert(gt);
+  ASSERT_EQ(weight_grads.size(), 6u);
+  const int dx = ops.grad.at(ops.find("x"));
+  int groups = 0, writes_dx = 0;
+  for (const Group& grp : group_nodes(kg)) {
+    if (grp.direction != Direction::Backward) continue;
+    SCOPED_TRACE(model.layers[grp.layer].name);
+    ++groups;
+    int off = 0, on = 0;
+    for (int i = grp.begin; i < grp.end; ++i) {
+      const KernelNode& node = kg.nodes[i];
+      const compiler::KernelSignature& sig = kg.kernels[node.kernel]->sig;
+      bool only_weight_grads = true;
+      for (size_t b = 0; b < node.buffers.size(); ++b) {
+        if (!sig.buffers[b].is_output) continue;
+        only_weight_grads = only_weight_grads && weight_grads.count(node.buffers[b]);
+        if (node.buffers[b] == dx) {
+          EXPECT_TRUE(chain[i]) << sig.name << " writes x's gradient";
+          ++writes_dx;
+        }
+      }
+      if (only_weight_grads) EXPECT_FALSE(chain[i]) << sig.name;
+      off += !chain[i];
+      on += chain[i];
+    }
+    EXPECT_GE(off, 3);  // dw1, dw2, dg at least
+    EXPECT_GE(on, 3);   // dx through both matmuls and the norm
+  }
+  EXPECT_EQ(groups, 2);
+  EXPECT_GE(writes_dx, 1);
 }
 
 }  // namespace
