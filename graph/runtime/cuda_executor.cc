@@ -6,6 +6,7 @@
 // events recorded around it.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -139,11 +140,14 @@ class CudaExecutor final : public Executor {
       check(d_->cuEventCreate(&events_.back().second, CU_EVENT_DEFAULT), "cuEventCreate", "timing");
     }
     if (mode_ == LaunchMode::Graph) {
-      // Weight-only work yields (graph_topology.h): the least priority for it, the greatest for
-      // the rest. A hint to the block scheduler only; the edges alone order the kernels.
-      weight_only_ = weight_only_nodes(g);
-      check(d_->cuCtxGetStreamPriorityRange(&least_priority_, &greatest_priority_),
-            "cuCtxGetStreamPriorityRange", "the graphs' priorities");
+      // The kernels the most work waits on first (graph_topology.h urgency), over the device's
+      // range of stream priorities. A hint to the block scheduler only; the edges alone order
+      // the kernels, so the bits cannot change.
+      int least = 0, greatest = 0;
+      check(d_->cuCtxGetStreamPriorityRange(&least, &greatest), "cuCtxGetStreamPriorityRange",
+            "the graphs' priorities");
+      for (double u : urgency(g))
+        priorities_.push_back(least + static_cast<int>(std::lround(u * (greatest - least))));
       for (const Group& grp : groups_) build_graph(grp);
     }
   }
@@ -486,7 +490,7 @@ class CudaExecutor final : public Executor {
       check(d_->cuGraphAddKernelNode(&nodes[j], graph, nullptr, 0, &p), "cuGraphAddKernelNode",
             kernel_name(i));
       CUlaunchAttributeValue priority{};
-      priority.priority = weight_only_[i] ? least_priority_ : greatest_priority_;
+      priority.priority = priorities_[i];
       check(d_->cuGraphKernelNodeSetAttribute(nodes[j], CU_LAUNCH_ATTRIBUTE_PRIORITY, &priority),
             "cuGraphKernelNodeSetAttribute", kernel_name(i));
       std::vector<CUgraphNode> from;
@@ -561,8 +565,7 @@ class CudaExecutor final : public Executor {
   std::vector<compiler::LaunchGeometry> geometry_;
   std::vector<compiler::CudaParams> params_;
   std::vector<Group> groups_;
-  std::vector<bool> weight_only_;  // per node (graph_topology.h), for the graphs' priorities
-  int least_priority_ = 0, greatest_priority_ = 0;
+  std::vector<int> priorities_;  // per node, the graph node's stream priority
   std::vector<std::pair<CUevent, CUevent>> events_;
   std::vector<std::pair<CUgraph, CUgraphExec>> graphs_;
 };

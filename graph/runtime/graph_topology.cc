@@ -109,4 +109,24 @@ std::vector<bool> chain_nodes(const KernelGraph& g) {
   return chain;
 }
 
+std::vector<double> urgency(const KernelGraph& g) {
+  const std::vector<bool> weight_only = weight_only_nodes(g), chain = chain_nodes(g);
+  std::vector<double> out(g.nodes.size(), 0.0);
+  for (const Group& grp : group_nodes(g)) {
+    // Longest path to the layer's end in nodes, over the dependency edges inside the layer.
+    std::vector<int> below(grp.end - grp.begin, 1);
+    for (int i = grp.end - 1; i >= grp.begin; --i)
+      for (int d : g.nodes[i].deps)
+        if (d >= grp.begin && d < grp.end)
+          below[d - grp.begin] = std::max(below[d - grp.begin], below[i - grp.begin] + 1);
+    auto counts = [&](int i) { return chain[i] && !weight_only[i]; };
+    int longest = 1;  // over the nodes that count (a weight-only root may start a longer path)
+    for (int i = grp.begin; i < grp.end; ++i)
+      if (counts(i)) longest = std::max(longest, below[i - grp.begin]);
+    for (int i = grp.begin; i < grp.end; ++i)
+      if (counts(i)) out[i] = static_cast<double>(below[i - grp.begin]) / longest;
+  }
+  return out;
+}
+
 }  // namespace tilerun::graph

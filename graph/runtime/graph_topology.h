@@ -36,8 +36,16 @@ std::vector<bool> weight_only_nodes(const KernelGraph& g);
 // Per node: whether the next layer waits on it, i.e. it has a path (dependency edges within its
 // layer's graph) to a node that writes what another layer of the same direction reads (the
 // residual stream into the next layer's forward, the input gradient into the previous layer's
-// backward), a model output, a loss value or an input's gradient. The rest (the backward's weight gradients, what
-// only the backward reads) can yield to it. A layer with no such node has every node marked.
+// backward), a model output, a loss value or an input's gradient. The rest (the backward's weight
+// gradients, what only the backward reads) can yield to it. A layer with no such node has every
+// node marked.
 std::vector<bool> chain_nodes(const KernelGraph& g);
+
+// Per node, how soon its layer needs it, in [0, 1]: 0 for weight-only nodes and nodes off the
+// chain (they may wait for idle SMs); for a chain node, the longest path from it to its layer's
+// end, counted in nodes, over the longest such path from a chain node (1 at its start). A layer's
+// CUDA graph maps it onto the device's stream priorities: the scheduler then gives the SMs first to
+// the kernels the most work waits on (bench/RESULTS.md, forty-sixth session).
+std::vector<double> urgency(const KernelGraph& g);
 
 }  // namespace tilerun::graph

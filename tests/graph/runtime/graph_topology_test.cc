@@ -238,5 +238,47 @@ TEST(ChainNodes, WeightGradientsOfTheTinyMlpAreOffTheChain) {
   EXPECT_GE(writes_dx, 1);
 }
 
+// urgency on every shipped config: 0 exactly for the weight-only and off-chain nodes, and for the
+// rest in (0, 1], falling along every dependency edge inside a layer (a node's dependency, unless
+// weight-only, is more urgent than it), and 1 somewhere in every layer with a node that counts.
+TEST(Urgency, FallsAlongEveryEdgeAndIsZeroOffTheChain) {
+  std::vector<std::filesystem::path> paths;
+  for (const auto& e : std::filesystem::directory_iterator(TILERUN_SOURCE_DIR "/configs"))
+    if (e.path().extension() == ".yaml") paths.push_back(e.path());
+  std::sort(paths.begin(), paths.end());
+  int levels_seen = 0;
+  for (const std::filesystem::path& p : paths) {
+    SCOPED_TRACE(p.filename().string());
+    const KernelGraph kg = training_graph(load_model(p.string()));
+    const std::vector<double> u = urgency(kg);
+    const std::vector<bool> only = weight_only_nodes(kg), chain = chain_nodes(kg);
+    ASSERT_EQ(u.size(), kg.nodes.size());
+    for (const Group& grp : group_nodes(kg)) {
+      double top = 0;
+      std::set<double> levels;
+      for (int i = grp.begin; i < grp.end; ++i) {
+        const bool yields = only[i] || !chain[i];
+        if (yields) EXPECT_EQ(u[i], 0.0) << "node " << i;
+        if (!yields) {
+          EXPECT_GT(u[i], 0.0) << "node " << i;
+          EXPECT_LE(u[i], 1.0) << "node " << i;
+        }
+        for (int d : kg.nodes[i].deps)
+          if (d >= grp.begin && !yields && !only[d])
+            EXPECT_GT(u[d], u[i]) << "node " << d << " -> " << i;
+        top = std::max(top, u[i]);
+        levels.insert(u[i]);
+      }
+      const bool any_chain =
+          std::any_of(chain.begin() + grp.begin, chain.begin() + grp.end, [](bool c) { return c; });
+      if (any_chain &&
+          !std::all_of(only.begin() + grp.begin, only.begin() + grp.end, [](bool w) { return w; }))
+        EXPECT_EQ(top, 1.0);
+      levels_seen = std::max(levels_seen, static_cast<int>(levels.size()));
+    }
+  }
+  EXPECT_GE(levels_seen, 10);  // a layer of many kernels has a long chain
+}
+
 }  // namespace
 }  // namespace tilerun::graph
