@@ -2,7 +2,8 @@
 """Where a step's device time goes, from a tilerun --report: time per op (forward and backward),
 each layer's kernel sum against its critical path (the longest dependency chain: what overlap of
 independent branches could reach), the slowest kernels, and each one's distance from its
-bandwidth floor (bytes / floor_gbps).
+bandwidth floor (bytes / floor_gbps) and whether it is on its layer's critical path (only those
+can shorten the layer when overlap is perfect).
 
   python3 bench/kernel_table.py REPORT.json [--top 15] [--layer block.0]
 """
@@ -45,12 +46,13 @@ def main():
             continue
         print(f"| {l['name']} | {l['direction']} | {l['kernels']} | {l['kernels_us']:.1f} | "
               f"{l.get('critical_us', float('nan')):.1f} | {l['device_us']:.1f} |")
-    print(f"\n| slowest kernels | op | layer | direction | us | floor us | x floor |")
-    print("|---|---|---|---|---:|---:|---:|")
+    print(f"\n| slowest kernels | op | layer | direction | us | floor us | x floor | critical |")
+    print("|---|---|---|---|---:|---:|---:|:-:|")
     for k in sorted(ks, key=lambda k: -k["us"])[:a.top]:
         ratio = k["us"] / k["floor_us"] if k["floor_us"] > 0 else float("inf")
+        crit = {True: "yes", False: "", None: "?"}[k.get("critical")]
         print(f"| {k['kernel']} | {k['op']} | {k['layer']} | {k['direction']} | {k['us']:.1f} | "
-              f"{k['floor_us']:.2f} | {ratio:.0f} |")
+              f"{k['floor_us']:.2f} | {ratio:.0f} | {crit} |")
     return 0
 
 

@@ -33,7 +33,8 @@ json layers_json(const RunResult& r) {
 // The H200's HBM3e bandwidth (data sheet): each kernel's floor is its bytes over it.
 constexpr double kFloorGBps = 4800;
 
-// Every kernel of the profiling pass in step order: its op, time, bytes and bandwidth floor.
+// Every kernel of the profiling pass in step order: its op, time, bytes, bandwidth floor and
+// whether it is on its layer's critical path.
 json kernels_json(const RunResult& r) {
   json kernels = json::array();
   for (const KernelTiming& k : r.profile)
@@ -43,7 +44,8 @@ json kernels_json(const RunResult& r) {
                        {"op", k.op},
                        {"us", k.us},
                        {"bytes", k.bytes},
-                       {"floor_us", static_cast<double>(k.bytes) / (kFloorGBps * 1e3)}});
+                       {"floor_us", static_cast<double>(k.bytes) / (kFloorGBps * 1e3)},
+                       {"critical", k.critical}});
   return kernels;
 }
 

@@ -323,6 +323,41 @@ std::vector<LayerTiming> Session::timings() const {
   return all;
 }
 
+namespace {
+
+// Flags each layer's critical path in `rows` (row_of[node]: its row, -1 for none): per layer and
+// direction, each node's finish is its latest dependency's finish plus its own time `us`, the
+// latest finish ends the path, and each node on it leads back to the dependency that set its
+// start (the first of equals), as Session::timings measures critical_us.
+void mark_critical_paths(const std::vector<graph::KernelNode>& nodes, const std::vector<double>& us,
+                         const std::vector<int>& row_of, std::vector<KernelTiming>& rows) {
+  std::vector<double> finish(nodes.size(), 0.0);
+  std::vector<int> from(nodes.size(), -1);
+  size_t begin = 0;
+  while (begin < nodes.size()) {
+    size_t end = begin;
+    while (end < nodes.size() && nodes[end].layer == nodes[begin].layer &&
+           nodes[end].direction == nodes[begin].direction)
+      ++end;
+    int last = -1;
+    for (size_t i = begin; i < end; ++i) {
+      double start = 0;
+      for (int d : nodes[i].deps)
+        if (d >= static_cast<int>(begin) && finish[d] > start) {
+          start = finish[d];
+          from[i] = d;
+        }
+      finish[i] = start + us[i];
+      if (last < 0 || finish[i] > finish[last]) last = static_cast<int>(i);
+    }
+    for (int i = last; i >= 0; i = from[i])
+      if (row_of[i] >= 0) rows[row_of[i]].critical = true;
+    begin = end;
+  }
+}
+
+}  // namespace
+
 std::vector<KernelTiming> Session::profile() {
   Impl& s = *impl_;
   std::vector<double> fwd = s.executor->profile(Direction::Forward);
@@ -333,10 +368,12 @@ std::vector<KernelTiming> Session::profile() {
   s.backward_done = !s.options.forward_only;
   s.kernel_us.assign(s.graph.nodes.size(), 0.0);
   std::vector<KernelTiming> out;
+  std::vector<int> row_of(s.graph.nodes.size(), -1);
   for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
     const graph::KernelNode& n = s.graph.nodes[i];
     s.kernel_us[i] = n.direction == Direction::Forward ? fwd[i] : (bwd.empty() ? 0 : bwd[i]);
     if (n.direction == Direction::Backward && bwd.empty()) continue;
+    row_of[i] = static_cast<int>(out.size());
     int64_t bytes = 0;
     for (int b : n.buffers) {
       const kernels::TensorType& t = s.graph.ops.tensors[b].type;
@@ -351,6 +388,7 @@ std::vector<KernelTiming> Session::profile() {
                    .bytes = bytes,
                    .source = s.executor->profile_source()});
   }
+  mark_critical_paths(s.graph.nodes, s.kernel_us, row_of, out);
   return out;
 }
 

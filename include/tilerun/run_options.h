@@ -67,6 +67,10 @@ struct KernelTiming {
   // How `us` was measured: "CUPTI activity records" (the GPU's own timestamps), "events around
   // each launch (why CUPTI was not used)", or on the CPU "wall time of each kernel".
   std::string source;
+  // On its layer's critical path: the chain of dependent kernels whose times sum to the layer's
+  // LayerTiming::critical_us (the first such chain where two are as long). Making a kernel off
+  // it faster cannot shorten the layer below that; making one on it faster can.
+  bool critical = false;
 };
 
 struct CompileStats {

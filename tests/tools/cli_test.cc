@@ -197,11 +197,20 @@ TEST(CliTest, RunsTinyWithCheckAndReport) {
   }
   EXPECT_GE(matmuls, 4);
   for (const auto& l : j["layers"]) {
-    double longest = 0;
+    double longest = 0, on_path = 0;
+    int critical = 0;
     for (const auto& k : j["kernels"])
-      if (k["layer"] == l["name"] && k["direction"] == l["direction"])
+      if (k["layer"] == l["name"] && k["direction"] == l["direction"]) {
         longest = std::max(longest, k["us"].get<double>());
+        if (k["critical"].get<bool>()) {
+          on_path += k["us"].get<double>();
+          ++critical;
+        }
+      }
     EXPECT_GE(l["critical_us"].get<double>(), longest * (1 - 1e-9)) << l;
+    // The kernels flagged critical are the path critical_us measures: their times sum to it.
+    EXPECT_GE(critical, 1) << l;
+    EXPECT_NEAR(on_path, l["critical_us"].get<double>(), 1e-9 * on_path + 1e-12) << l;
   }
   EXPECT_LE(j["arena_bytes"].get<int64_t>(), j["tensor_bytes"].get<int64_t>());
   // Every distinct kernel's accesses went through the prover; no race anywhere.
