@@ -1,7 +1,8 @@
-// weight_only_nodes and chain_nodes (graph/runtime/graph_topology.h): the nodes a layer's CUDA
-// graph runs at the least priority must be the ones no input reaches. Checked against a dataflow
-// computed here from the op graph alone (which tensor an op produces from which), independently of
-// the node-by-node walk over the kernels' signatures that the function does, on every shipped
+// weight_only_nodes, chain_nodes and urgency (graph/runtime/graph_topology.h), which set the
+// stream priorities of a layer's CUDA graph: the weight-only nodes must be the ones no input
+// reaches, the chain the nodes another layer waits on. Checked against dataflows computed here from
+// the op graph alone (which tensor an op produces from which, which layer reads it), independently
+// of the node-by-node walks over the kernels' signatures that the functions do, on every shipped
 // config.
 #include <gtest/gtest.h>
 
@@ -20,6 +21,15 @@
 
 namespace tilerun::graph {
 namespace {
+
+// Every config the repository ships, in name order.
+std::vector<std::filesystem::path> shipped_configs() {
+  std::vector<std::filesystem::path> paths;
+  for (const auto& e : std::filesystem::directory_iterator(TILERUN_SOURCE_DIR "/configs"))
+    if (e.path().extension() == ".yaml") paths.push_back(e.path());
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
 
 KernelGraph training_graph(const Model& model) {
   OpGraph ops = build_forward(model);
@@ -63,12 +73,8 @@ Dataflow dataflow(const KernelGraph& kg) {
 }
 
 TEST(WeightOnlyNodes, NoInputReachesThemAndEveryNodeOfWeightsAloneIsOne) {
-  std::vector<std::filesystem::path> paths;
-  for (const auto& e : std::filesystem::directory_iterator(TILERUN_SOURCE_DIR "/configs"))
-    if (e.path().extension() == ".yaml") paths.push_back(e.path());
-  std::sort(paths.begin(), paths.end());
   int configs = 0, with_some = 0;
-  for (const std::filesystem::path& p : paths) {
+  for (const std::filesystem::path& p : shipped_configs()) {
     SCOPED_TRACE(p.filename().string());
     const KernelGraph kg = training_graph(load_model(p.string()));
     const std::vector<bool> only = weight_only_nodes(kg);
@@ -123,12 +129,8 @@ TEST(WeightOnlyNodes, TheExpertWeightsFakeQuantsAreWeightOnly) {
 // marked node is needed: it writes a tensor another layer of its direction reads, a model output,
 // a loss value or an input's gradient, or a marked node of its layer depends on it.
 TEST(ChainNodes, ClosedUnderDependenciesAndEachNeeded) {
-  std::vector<std::filesystem::path> paths;
-  for (const auto& e : std::filesystem::directory_iterator(TILERUN_SOURCE_DIR "/configs"))
-    if (e.path().extension() == ".yaml") paths.push_back(e.path());
-  std::sort(paths.begin(), paths.end());
   int with_unmarked = 0;
-  for (const std::filesystem::path& p : paths) {
+  for (const std::filesystem::path& p : shipped_configs()) {
     SCOPED_TRACE(p.filename().string());
     const KernelGraph kg = training_graph(load_model(p.string()));
     const std::vector<bool> chain = chain_nodes(kg);
@@ -242,12 +244,8 @@ TEST(ChainNodes, WeightGradientsOfTheTinyMlpAreOffTheChain) {
 // rest in (0, 1], falling along every dependency edge inside a layer (a node's dependency, unless
 // weight-only, is more urgent than it), and 1 somewhere in every layer with a node that counts.
 TEST(Urgency, FallsAlongEveryEdgeAndIsZeroOffTheChain) {
-  std::vector<std::filesystem::path> paths;
-  for (const auto& e : std::filesystem::directory_iterator(TILERUN_SOURCE_DIR "/configs"))
-    if (e.path().extension() == ".yaml") paths.push_back(e.path());
-  std::sort(paths.begin(), paths.end());
   int levels_seen = 0;
-  for (const std::filesystem::path& p : paths) {
+  for (const std::filesystem::path& p : shipped_configs()) {
     SCOPED_TRACE(p.filename().string());
     const KernelGraph kg = training_graph(load_model(p.string()));
     const std::vector<double> u = urgency(kg);
