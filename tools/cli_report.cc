@@ -140,7 +140,8 @@ json trace_json(const RunResult& r) {
     dev_t += t.device_us;
   }
   for (const KernelTiming& k : r.profile) {
-    span(3, k.kernel, kern_t, k.us, {{"layer", k.layer}, {"direction", k.direction}});
+    span(3, k.kernel, kern_t, k.us,
+         {{"layer", k.layer}, {"direction", k.direction}, {"critical", k.critical}});
     kern_t += k.us;
   }
   return {{"traceEvents", events}, {"displayTimeUnit", "ns"}};

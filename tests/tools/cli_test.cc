@@ -345,16 +345,21 @@ TEST(CliTest, TraceHasHostDeviceAndKernelSpans) {
   Result r = run_cli(TILERUN_SOURCE_DIR "/configs/tiny.yaml --device cpu --trace '" + trace + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(read_file(trace));
-  int host = 0, device = 0, kernels = 0;
+  int host = 0, device = 0, kernels = 0, critical = 0;
   for (const auto& e : j["traceEvents"]) {
     if (e["ph"] != "X") continue;
     EXPECT_GE(e["dur"].get<double>(), 0);
     int pid = e["pid"];
     (pid == 1 ? host : pid == 2 ? device : kernels) += 1;
+    if (pid == 3) critical += e["args"]["critical"].get<bool>();
   }
   EXPECT_EQ(host, 4);  // 2 layers x 2 directions
   EXPECT_EQ(device, 4);
   EXPECT_EQ(kernels, 28);  // every kernel of the step (2 compute the loss)
+  // Each layer's critical path: a kernel at least in each of the 4, not every kernel (each
+  // backward's weight gradients are off it).
+  EXPECT_GE(critical, 4);
+  EXPECT_LT(critical, kernels);
   std::remove(trace.c_str());
 }
 
