@@ -129,4 +129,26 @@ std::vector<double> urgency(const KernelGraph& g) {
   return out;
 }
 
+CriticalPaths critical_paths(const KernelGraph& g, const std::vector<double>& us) {
+  CriticalPaths out{.length = {}, .on_path = std::vector<bool>(g.nodes.size(), false)};
+  std::vector<double> finish(g.nodes.size(), 0.0);
+  std::vector<int> from(g.nodes.size(), -1);
+  for (const Group& grp : group_nodes(g)) {
+    int last = -1;
+    for (int i = grp.begin; i < grp.end; ++i) {
+      double start = 0;
+      for (int d : g.nodes[i].deps)
+        if (d >= grp.begin && d < grp.end && finish[d] > start) {
+          start = finish[d];
+          from[i] = d;
+        }
+      finish[i] = start + us[i];
+      if (last < 0 || finish[i] > finish[last]) last = i;
+    }
+    out.length.push_back(last >= 0 ? finish[last] : 0.0);
+    for (int i = last; i >= 0; i = from[i]) out.on_path[i] = true;
+  }
+  return out;
+}
+
 }  // namespace tilerun::graph

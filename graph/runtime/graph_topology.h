@@ -48,4 +48,13 @@ std::vector<bool> chain_nodes(const KernelGraph& g);
 // the kernels the most work waits on (bench/RESULTS.md, forty-sixth session).
 std::vector<double> urgency(const KernelGraph& g);
 
+// Each layer's critical path under kernel times `us` (per node): nodes in execution order, each
+// starting when its latest dependency inside its layer finishes; the latest finish ends the path,
+// which leads back through the dependency that set each start (the first of equals).
+struct CriticalPaths {
+  std::vector<double> length;  // per group (group_nodes' order): the path's summed time
+  std::vector<bool> on_path;   // per node
+};
+CriticalPaths critical_paths(const KernelGraph& g, const std::vector<double>& us);
+
 }  // namespace tilerun::graph

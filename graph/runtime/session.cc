@@ -13,6 +13,7 @@
 #include "graph/resources.h"
 #include "graph/runtime/cuda_driver.h"
 #include "graph/runtime/executor.h"
+#include "graph/runtime/graph_topology.h"
 
 #include <algorithm>
 #include <cmath>
@@ -298,65 +299,25 @@ std::vector<LayerTiming> Session::timings() const {
   all.insert(all.end(), s.backward_timings.begin(), s.backward_timings.end());
   all.insert(all.end(), s.update_timings.begin(), s.update_timings.end());
   if (s.kernel_us.empty()) return all;
-  // Sum each layer's kernel durations from the profile pass into its row, and find its critical
-  // path: nodes are in execution order, so every dependency's finish is known before its user's.
-  std::vector<double> finish(s.graph.nodes.size(), 0.0);
+  // Sum each layer's kernel durations from the profile pass into its row, with its critical
+  // path's length (graph_topology.h).
+  const std::vector<graph::Group> groups = graph::group_nodes(s.graph);
+  const graph::CriticalPaths paths = graph::critical_paths(s.graph, s.kernel_us);
   for (LayerTiming& t : all) {
     t.kernels_us = 0;
     t.critical_us = 0;
-    auto in_row = [&](const graph::KernelNode& n) {
-      return s.model.layers[n.layer].name == t.layer &&
-             graph::direction_name(n.direction) == t.direction;
-    };
-    for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
-      const graph::KernelNode& n = s.graph.nodes[i];
-      if (!in_row(n)) continue;
-      t.kernels_us += s.kernel_us[i];
-      double start = 0;
-      for (int d : n.deps)
-        if (in_row(s.graph.nodes[d])) start = std::max(start, finish[d]);
-      finish[i] = start + s.kernel_us[i];
-      t.critical_us = std::max(t.critical_us, finish[i]);
+    for (size_t k = 0; k < groups.size(); ++k) {
+      const graph::Group& grp = groups[k];
+      if (s.model.layers[grp.layer].name != t.layer ||
+          graph::direction_name(grp.direction) != t.direction)
+        continue;
+      for (int i = grp.begin; i < grp.end; ++i) t.kernels_us += s.kernel_us[i];
+      t.critical_us = std::max(t.critical_us, paths.length[k]);
     }
     t.gap_us = t.kernels > 0 ? (t.device_us - t.kernels_us) / t.kernels : 0;
   }
   return all;
 }
-
-namespace {
-
-// Flags each layer's critical path in `rows` (row_of[node]: its row, -1 for none): per layer and
-// direction, each node's finish is its latest dependency's finish plus its own time `us`, the
-// latest finish ends the path, and each node on it leads back to the dependency that set its
-// start (the first of equals), as Session::timings measures critical_us.
-void mark_critical_paths(const std::vector<graph::KernelNode>& nodes, const std::vector<double>& us,
-                         const std::vector<int>& row_of, std::vector<KernelTiming>& rows) {
-  std::vector<double> finish(nodes.size(), 0.0);
-  std::vector<int> from(nodes.size(), -1);
-  size_t begin = 0;
-  while (begin < nodes.size()) {
-    size_t end = begin;
-    while (end < nodes.size() && nodes[end].layer == nodes[begin].layer &&
-           nodes[end].direction == nodes[begin].direction)
-      ++end;
-    int last = -1;
-    for (size_t i = begin; i < end; ++i) {
-      double start = 0;
-      for (int d : nodes[i].deps)
-        if (d >= static_cast<int>(begin) && finish[d] > start) {
-          start = finish[d];
-          from[i] = d;
-        }
-      finish[i] = start + us[i];
-      if (last < 0 || finish[i] > finish[last]) last = static_cast<int>(i);
-    }
-    for (int i = last; i >= 0; i = from[i])
-      if (row_of[i] >= 0) rows[row_of[i]].critical = true;
-    begin = end;
-  }
-}
-
-}  // namespace
 
 std::vector<KernelTiming> Session::profile() {
   Impl& s = *impl_;
@@ -388,7 +349,9 @@ std::vector<KernelTiming> Session::profile() {
                    .bytes = bytes,
                    .source = s.executor->profile_source()});
   }
-  mark_critical_paths(s.graph.nodes, s.kernel_us, row_of, out);
+  const std::vector<bool> on_path = graph::critical_paths(s.graph, s.kernel_us).on_path;
+  for (size_t i = 0; i < row_of.size(); ++i)
+    if (row_of[i] >= 0) out[row_of[i]].critical = on_path[i];
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -276,6 +277,48 @@ TEST(Urgency, FallsAlongEveryEdgeAndIsZeroOffTheChain) {
     }
   }
   EXPECT_GE(levels_seen, 10);  // a layer of many kernels has a long chain
+}
+
+// critical_paths under random kernel times on every shipped config: each layer's length is its
+// longest dependency chain, found here the other way round (from the ends: a node's longest
+// chain from it onwards); the flagged nodes are a chain of dependencies with that summed time.
+TEST(CriticalPaths, LongestChainOfEachLayer) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> time(0.5, 100.0);
+  for (const std::filesystem::path& p : shipped_configs()) {
+    SCOPED_TRACE(p.filename().string());
+    const KernelGraph kg = training_graph(load_model(p.string()));
+    std::vector<double> us(kg.nodes.size());
+    for (double& u : us) u = time(rng);
+    const CriticalPaths paths = critical_paths(kg, us);
+    const std::vector<Group> groups = group_nodes(kg);
+    ASSERT_EQ(paths.length.size(), groups.size());
+    ASSERT_EQ(paths.on_path.size(), kg.nodes.size());
+    for (size_t k = 0; k < groups.size(); ++k) {
+      const Group& grp = groups[k];
+      std::vector<double> onwards(kg.nodes.size(), 0.0);
+      double longest = 0, flagged = 0;
+      std::vector<int> path;
+      for (int i = grp.end - 1; i >= grp.begin; --i) {
+        onwards[i] += us[i];
+        longest = std::max(longest, onwards[i]);
+        for (int d : kg.nodes[i].deps)
+          if (d >= grp.begin) onwards[d] = std::max(onwards[d], onwards[i]);
+      }
+      for (int i = grp.begin; i < grp.end; ++i)
+        if (paths.on_path[i]) {
+          flagged += us[i];
+          path.push_back(i);
+        }
+      EXPECT_NEAR(paths.length[k], longest, 1e-9 * longest);
+      EXPECT_NEAR(flagged, longest, 1e-9 * longest);
+      for (size_t j = 1; j < path.size(); ++j) {
+        const std::vector<int>& deps = kg.nodes[path[j]].deps;
+        EXPECT_NE(std::find(deps.begin(), deps.end(), path[j - 1]), deps.end())
+            << "node " << path[j] << " does not depend on node " << path[j - 1];
+      }
+    }
+  }
 }
 
 }  // namespace
