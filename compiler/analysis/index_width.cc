@@ -352,6 +352,7 @@ class Widths {
       case StmtKind::WarpBallot:
       case StmtKind::AsyncCommit:
       case StmtKind::AsyncWait:
+      case StmtKind::GemmWait:
       case StmtKind::MbarrierInit:
         return;
       case StmtKind::Parallel:

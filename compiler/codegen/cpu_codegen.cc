@@ -341,6 +341,8 @@ class CpuCodegen {
       case StmtKind::MbarrierInit:
       case StmtKind::MbarrierWait:
         return;  // every async copy has completed where it stands
+      case StmtKind::GemmWait:
+        return;  // so has every gemm
       case StmtKind::TmaCopy:
         return emit_tma_copy(s.as<TmaCopy>());
       default:

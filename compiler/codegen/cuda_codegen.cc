@@ -558,6 +558,19 @@ class CudaEmitter {
     return "((" + std::string(value_type(to)) + ")" + v + ")";
   }
 
+  // Ties each gemm accumulator but `running` (a gemm still in flight) to this point, after a
+  // wait that ended the gemms writing them: an empty asm that reads and writes every register,
+  // so that no read of them moves above the wait. The running gemm's own is left alone
+  // (touching it would make ptxas wait for it).
+  void fence_accumulators(const std::string& running) {
+    for (const SimtArray& a : k_.local_arrays)
+      if (a.name != running && accumulators_.count(a.name)) {
+        line("#pragma unroll");
+        line("for (int tr_f = 0; tr_f < " + std::to_string(a.size()) +
+             "; ++tr_f) asm volatile(\"\" : \"+f\"(" + buffer(a.name) + "[tr_f]) :: \"memory\");");
+      }
+  }
+
   // ---- Statements.
 
   void stmt(const Stmt& s) {
@@ -597,6 +610,27 @@ class CudaEmitter {
         if (!op->vectorized && !unrolled_arrays_.empty() && const_int(op->extent, &trips) &&
             trips <= 256)
           touches.visit(op->body);
+        // In a kernel with a gemm, a short such loop is unrolled here rather than left to the
+        // pragma: NVVM kept the epilogue's 2-lane edge loop rolled under its pragma, indexing the
+        // accumulator at run time, which moved the whole accumulator to local memory.
+        int64_t first;
+        if ((op->vectorized || touches.found) && !unrolled_arrays_.empty() &&
+            const_int(op->extent, &trips) && trips <= kUnrollHere && const_int(op->min, &first)) {
+          if (op->vectorized) ++lane_loops_;
+          for (int64_t t = first; t < first + trips; ++t) {
+            line("{");
+            ++indent_;
+            line("const " + std::string(value_type(Type::I64)) + " " + v + " = " +
+                 std::to_string(t) + ";");
+            bind(op->var, v);
+            stmt(op->body);
+            unbind();
+            --indent_;
+            line("}");
+          }
+          if (op->vectorized) --lane_loops_;
+          return;
+        }
         if (op->vectorized || touches.found) line("#pragma unroll");
         line("for (" + std::string(value_type(Type::I64)) + " " + v + " = " + mn + "; " + v +
              " < " + end + "; ++" + v + ") {");
@@ -657,6 +691,15 @@ class CudaEmitter {
              wgmma_lines(k_, *op, buffer(op->c), buffer(op->a), buffer(op->b), lookup(kThreadIdx),
                          op->stage.defined() ? expr(op->stage) : ""))
           line(l);
+        // With pending 1 every older gemm has ended here: their accumulators are final now.
+        if (op->pending == 1) fence_accumulators(op->c);
+        return;
+      }
+      case StmtKind::GemmWait: {
+        const int pending = s.as<GemmWait>()->pending;
+        line("asm volatile(\"wgmma.wait_group.sync.aligned " + std::to_string(pending) +
+             ";\" ::: \"memory\");");
+        if (pending == 0) fence_accumulators("");
         return;
       }
       case StmtKind::WarpShuffle: {
@@ -871,6 +914,8 @@ class CudaEmitter {
   int lane_loops_ = 0;                  // vectorized lane loops around the statement being written
   std::set<std::string> taken_;         // C names in use, function-wide
   std::set<std::string> accumulators_;  // the gemms' accumulator arrays
+  // The longest loop over registers a gemm kernel's emitter writes out itself (For).
+  static constexpr int64_t kUnrollHere = 8;
   std::set<std::string> unrolled_arrays_;  // local arrays whose constant loops are unrolled
   std::vector<std::pair<std::string, std::string>> scope_;  // IR name → C name, innermost last
   std::map<std::string, std::string> buffers_;              // IR buffer → C array/pointer
@@ -938,6 +983,7 @@ CudaBinary compile_cuda(const SimtKernel& kernel, const std::string& cache_dir) 
   out.cubin = std::move(r.cubin);
   out.from_cache = r.from_cache;
   out.compile_ms = r.compile_ms;
+  out.log = std::move(r.log);
   return out;
 }
 

@@ -53,6 +53,7 @@ struct CudaBinary {
   std::vector<TensorMapParam> tensor_maps;  // launch_abi.h: encoded at bind, after the scalars
   bool from_cache = false;
   double compile_ms = 0;  // NVRTC time (0 when from the cache)
+  std::string log;        // NVRTC's log (ptxas' remarks), "" when from the cache
 };
 
 // Emits and compiles through compile_cubin with strict_nvrtc_options(), behind the on-disk

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <cstdio>
 
-#include "compiler/base/sha256.h"
 #include "compiler/base/disk_cache.h"
+#include "compiler/base/sha256.h"
 #include "compiler/codegen/fault_injection.h"
 #include "tilerun/error.h"
 
@@ -94,6 +94,13 @@ CubinResult compile_cubin(const std::string& name, const std::string& source,
     throw Error("NVRTC failed to compile kernel " + name + ": " + nvrtcGetErrorString(compiled) +
                     "\n" + log,
                 ErrorKind::Runtime);
+  }
+  size_t log_size = 0;
+  nvrtc_check(nvrtcGetProgramLogSize(prog.handle, &log_size), "nvrtcGetProgramLogSize", name);
+  if (log_size > 1) {
+    result.log.assign(log_size, '\0');
+    nvrtc_check(nvrtcGetProgramLog(prog.handle, result.log.data()), "nvrtcGetProgramLog", name);
+    result.log.resize(log_size - 1);  // the size counts the terminating NUL
   }
   size_t size = 0;
   nvrtc_check(nvrtcGetCUBINSize(prog.handle, &size), "nvrtcGetCUBINSize", name);

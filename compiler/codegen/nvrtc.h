@@ -13,6 +13,7 @@ struct CubinResult {
   std::string cubin;  // the binary image for cuModuleLoadData
   bool from_cache = false;
   double compile_ms = 0;  // NVRTC time (0 when from the cache)
+  std::string log;        // NVRTC's log of a successful compile (ptxas' remarks); "" from the cache
 };
 
 // The options every kernel is compiled with: sm_90a, strict numerics (no FMA contraction,

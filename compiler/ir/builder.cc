@@ -526,6 +526,13 @@ void Scope::mbarrier_wait(const Buf& barrier, const Val& index, const Val& parit
 
 void Scope::async_commit() { state_->append(AsyncCommit::make()); }
 
+void Scope::gemm_wait(int pending) {
+  if (pending < 0 || pending > GemmWait::kMaxPending)
+    fail("gemm_wait pending count " + std::to_string(pending) + " is outside 0.." +
+         std::to_string(GemmWait::kMaxPending));
+  state_->append(GemmWait::make(pending));
+}
+
 void Scope::async_wait(int pending) {
   if (pending < 0 || pending > AsyncWait::kMaxPending)
     fail("async_wait pending count " + std::to_string(pending) + " is outside 0.." +

@@ -333,6 +333,9 @@ class Scope {
   // must then not touch until a gemm with pending 0).
   void gemm(const Buf& acc, const Buf& a, const Buf& b, bool trans_a = false, bool trans_b = false,
             int pending = 0);
+  // Waits until at most `pending` of the newest gemms still run (ir.h GemmWait): a gemm left
+  // running by `pending` ends here. Block-uniform, like gemm().
+  void gemm_wait(int pending = 0);
   // The gemm on tile `stage` of stacks a [S, ..tile] and b [S, ..tile] (ir.h Gemm::stage).
   void gemm_at(const Val& stage, const Buf& acc, const Buf& a, const Buf& b, bool trans_a = false,
                bool trans_b = false, int pending = 0);

@@ -433,6 +433,11 @@ Stmt AsyncCopy::make(const std::string& dst, std::vector<Expr> dst_indices, cons
 
 Stmt AsyncCommit::make() { return Stmt(std::make_shared<AsyncCommit>()); }
 
+Stmt GemmWait::make(int pending) {
+  TR_CHECK(pending >= 0 && pending <= GemmWait::kMaxPending, "GemmWait pending count");
+  return Stmt(std::make_shared<GemmWait>(pending));
+}
+
 Stmt AsyncWait::make(int pending) {
   TR_CHECK(pending >= 0 && pending <= AsyncWait::kMaxPending, "AsyncWait pending count");
   return Stmt(std::make_shared<AsyncWait>(pending));

@@ -40,7 +40,8 @@ enum class ExprKind : uint8_t {
 };
 enum class StmtKind : uint8_t {
   Seq, LetStmt, For, Parallel, Reduce, IfThenElse, Store, Assign, Copy, Barrier, VectorMove,
-  WarpShuffle, WarpBallot, Gemm, AsyncCopy, AsyncCommit, AsyncWait, TmaCopy, MbarrierInit, MbarrierWait,
+  WarpShuffle, WarpBallot, Gemm, GemmWait, AsyncCopy, AsyncCommit, AsyncWait, TmaCopy, MbarrierInit,
+  MbarrierWait,
 };
 // clang-format on
 
@@ -614,6 +615,18 @@ struct Gemm : StmtNode {
   // Whether operand a (or b) is read as tile `stage` of a stack.
   bool a_staged() const { return stage.defined() && stage_a; }
   bool b_staged() const { return stage.defined() && stage_b; }
+};
+
+// Both levels: waits until at most `pending` (0..7) of this thread's newest gemms are still
+// running (wgmma.wait_group on sm_90a; the CPU model finishes every gemm at once): a gemm left
+// running (Gemm::pending > 0) ends here, so that its accumulator may be read after. Every
+// thread takes part, like a gemm: only in block-uniform control flow. Text `gemm_wait N`.
+struct GemmWait : StmtNode {
+  static constexpr StmtKind kKind = StmtKind::GemmWait;
+  int pending;
+  explicit GemmWait(int p) : StmtNode(kKind), pending(p) {}
+  static constexpr int kMaxPending = Gemm::kMaxPending;
+  static Stmt make(int pending);
 };
 
 // ---------------------------------------------------------------------------------------------

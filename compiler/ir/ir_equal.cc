@@ -162,6 +162,8 @@ bool equal_stmt(const Stmt& a, const Stmt& b) {
       return true;
     case StmtKind::AsyncWait:
       return a.as<AsyncWait>()->pending == b.as<AsyncWait>()->pending;
+    case StmtKind::GemmWait:
+      return a.as<GemmWait>()->pending == b.as<GemmWait>()->pending;
     case StmtKind::TmaCopy: {
       const TmaCopy *x = a.as<TmaCopy>(), *y = b.as<TmaCopy>();
       return x->dst == y->dst && x->src == y->src && x->box == y->box && x->barrier == y->barrier &&

@@ -400,6 +400,14 @@ class Parser {
         fail(p, "an async_wait's pending count is 0 to " + std::to_string(AsyncWait::kMaxPending));
       return AsyncWait::make(static_cast<int>(n));
     }
+    if (is("gemm_wait") && peek(1).kind == TokKind::Int) {
+      next();
+      const Token& p = peek();
+      const int64_t n = integer("a pending gemm count");
+      if (n < 0 || n > GemmWait::kMaxPending)
+        fail(p, "a gemm_wait's pending count is 0 to " + std::to_string(GemmWait::kMaxPending));
+      return GemmWait::make(static_cast<int>(n));
+    }
     if (is("gemm") && peek(1).kind == TokKind::Ident && is("+", 2) && is("=", 3))
       return gemm_stmt();
     if (is("barrier") && !is("[", 1) && !is("=", 1) && !is(":=", 1)) {

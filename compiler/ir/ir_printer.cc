@@ -227,6 +227,10 @@ class Printer : public IRVisitor {
     line_start();
     os << "async_commit\n";
   }
+  void visit_stmt(const GemmWait* op) override {
+    line_start();
+    os << "gemm_wait " << op->pending << "\n";
+  }
   void visit_stmt(const AsyncWait* op) override {
     line_start();
     os << "async_wait " << op->pending << "\n";

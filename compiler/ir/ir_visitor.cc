@@ -63,6 +63,8 @@ void IRVisitor::visit(const Stmt& s) {
       return visit_stmt(s.as<WarpBallot>());
     case StmtKind::Gemm:
       return visit_stmt(s.as<Gemm>());
+    case StmtKind::GemmWait:
+      return visit_stmt(s.as<GemmWait>());
     case StmtKind::AsyncCopy:
       return visit_stmt(s.as<AsyncCopy>());
     case StmtKind::AsyncCommit:
@@ -220,6 +222,8 @@ Stmt IRMutator::mutate(const Stmt& s) {
       return mutate_stmt(s.as<WarpBallot>(), s);
     case StmtKind::Gemm:
       return mutate_stmt(s.as<Gemm>(), s);
+    case StmtKind::GemmWait:
+      return mutate_stmt(s.as<GemmWait>(), s);
     case StmtKind::AsyncCopy:
       return mutate_stmt(s.as<AsyncCopy>(), s);
     case StmtKind::AsyncCommit:

@@ -44,6 +44,7 @@ class IRVisitor {
   virtual void visit_stmt(const WarpShuffle*) {}
   virtual void visit_stmt(const WarpBallot*) {}
   virtual void visit_stmt(const Gemm* op);
+  virtual void visit_stmt(const GemmWait*) {}
   virtual void visit_stmt(const AsyncCopy* op);
   virtual void visit_stmt(const AsyncCommit*) {}
   virtual void visit_stmt(const AsyncWait*) {}
@@ -86,6 +87,7 @@ class IRMutator {
   virtual Stmt mutate_stmt(const WarpShuffle*, const Stmt& self) { return self; }
   virtual Stmt mutate_stmt(const WarpBallot*, const Stmt& self) { return self; }
   virtual Stmt mutate_stmt(const Gemm* op, const Stmt& self);
+  virtual Stmt mutate_stmt(const GemmWait*, const Stmt& self) { return self; }
   virtual Stmt mutate_stmt(const AsyncCopy* op, const Stmt& self);
   virtual Stmt mutate_stmt(const AsyncCommit*, const Stmt& self) { return self; }
   virtual Stmt mutate_stmt(const AsyncWait*, const Stmt& self) { return self; }

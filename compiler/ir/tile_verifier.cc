@@ -387,6 +387,10 @@ class TileVerifier : public IRVisitor {
 
   // The operands' scopes, dtypes and shapes against the tile extents, and the shapes the tensor
   // core's instruction takes (m64nNk16 per warpgroup, N a multiple of 8 up to 256).
+  void visit_stmt(const GemmWait*) override {
+    if (parallel_depth_ > 0 || if_depth_ > 0)
+      fail("gemm_wait inside parallel or if (it needs every thread of the block)");
+  }
   void visit_stmt(const Gemm* op) override {
     if (parallel_depth_ > 0 || if_depth_ > 0)
       fail("gemm inside parallel or if (a gemm needs every thread of the block)");

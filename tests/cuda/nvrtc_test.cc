@@ -29,6 +29,47 @@ std::string axpy_source(unsigned salt) {
          std::to_string(salt) + ".0f;\n}\n";
 }
 
+// Two partial sums in turn on the tensor core (matmul_fp8's pipeline): each gemm is left running
+// (wait_group 1) while the other partial is read. With the second gemm still running across the
+// loop's back edge, ptxas cannot tell that nothing reads its registers and serializes every
+// wgmma (remark C7514); waiting for it at the end of the pair lets the gemms overlap. The log
+// of a successful compile keeps the remark, so configs_cubin_test can refuse it.
+std::string two_partials_source(bool wait_at_end_of_pair) {
+  return std::string(
+             "#define WG(P) asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\"); \\\n"
+             "  asm volatile(\"{ .reg .pred p; setp.ne.b32 p, %6, 0; "
+             "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, "
+             "1; }\" \\\n"
+             "    : \"+f\"(P[0]), \"+f\"(P[1]), \"+f\"(P[2]), \"+f\"(P[3]) : \"l\"(da), "
+             "\"l\"(db), \"r\"(1)); \\\n"
+             "  asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");\n"
+             "#define WAIT(N) asm volatile(\"wgmma.wait_group.sync.aligned \" #N \";\" ::: "
+             "\"memory\");\n"
+             "extern \"C\" __global__ void two_partials(float* y, int steps, unsigned long long "
+             "da, unsigned long long db) {\n"
+             "  float acc[4] = {0, 0, 0, 0}, p0[4] = {0, 0, 0, 0}, p1[4] = {0, 0, 0, 0};\n"
+             "  for (int j = 0; j < steps; ++j) {\n"
+             "    WG(p0) WAIT(1)\n"
+             "    for (int i = 0; i < 4; ++i) acc[i] += p1[i];\n"
+             "    WG(p1) WAIT(1)\n"
+             "    for (int i = 0; i < 4; ++i) acc[i] += p0[i];\n") +
+         (wait_at_end_of_pair ? "    WAIT(0)\n" : "") +
+         "  }\n"
+         "  WAIT(0)\n"
+         "  for (int i = 0; i < 4; ++i) y[threadIdx.x * 4 + i] = acc[i] + p1[i];\n"
+         "}\n";
+}
+
+TEST(Nvrtc, LogKeepsPtxasRemarkOfSerializedGemms) {
+  CubinResult across =
+      compile_cubin("two_partials", two_partials_source(false), strict_nvrtc_options(), "");
+  CubinResult waited =
+      compile_cubin("two_partials", two_partials_source(true), strict_nvrtc_options(), "");
+  EXPECT_NE(across.log.find("C7514"), std::string::npos) << across.log;
+  EXPECT_EQ(waited.log.find("C7514"), std::string::npos) << waited.log;
+  EXPECT_FALSE(waited.cubin.empty());
+}
+
 TEST(Nvrtc, IdenticalCubinsAndCacheHits) {
   std::string src = axpy_source(std::random_device{}() % 100000);
   CubinResult a = compile_cubin("axpy", src, strict_nvrtc_options(), "");
