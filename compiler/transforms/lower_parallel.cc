@@ -178,6 +178,9 @@ class ParallelLowerer : public IRMutator {
     iteration_ = pairs ? add(mul(v_v, make_i64(2)), lane_v) : v_v;
     Stmt body = mutate(op->body);
     current_ = nullptr;
+    if (!pairs)
+      if (Stmt digits = lower_by_digits(op, split, v_v, body); digits.defined())
+        return For::make(v, make_i64(0), make_i64(split.width), digits);
     Expr lin_v = Var::make(Type::I64, lin);
     Expr stride = make_i64(1);
     for (size_t d = op->vars.size(); d-- > 0;) {
@@ -214,6 +217,51 @@ class ParallelLowerer : public IRMutator {
     Expr value_part = layout_index(split.values, coords(split.values, v_v));
     body = LetStmt::make(lin, add(thread_part, value_part), body);
     return For::make(v, make_i64(0), make_i64(split.width), body);
+  }
+
+  // The loop's indices straight from the layout's modes where each mode's offsets fall within one
+  // index: with constant extents, index d (d = 0 outermost) is the digit of the linear index at
+  // place P_d = the product of the later extents, and a mode of stride s (a multiple of P_d) and
+  // shape n adds coord·s / P_d to it. Exact when, per index, the largest offsets of its modes sum
+  // below P_d·extent_d (no carry into the next digit): then index d = the sum of its modes' terms,
+  // the thread's and the value's apart. A gemm accumulator's rows are then the thread's row plus
+  // a constant per value (0 or 8), so the values of a row read the same addresses (a row's
+  // scale, matmul_fp8's promotion) where lin / 128 hid it. Undefined where a mode straddles two
+  // indices.
+  Stmt lower_by_digits(const Parallel* op, const ModeSplit& split, const Expr& v_v,
+                       const Stmt& body) {
+    const size_t rank = op->vars.size();
+    std::vector<int64_t> extent(rank), place(rank);
+    int64_t p = 1;
+    for (size_t d = rank; d-- > 0;) {
+      if (!const_int(op->extents[d], &extent[d]) || extent[d] < 1) return Stmt();
+      place[d] = p;
+      p *= extent[d];
+    }
+    std::vector<Expr> index(rank);
+    std::vector<int64_t> largest(rank, 0);
+    auto add_modes = [&](const Layout& l, const Expr& i) {
+      std::vector<Expr> c = coords(l, i);
+      for (int m = 0; m < l.rank(); ++m) {
+        if (l.shape[m] == 1) continue;
+        size_t d = 0;
+        while (d < rank && l.stride[m] < place[d]) ++d;
+        if (d == rank || l.stride[m] % place[d] != 0) return false;
+        largest[d] += (l.shape[m] - 1) * l.stride[m];
+        Expr term = mul(c[m], make_i64(l.stride[m] / place[d]));
+        index[d] = index[d].defined() ? add(index[d], term) : term;
+      }
+      return true;
+    };
+    if (!add_modes(split.threads, Var::make(Type::I64, kThreadIdx)) ||
+        !add_modes(split.values, v_v))
+      return Stmt();
+    for (size_t d = 0; d < rank; ++d)
+      if (largest[d] >= place[d] * extent[d]) return Stmt();
+    Stmt out = body;
+    for (size_t d = rank; d-- > 0;)
+      out = LetStmt::make(op->vars[d], index[d].defined() ? index[d] : make_i64(0), out);
+    return out;
   }
 
   Expr mutate_expr(const Load* op, const Expr& self) override {
