@@ -193,7 +193,7 @@ cc::Kernel build_matmul_fp8(const Fp8Types& t) {
     // done). The steps go in pairs, so that each partial is a fixed register array: the pair's
     // first gemm runs while the last pair's second partial is promoted, its second while the
     // first's is, and the pair ends with both done, so no gemm is in flight across the loop's
-    // back edge (one that was made ptxas serialize every wgmma of the kernel). An odd count's
+    // back edge (which made ptxas serialize every wgmma of the kernel). An odd count's
     // last step is a gemm of zeros (its boxes lie past K), never promoted.
     auto step = [&](const cc::Val& ko, int p) {
       s.mbarrier_wait(full, slot(ko), ko / nstages % 2);

@@ -147,6 +147,14 @@ class Parser {
       fail(t, std::string(what) + " out of range");
     return static_cast<int>(v);
   }
+  // The keyword at peek() and its pending count, 0 to `max` (async_wait, gemm_wait).
+  int pending_count(const std::string& stmt, int max) {
+    next();
+    const Token& p = peek();
+    const int64_t n = integer("a pending count");
+    if (n < 0 || n > max) fail(p, stmt + "'s pending count is 0 to " + std::to_string(max));
+    return static_cast<int>(n);
+  }
   Type type() {
     const Token& t = peek();
     std::optional<Type> ty = type_of_name(name("a type"));
@@ -392,22 +400,10 @@ class Parser {
       next();
       return AsyncCommit::make();
     }
-    if (is("async_wait") && peek(1).kind == TokKind::Int) {
-      next();
-      const Token& p = peek();
-      const int64_t n = integer("a pending group count");
-      if (n < 0 || n > AsyncWait::kMaxPending)
-        fail(p, "an async_wait's pending count is 0 to " + std::to_string(AsyncWait::kMaxPending));
-      return AsyncWait::make(static_cast<int>(n));
-    }
-    if (is("gemm_wait") && peek(1).kind == TokKind::Int) {
-      next();
-      const Token& p = peek();
-      const int64_t n = integer("a pending gemm count");
-      if (n < 0 || n > GemmWait::kMaxPending)
-        fail(p, "a gemm_wait's pending count is 0 to " + std::to_string(GemmWait::kMaxPending));
-      return GemmWait::make(static_cast<int>(n));
-    }
+    if (is("async_wait") && peek(1).kind == TokKind::Int)
+      return AsyncWait::make(pending_count("an async_wait", AsyncWait::kMaxPending));
+    if (is("gemm_wait") && peek(1).kind == TokKind::Int)
+      return GemmWait::make(pending_count("a gemm_wait", GemmWait::kMaxPending));
     if (is("gemm") && peek(1).kind == TokKind::Ident && is("+", 2) && is("=", 3))
       return gemm_stmt();
     if (is("barrier") && !is("[", 1) && !is("=", 1) && !is(":=", 1)) {
