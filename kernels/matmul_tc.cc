@@ -305,11 +305,19 @@ cc::Kernel build_tc_splitk_sum(DType dtype, bool flat) {
 // Gemm::stage), so the loop is written once. Zero-filled edges; at least one step, so K = 0 adds
 // zeros to +0. The chain of each output is the one of build_tc_matmul: the same bits, whatever M.
 
-std::string tc_async_name(bool ta, bool tb, int64_t rows, bool n8, bool addend, bool rows_first) {
+int tc_async_kernel_stages(DType dtype, int64_t rows, int64_t k) {
+  if (rows == kTcBigRows) return kBigTileStages;
+  const int64_t steps = (k + tc_k_step(dtype) - 1) / tc_k_step(dtype);
+  if (rows == kTcM && dtype_bytes(dtype, 1) == 2 && steps <= kTcShortKSteps) return kShortKStages;
+  return tc_async_stages(dtype);
+}
+
+std::string tc_async_name(bool ta, bool tb, int64_t rows, bool n8, bool addend, bool rows_first,
+                          int stages) {
   return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_" +
          std::to_string(rows) + "x128x64_tma" +
-         std::to_string(rows == kTcBigRows ? kBigTileStages : kAsyncStages) +
-         (tb && !n8 ? "_n1" : "") + (addend ? "_add" : "") + (rows_first ? "_rf" : "");
+         std::to_string(rows == kTcBigRows ? kBigTileStages : stages) + (tb && !n8 ? "_n1" : "") +
+         (addend ? "_add" : "") + (rows_first ? "_rf" : "");
 }
 
 TcAsyncStaging tc_async_staging(cc::Scope& s, DType dtype, bool ta, bool tb, int64_t rows,
@@ -505,8 +513,9 @@ void tc_store_through_shared(cc::Scope& s, DType dtype, const std::vector<cc::Bu
 }
 
 cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bool n8, bool addend,
-                                 bool rows_first) {
-  cc::KernelBuilder kb(tc_kernel_name(tc_async_name(ta, tb, rows, n8, addend, rows_first), dtype));
+                                 bool rows_first, int stages) {
+  cc::KernelBuilder kb(
+      tc_kernel_name(tc_async_name(ta, tb, rows, n8, addend, rows_first, stages), dtype));
   const auto [m, n, k] = async_dims(kb, ta, tb, n8);
   cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
   cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
@@ -521,20 +530,23 @@ cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bo
       big ? kTcThreads : static_cast<int>(2 * rows), [&](cc::Scope& s) {
         cc::Idx m0 = s.block_idx(rows_first ? 0 : 1) * rows;
         cc::Idx n0 = s.block_idx(rows_first ? 1 : 0) * kTcN;
-        TcAsyncStaging st =
-            tc_async_staging(s, dtype, ta, tb, rows, big ? kBigTileStages : tc_async_stages(dtype));
+        const bool short_k = !big && stages == kShortKStages;
+        TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows,
+                                             big       ? kBigTileStages
+                                             : short_k ? stages
+                                                       : tc_async_stages(dtype));
         s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
         tc_async_steps(
             s, st, tc_async_boxes(a, b, ta, tb, m0, n0, cc::Val(int64_t{0}), st.k_step, rows), k);
         TcValueAt plus;
         if (addend)
           plus = [&](const cc::Val& r, const cc::Val& col) { return cc::Val(add(r, col)); };
-        // A 256-row tile's epilogue in a's first two stages (free once every gemm is done), its
-        // column c in stage c / 64: [256, 64] per stage, or m's four [64 (k), 64 (m)] panels
-        // when a is transposed (the same 128-byte swizzled rows; a warp's fragment stores, 8
+        // A 256-row (or short-K) tile's epilogue in a's first two stages (free once every gemm
+        // is done), its column c in stage c / 64: [rows, 64] per stage, or m's [64 (k), 64 (m)]
+        // panels when a is transposed (the same 128-byte swizzled rows; a warp's fragment stores, 8
         // rows of one 16-byte chunk, land on 8 chunks of distinct banks).
         TcTileAt tile;
-        if (big)
+        if (big || short_k)
           tile = [&](const cc::Val& r, const cc::Val& col) {
             return ta ? st.as(col / 64, r / 64, r % 64, col % 64) : st.as(col / 64, r, col % 64);
           };

@@ -26,6 +26,8 @@ constexpr int kTcThreads = 256;
 // (192 KB); the epilogue's tile lives in the stages. 16-bit elements only.
 constexpr int64_t kTcBigRows = 256;
 constexpr int kBigTileStages = 4;
+// The TMA matmul's stages on a 128-row tile of 16-bit operands (tc_async_stages).
+constexpr int kTcAsyncStages = 5;
 // Whether the matmul expansion runs the 256-row tile where its cost model says so (matmul.cc
 // tc_tile_rows). On since GpuSession.BigTileMatmulRowsEqualTheSmallTilesRows passed on an H100
 // (bench/RESULTS.md, forty-second session); the forty-first session's first GPU run of the tile,
@@ -74,11 +76,14 @@ compiler::Kernel build_tc_splitk_sum(DType dtype, bool flat);
 // order covers every column tile of a few row tiles and reads all of b each wave (kernels/
 // matmul.cc picks it for N > M, b the larger operand, while kTcRowsFirstOn). The blocks' order sets
 // no output's chain: the same bits.
+// `stages`: the buffers (tc_async_kernel_stages; a 256-row tile always has kBigTileStages);
+// kShortKStages on a 128-row tile puts the epilogue's tile in a's stages ("_tma3").
 std::string tc_async_name(bool ta, bool tb, int64_t rows = kTcM, bool n8 = true,
-                          bool addend = false, bool rows_first = false);
+                          bool addend = false, bool rows_first = false,
+                          int stages = kTcAsyncStages);
 compiler::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows = kTcM,
-                                       bool n8 = true, bool addend = false,
-                                       bool rows_first = false);
+                                       bool n8 = true, bool addend = false, bool rows_first = false,
+                                       int stages = kTcAsyncStages);
 std::string tc_async_splitk_name(bool ta, bool tb);
 compiler::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb);
 
@@ -139,10 +144,23 @@ struct TcAsyncBoxes {
 // accumulator (f32 [rows, 128], zeroed by the caller).
 // `rows`: the tile's rows of a (128, or 64 for one warpgroup); `stages`: the buffers (at least
 // 2; the copies run stages - 1 steps ahead of the gemms).
-constexpr int kTcAsyncStages = 5;
 // The stages of the matmul kernels' TMA loop for `dtype`: f32 (tf32) tiles are twice the bytes of
 // 16-bit ones a K step's row, so four stages (128 KB), which leave room for the epilogue's tile.
 inline int tc_async_stages(DType dtype) { return dtype == DType::F32 ? 4 : kTcAsyncStages; }
+// A short K on a 128-row tile of 16-bit operands (at most kShortKSteps steps): three stages,
+// every step's copies out at once, and the epilogue's tile in a's first two stages (as the
+// 256-row tile's), 96 KB a block instead of 195, so that two blocks share an SM and one's
+// prologue and epilogue run beside the other's copies and gemms. With one block an SM, a
+// 128-row tile's fixed cost (~5.7 us, tc_tile_rows' model, against 0.4 a step) left the SM
+// idle through most of a short-K tile: the lightning indexer's score product ([T·16, 128] x
+// [C, 128]^T, K = 128) took 134 us at T = 4096 where its bytes take ~45. The stages set no
+// output's chain: the same bits.
+constexpr int kShortKStages = 3;
+// The most K steps the short-K kernel takes (0: it never runs). Off until the kernel has run on
+// a GPU: built and checked on the CPU (MatmulTensorCore.ShortKKernelGivesTheFiveStageBits).
+constexpr int64_t kTcShortKSteps = 0;
+// The stages of build_tc_matmul_async for a tile of `rows` over K = k.
+int tc_async_kernel_stages(DType dtype, int64_t rows, int64_t k);
 struct TcAsyncStaging {
   compiler::Buf as, bs;  // stacks of the stages' tiles
   compiler::Buf acc;     // f32 [rows, 128]

@@ -438,6 +438,53 @@ TEST(MatmulTensorCore, BigTileGivesTheSmallTilesBits) {
     }
 }
 
+// The short-K kernel (three stages, the epilogue's tile in a's stages, kernels/matmul.cc's
+// choice for K of at most three steps on a 128-row tile) against the five-stage kernel on the
+// same operands: both transposes of a and b, the addend epilogue, one to three steps (K = 8 one
+// short step, 136 a ragged third), ragged M and N (a second row and column tile, both partial),
+// every output bit for bit and written; and it compiles to a cubin.
+TEST(MatmulTensorCore, ShortKKernelGivesTheFiveStageBits) {
+  for (int flags = 0; flags < 5; ++flags) {
+    const bool ta = flags & 1, tb = flags & 2, addend = flags == 4;
+    for (int64_t k : {8, 136, 192}) {
+      if (addend && k != 136) continue;
+      const int64_t m = ta ? 136 : 130, n = 136;
+      SCOPED_TRACE(::testing::Message()
+                   << "ta=" << ta << " tb=" << tb << " addend=" << addend << " k=" << k);
+      std::mt19937_64 rng(testing::test_seed() + static_cast<uint64_t>(flags * 1000 + k));
+      auto operand = [&](std::vector<int64_t> shape) {
+        return testing::encode(
+            DType::BF16, testing::rounded(DType::BF16, testing::random_tensor(rng, shape)).data);
+      };
+      Bytes a = operand(ta ? std::vector{k, m} : std::vector{m, k});
+      Bytes b = operand(tb ? std::vector{n, k} : std::vector{k, n});
+      Bytes add = operand({m, n});
+      std::vector<Bytes> c;
+      for (int stages : {kTcAsyncStages, kShortKStages}) {
+        auto kernel = std::make_shared<const compiler::Kernel>(
+            build_tc_matmul_async(DType::BF16, ta, tb, kTcM, true, addend, false, stages));
+        c.push_back(testing::encode(DType::BF16, std::vector<double>(m * n, kNaN)));
+        std::vector<void*> buffers = {a.data.data(), b.data.data()};
+        if (addend) buffers.push_back(add.data.data());
+        buffers.push_back(c.back().data.data());
+        runner().compiled(kernel).launch({.buffers = buffers, .dims = {m, n, k}});
+        if (stages == kShortKStages && k == 136 && !addend)
+          EXPECT_FALSE(compiler::compile_cuda(*kernel, "").cubin.empty()) << kernel->sig.name;
+      }
+      EXPECT_EQ(c[0].data, c[1].data);
+      const std::vector<double> got = testing::decode(c[1]);
+      EXPECT_TRUE(std::none_of(got.begin(), got.end(), [](double v) { return std::isnan(v); }));
+    }
+  }
+  // The choice: three stages up to kTcShortKSteps steps of 16-bit operands on a 128-row tile
+  // only.
+  const int64_t short_k = kTcShortKSteps * kTcK;
+  if (short_k > 0) EXPECT_EQ(tc_async_kernel_stages(DType::BF16, kTcM, short_k), kShortKStages);
+  EXPECT_EQ(tc_async_kernel_stages(DType::BF16, kTcM, short_k + 8), kTcAsyncStages);
+  EXPECT_EQ(tc_async_kernel_stages(DType::BF16, 64, std::max<int64_t>(short_k, 8)), kTcAsyncStages);
+  EXPECT_EQ(tc_async_kernel_stages(DType::F32, kTcM, 64), tc_async_stages(DType::F32));
+}
+
 // The row tiles first (the grid's x axis over row tiles, kernels/matmul.cc's choice for N > M):
 // the same chains in another block order, so the plain order's bits. Both transposes, 64-, 128-
 // and 256-row tiles, the addend epilogue; M, N and K ragged (three row and three column tiles of
