@@ -397,6 +397,36 @@ TEST(MatmulTensorCore, TransposedAAsyncCopyGivesTheModelsDotProducts) {
   expect_models_dot_products(DType::F16, true, true, 8, 24, 64);
 }
 
+// Random operands of a TMA matmul test, rounded to dt: a [m, k] (or [k, m] with ta), b [k, n]
+// (or [n, k] with tb) and an addend [m, n].
+struct TcOperands {
+  Bytes a, b, add;
+};
+TcOperands tc_operands(DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, uint64_t seed) {
+  std::mt19937_64 rng(testing::test_seed() + seed);
+  auto operand = [&](std::vector<int64_t> shape) {
+    return testing::encode(dt, testing::rounded(dt, testing::random_tensor(rng, shape)).data);
+  };
+  TcOperands in;
+  in.a = operand(ta ? std::vector{k, m} : std::vector{m, k});
+  in.b = operand(tb ? std::vector{n, k} : std::vector{k, n});
+  in.add = operand({m, n});
+  return in;
+}
+
+// c [m, n] (poisoned with NaN first) of a TMA matmul kernel on `in` (its addend with `addend`).
+Bytes run_tc_async(const compiler::Kernel& kernel, DType dt, TcOperands& in, bool addend, int64_t m,
+                   int64_t n, int64_t k) {
+  Bytes c = testing::encode(dt, std::vector<double>(m * n, kNaN));
+  std::vector<void*> buffers = {in.a.data.data(), in.b.data.data()};
+  if (addend) buffers.push_back(in.add.data.data());
+  buffers.push_back(c.data.data());
+  runner()
+      .compiled(std::make_shared<const compiler::Kernel>(kernel))
+      .launch({.buffers = buffers, .dims = {m, n, k}});
+  return c;
+}
+
 // The 256-row tile (two 64-row wgmma blocks a warpgroup, four stages, the epilogue's tile in the
 // stages; kernels/matmul.cc's cost model picks it for long K over several waves, products too
 // large to run here) against the 128-row kernel on the same operands: both transposes of a and b,
@@ -412,24 +442,13 @@ TEST(MatmulTensorCore, BigTileGivesTheSmallTilesBits) {
       const int64_t m = ta ? 304 : 300, n = 136, k = 520;
       SCOPED_TRACE(::testing::Message()
                    << dtype_name(dt) << " ta=" << ta << " tb=" << tb << " addend=" << addend);
-      std::mt19937_64 rng(testing::test_seed() + flags);
-      auto operand = [&](std::vector<int64_t> shape) {
-        return testing::encode(dt, testing::rounded(dt, testing::random_tensor(rng, shape)).data);
-      };
-      Bytes a = operand(ta ? std::vector{k, m} : std::vector{m, k});
-      Bytes b = operand(tb ? std::vector{n, k} : std::vector{k, n});
-      Bytes add = operand({m, n});
+      TcOperands in = tc_operands(dt, ta, tb, m, n, k, flags);
       std::vector<Bytes> c;
       for (int64_t rows : {kTcM, kTcBigRows}) {
-        auto kernel = std::make_shared<const compiler::Kernel>(
-            build_tc_matmul_async(dt, ta, tb, rows, true, addend));
-        c.push_back(testing::encode(dt, std::vector<double>(m * n, kNaN)));
-        std::vector<void*> buffers = {a.data.data(), b.data.data()};
-        if (addend) buffers.push_back(add.data.data());
-        buffers.push_back(c.back().data.data());
-        runner().compiled(kernel).launch({.buffers = buffers, .dims = {m, n, k}});
+        const compiler::Kernel kernel = build_tc_matmul_async(dt, ta, tb, rows, true, addend);
+        c.push_back(run_tc_async(kernel, dt, in, addend, m, n, k));
         if (rows == kTcBigRows && dt == DType::BF16)
-          EXPECT_FALSE(compiler::compile_cuda(*kernel, "").cubin.empty()) << kernel->sig.name;
+          EXPECT_FALSE(compiler::compile_cuda(kernel, "").cubin.empty()) << kernel.sig.name;
       }
       EXPECT_EQ(c[0].data, c[1].data);
       // Every output written (the NaN poison gone).
@@ -451,25 +470,15 @@ TEST(MatmulTensorCore, ShortKKernelGivesTheFiveStageBits) {
       const int64_t m = ta ? 136 : 130, n = 136;
       SCOPED_TRACE(::testing::Message()
                    << "ta=" << ta << " tb=" << tb << " addend=" << addend << " k=" << k);
-      std::mt19937_64 rng(testing::test_seed() + static_cast<uint64_t>(flags * 1000 + k));
-      auto operand = [&](std::vector<int64_t> shape) {
-        return testing::encode(
-            DType::BF16, testing::rounded(DType::BF16, testing::random_tensor(rng, shape)).data);
-      };
-      Bytes a = operand(ta ? std::vector{k, m} : std::vector{m, k});
-      Bytes b = operand(tb ? std::vector{n, k} : std::vector{k, n});
-      Bytes add = operand({m, n});
+      TcOperands in =
+          tc_operands(DType::BF16, ta, tb, m, n, k, static_cast<uint64_t>(flags * 1000 + k));
       std::vector<Bytes> c;
       for (int stages : {kTcAsyncStages, kShortKStages}) {
-        auto kernel = std::make_shared<const compiler::Kernel>(
-            build_tc_matmul_async(DType::BF16, ta, tb, kTcM, true, addend, false, stages));
-        c.push_back(testing::encode(DType::BF16, std::vector<double>(m * n, kNaN)));
-        std::vector<void*> buffers = {a.data.data(), b.data.data()};
-        if (addend) buffers.push_back(add.data.data());
-        buffers.push_back(c.back().data.data());
-        runner().compiled(kernel).launch({.buffers = buffers, .dims = {m, n, k}});
+        const compiler::Kernel kernel =
+            build_tc_matmul_async(DType::BF16, ta, tb, kTcM, true, addend, false, stages);
+        c.push_back(run_tc_async(kernel, DType::BF16, in, addend, m, n, k));
         if (stages == kShortKStages && k == 136 && !addend)
-          EXPECT_FALSE(compiler::compile_cuda(*kernel, "").cubin.empty()) << kernel->sig.name;
+          EXPECT_FALSE(compiler::compile_cuda(kernel, "").cubin.empty()) << kernel.sig.name;
       }
       EXPECT_EQ(c[0].data, c[1].data);
       const std::vector<double> got = testing::decode(c[1]);
@@ -499,24 +508,12 @@ TEST(MatmulTensorCore, RowsFirstGivesThePlainOrdersBits) {
     const int64_t m = cs.ta ? 136 : 130, n = 264, k = 200;
     SCOPED_TRACE(::testing::Message() << "ta=" << cs.ta << " tb=" << cs.tb
                                       << " addend=" << cs.addend << " rows=" << cs.rows);
-    std::mt19937_64 rng(testing::test_seed() + static_cast<uint64_t>(cs.rows));
-    auto operand = [&](std::vector<int64_t> shape) {
-      return testing::encode(
-          DType::BF16, testing::rounded(DType::BF16, testing::random_tensor(rng, shape)).data);
-    };
-    Bytes a = operand(cs.ta ? std::vector{k, m} : std::vector{m, k});
-    Bytes b = operand(cs.tb ? std::vector{n, k} : std::vector{k, n});
-    Bytes add = operand({m, n});
+    TcOperands in = tc_operands(DType::BF16, cs.ta, cs.tb, m, n, k, static_cast<uint64_t>(cs.rows));
     std::vector<Bytes> c;
-    for (bool rows_first : {false, true}) {
-      auto kernel = std::make_shared<const compiler::Kernel>(
-          build_tc_matmul_async(DType::BF16, cs.ta, cs.tb, cs.rows, true, cs.addend, rows_first));
-      c.push_back(testing::encode(DType::BF16, std::vector<double>(m * n, kNaN)));
-      std::vector<void*> buffers = {a.data.data(), b.data.data()};
-      if (cs.addend) buffers.push_back(add.data.data());
-      buffers.push_back(c.back().data.data());
-      runner().compiled(kernel).launch({.buffers = buffers, .dims = {m, n, k}});
-    }
+    for (bool rows_first : {false, true})
+      c.push_back(run_tc_async(
+          build_tc_matmul_async(DType::BF16, cs.ta, cs.tb, cs.rows, true, cs.addend, rows_first),
+          DType::BF16, in, cs.addend, m, n, k));
     EXPECT_EQ(c[0].data, c[1].data);
     const std::vector<double> got = testing::decode(c[1]);
     EXPECT_TRUE(std::none_of(got.begin(), got.end(), [](double v) { return std::isnan(v); }));
