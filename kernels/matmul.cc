@@ -260,11 +260,11 @@ OpExpansion tc_async_expansion(KernelCache& cache, DType dt, bool ta, bool tb, i
                                bool n8, bool addend, bool* fused, std::vector<int64_t> dims) {
   *fused = addend;
   const bool rows_first = kTcRowsFirstOn && dims[1] > dims[0];
-  const int stages = tc_async_kernel_stages(dt, rows, dims[2]);
+  const bool short_k = tc_short_k(dt, rows, dims[2]);
   KernelCall call{
       .kernel = cache.get(
-          kernel_key(tc_async_name(ta, tb, rows, n8, addend, rows_first, stages), dt),
-          [&] { return build_tc_matmul_async(dt, ta, tb, rows, n8, addend, rows_first, stages); }),
+          kernel_key(tc_async_name(ta, tb, rows, n8, addend, rows_first, short_k), dt),
+          [&] { return build_tc_matmul_async(dt, ta, tb, rows, n8, addend, rows_first, short_k); }),
       .buffers = {input_slot(0), input_slot(1), output_slot(0)},
       .dims = std::move(dims)};
   if (addend) call.buffers = {input_slot(0), input_slot(1), input_slot(2), output_slot(0)};

@@ -305,18 +305,16 @@ cc::Kernel build_tc_splitk_sum(DType dtype, bool flat) {
 // Gemm::stage), so the loop is written once. Zero-filled edges; at least one step, so K = 0 adds
 // zeros to +0. The chain of each output is the one of build_tc_matmul: the same bits, whatever M.
 
-int tc_async_kernel_stages(DType dtype, int64_t rows, int64_t k) {
-  if (rows == kTcBigRows) return kBigTileStages;
+bool tc_short_k(DType dtype, int64_t rows, int64_t k) {
   const int64_t steps = (k + tc_k_step(dtype) - 1) / tc_k_step(dtype);
-  if (rows == kTcM && dtype_bytes(dtype, 1) == 2 && steps <= kTcShortKSteps) return kShortKStages;
-  return tc_async_stages(dtype);
+  return rows == kTcM && dtype_bytes(dtype, 1) == 2 && steps <= kTcShortKSteps;
 }
 
 std::string tc_async_name(bool ta, bool tb, int64_t rows, bool n8, bool addend, bool rows_first,
-                          int stages) {
+                          bool short_k) {
+  const int stages = rows == kTcBigRows ? kBigTileStages : short_k ? kShortKStages : kAsyncStages;
   return std::string("matmul_tc_") + (ta ? "t" : "n") + (tb ? "t" : "n") + "_" +
-         std::to_string(rows) + "x128x64_tma" +
-         std::to_string(rows == kTcBigRows ? kBigTileStages : stages) + (tb && !n8 ? "_n1" : "") +
+         std::to_string(rows) + "x128x64_tma" + std::to_string(stages) + (tb && !n8 ? "_n1" : "") +
          (addend ? "_add" : "") + (rows_first ? "_rf" : "");
 }
 
@@ -513,9 +511,11 @@ void tc_store_through_shared(cc::Scope& s, DType dtype, const std::vector<cc::Bu
 }
 
 cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bool n8, bool addend,
-                                 bool rows_first, int stages) {
+                                 bool rows_first, bool short_k) {
+  TR_CHECK(!short_k || (rows == kTcM && dtype_bytes(dtype, 1) == 2),
+           "the short-K kernel is a 128-row tile of 16-bit operands");
   cc::KernelBuilder kb(
-      tc_kernel_name(tc_async_name(ta, tb, rows, n8, addend, rows_first, stages), dtype));
+      tc_kernel_name(tc_async_name(ta, tb, rows, n8, addend, rows_first, short_k), dtype));
   const auto [m, n, k] = async_dims(kb, ta, tb, n8);
   cc::Buf a = kb.input("a", dtype, ta ? std::vector<cc::Val>{k, m} : std::vector<cc::Val>{m, k});
   cc::Buf b = kb.input("b", dtype, tb ? std::vector<cc::Val>{n, k} : std::vector<cc::Val>{k, n});
@@ -530,10 +530,9 @@ cc::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows, bo
       big ? kTcThreads : static_cast<int>(2 * rows), [&](cc::Scope& s) {
         cc::Idx m0 = s.block_idx(rows_first ? 0 : 1) * rows;
         cc::Idx n0 = s.block_idx(rows_first ? 1 : 0) * kTcN;
-        const bool short_k = !big && stages == kShortKStages;
         TcAsyncStaging st = tc_async_staging(s, dtype, ta, tb, rows,
                                              big       ? kBigTileStages
-                                             : short_k ? stages
+                                             : short_k ? kShortKStages
                                                        : tc_async_stages(dtype));
         s.parallel(rows, kTcN, [&](cc::Idx i, cc::Idx j) { st.acc(i, j) = 0.0f; });
         tc_async_steps(

@@ -76,14 +76,13 @@ compiler::Kernel build_tc_splitk_sum(DType dtype, bool flat);
 // order covers every column tile of a few row tiles and reads all of b each wave (kernels/
 // matmul.cc picks it for N > M, b the larger operand, while kTcRowsFirstOn). The blocks' order sets
 // no output's chain: the same bits.
-// `stages`: the buffers (tc_async_kernel_stages; a 256-row tile always has kBigTileStages);
-// kShortKStages on a 128-row tile puts the epilogue's tile in a's stages ("_tma3").
+// `short_k`: the short-K kernel (tc_short_k; a 128-row tile of 16-bit operands only), its
+// name's "_tma3".
 std::string tc_async_name(bool ta, bool tb, int64_t rows = kTcM, bool n8 = true,
-                          bool addend = false, bool rows_first = false,
-                          int stages = kTcAsyncStages);
+                          bool addend = false, bool rows_first = false, bool short_k = false);
 compiler::Kernel build_tc_matmul_async(DType dtype, bool ta, bool tb, int64_t rows = kTcM,
                                        bool n8 = true, bool addend = false, bool rows_first = false,
-                                       int stages = kTcAsyncStages);
+                                       bool short_k = false);
 std::string tc_async_splitk_name(bool ta, bool tb);
 compiler::Kernel build_tc_matmul_async_splitk(DType dtype, bool ta, bool tb);
 
@@ -147,7 +146,7 @@ struct TcAsyncBoxes {
 // The stages of the matmul kernels' TMA loop for `dtype`: f32 (tf32) tiles are twice the bytes of
 // 16-bit ones a K step's row, so four stages (128 KB), which leave room for the epilogue's tile.
 inline int tc_async_stages(DType dtype) { return dtype == DType::F32 ? 4 : kTcAsyncStages; }
-// A short K on a 128-row tile of 16-bit operands (at most kShortKSteps steps): three stages,
+// A short K on a 128-row tile of 16-bit operands (at most kTcShortKSteps steps): three stages,
 // every step's copies out at once, and the epilogue's tile in a's first two stages (as the
 // 256-row tile's), 96 KB a block instead of 195, so that two blocks share an SM and one's
 // prologue and epilogue run beside the other's copies and gemms. With one block an SM, a
@@ -159,8 +158,8 @@ constexpr int kShortKStages = 3;
 // The most K steps the short-K kernel takes (0: it never runs). Off until the kernel has run on
 // a GPU: built and checked on the CPU (MatmulTensorCore.ShortKKernelGivesTheFiveStageBits).
 constexpr int64_t kTcShortKSteps = 0;
-// The stages of build_tc_matmul_async for a tile of `rows` over K = k.
-int tc_async_kernel_stages(DType dtype, int64_t rows, int64_t k);
+// Whether build_tc_matmul_async runs the short-K kernel for a tile of `rows` over K = k.
+bool tc_short_k(DType dtype, int64_t rows, int64_t k);
 struct TcAsyncStaging {
   compiler::Buf as, bs;  // stacks of the stages' tiles
   compiler::Buf acc;     // f32 [rows, 128]

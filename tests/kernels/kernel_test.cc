@@ -458,8 +458,8 @@ TEST(MatmulTensorCore, BigTileGivesTheSmallTilesBits) {
 }
 
 // The short-K kernel (three stages, the epilogue's tile in a's stages, kernels/matmul.cc's
-// choice for K of at most three steps on a 128-row tile) against the five-stage kernel on the
-// same operands: both transposes of a and b, the addend epilogue, one to three steps (K = 8 one
+// choice for K of at most kTcShortKSteps steps on a 128-row tile) against the five-stage kernel on
+// the same operands: both transposes of a and b, the addend epilogue, one to three steps (K = 8 one
 // short step, 136 a ragged third), ragged M and N (a second row and column tile, both partial),
 // every output bit for bit and written; and it compiles to a cubin.
 TEST(MatmulTensorCore, ShortKKernelGivesTheFiveStageBits) {
@@ -473,11 +473,11 @@ TEST(MatmulTensorCore, ShortKKernelGivesTheFiveStageBits) {
       TcOperands in =
           tc_operands(DType::BF16, ta, tb, m, n, k, static_cast<uint64_t>(flags * 1000 + k));
       std::vector<Bytes> c;
-      for (int stages : {kTcAsyncStages, kShortKStages}) {
+      for (bool short_k : {false, true}) {
         const compiler::Kernel kernel =
-            build_tc_matmul_async(DType::BF16, ta, tb, kTcM, true, addend, false, stages);
+            build_tc_matmul_async(DType::BF16, ta, tb, kTcM, true, addend, false, short_k);
         c.push_back(run_tc_async(kernel, DType::BF16, in, addend, m, n, k));
-        if (stages == kShortKStages && k == 136 && !addend)
+        if (short_k && k == 136 && !addend)
           EXPECT_FALSE(compiler::compile_cuda(kernel, "").cubin.empty()) << kernel.sig.name;
       }
       EXPECT_EQ(c[0].data, c[1].data);
@@ -488,10 +488,13 @@ TEST(MatmulTensorCore, ShortKKernelGivesTheFiveStageBits) {
   // The choice: three stages up to kTcShortKSteps steps of 16-bit operands on a 128-row tile
   // only.
   const int64_t short_k = kTcShortKSteps * kTcK;
-  if (short_k > 0) EXPECT_EQ(tc_async_kernel_stages(DType::BF16, kTcM, short_k), kShortKStages);
-  EXPECT_EQ(tc_async_kernel_stages(DType::BF16, kTcM, short_k + 8), kTcAsyncStages);
-  EXPECT_EQ(tc_async_kernel_stages(DType::BF16, 64, std::max<int64_t>(short_k, 8)), kTcAsyncStages);
-  EXPECT_EQ(tc_async_kernel_stages(DType::F32, kTcM, 64), tc_async_stages(DType::F32));
+  if (short_k > 0) EXPECT_TRUE(tc_short_k(DType::BF16, kTcM, short_k));
+  EXPECT_FALSE(tc_short_k(DType::BF16, kTcM, short_k + 8));
+  EXPECT_FALSE(tc_short_k(DType::BF16, 64, std::max<int64_t>(short_k, 8)));
+  EXPECT_FALSE(tc_short_k(DType::F32, kTcM, 64));
+  // Its name says its three stages.
+  EXPECT_NE(tc_async_name(false, true, kTcM, true, false, false, true).find("_tma3"),
+            std::string::npos);
 }
 
 // The row tiles first (the grid's x axis over row tiles, kernels/matmul.cc's choice for N > M):
